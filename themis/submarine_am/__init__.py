@@ -1,0 +1,1 @@
+"""themis.submarine_am"""
