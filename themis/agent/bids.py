@@ -1,0 +1,208 @@
+"""Bid tables (paper section 3.3.1, Table 2; design brief section 3).
+
+An agent answers an offer with one *bid table*: rho after receiving each candidate bundle
+of offered GPUs, always including the empty bundle at rho_current. Enumerating every subset
+is exponential, so the agent bids on a bounded *menu*:
+
+* for each useful GPU count k (1..8, then powers of two and multiples of 8, and the app's
+  remaining demand), the best-placed k GPUs: on a machine where the app already holds
+  GPUs, else on the tightest machine that fits k (best fit keeps big machines whole),
+  filling whole slots first; when no machine fits k, the best rack, else the whole offer;
+* plus up to ``alternatives`` other placements of the same k: the other aligned blocks
+  of k on the same machine (so two apps can share a machine), then other machines and
+  racks, so that the auction can trade placement between apps (section 3.1.2);
+* bundles that do not improve rho over a smaller bundle are dropped (useless GPUs).
+
+rho is computed for the app's whole allocation (GPUs held + bundle), see
+:mod:`themis.agent.fairness`.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from themis.agent.fairness import FairnessContext, ideal_time, remaining_time
+from themis.agent.model import AppModel
+from themis.cluster.topology import Gpu, locality_of
+
+
+@dataclass(frozen=True, slots=True)
+class Bid:
+    """One row of a bid table: the app's rho if it receives ``gpus`` (sorted GPU ids)."""
+
+    gpus: tuple[str, ...]
+    rho: float
+
+
+@dataclass(frozen=True, slots=True)
+class BidTable:
+    """An app's answer to one offer. ``rho_current`` is the empty bundle's value (it may be
+    +inf for an app holding no GPU); every bid has a finite positive rho."""
+
+    app_id: str
+    rho_current: float
+    bids: tuple[Bid, ...]
+
+
+def useful_counts(limit: int) -> list[int]:
+    """GPU counts worth bidding on, up to ``limit``: 1..8, powers of two, multiples of 8,
+    and ``limit`` itself."""
+    if limit <= 0:
+        return []
+    counts = set(range(1, min(limit, 8) + 1))
+    p = 16
+    while p <= limit:
+        counts.add(p)
+        p *= 2
+    counts.update(range(8, limit + 1, 8))
+    counts.add(limit)
+    return sorted(counts)
+
+
+def _order_machine(gpus: list[Gpu]) -> list[Gpu]:
+    """GPUs of one machine in fill order: fullest slots first, so k GPUs span few slots."""
+    by_slot: dict[str, list[Gpu]] = {}
+    for g in gpus:
+        by_slot.setdefault(g.slot, []).append(g)
+    slots = sorted(by_slot.values(), key=lambda s: (-len(s), s[0].slot))
+    return [g for s in slots for g in sorted(s, key=lambda g: g.id)]
+
+
+class _OfferView:
+    """The offer grouped for bundle construction, relative to the GPUs an app holds."""
+
+    def __init__(self, offer: Sequence[Gpu], held: Sequence[Gpu], salt: str = "") -> None:
+        machines: dict[str, list[Gpu]] = {}
+        for g in offer:
+            machines.setdefault(g.machine, []).append(g)
+        self.machines = {m: _order_machine(gs) for m, gs in machines.items()}
+        held_machines = {g.machine for g in held}
+        held_racks = {g.rack for g in held}
+        self.rack_of = {m: gs[0].rack for m, gs in self.machines.items()}
+
+        def affinity(m: str) -> int:
+            if m in held_machines:
+                return 0
+            return 1 if self.rack_of[m] in held_racks else 2
+
+        self.affinity = {m: affinity(m) for m in self.machines}
+        # Ties between equally good machines are broken per app (a stable hash of the
+        # app id), so that apps' menus spread over the offer instead of all naming the
+        # same few machines.
+        self.tie = {m: zlib.crc32(f"{salt}/{m}".encode()) for m in self.machines}
+        racks: dict[str, list[str]] = {}
+        for m in self.machines:
+            racks.setdefault(self.rack_of[m], []).append(m)
+        # Within a rack, fill from the machines we like most, then the largest ones.
+        self.racks = {
+            r: sorted(ms, key=lambda m: (self.affinity[m], -len(self.machines[m]), self.tie[m]))
+            for r, ms in racks.items()
+        }
+        self.rack_free = {r: sum(len(self.machines[m]) for m in ms) for r, ms in self.racks.items()}
+        self.rack_affinity = {r: min(self.affinity[m] for m in ms) for r, ms in self.racks.items()}
+        self.rack_tie = {r: zlib.crc32(f"{salt}/{r}".encode()) for r in self.racks}
+        self.size = len(offer)
+
+    def single_machine(self, k: int, limit: int) -> list[list[Gpu]]:
+        """Up to ``limit`` machine-local bundles of k GPUs: the aligned blocks (consecutive
+        runs of k in fill order, like a buddy allocator) of the preferred machines, so that
+        several apps can bid on disjoint parts of one machine."""
+        fits = [m for m, gs in self.machines.items() if len(gs) >= k]
+        fits.sort(key=lambda m: (self.affinity[m], len(self.machines[m]), self.tie[m]))
+        out: list[list[Gpu]] = []
+        for m in fits:
+            gs = self.machines[m]
+            for start in range(0, len(gs) - k + 1, k):
+                out.append(gs[start : start + k])
+                if len(out) >= limit:
+                    return out
+        return out
+
+    def _fill(self, machines: Iterable[str], k: int) -> list[Gpu]:
+        out: list[Gpu] = []
+        for m in machines:
+            need = k - len(out)
+            if need <= 0:
+                break
+            out.extend(self.machines[m][:need])
+        return out
+
+    def single_rack(self, k: int, limit: int) -> list[list[Gpu]]:
+        fits = [r for r, free in self.rack_free.items() if free >= k]
+        fits.sort(key=lambda r: (self.rack_affinity[r], self.rack_free[r], self.rack_tie[r]))
+        return [self._fill(self.racks[r], k) for r in fits[:limit]]
+
+    def whole_offer(self, k: int) -> list[Gpu]:
+        racks = sorted(
+            self.racks, key=lambda r: (self.rack_affinity[r], -self.rack_free[r], self.rack_tie[r])
+        )
+        return self._fill((m for r in racks for m in self.racks[r]), k)
+
+
+def candidate_bundles(
+    offer: Sequence[Gpu],
+    held: Sequence[Gpu],
+    max_new: int,
+    alternatives: int = 2,
+    salt: str = "",
+) -> list[list[Gpu]]:
+    """The menu of bundles (without rho), best-placed first for each count. ``salt``
+    (the app id) breaks ties between equally good machines."""
+    view = _OfferView(offer, held, salt)
+    seen: set[frozenset[str]] = set()
+    menu: list[list[Gpu]] = []
+    per_k = 1 + max(0, alternatives)
+    for k in useful_counts(min(max_new, view.size)):
+        options = view.single_machine(k, per_k)
+        if len(options) < per_k:
+            options += view.single_rack(k, per_k - len(options))
+        if not options:
+            options = [view.whole_offer(k)]
+        for b in options:
+            key = frozenset(g.id for g in b)
+            if len(b) == k and key not in seen:
+                seen.add(key)
+                menu.append(b)
+    return menu
+
+
+def make_bid_table(
+    app: AppModel,
+    held: Sequence[Gpu],
+    offer: Sequence[Gpu],
+    ctx: FairnessContext,
+    *,
+    alternatives: int = 2,
+) -> BidTable:
+    """Compute an app's bid table for an offer (rho of Eq. 1/2 for held + bundle)."""
+    t_id = ideal_time(app, ctx)
+    elapsed = max(0.0, ctx.now - app.start_time)
+    cache: dict[int, float] = {}
+
+    def rho_for(gpus: Sequence[Gpu]) -> float:
+        n = len(gpus)
+        if n not in cache:
+            cache[n] = remaining_time(app, n)
+        s = app.placement.slowdown(locality_of(gpus))
+        return (elapsed + s * cache[n]) / t_id
+
+    rho_current = rho_for(held)
+    room = app.app_demand_max - len(held)
+    if app.finished or room <= 0:
+        return BidTable(app.id, rho_current, ())
+    menu = candidate_bundles(offer, held, room, alternatives, app.id)
+    bids: list[Bid] = []
+    best_by_size: list[tuple[int, float]] = []  # (k, best rho with <= k GPUs)
+    for bundle in sorted(menu, key=len):
+        value = rho_for([*held, *bundle])
+        if not math.isfinite(value) or value >= rho_current:
+            continue
+        smaller = [r for k, r in best_by_size if k < len(bundle)]
+        if smaller and value >= min(smaller):
+            continue  # a smaller bundle already does at least as well
+        best_by_size.append((len(bundle), value))
+        bids.append(Bid(tuple(sorted(g.id for g in bundle)), value))
+    return BidTable(app.id, rho_current, tuple(bids))

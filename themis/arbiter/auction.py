@@ -1,0 +1,184 @@
+"""Partial-allocation auction (paper section 3.3.1, Pseudocode 1 lines 5-12; Cole,
+Gkatzelis and Goel, EC 2013).
+
+1. Proportional-fair allocation: choose at most one bundle per app, bundles disjoint,
+   maximising prod_i 1/rho_i(G_i), i.e. sum_i log(1/rho_i(G_i)) (line 6). We hand the
+   solver gains g_i(b) = log(rho_i(empty) / rho_i(b)); since every app's empty-bundle term
+   is a constant, maximising the gains maximises the product.
+2. Hidden payment (lines 7-8): c_i = prod_{j!=i} 1/rho_j(G_pf) / prod_{j!=i} 1/rho_j(G^-i),
+   in logs ``log c_i = (OPT - g_i(pf)) - OPT_{-i}`` with one extra solve without app i.
+   An app whose proportional-fair bundle is empty has c_i = 1 exactly (removing it leaves
+   the optimum unchanged), so only winners need the extra solve.
+3. Indivisible GPUs (line 9, our rounding): app i keeps k_i = floor(c_i n_i + U) of its
+   n_i GPUs with U ~ Uniform[0,1) from the round's seeded RNG - randomized rounding, so the
+   *expected* share kept is exactly c_i, which is what the truthfulness argument of
+   Cole et al. needs (a deterministic floor would over-charge small bundles: a 1-GPU
+   winner with c_i = 0.95 would lose its GPU). The kept GPUs are the best-placed subset
+   of the bundle (fullest machine, then fullest slot). Withheld GPUs are leftover (line 10).
+
+Starving apps (rho_current = +inf: no GPU, so they never finish) get a lexicographic
+priority: each gain of such an app carries a constant M larger than any possible sum of
+finite gains, so the optimum first maximises the number of starving apps served - the
+standard treatment of zero valuations in Nash-welfare maximisation - and c_i follows the
+same formula (it is ~0 for an app whose presence keeps a starving app unserved).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from themis.agent.bids import BidTable
+from themis.arbiter.errors import InvalidBid, InvalidOffer
+from themis.arbiter.solvers.base import Bundle, PackingProblem, Solver
+from themis.cluster.topology import Gpu
+
+_EPS = 1e-12
+
+
+@dataclass(frozen=True, slots=True)
+class AuctionResult:
+    allocation: dict[str, tuple[str, ...]]  # GPUs each bidder keeps (after the payment)
+    proportional_fair: dict[str, tuple[str, ...]]
+    kept_fraction: dict[str, float]  # c_i for every bidder
+    leftover: tuple[str, ...]  # withheld + never-allocated GPUs, in offer order
+    solver: str
+    solve_ms: float
+    objective: float  # sum of gains of the proportional-fair allocation
+
+
+def validate_tables(offer_ids: Sequence[str], tables: Sequence[BidTable]) -> None:
+    """Raise InvalidOffer / InvalidBid naming the first problem found."""
+    if len(set(offer_ids)) != len(offer_ids):
+        dup = sorted({g for g in offer_ids if offer_ids.count(g) > 1})
+        raise InvalidOffer(f"offer: duplicate GPU ids {dup}")
+    if any(not isinstance(g, str) or not g for g in offer_ids):
+        raise InvalidOffer("offer: GPU ids must be non-empty strings")
+    offered = set(offer_ids)
+    seen_apps: set[str] = set()
+    for t in tables:
+        if not isinstance(t.app_id, str) or not t.app_id:
+            raise InvalidBid(str(t.app_id), "app id must be a non-empty string")
+        if t.app_id in seen_apps:
+            raise InvalidBid(t.app_id, "duplicate app in the auction")
+        seen_apps.add(t.app_id)
+        r0 = t.rho_current
+        if not isinstance(r0, int | float) or math.isnan(r0) or r0 <= 0:
+            raise InvalidBid(t.app_id, f"current rho {r0!r} must be a positive number")
+        for k, bid in enumerate(t.bids):
+            r = bid.rho
+            if not isinstance(r, int | float) or not math.isfinite(r) or r <= 0:
+                raise InvalidBid(t.app_id, f"rho {r!r} must be a finite positive number", k)
+            if not bid.gpus:
+                raise InvalidBid(t.app_id, "empty bundle (the empty bundle is rho_current)", k)
+            if len(set(bid.gpus)) != len(bid.gpus):
+                raise InvalidBid(t.app_id, "a GPU appears twice in the bundle", k)
+            for g in bid.gpus:
+                if g not in offered:
+                    raise InvalidBid(t.app_id, f"GPU {g!r} is not in the offer", k)
+
+
+def _gains(
+    tables: Sequence[BidTable], index: dict[str, int]
+) -> tuple[PackingProblem, list[list[int]]]:
+    """The packing problem in gain form, and for each app the bid index of each bundle
+    (bids that do not improve on the empty bundle are dropped: never worth GPUs)."""
+    finite_rhos = [b.rho for t in tables for b in t.bids]
+    rho_ref = max(finite_rhos, default=1.0)
+    # Finite part of each app's best gain bounds any sum of finite gains.
+    finite_part: list[list[tuple[int, float]]] = []
+    origin: list[list[int]] = []
+    bound = 0.0
+    for t in tables:
+        rows = []
+        kept: list[int] = []
+        for k, b in enumerate(t.bids):
+            if math.isinf(t.rho_current):
+                g = math.log(rho_ref / b.rho)
+            else:
+                g = math.log(t.rho_current / b.rho)
+            if g > _EPS or math.isinf(t.rho_current):
+                mask = 0
+                for gid in b.gpus:
+                    mask |= 1 << index[gid]
+                rows.append((mask, g))
+                kept.append(k)
+        finite_part.append(rows)
+        origin.append(kept)
+        bound += max((g for _, g in rows), default=0.0)
+    big_m = 1.0 + bound
+    apps = []
+    for t, rows in zip(tables, finite_part, strict=True):
+        starving = math.isinf(t.rho_current)
+        apps.append(tuple(Bundle(m, g + (big_m if starving else 0.0)) for m, g in rows))
+    return PackingProblem(len(index), tuple(apps)), origin
+
+
+def keep_order(gpus: Sequence[Gpu]) -> list[Gpu]:
+    """GPUs of a bundle, best-placed subset first: fullest machine, then fullest slot."""
+    machines: dict[str, dict[str, list[Gpu]]] = {}
+    for g in gpus:
+        machines.setdefault(g.machine, {}).setdefault(g.slot, []).append(g)
+    ordered: list[Gpu] = []
+    for slots in sorted(machines.values(), key=lambda s: (-sum(map(len, s.values())), min(s))):
+        for slot in sorted(slots.values(), key=lambda s: (-len(s), s[0].slot)):
+            ordered.extend(sorted(slot, key=lambda g: g.id))
+    return ordered
+
+
+def run_auction(
+    offer: Sequence[Gpu],
+    tables: Sequence[BidTable],
+    solver: Solver,
+    rng: random.Random,
+) -> AuctionResult:
+    """Pseudocode 1, AUCTION: proportional-fair allocation, hidden payments, leftover."""
+    offer_ids = [g.id for g in offer]
+    validate_tables(offer_ids, tables)
+    by_id = {g.id: g for g in offer}
+    index = {gid: i for i, gid in enumerate(offer_ids)}
+    problem, origin = _gains(tables, index)
+    started = time.perf_counter()
+    pf = solver.solve(problem)
+    winners = [i for i, c in enumerate(pf.choice) if c >= 0]
+    without = solver.solve_many(problem, winners) if winners else []
+    solve_ms = (time.perf_counter() - started) * 1e3
+
+    proportional_fair: dict[str, tuple[str, ...]] = {}
+    kept_fraction: dict[str, float] = {}
+    allocation: dict[str, tuple[str, ...]] = {}
+    for i, t in enumerate(tables):
+        kept_fraction[t.app_id] = 1.0
+        if pf.choice[i] < 0:
+            continue
+        proportional_fair[t.app_id] = tuple(sorted(t.bids[origin[i][pf.choice[i]]].gpus))
+    for i, sol in zip(winners, without, strict=True):
+        t = tables[i]
+        own = problem.apps[i][pf.choice[i]].gain
+        log_c = (pf.objective - own) - sol.objective
+        c = min(1.0, max(0.0, math.exp(min(0.0, log_c))))
+        kept_fraction[t.app_id] = c
+    for app in sorted(proportional_fair):
+        bundle = [by_id[g] for g in proportional_fair[app]]
+        c = kept_fraction[app]
+        exact = c * len(bundle)
+        keep = math.floor(exact)
+        if rng.random() < exact - keep:
+            keep += 1
+        kept = keep_order(bundle)[:keep]
+        if kept:
+            allocation[app] = tuple(sorted(g.id for g in kept))
+    granted = {g for gs in allocation.values() for g in gs}
+    leftover = tuple(g for g in offer_ids if g not in granted)
+    return AuctionResult(
+        allocation=allocation,
+        proportional_fair=proportional_fair,
+        kept_fraction=kept_fraction,
+        leftover=leftover,
+        solver=solver.name,
+        solve_ms=solve_ms,
+        objective=pf.objective,
+    )

@@ -1,0 +1,80 @@
+"""Solver back-end interface for the proportional-fair step (Pseudocode 1, line 6).
+
+The problem handed to a back-end is already in *gain* form: for each app a list of
+candidate bundles, each a set of GPU indices (``mask``, a Python int bitset) with a gain
+>= 0 over the empty bundle. A back-end returns, for each app, the index of its chosen
+bundle or -1 (empty), maximising the total gain subject to: at most one bundle per app
+and bundles pairwise disjoint. Maximising the total gain is maximising
+sum_i log(1/rho_i), i.e. the product of Pseudocode 1 (see themis.arbiter.auction).
+
+Every back-end must be *exact* (optimal up to a 1e-9 relative tolerance) and pass the
+shared conformance suite in tests/unit/test_solver_conformance.py.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+class SolverError(RuntimeError):
+    """A back-end could not solve a problem (licence, size limit, internal failure)."""
+
+
+class SolverUnavailable(SolverError):
+    """The back-end cannot be used here (not installed, no licence); callers fall back."""
+
+
+@dataclass(frozen=True, slots=True)
+class Bundle:
+    mask: int  # bit g set <=> GPU index g is in the bundle
+    gain: float  # log(rho_empty / rho_bundle) (plus the starvation term), > 0
+
+
+@dataclass(frozen=True, slots=True)
+class PackingProblem:
+    n_gpus: int
+    apps: tuple[tuple[Bundle, ...], ...]  # apps[i] = candidate bundles of app i
+
+    @property
+    def n_bundles(self) -> int:
+        return sum(len(b) for b in self.apps)
+
+
+@dataclass(frozen=True, slots=True)
+class Solution:
+    choice: tuple[int, ...]  # per app: index into its bundles, or -1 for the empty bundle
+    objective: float
+
+
+def evaluate(problem: PackingProblem, choice: Sequence[int]) -> float:
+    """Objective of a choice; raises SolverError if it is infeasible."""
+    used = 0
+    total = 0.0
+    for bundles, c in zip(problem.apps, choice, strict=True):
+        if c < 0:
+            continue
+        b = bundles[c]
+        if used & b.mask:
+            raise SolverError("infeasible choice: two chosen bundles share a GPU")
+        used |= b.mask
+        total += b.gain
+    return total
+
+
+class Solver(ABC):
+    """One proportional-fair MILP back-end."""
+
+    name: str = "abstract"
+
+    @abstractmethod
+    def solve(self, problem: PackingProblem, excluded: int | None = None) -> Solution:
+        """Optimal choice; app ``excluded`` (if any) must get the empty bundle."""
+
+    def solve_many(
+        self, problem: PackingProblem, excluded: Sequence[int | None]
+    ) -> list[Solution]:
+        """Solve the problem once per entry of ``excluded`` (the N+1 solves of the
+        auction). Back-ends may override to reuse work across the solves."""
+        return [self.solve(problem, e) for e in excluded]

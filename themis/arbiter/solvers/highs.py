@@ -1,0 +1,114 @@
+"""HiGHS back-end (open source, always installed via ``highspy``).
+
+The set-packing MILP: binary x_ib per (app, bundle); sum_b x_ib <= 1 per app; for every
+GPU shared by bundles of two or more apps, sum of x over bundles holding it <= 1;
+maximise sum gain_ib x_ib. The model is built once and re-solved N+1 times by fixing the
+excluded app's columns to zero.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from themis.arbiter.solvers.base import PackingProblem, Solution, Solver, SolverError
+
+try:  # pragma: no cover - import guard
+    import highspy
+except ImportError:  # pragma: no cover
+    highspy = None
+
+
+def _bits(mask: int) -> list[int]:
+    out = []
+    while mask:
+        low = mask & -mask
+        out.append(low.bit_length() - 1)
+        mask ^= low
+    return out
+
+
+class HighsSolver(Solver):
+    name = "highs"
+
+    def __init__(self, threads: int = 1) -> None:
+        if highspy is None:
+            raise SolverError("highspy is not installed")
+        self.threads = threads
+
+    def _build(self, problem: PackingProblem) -> tuple[object, list[tuple[int, int]]]:
+        cols: list[tuple[int, int]] = []  # (app, bundle) per column
+        gpu_apps: dict[int, set[int]] = {}
+        for i, bundles in enumerate(problem.apps):
+            for j, b in enumerate(bundles):
+                cols.append((i, j))
+                for g in _bits(b.mask):
+                    gpu_apps.setdefault(g, set()).add(i)
+        shared = sorted(g for g, apps in gpu_apps.items() if len(apps) > 1)
+        gpu_row = {g: len(problem.apps) + r for r, g in enumerate(shared)}
+        starts = [0]
+        index: list[int] = []
+        for i, j in cols:
+            index.append(i)
+            index.extend(gpu_row[g] for g in _bits(problem.apps[i][j].mask) if g in gpu_row)
+            starts.append(len(index))
+        n, m = len(cols), len(problem.apps) + len(shared)
+        lp = highspy.HighsLp()
+        lp.num_col_ = n
+        lp.num_row_ = m
+        lp.col_cost_ = np.array([problem.apps[i][j].gain for i, j in cols], dtype=np.float64)
+        lp.col_lower_ = np.zeros(n)
+        lp.col_upper_ = np.ones(n)
+        lp.row_lower_ = np.full(m, -highspy.kHighsInf)
+        lp.row_upper_ = np.ones(m)
+        lp.sense_ = highspy.ObjSense.kMaximize
+        lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+        lp.a_matrix_.start_ = np.array(starts, dtype=np.int32)
+        lp.a_matrix_.index_ = np.array(index, dtype=np.int32)
+        lp.a_matrix_.value_ = np.ones(len(index))
+        lp.integrality_ = [highspy.HighsVarType.kInteger] * n
+        h = highspy.Highs()
+        h.setOptionValue("output_flag", False)
+        h.setOptionValue("mip_rel_gap", 0.0)
+        h.setOptionValue("mip_abs_gap", 1e-9)
+        h.setOptionValue("threads", self.threads)
+        h.passModel(lp)
+        return h, cols
+
+    def _run(self, h: object, cols: list[tuple[int, int]], problem: PackingProblem) -> Solution:
+        h.run()  # type: ignore[attr-defined]
+        status = h.getModelStatus()  # type: ignore[attr-defined]
+        if status != highspy.HighsModelStatus.kOptimal:
+            raise SolverError(f"highs: model status {h.modelStatusToString(status)}")  # type: ignore[attr-defined]
+        x = h.getSolution().col_value  # type: ignore[attr-defined]
+        choice = [-1] * len(problem.apps)
+        total = 0.0
+        for (i, j), v in zip(cols, x, strict=True):
+            if v > 0.5:
+                choice[i] = j
+                total += problem.apps[i][j].gain
+        return Solution(tuple(choice), total)
+
+    def solve(self, problem: PackingProblem, excluded: int | None = None) -> Solution:
+        return self.solve_many(problem, [excluded])[0]
+
+    def solve_many(
+        self, problem: PackingProblem, excluded: Sequence[int | None]
+    ) -> list[Solution]:
+        if problem.n_bundles == 0:
+            return [Solution((-1,) * len(problem.apps), 0.0) for _ in excluded]
+        h, cols = self._build(problem)
+        app_cols: dict[int, list[int]] = {}
+        for c, (i, _) in enumerate(cols):
+            app_cols.setdefault(i, []).append(c)
+        out = []
+        for e in excluded:
+            idx = app_cols.get(e, []) if e is not None else []
+            if idx:
+                arr = np.array(idx, dtype=np.int32)
+                h.changeColsBounds(len(idx), arr, np.zeros(len(idx)), np.zeros(len(idx)))  # type: ignore[attr-defined]
+            out.append(self._run(h, cols, problem))
+            if idx:
+                h.changeColsBounds(len(idx), arr, np.zeros(len(idx)), np.ones(len(idx)))  # type: ignore[attr-defined]
+        return out

@@ -1,0 +1,1 @@
+"""Training jobs run by Themis apps (a TensorFlow/Keras program, checkpoint storage)."""

@@ -1,0 +1,191 @@
+"""Checkpoint bookkeeping on top of a :class:`~themis.jobs.storage.CheckpointStore`.
+
+Framework-agnostic: the caller supplies a function that writes the checkpoint files into
+a local directory and one that restores from such a directory.
+
+Layout: entry ``ckpt-<step, 12 digits>`` holds the framework's files plus
+``MANIFEST.json`` (format tag, step, size and SHA-256 of every file). A checkpoint is
+*complete* when its entry exists under its final name and every file matches the
+manifest. Restoring walks the complete-looking entries from the newest step down; an
+entry whose manifest is missing or does not match, or whose restore raises, is logged as
+a warning and skipped - never fatal, never deleted. If the job later reaches the step of
+a skipped entry, that entry is renamed ``corrupt-<name>-<random>`` (logged) to make room
+for the new checkpoint. Only retention (keep the newest N) deletes, and it logs every
+deletion.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+import shutil
+import tempfile
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from themis.jobs.storage import TMP_PREFIX, CheckpointStore, StorageError
+
+LOG = logging.getLogger(__name__)
+
+MANIFEST = "MANIFEST.json"
+FORMAT = "themis-ckpt-v1"
+_NAME_RE = re.compile(r"^ckpt-(\d{12})$")
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint could not be written or verified (names the checkpoint and why)."""
+
+
+def checkpoint_name(step: int) -> str:
+    if step < 0:
+        raise CheckpointError(f"checkpoint step must be >= 0, got {step}")
+    return f"ckpt-{step:012d}"
+
+
+def parse_step(name: str) -> int | None:
+    m = _NAME_RE.match(name)
+    return int(m.group(1)) if m else None
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def write_manifest(directory: Path, step: int) -> None:
+    files = {
+        p.name: {"size": p.stat().st_size, "sha256": _sha256(p)}
+        for p in sorted(directory.iterdir())
+        if p.is_file() and p.name != MANIFEST
+    }
+    if not files:
+        raise CheckpointError(f"checkpoint for step {step}: the writer produced no files")
+    doc = {"format": FORMAT, "step": step, "files": files}
+    (directory / MANIFEST).write_text(json.dumps(doc, indent=1, sort_keys=True))
+
+
+def verify_manifest(directory: Path, expected_step: int) -> None:
+    """Raise :class:`CheckpointError` unless ``directory`` matches its manifest."""
+    mpath = directory / MANIFEST
+    try:
+        doc = json.loads(mpath.read_text())
+    except FileNotFoundError as e:
+        raise CheckpointError(f"{directory.name}: no {MANIFEST} (partial checkpoint?)") from e
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"{directory.name}: unreadable {MANIFEST}: {e}") from e
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise CheckpointError(f"{directory.name}: {MANIFEST} is not a {FORMAT} manifest")
+    if doc.get("step") != expected_step:
+        raise CheckpointError(
+            f"{directory.name}: manifest step {doc.get('step')!r} != name step {expected_step}"
+        )
+    files = doc.get("files")
+    if not isinstance(files, dict) or not files:
+        raise CheckpointError(f"{directory.name}: manifest lists no files")
+    for fname, meta in files.items():
+        p = directory / fname
+        if not p.is_file():
+            raise CheckpointError(f"{directory.name}: file {fname!r} is missing")
+        if p.stat().st_size != meta.get("size"):
+            raise CheckpointError(
+                f"{directory.name}: file {fname!r} has {p.stat().st_size} bytes, "
+                f"manifest says {meta.get('size')}"
+            )
+        if _sha256(p) != meta.get("sha256"):
+            raise CheckpointError(f"{directory.name}: file {fname!r} fails its SHA-256 check")
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreResult:
+    step: int
+    name: str
+    skipped: tuple[str, ...]  # newer entries that were skipped as corrupt/partial
+
+
+class CheckpointManager:
+    """Save with retention and restore the newest complete checkpoint."""
+
+    def __init__(self, store: CheckpointStore, keep: int = 3) -> None:
+        if keep < 1:
+            raise CheckpointError(f"keep must be >= 1, got {keep}")
+        self.store = store
+        self.keep = keep
+        self._skipped: set[str] = set()
+
+    def steps(self) -> list[int]:
+        """Steps of the entries named like checkpoints, ascending (not verified)."""
+        steps: list[int] = []
+        for name in self.store.list_names():
+            step = parse_step(name)
+            if step is not None:
+                steps.append(step)
+        return sorted(steps)
+
+    def save(self, step: int, write: Callable[[Path], None]) -> str:
+        """Write a checkpoint for ``step`` with ``write(local_dir)``, publish it, prune."""
+        name = checkpoint_name(step)
+        with tempfile.TemporaryDirectory(prefix="themis-ckpt-") as tmp:
+            local = Path(tmp) / name
+            local.mkdir()
+            write(local)
+            write_manifest(local, step)
+            try:
+                if name in self._skipped:
+                    aside = f"corrupt-{name}-{uuid.uuid4().hex[:8]}"
+                    LOG.warning("moving unusable checkpoint %s aside as %s in %s",
+                                name, aside, self.store.description)
+                    self.store.rename(name, aside)
+                    self._skipped.discard(name)
+                self.store.put_dir(local, name)
+            except StorageError as e:
+                raise CheckpointError(f"saving {name}: {e}") from e
+        self._prune()
+        return name
+
+    def _prune(self) -> None:
+        steps = self.steps()
+        for step in steps[: max(0, len(steps) - self.keep)]:
+            name = checkpoint_name(step)
+            LOG.info("deleting old checkpoint %s from %s (keeping the newest %d)",
+                     name, self.store.description, self.keep)
+            try:
+                self.store.delete(name)
+            except StorageError as e:
+                LOG.warning("could not delete old checkpoint %s: %s", name, e)
+
+    def restore_latest(self, restore: Callable[[Path, int], None]) -> RestoreResult | None:
+        """Restore the newest checkpoint that verifies and restores; None if there is none.
+
+        ``restore(local_dir, step)`` loads the framework state; any exception it raises
+        marks that checkpoint as unusable and the next older one is tried."""
+        skipped: list[str] = []
+        for name in self.store.list_names():
+            if parse_step(name) is None:
+                kind = "incomplete upload" if name.startswith(TMP_PREFIX) else "entry"
+                LOG.warning("ignoring %s %r in %s (not deleted)",
+                            kind, name, self.store.description)
+        for step in reversed(self.steps()):
+            name = checkpoint_name(step)
+            tmp = Path(tempfile.mkdtemp(prefix="themis-restore-"))
+            try:
+                local = tmp / name
+                self.store.get_dir(name, local)
+                verify_manifest(local, step)
+                restore(local, step)
+            except Exception as e:
+                LOG.warning("skipping checkpoint %s in %s: %s (left in place)",
+                            name, self.store.description, e)
+                skipped.append(name)
+                self._skipped.add(name)
+                continue
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+            return RestoreResult(step=step, name=name, skipped=tuple(skipped))
+        return None

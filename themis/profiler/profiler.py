@@ -1,0 +1,126 @@
+"""Per-job training progress from TensorFlow event logs (paper section 5).
+
+A :class:`Profiler` follows the log directory of every job of an app and keeps, per job,
+the steps done, the training and evaluation losses and the timed iterations together
+with the allocation they ran on (``themis/num_gpus`` and ``themis/locality``, written by
+:mod:`themis.jobs.train` at the start of every run segment; segments without them count
+as one GPU, slot-local). From those it derives serial iteration times for the agent,
+losses for Hyperband's early stopping and placement slowdowns (:mod:`.slowdown`).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from themis.agent.placement import DEFAULT, PlacementProfile
+from themis.cluster.topology import Locality
+from themis.profiler.events import LogDirTail, ScalarPoint
+from themis.profiler.slowdown import IterSample, estimate_slowdowns
+
+TAG_LOSS = "loss"
+TAG_EVAL_LOSS = "eval_loss"
+TAG_ITER_TIME = "iteration_time"
+TAG_NUM_GPUS = "themis/num_gpus"
+TAG_LOCALITY = "themis/locality"
+
+
+class ProfilerError(KeyError):
+    """Unknown job id, or a job registered twice."""
+
+
+@dataclass
+class JobProfile:
+    job_id: str
+    steps_done: int = 0
+    losses: list[tuple[int, float]] = field(default_factory=list)
+    eval_losses: list[tuple[int, float]] = field(default_factory=list)
+    iterations: list[IterSample] = field(default_factory=list)
+    _placement: dict[str, tuple[int, Locality]] = field(default_factory=dict, repr=False)
+
+    def add(self, p: ScalarPoint) -> None:
+        self.steps_done = max(self.steps_done, p.step)
+        num_gpus, locality = self._placement.get(p.source, (1, Locality.SLOT))
+        if p.tag == TAG_LOSS:
+            self.losses.append((p.step, p.value))
+        elif p.tag == TAG_EVAL_LOSS:
+            self.eval_losses.append((p.step, p.value))
+        elif p.tag == TAG_ITER_TIME:
+            self.iterations.append(IterSample(p.step, p.value, num_gpus, locality))
+        elif p.tag == TAG_NUM_GPUS:
+            self._placement[p.source] = (max(1, round(p.value)), locality)
+        elif p.tag == TAG_LOCALITY:
+            level = Locality(min(max(round(p.value), 0), int(Locality.CLUSTER)))
+            self._placement[p.source] = (num_gpus, level)
+
+    def latest_loss(self, window: int = 10) -> float | None:
+        """The newest eval loss, else the mean of the last ``window`` training losses."""
+        if self.eval_losses:
+            return max(self.eval_losses)[1]
+        if not self.losses:
+            return None
+        recent = sorted(self.losses)[-window:]
+        return sum(v for _, v in recent) / len(recent)
+
+    def serial_iter_time(
+        self, profile: PlacementProfile = DEFAULT, window: int = 200
+    ) -> float | None:
+        """Median over the last ``window`` timed steps of ``t * k / S(level)``."""
+        recent = self.iterations[-window:]
+        if not recent:
+            return None
+        return statistics.median(
+            s.normalised / profile.slowdown(s.locality) for s in recent
+        )
+
+
+class Profiler:
+    """Follows the event logs of an app's jobs."""
+
+    def __init__(self, min_samples: int = 5) -> None:
+        self.min_samples = min_samples
+        self._tails: dict[str, LogDirTail] = {}
+        self._jobs: dict[str, JobProfile] = {}
+
+    def add_job(self, job_id: str, logdir: Path) -> None:
+        if job_id in self._tails:
+            raise ProfilerError(f"job {job_id!r} is already profiled")
+        self._tails[job_id] = LogDirTail(Path(logdir))
+        self._jobs[job_id] = JobProfile(job_id)
+
+    def remove_job(self, job_id: str) -> None:
+        self._tails.pop(job_id, None)
+
+    def job(self, job_id: str) -> JobProfile:
+        try:
+            return self._jobs[job_id]
+        except KeyError:
+            raise ProfilerError(f"job {job_id!r} is not profiled") from None
+
+    @property
+    def jobs(self) -> Mapping[str, JobProfile]:
+        return self._jobs
+
+    def poll(self) -> dict[str, list[ScalarPoint]]:
+        """Read what every followed job wrote since the last poll; returns it per job."""
+        new: dict[str, list[ScalarPoint]] = {}
+        for job_id, tail in self._tails.items():
+            points = tail.poll()
+            prof = self._jobs[job_id]
+            for p in points:
+                prof.add(p)
+            if points:
+                new[job_id] = points
+        return new
+
+    def slowdowns(self, base: PlacementProfile = DEFAULT) -> dict[Locality, float]:
+        """Observed S per level (levels without enough samples are absent)."""
+        return estimate_slowdowns(
+            {j: p.iterations for j, p in self._jobs.items()}, self.min_samples, base
+        )
+
+    def placement_profile(self, base: PlacementProfile = DEFAULT) -> PlacementProfile:
+        """``base`` with observed slowdowns substituted (clamped >= 1, monotone)."""
+        return base.with_observed(self.slowdowns(base))

@@ -1,0 +1,1 @@
+"""YARN side of Themis: the engine process driven by the ResourceManager plugin (Py4J)."""

@@ -1,0 +1,68 @@
+"""Where the engine gets each app's current rho and bid table.
+
+The gRPC arbiter service (``themis.arbiter.service``, reachable by AMs on
+``yarn.resourcemanager.themis.agent-port``) implements :class:`BidSource` and is passed to
+:class:`themis.yarn.engine.RoundEngine`. Until it runs, :class:`ReportedBids` serves the
+last rho and bid table each app reported (cached tables, as the paper's truthfulness proof
+assumes); apps that never reported get ``default_rho`` and take part as non-bidders.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+from themis.agent.bids import BidTable
+from themis.cluster.topology import Gpu
+
+
+class BidSource(Protocol):
+    def rho(self, app_ids: Sequence[str]) -> Mapping[str, float]:
+        """Current rho of each app (every id in ``app_ids`` must be present)."""
+        ...
+
+    def collect(self, bidders: Sequence[str], offer: Sequence[Gpu]) -> Mapping[str, BidTable]:
+        """Bid tables of the bidders for this offer; missing apps count as non-bidders."""
+        ...
+
+
+class ReportedBids:
+    """Thread-safe store of the last rho / bid table reported per app."""
+
+    def __init__(self, default_rho: float = 1.0) -> None:
+        self._default_rho = default_rho
+        self._rho: dict[str, float] = {}
+        self._tables: dict[str, BidTable] = {}
+        self._lock = threading.Lock()
+
+    def report_rho(self, app_id: str, rho: float) -> None:
+        with self._lock:
+            self._rho[app_id] = rho
+
+    def report_table(self, table: BidTable) -> None:
+        with self._lock:
+            self._tables[table.app_id] = table
+            self._rho[table.app_id] = table.rho_current
+
+    def forget(self, app_id: str) -> None:
+        with self._lock:
+            self._rho.pop(app_id, None)
+            self._tables.pop(app_id, None)
+
+    def rho(self, app_ids: Sequence[str]) -> Mapping[str, float]:
+        with self._lock:
+            return {a: self._rho.get(a, self._default_rho) for a in app_ids}
+
+    def collect(self, bidders: Sequence[str], offer: Sequence[Gpu]) -> Mapping[str, BidTable]:
+        offered = {g.id for g in offer}
+        out: dict[str, BidTable] = {}
+        with self._lock:
+            for a in bidders:
+                t = self._tables.get(a)
+                if t is None:
+                    continue
+                bids = tuple(b for b in t.bids if set(b.gpus) <= offered)
+                if bids:
+                    out[a] = BidTable(t.app_id, t.rho_current, bids)
+        return out

@@ -1,0 +1,64 @@
+"""One round for the RM: cluster view JSON in, lease grants JSON out.
+
+This only adapts data; the mechanism (filtering by f, partial-allocation auction,
+leftover) is :func:`themis.arbiter.round.run_round`.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+
+from themis.arbiter.round import run_round
+from themis.arbiter.solvers import Solver, make_solver
+from themis.yarn.bids import BidSource, ReportedBids
+from themis.yarn.view import grants_json, offer_of, parse_view
+
+log = logging.getLogger(__name__)
+
+
+class RoundEngine:
+    def __init__(self, source: BidSource | None = None) -> None:
+        self.source: BidSource = source if source is not None else ReportedBids()
+        self._solvers: dict[str, Solver] = {}
+        self._lock = threading.Lock()
+        self.rounds = 0
+
+    def _solver(self, name: str) -> Solver:
+        if name not in self._solvers:
+            self._solvers[name] = make_solver(name)
+        return self._solvers[name]
+
+    def run(self, request_json: str) -> str:
+        with self._lock:
+            started = time.perf_counter()
+            view = parse_view(request_json)
+            wanting = {a.app_id: a.pending_gpus for a in view.apps if a.pending_gpus > 0}
+            offer = offer_of(view)
+            if not wanting or not offer:
+                return grants_json([], {"round": view.round_id, "skipped": True})
+            rho = self.source.rho(sorted(wanting))
+            source = self.source
+            outcome = run_round(
+                offer,
+                rho,
+                lambda bidders: source.collect(bidders, offer),
+                fairness_knob=view.fairness_knob,
+                lease_s=view.lease_duration_ms / 1000.0,
+                now=view.now_ms / 1000.0,
+                solver=self._solver(view.solver),
+                rng=random.Random(view.round_id),
+                room=wanting,
+            )
+            self.rounds += 1
+            info = {
+                "round": view.round_id,
+                "bidders": list(outcome.bidders),
+                "nonbidders": list(outcome.nonbidders),
+                "unallocated": len(outcome.unallocated),
+                "elapsed_ms": round((time.perf_counter() - started) * 1000.0, 3),
+            }
+            log.info("round %d: %s", view.round_id, info)
+            return grants_json(((g.app_id, g.gpus) for g in outcome.grants), info)

@@ -1,0 +1,133 @@
+"""The cluster view the RM plugin sends each round, and the grant reply it expects.
+
+Request (JSON, built by ``ThemisRuntime.clusterView`` in Java)::
+
+    {"round": 3, "now_ms": ..., "fairness_knob": 0.8, "lease_duration_ms": 600000,
+     "solver": "auto",
+     "nodes": [{"node_id": "h:45454", "host": "h", "rack": "/default-rack",
+                "total_gpus": 4, "free_gpus": 2}],
+     "apps": [{"app_id": "application_1_0001", "queue": "default", "user": "u",
+               "pending_gpus": 2, "running_gpus": {"h:45454": 2}}],
+     "leases": [{"lease_id": 1, "app_id": ..., "node_id": ..., "gpus": 2,
+                 "expiry_ms": ..., "state": "ACTIVE"}]}
+
+Reply: ``{"grants": [{"app_id": ..., "node_id": ..., "gpus": n}], "info": {...}}``.
+YARN counts GPUs per node, so GPU ids here are synthetic: ``<node_id>/<k>`` for the k-th
+free GPU of the node; grants are summed back per node.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from themis.cluster.topology import Gpu
+
+
+class ViewError(ValueError):
+    """The RM sent a malformed cluster view (names the field)."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    node_id: str
+    rack: str
+    total_gpus: int
+    free_gpus: int
+
+
+@dataclass(frozen=True, slots=True)
+class AppView:
+    app_id: str
+    pending_gpus: int
+    running_gpus: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterView:
+    round_id: int
+    now_ms: int
+    fairness_knob: float
+    lease_duration_ms: int
+    solver: str
+    nodes: tuple[NodeView, ...]
+    apps: tuple[AppView, ...]
+
+
+def _get(obj: Mapping[str, Any], key: str, kind: type, where: str) -> Any:
+    if key not in obj:
+        raise ViewError(f"{where}: missing field {key!r}")
+    value = obj[key]
+    if kind is float and isinstance(value, int):
+        value = float(value)
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise ViewError(f"{where}: field {key!r} must be {kind.__name__}, got {value!r}")
+    return value
+
+
+def parse_view(text: str) -> ClusterView:
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ViewError(f"cluster view is not JSON: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise ViewError("cluster view must be a JSON object")
+    nodes = tuple(
+        NodeView(
+            node_id=_get(n, "node_id", str, "nodes[]"),
+            rack=_get(n, "rack", str, "nodes[]") or "/default-rack",
+            total_gpus=_get(n, "total_gpus", int, "nodes[]"),
+            free_gpus=_get(n, "free_gpus", int, "nodes[]"),
+        )
+        for n in _get(raw, "nodes", list, "view")
+    )
+    apps = tuple(
+        AppView(
+            app_id=_get(a, "app_id", str, "apps[]"),
+            pending_gpus=_get(a, "pending_gpus", int, "apps[]"),
+            running_gpus={str(k): int(v) for k, v in a.get("running_gpus", {}).items()},
+        )
+        for a in _get(raw, "apps", list, "view")
+    )
+    return ClusterView(
+        round_id=_get(raw, "round", int, "view"),
+        now_ms=_get(raw, "now_ms", int, "view"),
+        fairness_knob=_get(raw, "fairness_knob", float, "view"),
+        lease_duration_ms=_get(raw, "lease_duration_ms", int, "view"),
+        solver=_get(raw, "solver", str, "view"),
+        nodes=nodes,
+        apps=apps,
+    )
+
+
+def gpu_id(node_id: str, k: int) -> str:
+    return f"{node_id}/{k}"
+
+
+def node_of(gpu: str) -> str:
+    node, sep, _ = gpu.rpartition("/")
+    if not sep:
+        raise ViewError(f"GPU id {gpu!r} has no node part")
+    return node
+
+
+def offer_of(view: ClusterView) -> list[Gpu]:
+    """The free GPUs of the view as topology GPUs (machine = YARN node id)."""
+    return [
+        Gpu(gpu_id(n.node_id, k), n.node_id, n.rack)
+        for n in view.nodes
+        for k in range(max(0, n.free_gpus))
+    ]
+
+
+def grants_json(allocation: Iterable[tuple[str, Iterable[str]]], info: Mapping[str, Any]) -> str:
+    """Sum per-GPU allocations to per-(app, node) grants and encode the reply."""
+    per: dict[tuple[str, str], int] = {}
+    for app, gpus in allocation:
+        for g in gpus:
+            key = (app, node_of(g))
+            per[key] = per.get(key, 0) + 1
+    grants = [{"app_id": a, "node_id": n, "gpus": c} for (a, n), c in sorted(per.items())]
+    return json.dumps({"grants": grants, "info": dict(info)})
