@@ -131,9 +131,19 @@ class _OfferView:
         return out
 
     def single_rack(self, k: int, limit: int) -> list[list[Gpu]]:
+        """Rack-local bundles: per rack, a fill from the largest machines (tight) and one
+        from the smallest (uses fragments and leaves big machines whole for others)."""
         fits = [r for r, free in self.rack_free.items() if free >= k]
         fits.sort(key=lambda r: (self.rack_affinity[r], self.rack_free[r], self.rack_tie[r]))
-        return [self._fill(self.racks[r], k) for r in fits[:limit]]
+        out: list[list[Gpu]] = []
+        for r in fits:
+            ms = self.racks[r]
+            small_first = sorted(ms, key=lambda m: (self.affinity[m], len(self.machines[m])))
+            out.append(self._fill(ms, k))
+            out.append(self._fill(small_first, k))
+            if len(out) >= limit:
+                break
+        return out[:limit]
 
     def whole_offer(self, k: int) -> list[Gpu]:
         racks = sorted(
@@ -158,7 +168,7 @@ def candidate_bundles(
     for k in useful_counts(min(max_new, view.size)):
         options = view.single_machine(k, per_k)
         if len(options) < per_k:
-            options += view.single_rack(k, per_k - len(options))
+            options += view.single_rack(k, 2 * per_k)
         if not options:
             options = [view.whole_offer(k)]
         for b in options:

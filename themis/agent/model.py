@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 
 from themis.agent.placement import DEFAULT, PlacementProfile
 
@@ -23,7 +23,7 @@ class ModelError(ValueError):
     """An app or job description is invalid (names the app/job and the problem)."""
 
 
-class AppKind(str, Enum):
+class AppKind(StrEnum):
     SINGLE_JOB = "single-job"
     SUCCESSIVE_HALVING = "successive-halving"
     CURVE_STOPPING = "curve-stopping"

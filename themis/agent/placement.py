@@ -7,6 +7,7 @@ cross-rack 1.3 - and replaces them with profiled values (``themis.profiler``).
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -28,7 +29,7 @@ class PlacementProfile:
         for name, v in zip(("slot", "machine", "rack", "cluster"), values, strict=True):
             if not isinstance(v, int | float) or not math.isfinite(v) or v < 1.0:
                 raise ValueError(f"placement slowdown {name}={v!r}: must be a finite number >= 1")
-        if any(a > b for a, b in zip(values, values[1:], strict=False)):
+        if any(a > b for a, b in itertools.pairwise(values)):
             raise ValueError(f"placement slowdowns must not decrease with spread: {values}")
 
     def slowdown(self, locality: Locality) -> float:

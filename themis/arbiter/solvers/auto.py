@@ -21,9 +21,10 @@ class FallbackSolver(Solver):
     """Tries ``primary`` first; on :class:`SolverUnavailable` (not installed, licence too
     small for this model) solves with ``fallback`` and logs the reason once per reason."""
 
-    def __init__(self, primary: Solver | None, fallback: Solver) -> None:
+    def __init__(self, primary: Solver | None, fallback: Solver, quiet: bool = False) -> None:
         self.primary = primary
         self.fallback = fallback
+        self.quiet = quiet
         self._warned: set[str] = set()
         self.last_used = fallback.name if primary is None else primary.name
 
@@ -33,7 +34,7 @@ class FallbackSolver(Solver):
 
     def _fall(self, exc: Exception) -> None:
         reason = str(exc)
-        if reason not in self._warned:
+        if not self.quiet and reason not in self._warned:
             self._warned.add(reason)
             log.warning("solver %s unavailable (%s); using %s", self.primary_name, reason,
                         self.fallback.name)
@@ -95,15 +96,24 @@ OPEN_SOURCE_DEFAULT = "highs"
 
 def make_solver(name: str = "auto") -> Solver:
     """``auto`` | one of :data:`BACKENDS`. Unknown names raise SolverError listing the valid
-    ones; ``gurobi`` without gurobipy raises SolverUnavailable."""
-    if name == "auto":
+    ones; ``gurobi`` without gurobipy raises SolverUnavailable.
+
+    ``auto`` = Gurobi when gurobipy imports and its licence covers the model, else HiGHS
+    (the fallback is logged). ``auto-fast`` first tries the exact branch and bound with a
+    small node budget (fast on the small offers of most rounds), then ``auto``."""
+    if name in ("auto", "auto-fast"):
         try:
             primary: Solver | None = _gurobi()
         except SolverUnavailable as exc:
             log.info("gurobi not used: %s", exc)
             primary = None
-        return FallbackSolver(primary, BACKENDS[OPEN_SOURCE_DEFAULT]())
+        chain = FallbackSolver(primary, BACKENDS[OPEN_SOURCE_DEFAULT]())
+        if name == "auto":
+            return chain
+        from themis.arbiter.solvers.bnb import BranchAndBoundSolver
+
+        return FallbackSolver(BranchAndBoundSolver(node_limit=2_000), chain, quiet=True)
     if name not in BACKENDS:
-        valid = ", ".join(["auto", *sorted(BACKENDS)])
+        valid = ", ".join(["auto", "auto-fast", *sorted(BACKENDS)])
         raise SolverError(f"unknown solver {name!r}; valid: {valid}")
     return BACKENDS[name]()

@@ -15,17 +15,21 @@ from themis.arbiter.solvers.base import (
     SolverUnavailable,
 )
 
+from typing import Any
+
 try:  # pragma: no cover - import guard
     import gurobipy as gp
+
+    _HAVE_GUROBI = True
 except ImportError:  # pragma: no cover
-    gp = None
+    _HAVE_GUROBI = False
 
 
 class GurobiSolver(Solver):
     name = "gurobi"
 
     def __init__(self) -> None:
-        if gp is None:
+        if not _HAVE_GUROBI:
             raise SolverUnavailable("gurobipy is not installed")
         try:
             self._env = gp.Env(params={"OutputFlag": 0, "Threads": 1})
@@ -40,8 +44,8 @@ class GurobiSolver(Solver):
             m = gp.Model(env=self._env)
             m.Params.MIPGap = 0.0
             m.Params.MIPGapAbs = 1e-9
-            xs: list[tuple[int, int, object]] = []
-            by_gpu: dict[int, list[object]] = {}
+            xs: list[tuple[int, int, Any]] = []
+            by_gpu: dict[int, list[Any]] = {}
             for i, bundles in enumerate(problem.apps):
                 if i == excluded or not bundles:
                     continue
@@ -67,7 +71,7 @@ class GurobiSolver(Solver):
             raise SolverError(f"gurobi: status {m.Status}")
         total = 0.0
         for i, j, x in xs:
-            if x.X > 0.5:  # type: ignore[attr-defined]
+            if x.X > 0.5:
                 choice[i] = j
                 total += problem.apps[i][j].gain
         return Solution(tuple(choice), total)

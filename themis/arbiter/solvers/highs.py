@@ -16,8 +16,10 @@ from themis.arbiter.solvers.base import PackingProblem, Solution, Solver, Solver
 
 try:  # pragma: no cover - import guard
     import highspy
+
+    _HAVE_HIGHS = True
 except ImportError:  # pragma: no cover
-    highspy = None
+    _HAVE_HIGHS = False
 
 
 def _bits(mask: int) -> list[int]:
@@ -33,7 +35,7 @@ class HighsSolver(Solver):
     name = "highs"
 
     def __init__(self, threads: int = 1) -> None:
-        if highspy is None:
+        if not _HAVE_HIGHS:
             raise SolverError("highspy is not installed")
         self.threads = threads
 
@@ -68,7 +70,7 @@ class HighsSolver(Solver):
         lp.a_matrix_.index_ = np.array(index, dtype=np.int32)
         lp.a_matrix_.value_ = np.ones(len(index))
         lp.integrality_ = [highspy.HighsVarType.kInteger] * n
-        h = highspy.Highs()
+        h = highspy.Highs()  # type: ignore[no-untyped-call]
         h.setOptionValue("output_flag", False)
         h.setOptionValue("mip_rel_gap", 0.0)
         h.setOptionValue("mip_abs_gap", 1e-9)

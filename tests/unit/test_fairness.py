@@ -1,0 +1,113 @@
+"""Finish-time fairness (paper Eq. 1, Eq. 2) including the worked example of section 4.3.3."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from themis.agent.contention import ContentionTracker
+from themis.agent.fairness import FairnessContext, phase_time, rho
+from themis.agent.model import AppKind, AppModel, FuturePhase, Job, ModelError
+from themis.agent.placement import DEFAULT, PlacementProfile
+from themis.cluster.topology import Locality
+
+
+def table3_app() -> AppModel:
+    """Section 4.3.3: 4 jobs at 80/100/100/120 s per iteration, phases of 4, 2, 1 jobs with
+    8, 16, 36 iterations, budget 10,000 GPU-seconds, job_demand_max 8, S = 1."""
+    jobs = [Job(f"j{i}", t, 8, 8) for i, t in enumerate([80, 100, 100, 120])]
+    return AppModel(
+        "hp", 0.0, jobs, [FuturePhase(2, 16), FuturePhase(1, 36)],
+        AppKind.SUCCESSIVE_HALVING, budget=10_000,
+    )
+
+
+CTX16 = FairnessContext(now=0.0, cluster_gpus=16, n_avg=4.0)
+
+
+def test_table3_ideal_time_is_2500s() -> None:
+    from themis.agent.fairness import ideal_time
+
+    assert ideal_time(table3_app(), CTX16) == pytest.approx(2500.0)
+
+
+@pytest.mark.parametrize(("gpus", "expected"), [(1, 4.0), (2, 2.0)])
+def test_table3_exact_values(gpus: int, expected: float) -> None:
+    assert rho(table3_app(), gpus, Locality.SLOT, CTX16) == expected
+
+
+@pytest.mark.parametrize(("gpus", "expected"), [(4, 1.0), (8, 0.5), (16, 0.34)])
+def test_table3_larger_allocations(gpus: int, expected: float) -> None:
+    """Our work-conserving phase model gives exactly 2500/2500, 1250/2500 and 850/2500:
+    phase times (800+800+900), (400+400+450), (200+200+450) seconds. The paper's 1, 0.5
+    and 0.34 are therefore exact, not rounded, under this model; a rigid one-job-per-GPU
+    model would give 1.064, 0.532 and 0.356 (the 120 s job dominating phase 1), see
+    docs/mechanism.md."""
+    assert rho(table3_app(), gpus, Locality.SLOT, CTX16) == pytest.approx(expected, abs=1e-12)
+
+
+def test_table3_job_demand_max_caps_16_gpus() -> None:
+    """Phase 3's single job cannot use more than 8 GPUs: 3600/8 = 450 s, not 225 s."""
+    app = table3_app()
+    assert rho(app, 16, Locality.SLOT, CTX16) > rho(app, 8, Locality.SLOT, CTX16) / 2
+
+
+def test_median_revision_when_slow_jobs_survive() -> None:
+    """Section 4.3.3: if the 120 and 100 s jobs survive, the paper re-estimates phase 2 as
+    120*16 = 1920 s on 2 GPUs (one job per GPU; its "3200" is a typo). Work-conserving, the
+    100 s job's GPU joins the 120 s job when it finishes: (1920+1600)/2 = 1760 s, and the
+    future phase now uses the median of the survivors (110 s): 110*36/2 = 1980 s."""
+    jobs = [Job("a", 120, 16, 8), Job("b", 100, 16, 8)]
+    app = AppModel("hp", 0.0, jobs, [FuturePhase(1, 36)], AppKind.SUCCESSIVE_HALVING, budget=1e4)
+    assert phase_time(((j.work_left, j.max_demand) for j in app.jobs), 2) == 1760
+    from themis.agent.fairness import remaining_time
+
+    assert remaining_time(app, 2) == 1760 + 110 * 36 / 2
+
+
+def test_single_job_eq1() -> None:
+    app = AppModel("s", 100.0, [Job("j", 2.0, 1000, 4, iters_total=2000)])
+    ctx = FairnessContext(now=600.0, cluster_gpus=64, n_avg=2.0)
+    # T_cluster = 2000*2/min(64,4) = 1000; T_id = 2000; T_sh = 500 + 1000*2*1.1/2
+    assert rho(app, 2, Locality.RACK, ctx) == pytest.approx((500 + 1100) / 2000)
+
+
+def test_no_gpu_means_infinite_rho_and_finished_app_is_finite() -> None:
+    app = AppModel("s", 0.0, [Job("j", 1.0, 10, 1)])
+    ctx = FairnessContext(now=5.0, cluster_gpus=4, n_avg=1.0)
+    assert math.isinf(rho(app, 0, Locality.SLOT, ctx))
+    app.jobs[0].iters_left = 0
+    assert rho(app, 0, Locality.SLOT, ctx) == pytest.approx(5.0 / 10.0)
+
+
+def test_placement_profile_validation_and_profiled_values() -> None:
+    with pytest.raises(ValueError, match="rack"):
+        PlacementProfile(rack=0.5)
+    with pytest.raises(ValueError, match="not decrease"):
+        PlacementProfile(machine=1.5, rack=1.2)
+    p = DEFAULT.with_observed({Locality.RACK: 1.4})
+    assert p.slowdown(Locality.RACK) == 1.4
+    assert p.slowdown(Locality.CLUSTER) == 1.4  # kept monotone
+
+
+def test_bad_models_are_refused_with_names() -> None:
+    with pytest.raises(ModelError, match="job 'x'.*serial_iter_time"):
+        Job("x", -1.0, 10, 1)
+    with pytest.raises(ModelError, match="max_demand"):
+        Job("x", 1.0, 10, 0)
+    with pytest.raises(ModelError, match="duplicate job"):
+        AppModel("a", 0.0, [Job("x", 1.0, 1, 1), Job("x", 1.0, 1, 1)], kind=AppKind.CURVE_STOPPING)
+    with pytest.raises(ModelError, match="n_avg"):
+        FairnessContext(now=0.0, cluster_gpus=4, n_avg=0.5)
+
+
+def test_contention_tracker_time_weighted_average() -> None:
+    t = ContentionTracker()
+    t.arrive("a", 0.0)
+    t.arrive("b", 10.0)
+    t.depart("b", 20.0)
+    # a saw 1 app for 10 s, 2 apps for 10 s, 1 app for 20 s -> (10+20+20)/40
+    assert t.n_avg("a", 40.0) == pytest.approx(50 / 40)
+    with pytest.raises(ModelError, match="backwards"):
+        t.arrive("c", 1.0)

@@ -1,0 +1,493 @@
+"""The arbiter service's state machine, independent of gRPC (thread-safe).
+
+Keeps the registered apps (id, secret, last rho, demand, event queue), the lease table and
+the round loop: on a trigger (lease expiry, released GPUs, a new or reconnected app) it
+runs the core's :func:`~themis.arbiter.round.run_round` over the free GPUs of a
+:class:`~themis.arbiter.cluster_backend.ClusterBackend`, sending offers to the bidders
+chosen by the fairness knob and collecting bids until the deadline.
+
+Every public call validates everything before it changes anything: a call that raises
+:class:`CallError` leaves the state exactly as it was.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import math
+import queue
+import random
+import secrets
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from themis.agent.bids import BidTable
+from themis.arbiter.auction import validate_tables
+from themis.arbiter.cluster_backend import ClusterBackend
+from themis.arbiter.errors import InvalidBid, InvalidOffer
+from themis.arbiter.leases import LeaseTable
+from themis.arbiter.round import LeaseGrant, RoundOutcome, check_knob, run_round
+from themis.arbiter.solvers import make_solver
+from themis.rpc.convert import gpus_to_pb, lease_to_pb, table_from_pb
+from themis.rpc.v1 import arbiter_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+MAX_APP_ID = 128
+
+
+class Code(Enum):
+    """Error classes; the gRPC layer maps them 1:1 onto status codes of the same name."""
+
+    INVALID_ARGUMENT = "INVALID_ARGUMENT"
+    PERMISSION_DENIED = "PERMISSION_DENIED"
+    NOT_FOUND = "NOT_FOUND"
+    ALREADY_EXISTS = "ALREADY_EXISTS"
+    FAILED_PRECONDITION = "FAILED_PRECONDITION"
+
+
+class CallError(Exception):
+    def __init__(self, code: Code, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class ArbiterConfig:
+    lease_s: float = 600.0
+    bid_timeout_s: float = 5.0
+    warning_s: float = 60.0  # lease warning this long before expiry (at most lease_s / 2)
+    fairness_knob: float = 0.8
+    heartbeat_s: float = 5.0
+    round_delay_s: float = 0.02  # coalesce triggers (e.g. a burst of registrations)
+    solver: str = "auto"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        check_knob(self.fairness_knob)
+        for name in ("lease_s", "bid_timeout_s", "heartbeat_s"):
+            v = getattr(self, name)
+            if not math.isfinite(v) or v <= 0:
+                raise ValueError(f"arbiter config: {name}={v!r} must be a positive number")
+        for name in ("warning_s", "round_delay_s"):
+            v = getattr(self, name)
+            if not math.isfinite(v) or v < 0:
+                raise ValueError(f"arbiter config: {name}={v!r} must be a number >= 0")
+
+    @property
+    def effective_warning_s(self) -> float:
+        return min(self.warning_s, self.lease_s / 2)
+
+
+@dataclass(slots=True)
+class AppRecord:
+    app_id: str
+    secret: str
+    rho: float
+    max_gpus: int
+    stream: int = 0  # generation of the open event stream, 0 = none
+    events: queue.SimpleQueue[pb.Event | None] | None = None
+
+
+@dataclass(slots=True)
+class OpenRound:
+    round_id: int
+    offer_ids: tuple[str, ...]
+    bidders: frozenset[str]
+    deadline: float
+    tables: dict[str, BidTable] = field(default_factory=dict)
+    raw: dict[str, bytes] = field(default_factory=dict)  # for idempotent re-submission
+    closed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RoundStats:
+    round_id: int
+    apps: int
+    bidders: int
+    bids: int
+    gpus: int
+    offer_sent: float  # clock() when the offers were queued
+    bids_closed: float  # all bids in, or the deadline
+    allocation_sent: float  # clock() when the allocations were queued
+    solve_ms: float
+
+
+def _check_rho(rho: float, what: str) -> None:
+    if math.isnan(rho) or rho <= 0:
+        raise CallError(Code.INVALID_ARGUMENT, f"{what}: rho {rho!r} must be > 0 (or +inf)")
+
+
+class ArbiterCore:
+    def __init__(
+        self,
+        backend: ClusterBackend,
+        config: ArbiterConfig | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.backend = backend
+        self.config = config or ArbiterConfig()
+        self.clock = clock
+        self.epoch = uuid.uuid4().hex
+        self._solver = make_solver(self.config.solver)
+        self._rng = random.Random(self.config.seed)
+        self._cond = threading.Condition()
+        self._apps: dict[str, AppRecord] = {}
+        self._leases = LeaseTable()
+        self._round_id = 0
+        self._open: OpenRound | None = None
+        self._trigger = False
+        self._trigger_at = 0.0
+        self._stopped = False
+        self._streams = 0
+        self._thread: threading.Thread | None = None
+        self.stats: list[RoundStats] = []
+        self.outcomes: list[RoundOutcome] = []
+        self.on_round: Callable[[RoundOutcome], None] | None = None
+
+    # ----------------------------------------------------------------- lifecycle
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="arbiter-rounds", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopped = True
+            for rec in self._apps.values():
+                if rec.events is not None:
+                    rec.events.put(None)
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    # ----------------------------------------------------------------- helpers
+    def _auth(self, app_id: str, secret: str) -> AppRecord:
+        if not app_id:
+            raise CallError(Code.PERMISSION_DENIED, "missing credentials: app_id is empty")
+        rec = self._apps.get(app_id)
+        if rec is None:
+            raise CallError(Code.NOT_FOUND, f"app {app_id!r} is not registered")
+        if not secret:
+            raise CallError(Code.PERMISSION_DENIED, f"app {app_id!r}: missing secret")
+        if not hmac.compare_digest(rec.secret.encode(), secret.encode()):
+            raise CallError(Code.PERMISSION_DENIED, f"app {app_id!r}: wrong secret")
+        return rec
+
+    def _kick(self, delay: float | None = None) -> None:
+        """Ask for a round (caller holds the lock)."""
+        at = self.clock() + (self.config.round_delay_s if delay is None else delay)
+        self._trigger_at = max(self._trigger_at, at) if self._trigger else at
+        self._trigger = True
+        self._cond.notify_all()
+
+    def _send(self, app_id: str, event: pb.Event) -> None:
+        rec = self._apps.get(app_id)
+        if rec is not None and rec.events is not None:
+            rec.events.put(event)
+
+    def _held_ids(self, app_id: str) -> list[str]:
+        return sorted(lease.gpu_id for lease in self._leases.held_by(app_id))
+
+    def _leases_pb(self, app_id: str) -> list[pb.Lease]:
+        groups: dict[tuple[float, float, str], list[str]] = {}
+        for lease in self._leases.held_by(app_id):
+            groups.setdefault((lease.start, lease.expiry, lease.via), []).append(lease.gpu_id)
+        return [
+            lease_to_pb(LeaseGrant(app_id, tuple(sorted(g)), s, e, v))
+            for (s, e, v), g in sorted(groups.items())
+        ]
+
+    # ----------------------------------------------------------------- calls
+    def register(self, app_id: str, rho: float, max_gpus: int) -> pb.RegisterAppResponse:
+        if not app_id or len(app_id) > MAX_APP_ID or not app_id.isprintable():
+            raise CallError(Code.INVALID_ARGUMENT,
+                            f"app_id {app_id!r} must be 1-{MAX_APP_ID} printable characters")
+        _check_rho(rho, f"app {app_id!r}")
+        if max_gpus < 1:
+            raise CallError(Code.INVALID_ARGUMENT,
+                            f"app {app_id!r}: max_gpus={max_gpus} must be >= 1")
+        with self._cond:
+            if app_id in self._apps:
+                raise CallError(Code.ALREADY_EXISTS, f"app {app_id!r} is already registered")
+            secret = secrets.token_urlsafe(24)
+            self._apps[app_id] = AppRecord(app_id, secret, rho, max_gpus)
+            self._kick()
+            return pb.RegisterAppResponse(
+                secret=secret,
+                arbiter_epoch=self.epoch,
+                lease_seconds=self.config.lease_s,
+                bid_timeout_seconds=self.config.bid_timeout_s,
+                cluster_gpus=len(self.backend.topology()),
+            )
+
+    def report_rho(self, app_id: str, secret: str, rho: float) -> None:
+        with self._cond:
+            rec = self._auth(app_id, secret)
+            _check_rho(rho, f"app {app_id!r}")
+            rec.rho = rho
+
+    def open_stream(
+        self, app_id: str, secret: str
+    ) -> tuple[int, queue.SimpleQueue[pb.Event | None]]:
+        """Open the app's event stream (closing a previous one); the first event is Hello."""
+        with self._cond:
+            rec = self._auth(app_id, secret)
+            if self._stopped:
+                raise CallError(Code.FAILED_PRECONDITION, "arbiter is shutting down")
+            if rec.events is not None:
+                rec.events.put(None)
+            self._streams += 1
+            rec.stream = self._streams
+            rec.events = queue.SimpleQueue()
+            rec.events.put(pb.Event(hello=pb.Hello(
+                arbiter_epoch=self.epoch, leases=self._leases_pb(app_id))))
+            if self._open is not None and app_id in self._open.bidders and not self._open.closed \
+                    and app_id not in self._open.tables:
+                # Reconnected during a round it was offered: re-send the same offer.
+                rec.events.put(self._offer_event(app_id, self._open))
+            self._kick()
+            return rec.stream, rec.events
+
+    def close_stream(self, app_id: str, generation: int) -> None:
+        with self._cond:
+            rec = self._apps.get(app_id)
+            if rec is not None and rec.stream == generation:
+                rec.stream = 0
+                rec.events = None
+                self._cond.notify_all()  # a round waiting for this app's bid stops waiting
+
+    def submit_bid(self, app_id: str, secret: str, round_id: int, table: pb.BidTable) -> None:
+        with self._cond:
+            self._auth(app_id, secret)
+            r = self._open
+            if r is None or round_id != r.round_id:
+                current = r.round_id if r is not None else self._round_id
+                raise CallError(Code.FAILED_PRECONDITION,
+                                f"app {app_id!r}: round {round_id} is stale (current round "
+                                f"{current}{'' if r is not None else ', closed'})")
+            if r.closed or self.clock() > r.deadline:
+                raise CallError(Code.FAILED_PRECONDITION,
+                                f"app {app_id!r}: late bid for round {round_id}: "
+                                "the bid deadline has passed")
+            if app_id not in r.bidders:
+                raise CallError(Code.FAILED_PRECONDITION,
+                                f"app {app_id!r} was not offered GPUs in round {round_id}")
+            raw = table.SerializeToString(deterministic=True)
+            if app_id in r.tables:
+                if r.raw[app_id] == raw:
+                    return  # idempotent re-submission of the same table
+                raise CallError(Code.FAILED_PRECONDITION,
+                                f"app {app_id!r} already bid in round {round_id}")
+            bid = table_from_pb(app_id, table)
+            try:
+                validate_tables(list(r.offer_ids), [bid])
+            except (InvalidBid, InvalidOffer) as exc:
+                raise CallError(Code.INVALID_ARGUMENT, str(exc)) from exc
+            r.tables[app_id] = bid
+            r.raw[app_id] = raw
+            self._cond.notify_all()
+
+    def release(self, app_id: str, secret: str, gpu_ids: Sequence[str]) -> None:
+        with self._cond:
+            self._auth(app_id, secret)
+            if not gpu_ids:
+                raise CallError(Code.INVALID_ARGUMENT, f"app {app_id!r}: no GPU to release")
+            if len(set(gpu_ids)) != len(gpu_ids):
+                raise CallError(Code.INVALID_ARGUMENT, f"app {app_id!r}: duplicate GPU ids")
+            topo = self.backend.topology()
+            for g in gpu_ids:
+                if g not in topo:
+                    raise CallError(Code.INVALID_ARGUMENT, f"app {app_id!r}: unknown GPU {g!r}")
+                if self._leases.holder(g) != app_id:
+                    raise CallError(Code.FAILED_PRECONDITION,
+                                    f"app {app_id!r} does not hold a lease on GPU {g!r}")
+            self._leases.remove(gpu_ids)
+            self.backend.revoke(app_id, gpu_ids)
+            self._kick()
+
+    def unregister(self, app_id: str, secret: str) -> None:
+        with self._cond:
+            rec = self._auth(app_id, secret)
+            held = self._held_ids(app_id)
+            self._leases.remove(held)
+            self.backend.revoke(app_id, held)
+            if rec.events is not None:
+                rec.events.put(None)
+            del self._apps[app_id]
+            if self._open is not None:
+                self._open.tables.pop(app_id, None)
+            self._kick()
+
+    # ----------------------------------------------------------------- introspection
+    def snapshot(self) -> dict[str, Any]:
+        """Everything a call may change (for tests: rejected calls leave it unchanged)."""
+        with self._cond:
+            r = self._open
+            return {
+                "apps": {a: (x.secret, x.rho, x.max_gpus, x.stream)
+                         for a, x in sorted(self._apps.items())},
+                "leases": self._leases.snapshot(),
+                "owners": self.backend.owners(),
+                "round_id": self._round_id,
+                "open": None if r is None else (r.round_id, r.closed, sorted(r.bidders),
+                                                 dict(sorted(r.raw.items()))),
+                "trigger": (self._trigger, self._trigger_at),
+            }
+
+    def wait_rounds(self, n: int, timeout: float) -> bool:
+        """Block until at least ``n`` rounds have completed (tests, benchmarks)."""
+        end = time.monotonic() + timeout
+        with self._cond:
+            while len(self.stats) < n:
+                left = end - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+            return True
+
+    # ----------------------------------------------------------------- round loop
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                if self._stopped:
+                    return
+                now = self.clock()
+                self._expire_and_warn(now)
+                ready = self._trigger and now >= self._trigger_at
+                if ready and not self._connected():
+                    self._trigger = False  # nobody to give GPUs to; next arrival kicks
+                    ready = False
+                if not ready:
+                    self._cond.wait(self._sleep_for(now))
+                    continue
+                self._trigger = False
+            try:
+                self._round()
+            except Exception:  # keep the arbiter alive; the round is lost, GPUs stay free
+                log.exception("round failed")
+                with self._cond:
+                    if self._open is not None:
+                        self._open.closed = True
+                        self._open = None
+
+    def _connected(self) -> list[str]:
+        return sorted(a for a, rec in self._apps.items() if rec.events is not None)
+
+    def _live(self, app_id: str) -> bool:
+        rec = self._apps.get(app_id)
+        return rec is not None and rec.events is not None
+
+    def _sleep_for(self, now: float) -> float:
+        times = [now + self.config.heartbeat_s]
+        nxt = self._leases.next_event(self.config.effective_warning_s)
+        if nxt is not None:
+            times.append(nxt)
+        if self._trigger:
+            times.append(self._trigger_at)
+        return max(0.001, min(times) - now)
+
+    def _expire_and_warn(self, now: float) -> None:
+        expired = self._leases.expired(now)
+        if expired:
+            self._leases.remove(x.gpu_id for x in expired)
+            by_app: dict[str, list[str]] = {}
+            for x in expired:
+                by_app.setdefault(x.app_id, []).append(x.gpu_id)
+            for app, gids in by_app.items():
+                self.backend.revoke(app, gids)
+            self._kick(0.0)
+        due = self._leases.due_warnings(now, self.config.effective_warning_s)
+        groups: dict[tuple[str, float], list[str]] = {}
+        for x in due:
+            x.warned = True
+            groups.setdefault((x.app_id, x.expiry), []).append(x.gpu_id)
+        for (app, expiry), gids in sorted(groups.items()):
+            self._send(app, pb.Event(lease_warning=pb.LeaseWarning(
+                gpu_ids=sorted(gids), expiry_unix=expiry)))
+
+    def _offer_event(self, app_id: str, r: OpenRound) -> pb.Event:
+        topo = self.backend.topology()
+        return pb.Event(offer=pb.Offer(
+            round_id=r.round_id,
+            gpus=gpus_to_pb(topo[g] for g in r.offer_ids),
+            deadline_unix=r.deadline,
+            cluster_gpus=len(topo),
+            active_apps=len(self._apps),
+            held=gpus_to_pb(topo[g] for g in self._held_ids(app_id)),
+        ))
+
+    def _round(self) -> None:
+        cfg = self.config
+        times: dict[str, float] = {}
+        with self._cond:
+            free = self.backend.free_gpus()
+            apps = self._connected()
+            if not free or not apps:
+                return
+            self._round_id += 1
+            rid = self._round_id
+            rho = {a: self._apps[a].rho for a in apps}
+            room = {a: max(0, self._apps[a].max_gpus - len(self._leases.held_by(a)))
+                    for a in apps}
+            now = self.clock()
+
+        def collect(bidders: Sequence[str]) -> Mapping[str, BidTable]:
+            with self._cond:
+                r = OpenRound(rid, tuple(g.id for g in free), frozenset(bidders),
+                              self.clock() + cfg.bid_timeout_s)
+                self._open = r
+                for a in bidders:
+                    self._send(a, self._offer_event(a, r))
+                times["offer"] = self.clock()
+                times["offered"] = len(bidders)
+                while not self._stopped:
+                    left = r.deadline - self.clock()
+                    if left <= 0 or all(a in r.tables for a in r.bidders if self._live(a)):
+                        break
+                    self._cond.wait(left)
+                r.closed = True
+                times["closed"] = self.clock()
+                return dict(r.tables)
+
+        outcome = run_round(free, rho, collect, fairness_knob=cfg.fairness_knob,
+                            lease_s=cfg.lease_s, now=now, solver=self._solver,
+                            rng=self._rng, room=room)
+        with self._cond:
+            self._open = None
+            # Apps that left during the round get nothing; their GPUs stay free.
+            grants = [g for g in outcome.grants if g.app_id in self._apps]
+            if len(grants) != len(outcome.grants):
+                self._kick()
+            self.backend.apply(grants)
+            for g in grants:
+                self._leases.add(g)
+            auction = outcome.auction
+            participants = sorted({*outcome.bidders, *outcome.nonbidders} & set(self._apps))
+            for a in participants:
+                mine = [g for g in grants if g.app_id == a]
+                topo = self.backend.topology()
+                self._send(a, pb.Event(allocation=pb.Allocation(
+                    round_id=rid,
+                    leases=[lease_to_pb(g) for g in mine],
+                    gpus=gpus_to_pb(topo[x] for g in mine for x in g.gpus),
+                    was_bidder=a in outcome.bidders,
+                    kept_fraction=auction.kept_fraction.get(a, 1.0) if auction else 1.0,
+                )))
+            done = self.clock()
+            self.stats.append(RoundStats(
+                round_id=rid, apps=len(apps), bidders=int(times.get("offered", 0)),
+                bids=len(outcome.bidders), gpus=len(free),
+                offer_sent=times.get("offer", now), bids_closed=times.get("closed", now),
+                allocation_sent=done, solve_ms=auction.solve_ms if auction else 0.0))
+            self.outcomes.append(outcome)
+            if outcome.unallocated:
+                log.debug("round %d: %d GPUs unallocated", rid, len(outcome.unallocated))
+            self._cond.notify_all()
+        if self.on_round is not None:
+            self.on_round(outcome)

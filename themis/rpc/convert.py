@@ -1,0 +1,45 @@
+"""Conversions between the core's dataclasses and the v1 protobuf messages."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from themis.agent.bids import Bid, BidTable
+from themis.arbiter.round import LeaseGrant
+from themis.cluster.topology import Gpu
+from themis.rpc.v1 import arbiter_pb2 as pb
+
+
+def gpu_to_pb(g: Gpu) -> pb.GpuInfo:
+    return pb.GpuInfo(id=g.id, machine=g.machine, rack=g.rack, slot=g.slot)
+
+
+def gpu_from_pb(m: pb.GpuInfo) -> Gpu:
+    """Raises TopologyError (a ValueError) for empty fields."""
+    return Gpu(id=m.id, machine=m.machine, rack=m.rack, slot=m.slot)
+
+
+def gpus_to_pb(gpus: Iterable[Gpu]) -> list[pb.GpuInfo]:
+    return [gpu_to_pb(g) for g in gpus]
+
+
+def table_to_pb(table: BidTable) -> pb.BidTable:
+    return pb.BidTable(
+        rho_current=table.rho_current,
+        bundles=[pb.Bundle(gpu_ids=list(b.gpus), rho=b.rho) for b in table.bids],
+    )
+
+
+def table_from_pb(app_id: str, m: pb.BidTable) -> BidTable:
+    """No validation here: the arbiter runs the auction's ``validate_tables`` on the result."""
+    bids = tuple(Bid(tuple(sorted(b.gpu_ids)), b.rho) for b in m.bundles)
+    return BidTable(app_id=app_id, rho_current=m.rho_current, bids=bids)
+
+
+def lease_to_pb(g: LeaseGrant) -> pb.Lease:
+    """The arbiter's clock is wall-clock seconds (``time.time``), so start/expiry are unix."""
+    return pb.Lease(gpu_ids=list(g.gpus), start_unix=g.start, expiry_unix=g.expiry, via=g.via)
+
+
+def ids(gpus: Sequence[Gpu]) -> list[str]:
+    return [g.id for g in gpus]

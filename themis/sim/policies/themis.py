@@ -1,0 +1,93 @@
+"""Themis in the simulator: the agents' real bid code and the arbiter's real round code
+(sections 3.3.2 and 4.2.2; design brief section 2 - only the driver differs from YARN).
+
+rho_current of each app = rho at its current allocation (the GPUs it still holds after the
+expired leases returned) with N_avg from the ContentionTracker; the arbiter keeps the
+(1-f) worst apps as bidders, each bidder's agent runs ``make_bid_table`` on the offer, and
+``run_round`` runs the partial-allocation auction and hands the leftover to non-bidders.
+
+Simulator-side choice (documented in docs/simulator.md): GPUs the leftover step cannot
+place (no non-bidder has room) are handed, with the same leftover routine, to bidders that
+still have room - otherwise they would idle until the next event, which the paper's
+"work-conserving" claim (section 3.3.2) rules out.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping, Sequence
+
+from themis.agent.bids import BidTable, make_bid_table
+from themis.agent.fairness import rho
+from themis.agent.model import AppModel
+from themis.agent.placement import PlacementProfile
+from themis.arbiter.round import distribute_leftover, run_round
+from themis.arbiter.solvers import Solver, make_solver
+from themis.cluster.topology import locality_of
+from themis.sim.policies.base import Allocation, Policy, RoundContext
+from themis.sim.state import AppState
+
+
+class ThemisPolicy(Policy):
+    name = "themis"
+
+    def __init__(
+        self,
+        fairness_knob: float = 0.8,
+        solver: Solver | str = "auto-fast",
+        errors: Mapping[str, float] | None = None,
+        reported_profiles: Mapping[str, PlacementProfile] | None = None,
+    ) -> None:
+        self.fairness_knob = fairness_knob
+        self.solver = make_solver(solver) if isinstance(solver, str) else solver
+        self.errors = dict(errors or {})  # app id -> relative estimate error (Fig. 17)
+        self.reported = dict(reported_profiles or {})  # app id -> lying profile (Fig. 18)
+        self.bid_ms: list[float] = []
+        self.auction_ms: list[float] = []
+
+    def _model(self, app: AppState) -> AppModel:
+        return app.model(self.errors.get(app.spec.id, 0.0), self.reported.get(app.spec.id))
+
+    def allocate(self, ctx: RoundContext) -> Allocation:
+        topo = ctx.topology
+        by_id = {a.spec.id: a for a in ctx.apps}
+        models = {a.spec.id: self._model(a) for a in ctx.apps}
+        held = {a.spec.id: a.held_gpus(topo) for a in ctx.apps}
+        rho_now: dict[str, float] = {}
+        for a in ctx.apps:
+            if a.room() <= 0:
+                continue  # an app that cannot use more GPUs does not take part
+            m = models[a.spec.id]
+            r = rho(m, len(held[a.spec.id]), locality_of(held[a.spec.id]), ctx.fairness(a.spec.id))
+            rho_now[a.spec.id] = r if not math.isnan(r) else math.inf
+        if not rho_now:
+            return {}
+        room = {a: by_id[a].room() for a in rho_now}
+
+        def collect(bidders: Sequence[str]) -> dict[str, BidTable]:
+            out = {}
+            for b in bidders:
+                t0 = time.perf_counter()
+                out[b] = make_bid_table(models[b], held[b], ctx.free, ctx.fairness(b))
+                self.bid_ms.append((time.perf_counter() - t0) * 1e3)
+            return out
+
+        outcome = run_round(ctx.free, rho_now, collect, fairness_knob=self.fairness_knob,
+                            lease_s=ctx.lease_s, now=ctx.now, solver=self.solver, rng=ctx.rng,
+                            room=room)
+        if outcome.auction is not None:
+            self.auction_ms.append(outcome.auction.solve_ms)
+            ctx.info["auction_ms"] = outcome.auction.solve_ms
+        alloc: dict[str, tuple[str, ...]] = {}
+        for app, gs in outcome.allocation.items():
+            alloc[app] = tuple(gs[: room[app]])  # a bundle never exceeds demand; be safe
+        taken = {g for gs in alloc.values() for g in gs}
+        unallocated = [g for g in ctx.free if g.id not in taken]
+        if unallocated:
+            left = {a: room[a] - len(alloc.get(a, ())) for a in outcome.bidders}
+            free = unallocated
+            extra, _ = distribute_leftover(free, list(outcome.bidders), ctx.rng, left)
+            for app, gs in extra.items():
+                alloc[app] = tuple(sorted((*alloc.get(app, ()), *gs)))
+        return alloc

@@ -1,0 +1,249 @@
+"""Runtime state of an app in the simulator, and the agent's view of it (AppModel).
+
+Inside an app, GPUs are split among the running phase's jobs by a simple app scheduler
+(section 4.2.2: the hyper-parameter optimizer decides the split): jobs keep the GPUs they
+have; spare GPUs go to the jobs with the most work left, up to each job's max demand, on
+the machine where the job already runs if possible. A job whose GPU set changes pays a
+checkpoint/restart pause (section 6.2.3: 35 s median container reallocation).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from themis.agent.model import AppKind, AppModel, FuturePhase, Job
+from themis.agent.placement import PlacementProfile
+from themis.cluster.topology import Gpu, Topology, locality_of
+from themis.sim.errors import InvariantError
+from themis.sim.workload import AppSpec
+
+_DONE_EPS = 1e-9
+
+
+def loss_at(iters_done: float, tau: float) -> float:
+    """Simulated training loss: 1/sqrt(1 + i/tau) (SLAQ-style sublinear convergence)."""
+    return 1.0 / math.sqrt(1.0 + max(0.0, iters_done) / tau)
+
+
+@dataclass(slots=True)
+class JobState:
+    index: int
+    iters_left: float
+    iters_phase: float
+    iters_done_total: float = 0.0  # all phases (for the loss curve)
+    gpus: tuple[str, ...] = ()
+    paused_until: float = 0.0
+    slowdown: float = 1.0
+
+    @property
+    def done(self) -> bool:
+        return self.iters_left <= _DONE_EPS * max(1.0, self.iters_phase)
+
+
+@dataclass(slots=True)
+class AppState:
+    spec: AppSpec
+    phase: int = 0
+    jobs: list[JobState] = field(default_factory=list)
+    held: dict[str, float] = field(default_factory=dict)  # GPU id -> lease expiry
+    work_done_prev: float = 0.0  # serial GPU-seconds of completed phases
+    iters_done: dict[int, float] = field(default_factory=dict)  # job index -> cumulative
+    service: float = 0.0  # attained GPU-seconds (Tiresias' W*t)
+    gpu_time: float = 0.0
+    score_time: float = 0.0  # integral of (1/S) * GPUs over time, for the placement score
+    last_progress: float = 0.0
+    finish: float | None = None
+    version: int = 0
+    restarts: int = 0
+    last_scheduled: float = -1.0  # Tiresias: start time / last time it held GPUs
+
+    def __post_init__(self) -> None:
+        self.last_progress = self.spec.arrival
+        self._start_phase(0, self.spec.arrival)
+
+    # --- phases ---------------------------------------------------------------------
+    def _start_phase(self, p: int, now: float) -> None:
+        self.phase = p
+        self.jobs = [
+            JobState(i, it, it, self.iters_done.get(i, 0.0), paused_until=now)
+            for i, it in self.spec.phases[p]
+        ]
+
+    def advance_phase(self, now: float) -> bool:
+        """Called when every job of the phase is done: next phase (True) or app done."""
+        for j in self.jobs:
+            self.work_done_prev += j.iters_phase * self.spec.jobs[j.index].serial_iter_time
+        if self.phase + 1 >= len(self.spec.phases):
+            return False
+        self._start_phase(self.phase + 1, now)
+        return True
+
+    @property
+    def phase_done(self) -> bool:
+        return all(j.done for j in self.jobs)
+
+    @property
+    def profile(self) -> PlacementProfile:
+        return self.spec.profile
+
+    # --- demand ---------------------------------------------------------------------
+    def demand_now(self) -> int:
+        """GPUs the running phase can use right now."""
+        return sum(self.spec.jobs[j.index].max_demand for j in self.jobs if not j.done)
+
+    def room(self) -> int:
+        return max(0, self.demand_now() - len(self.held))
+
+    # --- progress -------------------------------------------------------------------
+    def rate(self, j: JobState) -> float:
+        """Iterations per second (Eq. 1: n / (serial_iter_time * S)), capped by demand."""
+        if not j.gpus:
+            return 0.0
+        spec = self.spec.jobs[j.index]
+        n = min(len(j.gpus), spec.max_demand)
+        return n / (spec.serial_iter_time * j.slowdown)
+
+    def progress(self, now: float) -> None:
+        """Advance every job to ``now`` (allocation constant since ``last_progress``)."""
+        t0 = self.last_progress
+        if now < t0 - 1e-9:
+            raise InvariantError(f"app {self.spec.id!r}: time went backwards {now} < {t0}")
+        dt = max(0.0, now - t0)
+        n_held = len(self.held)
+        self.gpu_time += n_held * dt
+        for j in self.jobs:
+            if j.gpus:
+                self.service += len(j.gpus) * dt
+                self.score_time += len(j.gpus) * dt / j.slowdown
+            eff = max(0.0, now - max(t0, j.paused_until))
+            if eff > 0 and j.gpus and not j.done:
+                step = min(j.iters_left, self.rate(j) * eff)
+                j.iters_left -= step
+                j.iters_done_total += step
+                self.iters_done[j.index] = j.iters_done_total
+        # Idle held GPUs (not given to any job) still count as service held.
+        self.last_progress = now
+
+    def next_completion(self, now: float) -> float:
+        best = math.inf
+        for j in self.jobs:
+            r = self.rate(j)
+            if r > 0 and not j.done:
+                best = min(best, max(now, j.paused_until) + j.iters_left / r)
+        return best
+
+    # --- GPU split among jobs ------------------------------------------------------
+    def assign(self, topo: Topology, now: float, restart_s: float) -> None:
+        """Re-split the held GPUs among the running jobs (see module doc)."""
+        held = set(self.held)
+        pool = set(held)
+        running = [j for j in self.jobs if not j.done]
+        for j in self.jobs:
+            if j.done:
+                j.gpus = ()
+        before = {j.index: j.gpus for j in running}
+        for j in running:
+            keep = [g for g in j.gpus if g in pool][: self.spec.jobs[j.index].max_demand]
+            j.gpus = tuple(keep)
+            pool.difference_update(keep)
+        order = sorted(running, key=lambda j: (-j.iters_left * self.spec.jobs[j.index].serial_iter_time, j.index))
+        for j in order:
+            want = self.spec.jobs[j.index].max_demand - len(j.gpus)
+            if want <= 0 or not pool:
+                continue
+            j.gpus = j.gpus + tuple(_pick(topo, pool, want, {topo[g].machine for g in j.gpus}))
+        for j in running:
+            if set(j.gpus) != set(before[j.index]):
+                j.slowdown = self.profile.slowdown(locality_of(topo[g] for g in j.gpus))
+                if j.gpus:
+                    j.paused_until = max(j.paused_until, now + restart_s)
+                    self.restarts += 1
+        self.version += 1
+
+    def surplus(self, topo: Topology) -> list[str]:
+        """Held GPUs no running job uses (to be released), worst-placed first."""
+        used = {g for j in self.jobs for g in j.gpus}
+        return sorted(g for g in self.held if g not in used)
+
+    # --- the agent's view -------------------------------------------------------------
+    def model(self, error: float = 0.0, profile: PlacementProfile | None = None) -> AppModel:
+        """The AppModel the agent reports (section 4.3); ``error`` scales iteration
+        estimates by (1 + error) (Fig. 17), ``profile`` overrides slowdowns (Fig. 18)."""
+        f = 1.0 + error
+        jobs = [
+            Job(f"j{j.index}", self.spec.jobs[j.index].serial_iter_time,
+                max(0.0, j.iters_left) * f, self.spec.jobs[j.index].max_demand,
+                max(j.iters_phase * f, 1e-9))
+            for j in self.jobs
+        ]
+        future = []
+        for ph in self.spec.phases[self.phase + 1:]:
+            its = sorted(it for _, it in ph)
+            future.append(FuturePhase(len(ph), its[len(its) // 2] * f))
+        kind = {
+            "single-job": AppKind.SINGLE_JOB,
+            "multi-job": AppKind.CURVE_STOPPING,
+            "successive-halving": AppKind.SUCCESSIVE_HALVING,
+        }[self.spec.kind]
+        return AppModel(self.spec.id, self.spec.arrival, jobs, future, kind,
+                        placement=profile or self.profile, work_done=self.work_done_prev * f)
+
+    def held_gpus(self, topo: Topology) -> list[Gpu]:
+        return [topo[g] for g in sorted(self.held)]
+
+    def loss(self) -> float:
+        """Best (lowest) current loss among the running jobs."""
+        return min(loss_at(j.iters_done_total, self.spec.jobs[j.index].tau) for j in self.jobs)
+
+
+def _pick(topo: Topology, pool: set[str], k: int, near: Iterable[str]) -> list[str]:
+    """k GPUs from ``pool``: machines in ``near`` first, then the fullest machines."""
+    by_machine: dict[str, list[str]] = {}
+    for g in pool:
+        by_machine.setdefault(topo[g].machine, []).append(g)
+    near_set = set(near)
+    machines = sorted(by_machine, key=lambda m: (m not in near_set, -len(by_machine[m]), m))
+    out: list[str] = []
+    for m in machines:
+        for g in sorted(by_machine[m], key=lambda g: (topo[g].slot, g)):
+            if len(out) >= k:
+                break
+            out.append(g)
+            pool.discard(g)
+    return out
+
+
+def app_ideal_time(spec: AppSpec, cluster_gpus: int, n_avg: float) -> float:
+    """T_id of Eq. 2 for the app's whole plan: B / min(R_C, app_demand_max) * N_avg, with
+    app_demand_max = the largest phase demand."""
+    demand = max(sum(spec.jobs[i].max_demand for i, _ in ph) for ph in spec.phases)
+    return spec.total_work / min(cluster_gpus, demand) * max(1.0, n_avg)
+
+
+def check_owners(apps: Mapping[str, AppState], free: set[str], topo: Topology) -> None:
+    """Invariants: a GPU is never held by two apps, held + free = capacity, jobs only use
+    GPUs their app holds, and no job exceeds its demand."""
+    seen: dict[str, str] = {}
+    for a in apps.values():
+        for g in a.held:
+            if g in seen:
+                raise InvariantError(f"GPU {g!r} held by {seen[g]!r} and {a.spec.id!r}")
+            if g in free:
+                raise InvariantError(f"GPU {g!r} is both free and held by {a.spec.id!r}")
+            if g not in topo:
+                raise InvariantError(f"GPU {g!r} held by {a.spec.id!r} is not in the cluster")
+            seen[g] = a.spec.id
+        used: set[str] = set()
+        for j in a.jobs:
+            if len(j.gpus) > a.spec.jobs[j.index].max_demand:
+                raise InvariantError(f"app {a.spec.id!r} job {j.index}: exceeds max demand")
+            for g in j.gpus:
+                if g not in a.held or g in used:
+                    raise InvariantError(f"app {a.spec.id!r}: job uses GPU {g!r} it may not")
+                used.add(g)
+            if j.iters_left < -1e-6 or j.iters_left > j.iters_phase + 1e-6:
+                raise InvariantError(f"app {a.spec.id!r} job {j.index}: iters_left out of range")
+    if len(seen) + len(free) != len(topo):
+        raise InvariantError(f"capacity: {len(seen)} held + {len(free)} free != {len(topo)}")
