@@ -85,8 +85,15 @@ def _bruteforce() -> Solver:
     return BruteForceSolver()
 
 
+def _cpsat() -> Solver:
+    from themis.arbiter.solvers.cpsat import CpSatSolver
+
+    return CpSatSolver()
+
+
 BACKENDS: dict[str, Callable[[], Solver]] = {
     "highs": _highs,
+    "cpsat": _cpsat,
     "gurobi": _gurobi,
     "bnb": _bnb,
     "bruteforce": _bruteforce,

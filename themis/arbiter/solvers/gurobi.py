@@ -7,6 +7,8 @@ back-end falls back to the open-source one and says so in the log.
 
 from __future__ import annotations
 
+from typing import Any
+
 from themis.arbiter.solvers.base import (
     PackingProblem,
     Solution,
@@ -14,8 +16,6 @@ from themis.arbiter.solvers.base import (
     SolverError,
     SolverUnavailable,
 )
-
-from typing import Any
 
 try:  # pragma: no cover - import guard
     import gurobipy as gp
