@@ -27,7 +27,7 @@ PAPER_AUCTION_MS = (354.0, 1398.0)
 
 def pct(xs: list[float], q: float) -> float:
     xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
+    return xs[min(len(xs) - 1, round(q * (len(xs) - 1)))]
 
 
 def bench_bids(n_gpus: int, samples: int) -> list[float]:
