@@ -16,6 +16,10 @@ class CpSatSolver(Solver):
     name = "cpsat"
 
     def __init__(self, workers: int = 1) -> None:
+        # OR-Tools bundles its own, older libhighs: load highspy's first, or importing
+        # highspy after ortools fails with an undefined symbol.
+        from themis.arbiter.solvers import highs as _highs  # noqa: F401
+
         try:
             from ortools.sat.python import cp_model
         except ImportError as exc:  # pragma: no cover

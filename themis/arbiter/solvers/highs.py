@@ -12,14 +12,22 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from themis.arbiter.solvers.base import PackingProblem, Solution, Solver, SolverError
+from themis.arbiter.solvers.base import (
+    PackingProblem,
+    Solution,
+    Solver,
+    SolverError,
+    SolverUnavailable,
+)
 
 try:  # pragma: no cover - import guard
     import highspy
 
     _HAVE_HIGHS = True
-except ImportError:  # pragma: no cover
+    _IMPORT_ERROR = ""
+except ImportError as _exc:  # pragma: no cover
     _HAVE_HIGHS = False
+    _IMPORT_ERROR = str(_exc)
 
 
 def _bits(mask: int) -> list[int]:
@@ -36,7 +44,7 @@ class HighsSolver(Solver):
 
     def __init__(self, threads: int = 1) -> None:
         if not _HAVE_HIGHS:
-            raise SolverError("highspy is not installed")
+            raise SolverUnavailable(f"highspy cannot be imported: {_IMPORT_ERROR}")
         self.threads = threads
 
     def _build(self, problem: PackingProblem) -> tuple[object, list[tuple[int, int]]]:
