@@ -1,0 +1,260 @@
+"""Contract tests of the arbiter's gRPC service: a real server on 127.0.0.1:0, raw stubs.
+
+Every rejected call must return the documented status code and leave the arbiter's state
+unchanged (snapshot before == snapshot after).
+"""
+
+from __future__ import annotations
+
+import math
+import queue
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import grpc
+import pytest
+
+from themis.arbiter.cluster_backend import uniform_cluster
+from themis.arbiter.service import ArbiterServer
+from themis.arbiter.state import ArbiterConfig
+from themis.rpc.testing import creds, settle, stub, wait_for
+from themis.rpc.v1 import arbiter_pb2 as pb
+
+SC = grpc.StatusCode
+
+
+@pytest.fixture
+def server() -> Iterator[ArbiterServer]:
+    cfg = ArbiterConfig(lease_s=30.0, bid_timeout_s=3.0, warning_s=1.0, fairness_knob=0.0,
+                        heartbeat_s=0.5, round_delay_s=0.01, solver="bnb", seed=1)
+    srv = ArbiterServer(uniform_cluster(2, 2), cfg, max_workers=32)
+    srv.start(0)
+    yield srv
+    srv.stop(0)
+
+
+@pytest.fixture
+def arb(server: ArbiterServer) -> Iterator[Any]:
+    channel, s = stub(server.address)
+    yield s
+    channel.close()
+
+
+def register(s: Any, app: str, rho: float = math.inf, max_gpus: int = 4) -> str:
+    resp = s.RegisterApp(pb.RegisterAppRequest(app_id=app, rho=rho, max_gpus=max_gpus))
+    assert resp.secret and resp.cluster_gpus == 4
+    return str(resp.secret)
+
+
+class Stream:
+    """Reads an app's event stream on a thread into a queue."""
+
+    def __init__(self, s: Any, app: str, secret: str) -> None:
+        self.call = s.Events(pb.EventsRequest(credentials=creds(app, secret)))
+        self.events: queue.Queue[pb.Event] = queue.Queue()
+        self.error: grpc.RpcError | None = None
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        try:
+            for ev in self.call:
+                self.events.put(ev)
+        except grpc.RpcError as exc:
+            self.error = exc
+
+    def next(self, kind: str, timeout: float = 5.0) -> Any:
+        while True:
+            ev = self.events.get(timeout=timeout)
+            if ev.WhichOneof("kind") == kind:
+                return getattr(ev, kind)
+
+    def close(self) -> None:
+        self.call.cancel()
+
+
+def rejected(server: ArbiterServer, code: grpc.StatusCode, call: Any, *args: Any,
+             match: str = "") -> str:
+    """Run a call that must fail with ``code`` and change no state."""
+    before = settle(server.core)
+    with pytest.raises(grpc.RpcError) as info:
+        call(*args)
+    after = server.core.snapshot()
+    assert info.value.code() == code, info.value.details()
+    assert match in info.value.details()
+    assert after == before, "a rejected call changed the arbiter's state"
+    return str(info.value.details())
+
+
+def test_register_errors(server: ArbiterServer, arb: Any) -> None:
+    register(arb, "a")
+    req = pb.RegisterAppRequest
+    rejected(server, SC.INVALID_ARGUMENT, arb.RegisterApp, req(app_id="", rho=1, max_gpus=1))
+    rejected(server, SC.INVALID_ARGUMENT, arb.RegisterApp,
+             req(app_id="b", rho=math.nan, max_gpus=1), match="rho")
+    rejected(server, SC.INVALID_ARGUMENT, arb.RegisterApp,
+             req(app_id="b", rho=-1.0, max_gpus=1), match="rho")
+    rejected(server, SC.INVALID_ARGUMENT, arb.RegisterApp,
+             req(app_id="b", rho=1.0, max_gpus=0), match="max_gpus")
+    rejected(server, SC.ALREADY_EXISTS, arb.RegisterApp,
+             req(app_id="a", rho=1.0, max_gpus=1), match="already registered")
+
+
+def test_credentials_errors_on_every_call(server: ArbiterServer, arb: Any) -> None:
+    sa = register(arb, "a")
+    sb = register(arb, "b")
+    cases = [
+        (creds("a", ""), SC.PERMISSION_DENIED, "missing secret"),
+        (creds("a", "nope"), SC.PERMISSION_DENIED, "wrong secret"),
+        (creds("a", sb), SC.PERMISSION_DENIED, "wrong secret"),  # b's secret, a's id
+        (creds("b", sa), SC.PERMISSION_DENIED, "wrong secret"),  # another app's id
+        (creds("", sa), SC.PERMISSION_DENIED, "missing credentials"),
+        (creds("ghost", sa), SC.NOT_FOUND, "not registered"),
+    ]
+    for c, code, msg in cases:
+        rejected(server, code, arb.ReportRho, pb.ReportRhoRequest(credentials=c, rho=2.0),
+                 match=msg)
+        rejected(server, code, arb.SubmitBid, pb.SubmitBidRequest(
+            credentials=c, round_id=1, table=pb.BidTable(rho_current=2.0)), match=msg)
+        rejected(server, code, arb.ReleaseGpus,
+                 pb.ReleaseGpusRequest(credentials=c, gpu_ids=["m0-g0"]), match=msg)
+        rejected(server, code, arb.Unregister, pb.UnregisterRequest(credentials=c), match=msg)
+        rejected(server, code, lambda r: list(arb.Events(r)),
+                 pb.EventsRequest(credentials=c), match=msg)
+
+
+def test_report_rho_and_release_errors(server: ArbiterServer, arb: Any) -> None:
+    sa = register(arb, "a")
+    c = creds("a", sa)
+    rejected(server, SC.INVALID_ARGUMENT, arb.ReportRho,
+             pb.ReportRhoRequest(credentials=c, rho=math.nan))
+    rejected(server, SC.INVALID_ARGUMENT, arb.ReportRho,
+             pb.ReportRhoRequest(credentials=c, rho=0.0))
+    rel = pb.ReleaseGpusRequest
+    rejected(server, SC.INVALID_ARGUMENT, arb.ReleaseGpus, rel(credentials=c, gpu_ids=[]))
+    rejected(server, SC.INVALID_ARGUMENT, arb.ReleaseGpus,
+             rel(credentials=c, gpu_ids=["zz"]), match="unknown GPU")
+    rejected(server, SC.FAILED_PRECONDITION, arb.ReleaseGpus,
+             rel(credentials=c, gpu_ids=["m0-g0"]), match="does not hold")
+    arb.ReportRho(pb.ReportRhoRequest(credentials=c, rho=1.5))
+    assert server.core.snapshot()["apps"]["a"][1] == 1.5
+
+
+def _open_round(server: ArbiterServer, arb: Any) -> tuple[str, str, Stream, Any]:
+    """Two apps connected; f=0 so both are offered the 4 GPUs; nobody has bid yet."""
+    sa = register(arb, "a")
+    sb = register(arb, "b")
+    st_a = Stream(arb, "a", sa)
+    st_b = Stream(arb, "b", sb)
+    offer = st_a.next("offer")
+    assert st_b.next("offer").round_id == offer.round_id
+    assert len(offer.gpus) == 4 and offer.cluster_gpus == 4
+    return sa, sb, st_a, offer
+
+
+def test_bid_errors_change_nothing(server: ArbiterServer, arb: Any) -> None:
+    sa, _sb, st_a, offer = _open_round(server, arb)
+    c = creds("a", sa)
+    rid = offer.round_id
+
+    def bid(rho0: float, *bundles: tuple[list[str], float], round_id: int = rid) -> Any:
+        return pb.SubmitBidRequest(credentials=c, round_id=round_id, table=pb.BidTable(
+            rho_current=rho0, bundles=[pb.Bundle(gpu_ids=g, rho=r) for g, r in bundles]))
+
+    inv = SC.INVALID_ARGUMENT
+    rejected(server, inv, arb.SubmitBid, bid(2.0, (["zz"], 1.0)), match="not in the offer")
+    rejected(server, inv, arb.SubmitBid, bid(2.0, (["m0-g0", "m0-g0"], 1.0)), match="twice")
+    rejected(server, inv, arb.SubmitBid, bid(2.0, (["m0-g0"], -1.0)), match="finite positive")
+    rejected(server, inv, arb.SubmitBid, bid(2.0, (["m0-g0"], math.inf)))
+    rejected(server, inv, arb.SubmitBid, bid(2.0, ([], 1.0)), match="empty bundle")
+    rejected(server, inv, arb.SubmitBid, bid(math.nan), match="current rho")
+    rejected(server, inv, arb.SubmitBid, bid(0.0), match="current rho")
+    msg = rejected(server, SC.FAILED_PRECONDITION, arb.SubmitBid,
+                   bid(2.0, round_id=rid + 5), match="stale")
+    assert f"round {rid + 5}" in msg
+    # A valid bid is accepted; the same one again is idempotent; a different one is refused.
+    arb.SubmitBid(bid(2.0, (["m0-g0", "m0-g1"], 1.0)))
+    arb.SubmitBid(bid(2.0, (["m0-g0", "m0-g1"], 1.0)))
+    rejected(server, SC.FAILED_PRECONDITION, arb.SubmitBid, bid(2.0, (["m1-g0"], 1.0)),
+             match="already bid")
+    st_a.close()
+
+
+def test_late_bid_is_refused_and_app_is_non_bidder(arb: Any) -> None:
+    cfg = ArbiterConfig(lease_s=30.0, bid_timeout_s=0.3, fairness_knob=0.5, solver="bnb",
+                        heartbeat_s=0.5, round_delay_s=0.05)
+    srv = ArbiterServer(uniform_cluster(2, 2), cfg, max_workers=16)
+    srv.start(0)
+    try:
+        ch, s = stub(srv.address)
+        sa = register(s, "a", rho=5.0)  # worst rho: the only bidder with f=0.5
+        sb = register(s, "b", rho=1.0)
+        st_a, st_b = Stream(s, "a", sa), Stream(s, "b", sb)
+        offer = st_a.next("offer")
+        alloc_a = st_a.next("allocation", timeout=5.0)  # deadline passed, round closed
+        assert not alloc_a.was_bidder
+        req = pb.SubmitBidRequest(credentials=creds("a", sa), round_id=offer.round_id,
+                                  table=pb.BidTable(rho_current=5.0))
+        with pytest.raises(grpc.RpcError) as info:
+            s.SubmitBid(req)
+        assert info.value.code() == SC.FAILED_PRECONDITION
+        out = srv.core.outcomes[-1]
+        assert out.bidders == () and "a" in out.nonbidders
+        # As a non-bidder it shared the leftover GPUs with b.
+        got = {g for g in out.allocation.get("a", ())}
+        assert got and got == {g for lease in alloc_a.leases for g in lease.gpu_ids}
+        assert st_b.next("allocation").round_id == offer.round_id
+        st_a.close()
+        st_b.close()
+        ch.close()
+    finally:
+        srv.stop(0)
+
+
+def test_round_releases_and_unregister(server: ArbiterServer, arb: Any) -> None:
+    sa, sb, st_a, offer = _open_round(server, arb)
+    arb.SubmitBid(pb.SubmitBidRequest(
+        credentials=creds("a", sa), round_id=offer.round_id,
+        table=pb.BidTable(rho_current=math.inf,
+                          bundles=[pb.Bundle(gpu_ids=["m0-g0", "m0-g1"], rho=2.0)])))
+    arb.SubmitBid(pb.SubmitBidRequest(
+        credentials=creds("b", sb), round_id=offer.round_id,
+        table=pb.BidTable(rho_current=math.inf,
+                          bundles=[pb.Bundle(gpu_ids=["m1-g0", "m1-g1"], rho=2.0)])))
+    alloc = st_a.next("allocation")
+    assert alloc.was_bidder and alloc.round_id == offer.round_id
+    held = sorted(g for lease in alloc.leases for g in lease.gpu_ids)
+    assert held and set(held) <= {"m0-g0", "m0-g1"}
+    assert all(server.core.backend.owners()[g] == "a" for g in held)
+    # A late bid for the finished round is refused.
+    rejected(server, SC.FAILED_PRECONDITION, arb.SubmitBid, pb.SubmitBidRequest(
+        credentials=creds("a", sa), round_id=offer.round_id,
+        table=pb.BidTable(rho_current=2.0)))
+    # b cannot release a's GPUs.
+    rejected(server, SC.FAILED_PRECONDITION, arb.ReleaseGpus,
+             pb.ReleaseGpusRequest(credentials=creds("b", sb), gpu_ids=held[:1]))
+    arb.ReleaseGpus(pb.ReleaseGpusRequest(credentials=creds("a", sa), gpu_ids=held[:1]))
+    assert held[0] not in server.core.backend.owners()
+    arb.Unregister(pb.UnregisterRequest(credentials=creds("a", sa)))
+    assert wait_for(lambda: "a" not in server.core.snapshot()["apps"])
+    assert all(o != "a" for o in server.core.backend.owners().values())
+    st_a.close()
+
+
+def test_cluster_spec_files(tmp_path: Any) -> None:
+    from themis.arbiter.cluster_backend import ClusterSpecError, load_cluster_spec
+
+    y = tmp_path / "c.yaml"
+    y.write_text("racks:\n  - name: r0\n    machines:\n"
+                 "      - {name: m0, gpus: 4, gpus_per_slot: 2}\n      - {name: m1, gpus: 4}\n")
+    c = load_cluster_spec(y)
+    topo = c.topology()
+    assert len(topo) == 8 and topo["m0-g3"].slot == "s1" and topo["m1-g3"].slot == "s3"
+    j = tmp_path / "c.json"
+    j.write_text('{"racks": [{"name": "r0", "machines": [{"name": "m0", "gpus": 0}]}]}')
+    with pytest.raises(ClusterSpecError, match="gpus=0"):
+        load_cluster_spec(j)
+    with pytest.raises(ClusterSpecError, match="missing field 'racks'"):
+        j.write_text("{}")
+        load_cluster_spec(j)

@@ -1,0 +1,242 @@
+"""The agent's gRPC client, embedded in the application master.
+
+``AgentClient(address, app_id, bidder).start()`` registers (keeping the per-app secret),
+opens the event stream and, on a background thread:
+
+* answers each Offer before its deadline with ``bidder.bid(offer)`` (SubmitBid);
+* on an Allocation records the new leases, asks ``bidder.on_allocation`` for an updated
+  rho (the cached-table rule, see :mod:`themis.agent.bidder`) and reports it, then calls
+  ``on_allocation``; on a LeaseWarning calls ``on_lease_warning``;
+* on UNAVAILABLE (arbiter down) reconnects with exponential back-off (with jitter);
+  on NOT_FOUND (the arbiter restarted and forgot the app) registers again, getting a new
+  secret.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, cast
+
+import grpc
+
+from themis.agent.bidder import AllocationInfo, Bidder, OfferInfo
+from themis.rpc.convert import gpu_from_pb, table_to_pb
+from themis.rpc.v1 import arbiter_pb2 as pb
+from themis.rpc.v1 import arbiter_pb2_grpc as pb_grpc
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class ClientStats:
+    registrations: int = 0
+    offers: int = 0
+    bids_sent: int = 0
+    bids_rejected: int = 0
+    allocations: int = 0
+    warnings: int = 0
+    reconnects: int = 0
+    last_error: str = ""
+
+
+class AgentClient:
+    def __init__(
+        self,
+        address: str,
+        app_id: str,
+        bidder: Bidder,
+        *,
+        on_allocation: Callable[[AllocationInfo], None] | None = None,
+        on_lease_warning: Callable[[tuple[str, ...], float], None] | None = None,
+        on_offer: Callable[[OfferInfo], None] | None = None,
+        backoff: tuple[float, float] = (0.05, 2.0),
+        seed: int = 0,
+        clock: Callable[[], float] = time.time,
+        channel: grpc.Channel | None = None,
+    ) -> None:
+        if not address.startswith("127.0.0.1:"):
+            raise ValueError(f"arbiter address {address!r}: only 127.0.0.1 is allowed")
+        self.address = address
+        self.app_id = app_id
+        self.bidder = bidder
+        self.on_allocation = on_allocation
+        self.on_lease_warning = on_lease_warning
+        self.on_offer = on_offer
+        self.backoff = backoff
+        self.clock = clock
+        self.stats = ClientStats()
+        self.secret: str | None = None
+        self.epoch = ""
+        self.leases: dict[str, float] = {}  # GPU id -> lease expiry (unix)
+        self._gpus: dict[str, Any] = {}  # GPU id -> Gpu, for held GPUs
+        self._rng = random.Random(seed)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._stream: Any = None
+        self._thread: threading.Thread | None = None
+        self._own_channel = channel is None
+        self._channel = channel or grpc.insecure_channel(address, options=[
+            ("grpc.initial_reconnect_backoff_ms", 50),
+            ("grpc.min_reconnect_backoff_ms", 50),
+            ("grpc.max_reconnect_backoff_ms", 1000),
+        ])
+        self._stub = pb_grpc.ArbiterStub(self._channel)  # type: ignore[no-untyped-call]
+        self.connected = threading.Event()  # set once a Hello was received
+
+    # ------------------------------------------------------------------ public API
+    def start(self) -> AgentClient:
+        self._thread = threading.Thread(target=self._run, name=f"agent-{self.app_id}",
+                                        daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, *, unregister: bool = True, timeout: float = 5.0) -> None:
+        self._stop.set()
+        stream = self._stream
+        if stream is not None:
+            stream.cancel()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        if unregister and self.secret is not None:
+            try:
+                self._stub.Unregister(pb.UnregisterRequest(credentials=self._creds()),
+                                      timeout=timeout)
+            except grpc.RpcError as exc:
+                log.info("%s: unregister failed: %s", self.app_id, exc.details())
+        if self._own_channel:
+            self._channel.close()
+
+    def report_rho(self, rho: float) -> None:
+        self._stub.ReportRho(pb.ReportRhoRequest(credentials=self._creds(), rho=rho),
+                             timeout=5.0)
+
+    def release(self, gpu_ids: list[str]) -> None:
+        self._stub.ReleaseGpus(pb.ReleaseGpusRequest(credentials=self._creds(),
+                                                     gpu_ids=gpu_ids), timeout=5.0)
+        with self._lock:
+            for g in gpu_ids:
+                self.leases.pop(g, None)
+
+    def held(self) -> list[str]:
+        """GPU ids whose lease has not expired."""
+        now = self.clock()
+        with self._lock:
+            return sorted(g for g, exp in self.leases.items() if exp > now)
+
+    # ------------------------------------------------------------------ internals
+    def _creds(self) -> pb.Credentials:
+        return pb.Credentials(app_id=self.app_id, secret=self.secret or "")
+
+    def _register(self) -> None:
+        resp = self._stub.RegisterApp(pb.RegisterAppRequest(
+            app_id=self.app_id, rho=self.bidder.current_rho(),
+            max_gpus=self.bidder.max_gpus()), timeout=5.0)
+        self.secret = resp.secret
+        self.epoch = resp.arbiter_epoch
+        self.bidder.set_cluster_gpus(resp.cluster_gpus)
+        with self._lock:
+            self.leases.clear()  # a restarted arbiter has no lease for us
+        self.stats.registrations += 1
+
+    def _run(self) -> None:
+        delay = self.backoff[0]
+        while not self._stop.is_set():
+            try:
+                if self.secret is None:
+                    self._register()
+                self._stream = self._stub.Events(pb.EventsRequest(credentials=self._creds()))
+                for event in cast(Iterator[pb.Event], self._stream):
+                    delay = self.backoff[0]
+                    self._handle(event)
+            except grpc.RpcError as exc:
+                code = exc.code()
+                if self._stop.is_set():
+                    break
+                self.stats.last_error = f"{code.name}: {exc.details()}"
+                if code == grpc.StatusCode.NOT_FOUND:
+                    log.info("%s: arbiter does not know us (restart?); re-registering",
+                             self.app_id)
+                    self.secret = None
+                    continue
+                log.info("%s: %s; retrying in %.2fs", self.app_id, self.stats.last_error,
+                         delay)
+            finally:
+                self._stream = None
+                self.connected.clear()
+            if self._stop.wait(delay * (0.5 + self._rng.random())):
+                break
+            delay = min(delay * 2, self.backoff[1])
+            self.stats.reconnects += 1
+
+    def _handle(self, event: pb.Event) -> None:
+        kind = event.WhichOneof("kind")
+        if kind == "hello":
+            self.epoch = event.hello.arbiter_epoch
+            with self._lock:
+                self.leases = {g: lease.expiry_unix for lease in event.hello.leases
+                               for g in lease.gpu_ids}
+            self.connected.set()
+        elif kind == "offer":
+            self._on_offer(event.offer)
+        elif kind == "allocation":
+            self._on_allocation(event.allocation)
+        elif kind == "lease_warning":
+            self.stats.warnings += 1
+            if self.on_lease_warning is not None:
+                w = event.lease_warning
+                self.on_lease_warning(tuple(w.gpu_ids), w.expiry_unix)
+
+    def _on_offer(self, m: pb.Offer) -> None:
+        self.stats.offers += 1
+        offer = OfferInfo(
+            round_id=m.round_id,
+            gpus=tuple(gpu_from_pb(g) for g in m.gpus),
+            held=tuple(gpu_from_pb(g) for g in m.held),
+            deadline=m.deadline_unix,
+            cluster_gpus=m.cluster_gpus,
+            active_apps=m.active_apps,
+        )
+        if self.on_offer is not None:
+            self.on_offer(offer)
+        table = self.bidder.bid(offer)
+        left = offer.deadline - self.clock()
+        try:
+            self._stub.SubmitBid(pb.SubmitBidRequest(
+                credentials=self._creds(), round_id=offer.round_id,
+                table=table_to_pb(table)), timeout=max(0.5, left + 0.5))
+            self.stats.bids_sent += 1
+        except grpc.RpcError as exc:
+            self.stats.bids_rejected += 1
+            self.stats.last_error = f"{exc.code().name}: {exc.details()}"
+            log.warning("%s: bid for round %d rejected: %s", self.app_id, offer.round_id,
+                        self.stats.last_error)
+
+    def _on_allocation(self, m: pb.Allocation) -> None:
+        self.stats.allocations += 1
+        gpus = tuple(gpu_from_pb(g) for g in m.gpus)
+        with self._lock:
+            for lease in m.leases:
+                for g in lease.gpu_ids:
+                    self.leases[g] = lease.expiry_unix
+            for g in gpus:
+                self._gpus[g.id] = g
+            now = self.clock()
+            held = tuple(self._gpus[g] for g, exp in sorted(self.leases.items())
+                         if exp > now and g in self._gpus)
+        alloc = AllocationInfo(
+            round_id=m.round_id, gpus=gpus, vias=tuple(x.via for x in m.leases),
+            expiry=max((x.expiry_unix for x in m.leases), default=0.0),
+            was_bidder=m.was_bidder, kept_fraction=m.kept_fraction, held=held)
+        if self.on_allocation is not None:  # the app scheduler first, then the rho report
+            self.on_allocation(alloc)
+        new_rho = self.bidder.on_allocation(alloc)
+        if new_rho is not None:
+            try:
+                self.report_rho(new_rho)
+            except grpc.RpcError as exc:
+                log.info("%s: report rho failed: %s", self.app_id, exc.details())
