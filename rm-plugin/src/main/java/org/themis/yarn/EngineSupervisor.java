@@ -1,0 +1,278 @@
+package org.themis.yarn;
+
+import java.io.BufferedReader;
+import java.io.IOException;
+import java.io.InputStreamReader;
+import java.net.InetAddress;
+import java.nio.charset.StandardCharsets;
+import java.security.SecureRandom;
+import java.util.ArrayList;
+import java.util.HexFormat;
+import java.util.List;
+import java.util.Map;
+import java.util.Optional;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
+import java.util.concurrent.atomic.AtomicLong;
+import py4j.GatewayServer;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * Starts and supervises the Python engine: one child process per incarnation, each with a fresh
+ * Py4J GatewayServer on loopback, port 0, and a fresh auth token. A dead, hung or failing
+ * engine is killed and restarted with exponential back-off; callers just see an empty reply.
+ */
+public final class EngineSupervisor {
+  private static final Logger LOG = LoggerFactory.getLogger(EngineSupervisor.class);
+
+  private final ThemisSettings settings;
+  private final ExecutorService caller = Executors.newSingleThreadExecutor(r -> {
+    Thread t = new Thread(r, "themis-engine-call");
+    t.setDaemon(true);
+    return t;
+  });
+  private final AtomicLong starts = new AtomicLong();
+  private final AtomicLong failures = new AtomicLong();
+  private volatile Incarnation current;
+  private volatile boolean inRound;
+  private long consecutiveFailures;
+  private long nextStartAtMs;
+
+  /** One engine process and its gateway. */
+  private static final class Incarnation {
+    final GatewayServer server;
+    final Process process;
+    final CountDownLatch registered = new CountDownLatch(1);
+    volatile ThemisEngine engine;
+
+    Incarnation(GatewayServer server, Process process) {
+      this.server = server;
+      this.process = process;
+    }
+  }
+
+  /** The Py4J entry point the Python process calls to register itself. */
+  public static final class Registry {
+    private volatile Incarnation owner;
+    private final GatewayServerHolder holder = new GatewayServerHolder();
+
+    /** Called from Python with its callback object and callback server port. */
+    public void register(ThemisEngine engine, int callbackPort) {
+      Incarnation inc = owner;
+      if (inc == null) {
+        throw new IllegalStateException("no engine incarnation waiting for registration");
+      }
+      holder.server.resetCallbackClient(InetAddress.getLoopbackAddress(), callbackPort);
+      inc.engine = engine;
+      inc.registered.countDown();
+      LOG.info("Themis engine registered (callback port {})", callbackPort);
+    }
+  }
+
+  private static final class GatewayServerHolder {
+    volatile GatewayServer server;
+  }
+
+  public EngineSupervisor(ThemisSettings settings) {
+    this.settings = settings;
+  }
+
+  public long starts() { return starts.get(); }
+  public long failures() { return failures.get(); }
+  public boolean inRound() { return inRound; }
+
+  /** PID of the live engine process, or -1. */
+  public long pid() {
+    Incarnation inc = current;
+    return inc != null && inc.process.isAlive() ? inc.process.pid() : -1;
+  }
+
+  /** Sends one round to the engine; empty when the engine is unavailable or failed. */
+  public synchronized Optional<String> runRound(String requestJson) {
+    Incarnation inc = ensureStarted();
+    if (inc == null) {
+      return Optional.empty();
+    }
+    inRound = true;
+    try {
+      Future<String> f = caller.submit(() -> inc.engine.runRound(requestJson));
+      String reply = f.get(settings.roundTimeoutMs(), TimeUnit.MILLISECONDS);
+      consecutiveFailures = 0;
+      return Optional.ofNullable(reply);
+    } catch (TimeoutException e) {
+      fail(inc, "round timed out after " + settings.roundTimeoutMs() + " ms", null);
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      fail(inc, "interrupted", null);
+    } catch (Exception e) {
+      fail(inc, "round failed", e);
+    } finally {
+      inRound = false;
+    }
+    return Optional.empty();
+  }
+
+  /** Health probe through the same path; empty when unavailable. */
+  public synchronized Optional<String> health() {
+    Incarnation inc = ensureStarted();
+    if (inc == null) {
+      return Optional.empty();
+    }
+    try {
+      return Optional.ofNullable(caller.submit(() -> inc.engine.health())
+          .get(settings.roundTimeoutMs(), TimeUnit.MILLISECONDS));
+    } catch (Exception e) {
+      fail(inc, "health probe failed", e);
+      return Optional.empty();
+    }
+  }
+
+  private Incarnation ensureStarted() {
+    Incarnation inc = current;
+    if (inc != null && inc.process.isAlive() && inc.engine != null) {
+      return inc;
+    }
+    if (inc != null) {
+      fail(inc, "engine process exited (code "
+          + (inc.process.isAlive() ? "?" : inc.process.exitValue()) + ")", null);
+    }
+    long now = System.currentTimeMillis();
+    if (now < nextStartAtMs) {
+      return null;
+    }
+    try {
+      inc = launch();
+    } catch (IOException | RuntimeException e) {
+      scheduleRestart("could not start engine: " + e.getMessage());
+      return null;
+    }
+    current = inc;
+    try {
+      if (!inc.registered.await(settings.engineStartTimeoutMs(), TimeUnit.MILLISECONDS)
+          || !inc.process.isAlive()) {
+        fail(inc, "engine did not register within " + settings.engineStartTimeoutMs() + " ms", null);
+        return null;
+      }
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      fail(inc, "interrupted while waiting for the engine", null);
+      return null;
+    }
+    return inc;
+  }
+
+  private Incarnation launch() throws IOException {
+    byte[] raw = new byte[24];
+    new SecureRandom().nextBytes(raw);
+    String token = HexFormat.of().formatHex(raw);
+    Registry registry = new Registry();
+    InetAddress lo = InetAddress.getLoopbackAddress();
+    GatewayServer server = new GatewayServer.GatewayServerBuilder()
+        .entryPoint(registry)
+        .javaPort(0)
+        .javaAddress(lo)
+        .authToken(token)
+        .callbackClient(GatewayServer.DEFAULT_PYTHON_PORT, lo, token)
+        .build();
+    registry.holder.server = server;
+    server.start(true);
+    int port = server.getListeningPort();
+    List<String> cmd = new ArrayList<>();
+    cmd.add(settings.pythonExecutable());
+    for (String part : settings.engineCommand().trim().split("\\s+")) {
+      cmd.add(part);
+    }
+    ProcessBuilder pb = new ProcessBuilder(cmd).redirectErrorStream(true);
+    Map<String, String> env = pb.environment();
+    env.put("THEMIS_GATEWAY_PORT", Integer.toString(port));
+    env.put("THEMIS_GATEWAY_TOKEN", token);
+    env.put("THEMIS_FAIRNESS_KNOB", Double.toString(settings.fairnessKnob()));
+    env.put("THEMIS_SOLVER", settings.solver());
+    env.put("THEMIS_AGENT_PORT", Integer.toString(settings.agentPort()));
+    Process p;
+    try {
+      p = pb.start();
+    } catch (IOException e) {
+      server.shutdown();
+      throw new IOException("cannot run '" + String.join(" ", cmd) + "' (set "
+          + ThemisSettings.PYTHON_EXECUTABLE + " / " + ThemisSettings.ENGINE_COMMAND + "): "
+          + e.getMessage(), e);
+    }
+    Incarnation inc = new Incarnation(server, p);
+    registry.owner = inc;
+    starts.incrementAndGet();
+    pump(p);
+    LOG.info("Themis engine started: pid {}, gateway 127.0.0.1:{}, command {}", p.pid(), port, cmd);
+    return inc;
+  }
+
+  private static void pump(Process p) {
+    Thread t = new Thread(() -> {
+      try (BufferedReader r = new BufferedReader(
+          new InputStreamReader(p.getInputStream(), StandardCharsets.UTF_8))) {
+        String line;
+        while ((line = r.readLine()) != null) {
+          LOG.info("[engine {}] {}", p.pid(), line);
+        }
+      } catch (IOException e) {
+        // process gone
+      }
+    }, "themis-engine-log-" + p.pid());
+    t.setDaemon(true);
+    t.start();
+  }
+
+  private void fail(Incarnation inc, String why, Exception cause) {
+    failures.incrementAndGet();
+    if (cause != null) {
+      LOG.error("Themis engine failure: {}; current leases are kept", why, cause);
+    } else {
+      LOG.error("Themis engine failure: {}; current leases are kept", why);
+    }
+    destroy(inc);
+    if (current == inc) {
+      current = null;
+    }
+    scheduleRestart(why);
+  }
+
+  private void scheduleRestart(String why) {
+    consecutiveFailures++;
+    long backoff = settings.restartBackoffMs();
+    for (long i = 1; i < consecutiveFailures && backoff < settings.restartBackoffMaxMs(); i++) {
+      backoff *= 2;
+    }
+    backoff = Math.min(backoff, settings.restartBackoffMaxMs());
+    nextStartAtMs = System.currentTimeMillis() + backoff;
+    LOG.warn("Themis engine will be restarted in {} ms ({})", backoff, why);
+  }
+
+  private static void destroy(Incarnation inc) {
+    inc.process.destroyForcibly();
+    try {
+      inc.process.waitFor(5, TimeUnit.SECONDS);
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+    }
+    try {
+      inc.server.shutdown();
+    } catch (RuntimeException e) {
+      LOG.debug("gateway shutdown", e);
+    }
+  }
+
+  /** Kills the engine and the gateway; no restart afterwards. */
+  public void stop() {
+    Incarnation inc = current;
+    current = null;
+    caller.shutdownNow();
+    if (inc != null) {
+      destroy(inc);
+    }
+  }
+}

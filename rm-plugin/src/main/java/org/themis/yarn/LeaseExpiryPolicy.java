@@ -1,0 +1,45 @@
+package org.themis.yarn;
+
+import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.yarn.server.resourcemanager.RMContext;
+import org.apache.hadoop.yarn.server.resourcemanager.monitor.SchedulingEditPolicy;
+import org.apache.hadoop.yarn.server.resourcemanager.scheduler.ResourceScheduler;
+
+/**
+ * Scheduling edit policy (yarn.resourcemanager.scheduler.monitor.policies) that enforces lease
+ * expiry: MARK_CONTAINER_FOR_PREEMPTION at expiry, MARK_CONTAINER_FOR_KILLABLE after the grace
+ * period. The work itself lives in {@link ThemisRuntime#enforceLeases()}.
+ */
+public class LeaseExpiryPolicy implements SchedulingEditPolicy {
+  private ThemisCapacityScheduler scheduler;
+  private long intervalMs = 1000;
+
+  @Override
+  public void init(Configuration config, RMContext context, ResourceScheduler sched) {
+    if (!(sched instanceof ThemisCapacityScheduler)) {
+      throw new IllegalArgumentException(getClass().getName() + " needs "
+          + "yarn.resourcemanager.scheduler.class=" + ThemisCapacityScheduler.class.getName()
+          + ", found " + (sched == null ? "null" : sched.getClass().getName()));
+    }
+    scheduler = (ThemisCapacityScheduler) sched;
+    intervalMs = ThemisSettings.from(config).monitorIntervalMs();
+  }
+
+  @Override
+  public void editSchedule() {
+    ThemisRuntime rt = scheduler.runtime();
+    if (rt != null) {
+      rt.enforceLeases();
+    }
+  }
+
+  @Override
+  public long getMonitoringInterval() {
+    return intervalMs;
+  }
+
+  @Override
+  public String getPolicyName() {
+    return "ThemisLeaseExpiryPolicy";
+  }
+}

@@ -1,0 +1,127 @@
+package org.themis.yarn;
+
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.function.LongSupplier;
+import org.apache.hadoop.yarn.api.records.ApplicationId;
+import org.apache.hadoop.yarn.api.records.NodeId;
+
+/**
+ * The source of truth for who may hold GPUs where. Thread-safe: every method is atomic.
+ * The scheduler reads it in tryCommit; the expiry policy and the round driver change it.
+ */
+public final class LeaseTable {
+  private final LongSupplier clock;
+  private final Map<Long, Lease> leases = new LinkedHashMap<>();
+  private long nextId = 1;
+
+  public LeaseTable(LongSupplier clock) {
+    this.clock = clock;
+  }
+
+  public LeaseTable() {
+    this(System::currentTimeMillis);
+  }
+
+  public long now() {
+    return clock.getAsLong();
+  }
+
+  /** Adds a lease of {@code gpus} GPUs valid for {@code durationMs} from now. */
+  public synchronized Lease grant(ApplicationId app, NodeId node, int gpus, long durationMs) {
+    if (gpus <= 0) {
+      throw new IllegalArgumentException("lease must cover at least one GPU, got " + gpus);
+    }
+    if (durationMs <= 0) {
+      throw new IllegalArgumentException("lease duration must be > 0 ms, got " + durationMs);
+    }
+    long now = now();
+    Lease l = new Lease(nextId++, app, node, gpus, now, now + durationMs, Lease.State.ACTIVE, 0L);
+    leases.put(l.id(), l);
+    return l;
+  }
+
+  /** GPUs that (app, node) may hold right now: the sum of its live leases on that node. */
+  public synchronized long liveGpus(ApplicationId app, NodeId node) {
+    long now = now();
+    long sum = 0;
+    for (Lease l : leases.values()) {
+      if (l.app().equals(app) && l.node().equals(node) && l.isLive(now)) {
+        sum += l.gpus();
+      }
+    }
+    return sum;
+  }
+
+  /** GPUs on {@code node} promised by live leases (any app). */
+  public synchronized long liveGpusOnNode(NodeId node) {
+    long now = now();
+    long sum = 0;
+    for (Lease l : leases.values()) {
+      if (l.node().equals(node) && l.isLive(now)) {
+        sum += l.gpus();
+      }
+    }
+    return sum;
+  }
+
+  /** Moves ACTIVE leases past expiry to EXPIRING and returns them (each exactly once). */
+  public synchronized List<Lease> expireDue(long graceMs) {
+    long now = now();
+    List<Lease> out = new ArrayList<>();
+    for (Map.Entry<Long, Lease> e : leases.entrySet()) {
+      Lease l = e.getValue();
+      if (l.state() == Lease.State.ACTIVE && now >= l.expiryMs()) {
+        Lease x = l.expiring(now + graceMs);
+        e.setValue(x);
+        out.add(x);
+      }
+    }
+    return out;
+  }
+
+  /** Removes EXPIRING leases whose grace period is over and returns them (each exactly once). */
+  public synchronized List<Lease> removeGraceOver() {
+    long now = now();
+    List<Lease> out = new ArrayList<>();
+    leases.values().removeIf(l -> {
+      if (l.state() == Lease.State.EXPIRING && now >= l.graceDeadlineMs()) {
+        out.add(l);
+        return true;
+      }
+      return false;
+    });
+    return out;
+  }
+
+  public synchronized boolean remove(long leaseId) {
+    return leases.remove(leaseId) != null;
+  }
+
+  /** Drops every lease of an application (it finished); returns how many. */
+  public synchronized int removeApp(ApplicationId app) {
+    int before = leases.size();
+    leases.values().removeIf(l -> l.app().equals(app));
+    return before - leases.size();
+  }
+
+  /** Is there any EXPIRING lease for (app, node)? */
+  public synchronized boolean hasExpiring(ApplicationId app, NodeId node) {
+    for (Lease l : leases.values()) {
+      if (l.app().equals(app) && l.node().equals(node) && l.state() == Lease.State.EXPIRING) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  public synchronized List<Lease> snapshot() {
+    return new ArrayList<>(leases.values());
+  }
+
+  public synchronized int size() {
+    return leases.size();
+  }
+}

@@ -1,0 +1,217 @@
+package org.themis.yarn;
+
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.atomic.AtomicLong;
+import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.yarn.api.records.ApplicationAttemptId;
+import org.apache.hadoop.yarn.api.records.ApplicationId;
+import org.apache.hadoop.yarn.api.records.NodeId;
+import org.apache.hadoop.yarn.api.records.Resource;
+import org.apache.hadoop.yarn.conf.YarnConfiguration;
+import org.apache.hadoop.yarn.server.resourcemanager.rmcontainer.RMContainer;
+import org.apache.hadoop.yarn.server.resourcemanager.scheduler.SchedulerApplication;
+import org.apache.hadoop.yarn.server.resourcemanager.scheduler.capacity.CapacityScheduler;
+import org.apache.hadoop.yarn.server.resourcemanager.scheduler.common.ContainerAllocationProposal;
+import org.apache.hadoop.yarn.server.resourcemanager.scheduler.common.ResourceCommitRequest;
+import org.apache.hadoop.yarn.server.resourcemanager.scheduler.common.SchedulerContainer;
+import org.apache.hadoop.yarn.server.resourcemanager.scheduler.common.fica.FiCaSchedulerApp;
+import org.apache.hadoop.yarn.server.resourcemanager.scheduler.common.fica.FiCaSchedulerNode;
+import org.apache.hadoop.yarn.util.resource.DominantResourceCalculator;
+import org.apache.hadoop.yarn.util.resource.ResourceUtils;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * CapacityScheduler that commits a container holding {@code yarn.io/gpu} only when its
+ * (application, node) pair holds a live Themis lease with enough GPUs left on that node.
+ * Everything else schedules exactly as in the base class.
+ */
+public class ThemisCapacityScheduler extends CapacityScheduler {
+  private static final Logger LOG = LoggerFactory.getLogger(ThemisCapacityScheduler.class);
+
+  private final LeaseTable leases = new LeaseTable();
+  private final Object gpuCommitLock = new Object();
+  private final AtomicLong rejectedGpuProposals = new AtomicLong();
+  private final AtomicLong committedGpuProposals = new AtomicLong();
+  private final AtomicLong filteredGpuAsks = new AtomicLong();
+  private volatile ThemisSettings settings;
+  private volatile ThemisRuntime runtime;
+
+  @Override
+  public void serviceInit(Configuration conf) throws Exception {
+    settings = ThemisSettings.from(conf);
+    String placement = conf.get(YarnConfiguration.APPLICATION_PLACEMENT_TYPE_CLASS);
+    if (placement == null) {
+      conf.set(YarnConfiguration.APPLICATION_PLACEMENT_TYPE_CLASS,
+          ThemisPlacementAllocator.class.getName());
+    } else if (!placement.equals(ThemisPlacementAllocator.class.getName())) {
+      LOG.warn("{}={} is not {}: GPU asks of apps without a lease may block nodes for other "
+          + "apps (tryCommit still enforces leases)", YarnConfiguration.APPLICATION_PLACEMENT_TYPE_CLASS,
+          placement, ThemisPlacementAllocator.class.getName());
+    }
+    super.serviceInit(conf);
+    if (!(getResourceCalculator() instanceof DominantResourceCalculator)) {
+      throw new IllegalArgumentException("Themis needs yarn.scheduler.capacity.resource-calculator="
+          + DominantResourceCalculator.class.getName() + " in capacity-scheduler.xml, found "
+          + getResourceCalculator().getClass().getName());
+    }
+    if (!ResourceUtils.getResourceTypes().containsKey(Gpus.GPU)) {
+      throw new IllegalArgumentException("Themis needs the countable resource type " + Gpus.GPU
+          + " declared in resource-types.xml (yarn.resource-types)");
+    }
+    runtime = new ThemisRuntime(this, settings, leases);
+    LOG.info("Themis scheduler initialised: fairness-knob={}, lease-duration-ms={}, "
+        + "grace-period-ms={}, solver={}, engine-enabled={}", settings.fairnessKnob(),
+        settings.leaseDurationMs(), settings.gracePeriodMs(), settings.solver(),
+        settings.engineEnabled());
+  }
+
+  @Override
+  public void serviceStart() throws Exception {
+    super.serviceStart();
+    runtime.start();
+  }
+
+  @Override
+  public void serviceStop() throws Exception {
+    ThemisRuntime rt = runtime;
+    if (rt != null) {
+      rt.stop();
+    }
+    super.serviceStop();
+  }
+
+  public LeaseTable leases() {
+    return leases;
+  }
+
+  public ThemisSettings settings() {
+    return settings;
+  }
+
+  public ThemisRuntime runtime() {
+    return runtime;
+  }
+
+  public long rejectedGpuProposals() {
+    return rejectedGpuProposals.get();
+  }
+
+  /** GPU asks skipped on a node by {@link ThemisPlacementAllocator} (no lease room). */
+  public long filteredGpuAsks() {
+    return filteredGpuAsks.get();
+  }
+
+  void countFilteredGpuAsk() {
+    filteredGpuAsks.incrementAndGet();
+  }
+
+  public long committedGpuProposals() {
+    return committedGpuProposals.get();
+  }
+
+  /** GPUs held by {@code app}'s live containers on {@code node}. */
+  public long usedGpus(ApplicationId app, NodeId node) {
+    SchedulerApplication<FiCaSchedulerApp> sa = getSchedulerApplications().get(app);
+    if (sa == null || sa.getCurrentAppAttempt() == null) {
+      return 0;
+    }
+    long sum = 0;
+    for (RMContainer c : sa.getCurrentAppAttempt().getLiveContainers()) {
+      if (node.equals(c.getAllocatedNode())) {
+        sum += Gpus.of(c.getAllocatedResource());
+      }
+    }
+    return sum;
+  }
+
+  @Override
+  @SuppressWarnings({"rawtypes", "unchecked"})
+  public boolean tryCommit(Resource cluster, ResourceCommitRequest r, boolean updatePending) {
+    ResourceCommitRequest<FiCaSchedulerApp, FiCaSchedulerNode> request =
+        (ResourceCommitRequest<FiCaSchedulerApp, FiCaSchedulerNode>) r;
+    Map<AppNode, Long> asked = gpuAsks(request);
+    if (asked.isEmpty()) {
+      return super.tryCommit(cluster, r, updatePending);
+    }
+    // GPU proposals are checked and committed one at a time, so two proposals of the same app
+    // (async scheduling) cannot both fit into the same lease.
+    synchronized (gpuCommitLock) {
+      String why = leaseViolation(asked);
+      if (why == null) {
+        boolean ok = super.tryCommit(cluster, r, updatePending);
+        if (ok) {
+          committedGpuProposals.incrementAndGet();
+        }
+        return ok;
+      }
+      rejectedGpuProposals.incrementAndGet();
+      LOG.debug("Themis rejected GPU proposal: {}; proposal={}", why, request);
+      rejectLikeBase(request);
+      return false;
+    }
+  }
+
+  /** What base tryCommit does for a refused proposal: give back the unconfirmed resource. */
+  private void rejectLikeBase(ResourceCommitRequest<FiCaSchedulerApp, FiCaSchedulerNode> request) {
+    List<ContainerAllocationProposal<FiCaSchedulerApp, FiCaSchedulerNode>> toAllocate =
+        request.getContainersToAllocate();
+    if (toAllocate == null || toAllocate.isEmpty() || !request.anythingAllocatedOrReserved()) {
+      return;
+    }
+    ApplicationAttemptId attemptId = request.getFirstAllocatedOrReservedContainer()
+        .getAllocatedOrReservedContainer().getSchedulerApplicationAttempt()
+        .getApplicationAttemptId();
+    FiCaSchedulerApp app = getApplicationAttempt(attemptId);
+    if (app != null && attemptId.equals(app.getApplicationAttemptId())) {
+      app.decUnconfirmedRes(request.getTotalAllocatedResource());
+    }
+  }
+
+  private record AppNode(ApplicationId app, NodeId node) {}
+
+  private static Map<AppNode, Long> gpuAsks(
+      ResourceCommitRequest<FiCaSchedulerApp, FiCaSchedulerNode> request) {
+    Map<AppNode, Long> out = new HashMap<>();
+    addAsks(out, request.getContainersToAllocate());
+    addAsks(out, request.getContainersToReserve());
+    return out;
+  }
+
+  private static void addAsks(Map<AppNode, Long> out,
+      List<ContainerAllocationProposal<FiCaSchedulerApp, FiCaSchedulerNode>> proposals) {
+    if (proposals == null) {
+      return;
+    }
+    for (ContainerAllocationProposal<FiCaSchedulerApp, FiCaSchedulerNode> p : proposals) {
+      long g = Gpus.of(p.getAllocatedOrReservedResource());
+      if (g <= 0) {
+        continue;
+      }
+      SchedulerContainer<FiCaSchedulerApp, FiCaSchedulerNode> sc =
+          p.getAllocatedOrReservedContainer();
+      ApplicationId app = sc.getSchedulerApplicationAttempt().getApplicationId();
+      NodeId node = sc.getSchedulerNode().getNodeID();
+      out.merge(new AppNode(app, node), g, Long::sum);
+    }
+  }
+
+  private String leaseViolation(Map<AppNode, Long> asked) {
+    for (Map.Entry<AppNode, Long> e : asked.entrySet()) {
+      ApplicationId app = e.getKey().app();
+      NodeId node = e.getKey().node();
+      long live = leases.liveGpus(app, node);
+      if (live <= 0) {
+        return "no live lease for " + app + " on " + node;
+      }
+      long used = usedGpus(app, node);
+      if (used + e.getValue() > live) {
+        return app + " on " + node + " asks " + e.getValue() + " GPU(s), lease " + live
+            + ", already used " + used;
+      }
+    }
+    return null;
+  }
+}

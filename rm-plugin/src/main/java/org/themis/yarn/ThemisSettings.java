@@ -1,0 +1,155 @@
+package org.themis.yarn;
+
+import java.util.Locale;
+import java.util.Set;
+import org.apache.hadoop.conf.Configuration;
+
+/**
+ * Every {@code yarn.resourcemanager.themis.*} setting, read and validated once at start-up.
+ * A bad value throws {@link IllegalArgumentException} naming the key and the value, which makes
+ * the ResourceManager refuse to start.
+ */
+public final class ThemisSettings {
+  public static final String PREFIX = "yarn.resourcemanager.themis.";
+
+  public static final String FAIRNESS_KNOB = PREFIX + "fairness-knob";
+  public static final String LEASE_DURATION_MS = PREFIX + "lease-duration-ms";
+  public static final String GRACE_PERIOD_MS = PREFIX + "grace-period-ms";
+  public static final String SOLVER = PREFIX + "solver";
+  public static final String PYTHON_EXECUTABLE = PREFIX + "python-executable";
+  public static final String ENGINE_COMMAND = PREFIX + "engine-command";
+  public static final String AGENT_PORT = PREFIX + "agent-port";
+  public static final String AGENT_ADDRESS = PREFIX + "agent-address";
+  public static final String ENGINE_RESTART_BACKOFF_MS = PREFIX + "engine-restart-backoff-ms";
+  public static final String ENGINE_RESTART_BACKOFF_MAX_MS = PREFIX + "engine-restart-backoff-max-ms";
+  public static final String ENGINE_START_TIMEOUT_MS = PREFIX + "engine-start-timeout-ms";
+  public static final String ROUND_TIMEOUT_MS = PREFIX + "round-timeout-ms";
+  public static final String ROUND_INTERVAL_MS = PREFIX + "round-interval-ms";
+  public static final String ENGINE_ENABLED = PREFIX + "engine-enabled";
+  public static final String MONITOR_INTERVAL_MS = PREFIX + "monitor-interval-ms";
+
+  public static final Set<String> SOLVERS = Set.of("auto", "highs", "gurobi");
+
+  private final double fairnessKnob;
+  private final long leaseDurationMs;
+  private final long gracePeriodMs;
+  private final String solver;
+  private final String pythonExecutable;
+  private final String engineCommand;
+  private final int agentPort;
+  private final String agentAddress;
+  private final long restartBackoffMs;
+  private final long restartBackoffMaxMs;
+  private final long engineStartTimeoutMs;
+  private final long roundTimeoutMs;
+  private final long roundIntervalMs;
+  private final boolean engineEnabled;
+  private final long monitorIntervalMs;
+
+  private ThemisSettings(Configuration conf) {
+    fairnessKnob = readDouble(conf, FAIRNESS_KNOB, 0.8);
+    if (!(fairnessKnob >= 0.0 && fairnessKnob < 1.0)) {
+      throw bad(FAIRNESS_KNOB, conf.get(FAIRNESS_KNOB), "must be in [0, 1)");
+    }
+    leaseDurationMs = readLong(conf, LEASE_DURATION_MS, 600_000L, 1L);
+    gracePeriodMs = readLong(conf, GRACE_PERIOD_MS, 30_000L, 0L);
+    String s = conf.getTrimmed(SOLVER, "auto").toLowerCase(Locale.ROOT);
+    if (!SOLVERS.contains(s)) {
+      throw bad(SOLVER, conf.get(SOLVER), "must be one of auto, highs, gurobi");
+    }
+    solver = s;
+    pythonExecutable = readNonEmpty(conf, PYTHON_EXECUTABLE, "python3");
+    engineCommand = readNonEmpty(conf, ENGINE_COMMAND, "-m themis.yarn.engine");
+    long port = readLong(conf, AGENT_PORT, 8642L, 0L);
+    if (port > 65535) {
+      throw bad(AGENT_PORT, conf.get(AGENT_PORT), "must be a TCP port in [0, 65535] (0 = ephemeral)");
+    }
+    agentPort = (int) port;
+    agentAddress = conf.getTrimmed(AGENT_ADDRESS, "");
+    restartBackoffMs = readLong(conf, ENGINE_RESTART_BACKOFF_MS, 1_000L, 1L);
+    restartBackoffMaxMs = readLong(conf, ENGINE_RESTART_BACKOFF_MAX_MS, 60_000L, 1L);
+    if (restartBackoffMaxMs < restartBackoffMs) {
+      throw bad(ENGINE_RESTART_BACKOFF_MAX_MS, conf.get(ENGINE_RESTART_BACKOFF_MAX_MS),
+          "must be >= " + ENGINE_RESTART_BACKOFF_MS + " (" + restartBackoffMs + ")");
+    }
+    engineStartTimeoutMs = readLong(conf, ENGINE_START_TIMEOUT_MS, 60_000L, 1L);
+    roundTimeoutMs = readLong(conf, ROUND_TIMEOUT_MS, 30_000L, 1L);
+    roundIntervalMs = readLong(conf, ROUND_INTERVAL_MS, 1_000L, 1L);
+    String enabled = conf.getTrimmed(ENGINE_ENABLED, "true").toLowerCase(Locale.ROOT);
+    if (!enabled.equals("true") && !enabled.equals("false")) {
+      throw bad(ENGINE_ENABLED, conf.get(ENGINE_ENABLED), "must be true or false");
+    }
+    engineEnabled = enabled.equals("true");
+    monitorIntervalMs = readLong(conf, MONITOR_INTERVAL_MS, 1_000L, 1L);
+  }
+
+  /** Reads and validates; throws IllegalArgumentException naming the first bad key. */
+  public static ThemisSettings from(Configuration conf) {
+    return new ThemisSettings(conf);
+  }
+
+  private static IllegalArgumentException bad(String key, String value, String why) {
+    return new IllegalArgumentException(
+        "Themis: invalid value '" + value + "' for " + key + ": " + why);
+  }
+
+  private static double readDouble(Configuration conf, String key, double dflt) {
+    String raw = conf.getTrimmed(key);
+    if (raw == null || raw.isEmpty()) {
+      return dflt;
+    }
+    try {
+      double v = Double.parseDouble(raw);
+      if (Double.isNaN(v) || Double.isInfinite(v)) {
+        throw bad(key, raw, "must be a finite number");
+      }
+      return v;
+    } catch (NumberFormatException e) {
+      throw bad(key, raw, "not a number");
+    }
+  }
+
+  private static long readLong(Configuration conf, String key, long dflt, long min) {
+    String raw = conf.getTrimmed(key);
+    if (raw == null || raw.isEmpty()) {
+      return dflt;
+    }
+    long v;
+    try {
+      v = Long.parseLong(raw);
+    } catch (NumberFormatException e) {
+      throw bad(key, raw, "not an integer");
+    }
+    if (v < min) {
+      throw bad(key, raw, "must be >= " + min);
+    }
+    return v;
+  }
+
+  private static String readNonEmpty(Configuration conf, String key, String dflt) {
+    String raw = conf.get(key);
+    if (raw == null) {
+      return dflt;
+    }
+    if (raw.trim().isEmpty()) {
+      throw bad(key, raw, "must not be empty");
+    }
+    return raw.trim();
+  }
+
+  public double fairnessKnob() { return fairnessKnob; }
+  public long leaseDurationMs() { return leaseDurationMs; }
+  public long gracePeriodMs() { return gracePeriodMs; }
+  public String solver() { return solver; }
+  public String pythonExecutable() { return pythonExecutable; }
+  public String engineCommand() { return engineCommand; }
+  public int agentPort() { return agentPort; }
+  public String agentAddress() { return agentAddress; }
+  public long restartBackoffMs() { return restartBackoffMs; }
+  public long restartBackoffMaxMs() { return restartBackoffMaxMs; }
+  public long engineStartTimeoutMs() { return engineStartTimeoutMs; }
+  public long roundTimeoutMs() { return roundTimeoutMs; }
+  public long roundIntervalMs() { return roundIntervalMs; }
+  public boolean engineEnabled() { return engineEnabled; }
+  public long monitorIntervalMs() { return monitorIntervalMs; }
+}

@@ -1,0 +1,152 @@
+package org.themis.yarn;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import org.apache.hadoop.service.Service;
+import org.apache.hadoop.yarn.api.records.NodeId;
+import org.apache.hadoop.yarn.conf.YarnConfiguration;
+import org.apache.hadoop.yarn.server.resourcemanager.scheduler.common.fica.FiCaSchedulerNode;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.MethodOrderer;
+import org.junit.jupiter.api.Order;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.TestMethodOrder;
+
+/**
+ * Real RM + 2 NMs (4 GPUs each) + the real Python engine ({@code python3 -m themis.yarn.engine},
+ * needs the repo importable: surefire sets PYTHONPATH) over real Py4J.
+ */
+@TestMethodOrder(MethodOrderer.OrderAnnotation.class)
+class EngineBridgeIT {
+  private static ThemisMiniCluster mc;
+
+  @BeforeAll
+  static void up() throws Exception {
+    YarnConfiguration conf = ThemisMiniCluster.baseConf(4);
+    String py = System.getenv().getOrDefault("THEMIS_PYTHON", "python3");
+    conf.set(ThemisSettings.PYTHON_EXECUTABLE, py);
+    // Each round sleeps 1 s in the engine so that the test can kill it mid-round.
+    conf.set(ThemisSettings.ENGINE_COMMAND, "-m themis.yarn.engine --round-delay-s 1.0");
+    conf.setLong(ThemisSettings.ROUND_TIMEOUT_MS, 20_000);
+    conf.setLong(ThemisSettings.ENGINE_RESTART_BACKOFF_MS, 200);
+    conf.setLong(ThemisSettings.ROUND_INTERVAL_MS, 300);
+    mc = new ThemisMiniCluster("themis-engine", 2, conf);
+  }
+
+  @AfterAll
+  static void down() {
+    if (mc != null) {
+      mc.close();
+    }
+  }
+
+  private static void pollUntil(String what, long ms, TestAm am, int gpuContainers)
+      throws InterruptedException {
+    ThemisMiniCluster.waitFor(what, ms, () -> {
+      try {
+        am.poll();
+      } catch (Exception e) {
+        throw new RuntimeException(e);
+      }
+      return am.gpuContainers().size() >= gpuContainers;
+    });
+  }
+
+  /** No GPU is promised twice: live leases per node never exceed the node's GPUs. */
+  private static void assertNoDoubleGrant(TestAm... apps) {
+    ThemisCapacityScheduler s = mc.scheduler();
+    for (FiCaSchedulerNode n : mc.nodes()) {
+      long leased = s.leases().liveGpusOnNode(n.getNodeID());
+      assertTrue(leased <= Gpus.of(n.getTotalResource()),
+          "node " + n.getNodeID() + " has " + leased + " GPUs under lease");
+      for (TestAm am : apps) {
+        assertTrue(am.gpusOn(n.getNodeID()) <= s.leases().liveGpus(am.appId, n.getNodeID()),
+            am.appId + " holds more GPUs on " + n.getNodeID() + " than it leased");
+      }
+    }
+  }
+
+  @Test
+  @Order(1)
+  void roundsGrantLeasesAndContainersFollow() throws Exception {
+    TestAm a = TestAm.start(mc, "app-a");
+    TestAm b = TestAm.start(mc, "app-b");
+    a.ask(2, 1);
+    b.ask(3, 1);
+    pollUntil("app-a GPU containers", 60_000, a, 2);
+    pollUntil("app-b GPU containers", 30_000, b, 3);
+    a.pollFor(500);
+    assertEquals(2, a.gpuContainers().size());
+    assertEquals(3, b.gpuContainers().size());
+    assertNoDoubleGrant(a, b);
+    EngineSupervisor e = mc.scheduler().runtime().engine();
+    assertEquals(1, e.starts());
+    assertTrue(e.health().orElseThrow().contains("\"ok\": true"));
+    assertTrue(mc.scheduler().runtime().grantsApplied() >= 2);
+  }
+
+  @Test
+  @Order(2)
+  void engineKilledMidRoundIsRestartedWithoutDoubleGrant() throws Exception {
+    ThemisCapacityScheduler s = mc.scheduler();
+    EngineSupervisor e = s.runtime().engine();
+    long startsBefore = e.starts();
+    long failuresBefore = e.failures();
+    Map<Long, Lease> before = new HashMap<>();
+    for (Lease l : s.leases().snapshot()) {
+      before.put(l.id(), l);
+    }
+    TestAm c = TestAm.start(mc, "app-c");
+    c.ask(2, 1);
+    try {
+      // poll() sends the ask to the RM; a round then starts (and sleeps 1 s in the engine).
+      ThemisMiniCluster.waitFor("a round in progress", 30_000, () -> {
+        try {
+          c.poll();
+        } catch (Exception ex) {
+          throw new RuntimeException(ex);
+        }
+        return e.inRound();
+      });
+    } catch (AssertionError err) {
+      throw new AssertionError(err.getMessage() + "; last view " + s.runtime().lastView(), err);
+    }
+    long pid = e.pid();
+    assertTrue(pid > 0);
+    ProcessHandle.of(pid).orElseThrow().destroyForcibly();
+    pollUntil("app-c GPU containers after the restart", 60_000, c, 2);
+    assertTrue(e.starts() > startsBefore, "engine restarted");
+    assertTrue(e.failures() > failuresBefore, "failure recorded");
+    assertTrue(e.pid() > 0 && e.pid() != pid);
+    assertEquals(Service.STATE.STARTED, mc.cluster.getResourceManager().getServiceState());
+    // Leases granted before the crash are untouched.
+    for (Lease l : before.values()) {
+      assertTrue(s.leases().snapshot().contains(l), "lease " + l + " lost in the restart");
+    }
+    assertNoDoubleGrant(c);
+  }
+
+  @Test
+  @Order(3)
+  void grantsBeyondFreeGpusAreRefused() {
+    ThemisCapacityScheduler s = mc.scheduler();
+    ThemisRuntime rt = s.runtime();
+    Map<NodeId, Long> free = rt.grantableGpus();
+    NodeId node = mc.nodeIds().get(0);
+    String app = s.getSchedulerApplications().keySet().iterator().next().toString();
+    long refused = rt.grantsRefused();
+    int leases = s.leases().size();
+    int applied = rt.applyGrants("{\"grants\": [{\"app_id\": \"" + app + "\", \"node_id\": \""
+        + node + "\", \"gpus\": " + (free.get(node) + 1) + "}, {\"app_id\": \"" + app
+        + "\", \"node_id\": \"nowhere:1\", \"gpus\": 1}]}");
+    assertEquals(0, applied);
+    assertEquals(refused + 2, rt.grantsRefused());
+    assertEquals(leases, s.leases().size());
+    assertTrue(List.of(0, 1).size() == 2);
+  }
+}

@@ -1,0 +1,83 @@
+package org.themis.yarn;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.atomic.AtomicLong;
+import org.apache.hadoop.yarn.api.records.ApplicationId;
+import org.apache.hadoop.yarn.api.records.NodeId;
+import org.junit.jupiter.api.Test;
+
+class LeaseTableTest {
+  private final AtomicLong now = new AtomicLong(1_000);
+  private final LeaseTable t = new LeaseTable(now::get);
+  private final ApplicationId a = ApplicationId.newInstance(1, 1);
+  private final ApplicationId b = ApplicationId.newInstance(1, 2);
+  private final NodeId n1 = NodeId.newInstance("h1", 1);
+  private final NodeId n2 = NodeId.newInstance("h2", 1);
+
+  @Test
+  void liveLeasesSumPerAppAndNode() {
+    t.grant(a, n1, 2, 100);
+    t.grant(a, n1, 1, 100);
+    t.grant(a, n2, 4, 100);
+    t.grant(b, n1, 1, 100);
+    assertEquals(3, t.liveGpus(a, n1));
+    assertEquals(4, t.liveGpus(a, n2));
+    assertEquals(0, t.liveGpus(b, n2));
+    assertEquals(4, t.liveGpusOnNode(n1));
+  }
+
+  @Test
+  void expiryThenGraceThenRemoval() {
+    Lease l = t.grant(a, n1, 2, 100);
+    assertTrue(t.expireDue(50).isEmpty());
+    now.addAndGet(100);
+    assertEquals(0, t.liveGpus(a, n1), "not live at expiry even before the policy runs");
+    List<Lease> expired = t.expireDue(50);
+    assertEquals(1, expired.size());
+    assertEquals(Lease.State.EXPIRING, expired.get(0).state());
+    assertEquals(l.id(), expired.get(0).id());
+    assertTrue(t.expireDue(50).isEmpty(), "reported once");
+    assertTrue(t.hasExpiring(a, n1));
+    assertTrue(t.removeGraceOver().isEmpty());
+    now.addAndGet(50);
+    assertEquals(1, t.removeGraceOver().size());
+    assertEquals(0, t.size());
+  }
+
+  @Test
+  void removeAppAndBadGrants() {
+    t.grant(a, n1, 1, 10);
+    t.grant(b, n1, 1, 10);
+    assertEquals(1, t.removeApp(a));
+    assertEquals(1, t.size());
+    assertThrows(IllegalArgumentException.class, () -> t.grant(a, n1, 0, 10));
+    assertThrows(IllegalArgumentException.class, () -> t.grant(a, n1, 1, 0));
+  }
+
+  @Test
+  void concurrentGrantsGetUniqueIds() throws Exception {
+    LeaseTable shared = new LeaseTable();
+    List<Thread> ts = new ArrayList<>();
+    for (int i = 0; i < 8; i++) {
+      Thread th = new Thread(() -> {
+        for (int k = 0; k < 500; k++) {
+          shared.grant(a, n1, 1, 60_000);
+          shared.liveGpus(a, n1);
+        }
+      });
+      ts.add(th);
+      th.start();
+    }
+    for (Thread th : ts) {
+      th.join();
+    }
+    assertEquals(4000, shared.size());
+    assertEquals(4000, shared.liveGpus(a, n1));
+    assertEquals(4000, shared.snapshot().stream().map(Lease::id).distinct().count());
+  }
+}

@@ -1,0 +1,101 @@
+package org.themis.yarn;
+
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.HashMap;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import org.apache.hadoop.yarn.api.records.NodeId;
+import org.apache.hadoop.yarn.conf.YarnConfiguration;
+import org.junit.jupiter.api.Test;
+
+/**
+ * Not part of the test suite (name matches neither *Test nor *IT). Run with
+ * {@code mvn -q -o test -pl rm-plugin -Dtest=LeaseTurnoverBench}.
+ * 8 NMs x 4 GPUs, 20 apps with endless GPU asks, 4 s leases, no grace: measures the time
+ * from a lease's expiry to the first container committed under the next lease on that node.
+ */
+class LeaseTurnoverBench {
+  @Test
+  void leaseExpiryToNextCommit() throws Exception {
+    YarnConfiguration conf = ThemisMiniCluster.baseConf(4);
+    conf.set(ThemisSettings.PYTHON_EXECUTABLE,
+        System.getenv().getOrDefault("THEMIS_PYTHON", "python3"));
+    conf.setLong(ThemisSettings.LEASE_DURATION_MS, 4000);
+    conf.setLong(ThemisSettings.GRACE_PERIOD_MS, 0);
+    conf.setLong(ThemisSettings.MONITOR_INTERVAL_MS, 100);
+    conf.setLong(ThemisSettings.ROUND_INTERVAL_MS, 100);
+    long runMs = Long.getLong("bench.ms", 60_000L);
+    try (ThemisMiniCluster mc = new ThemisMiniCluster("themis-bench", 8, conf)) {
+      ThemisCapacityScheduler s = mc.scheduler();
+      List<TestAm> apps = new ArrayList<>();
+      for (int i = 0; i < 20; i++) {
+        TestAm am = TestAm.start(mc, "bench-" + i);
+        am.ask(100, 1);
+        am.poll();
+        apps.add(am);
+      }
+      Map<NodeId, Long> lastExpiry = new HashMap<>();
+      Map<Long, Lease> seen = new HashMap<>();
+      Map<Long, Long> baseUsed = new HashMap<>();
+      Map<Long, Long> pendingFrom = new HashMap<>();
+      Set<Long> expiredSeen = new HashSet<>();
+      List<Long> samples = new ArrayList<>();
+      long end = System.currentTimeMillis() + runMs;
+      while (System.currentTimeMillis() < end) {
+        long now = System.currentTimeMillis();
+        List<Lease> snap = s.leases().snapshot();
+        Set<Long> present = new HashSet<>();
+        for (Lease l : snap) {
+          present.add(l.id());
+          if (!seen.containsKey(l.id())) {
+            seen.put(l.id(), l);
+            baseUsed.put(l.id(), s.usedGpus(l.app(), l.node()));
+            Long e = lastExpiry.get(l.node());
+            if (e != null) {
+              pendingFrom.put(l.id(), e);
+            }
+          }
+        }
+        for (Lease l : seen.values()) {
+          if (!expiredSeen.contains(l.id()) && now >= l.expiryMs()) {
+            expiredSeen.add(l.id());
+            lastExpiry.merge(l.node(), l.expiryMs(), Math::max);
+          }
+        }
+        for (Map.Entry<Long, Long> e : new ArrayList<>(pendingFrom.entrySet())) {
+          Lease l = seen.get(e.getKey());
+          if (s.usedGpus(l.app(), l.node()) > baseUsed.get(l.id()) || !present.contains(l.id())) {
+            if (present.contains(l.id())) {
+              samples.add(now - e.getValue());
+            }
+            pendingFrom.remove(e.getKey());
+          }
+        }
+        Thread.sleep(10);
+      }
+      Collections.sort(samples);
+      String out = String.format(
+          "lease expiry -> next grant committed: n=%d median=%d ms p95=%d ms max=%d ms "
+              + "(rounds=%d, grants=%d, refused=%d, engine starts=%d)",
+          samples.size(), pct(samples, 50), pct(samples, 95),
+          samples.isEmpty() ? -1 : samples.get(samples.size() - 1),
+          s.runtime().rounds(), s.runtime().grantsApplied(), s.runtime().grantsRefused(),
+          s.runtime().engine().starts());
+      System.out.println(out);
+      Files.writeString(Path.of("target", "bench-lease-turnover.txt"), out + "\n");
+    }
+  }
+
+  private static long pct(List<Long> sorted, int p) {
+    if (sorted.isEmpty()) {
+      return -1;
+    }
+    int i = (int) Math.ceil(p / 100.0 * sorted.size()) - 1;
+    return sorted.get(Math.max(0, Math.min(sorted.size() - 1, i)));
+  }
+}

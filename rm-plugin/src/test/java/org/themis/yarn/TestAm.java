@@ -1,0 +1,155 @@
+package org.themis.yarn;
+
+import java.security.PrivilegedExceptionAction;
+import java.util.ArrayList;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import org.apache.hadoop.security.UserGroupInformation;
+import org.apache.hadoop.security.token.Token;
+import org.apache.hadoop.yarn.api.protocolrecords.AllocateResponse;
+import org.apache.hadoop.yarn.api.records.ApplicationId;
+import org.apache.hadoop.yarn.api.records.ApplicationSubmissionContext;
+import org.apache.hadoop.yarn.api.records.Container;
+import org.apache.hadoop.yarn.api.records.ContainerId;
+import org.apache.hadoop.yarn.api.records.ContainerLaunchContext;
+import org.apache.hadoop.yarn.api.records.ContainerStatus;
+import org.apache.hadoop.yarn.api.records.FinalApplicationStatus;
+import org.apache.hadoop.yarn.api.records.NodeId;
+import org.apache.hadoop.yarn.api.records.PreemptionContainer;
+import org.apache.hadoop.yarn.api.records.PreemptionMessage;
+import org.apache.hadoop.yarn.api.records.Priority;
+import org.apache.hadoop.yarn.api.records.Resource;
+import org.apache.hadoop.yarn.client.ClientRMProxy;
+import org.apache.hadoop.yarn.client.api.AMRMClient;
+import org.apache.hadoop.yarn.client.api.AMRMClient.ContainerRequest;
+import org.apache.hadoop.yarn.client.api.YarnClientApplication;
+import org.apache.hadoop.yarn.security.AMRMTokenIdentifier;
+import org.apache.hadoop.yarn.server.resourcemanager.rmapp.RMApp;
+import org.apache.hadoop.yarn.server.resourcemanager.rmapp.attempt.RMAppAttempt;
+import org.apache.hadoop.yarn.server.resourcemanager.rmapp.attempt.RMAppAttemptState;
+
+/** An unmanaged AM speaking the real AM-RM protocol to the mini cluster's RM. */
+final class TestAm {
+  final ApplicationId appId;
+  private final UserGroupInformation ugi;
+  private final AMRMClient<ContainerRequest> amrm;
+  final List<Container> allocated = new ArrayList<>();
+  final Set<ContainerId> preemptAsked = new HashSet<>();
+  final List<ContainerStatus> completed = new ArrayList<>();
+
+  private TestAm(ApplicationId appId, UserGroupInformation ugi, AMRMClient<ContainerRequest> amrm) {
+    this.appId = appId;
+    this.ugi = ugi;
+    this.amrm = amrm;
+  }
+
+  static TestAm start(ThemisMiniCluster c, String name) throws Exception {
+    YarnClientApplication app = c.client.createApplication();
+    ApplicationSubmissionContext ctx = app.getApplicationSubmissionContext();
+    ApplicationId id = ctx.getApplicationId();
+    ctx.setApplicationName(name);
+    ctx.setQueue("default");
+    ctx.setPriority(Priority.newInstance(0));
+    ctx.setAMContainerSpec(ContainerLaunchContext.newInstance(
+        Map.of(), Map.of(), List.of(), Map.of(), null, Map.of()));
+    ctx.setResource(Resource.newInstance(128, 1));
+    ctx.setUnmanagedAM(true);
+    c.client.submitApplication(ctx);
+    RMApp rmApp = c.cluster.getResourceManager().getRMContext().getRMApps().get(id);
+    ThemisMiniCluster.waitFor("AM attempt of " + id + " launched", 30_000, () -> {
+      RMAppAttempt a = rmApp.getCurrentAppAttempt();
+      return a != null && a.getAppAttemptState() == RMAppAttemptState.LAUNCHED;
+    });
+    Token<AMRMTokenIdentifier> token = rmApp.getCurrentAppAttempt().getAMRMToken();
+    token.setService(ClientRMProxy.getAMRMTokenService(c.cluster.getConfig()));
+    UserGroupInformation ugi = UserGroupInformation.createRemoteUser(name);
+    ugi.addToken(token);
+    AMRMClient<ContainerRequest> amrm = ugi.doAs(
+        (PrivilegedExceptionAction<AMRMClient<ContainerRequest>>) () -> {
+          AMRMClient<ContainerRequest> cl = AMRMClient.createAMRMClient();
+          cl.init(c.cluster.getConfig());
+          cl.start();
+          cl.registerApplicationMaster("localhost", 0, "");
+          return cl;
+        });
+    return new TestAm(id, ugi, amrm);
+  }
+
+  void ask(int n, int gpusEach) {
+    Resource r = Resource.newInstance(128, 1);
+    r.setResourceValue(Gpus.GPU, gpusEach);
+    for (int i = 0; i < n; i++) {
+      // The RM keeps one ask per (priority, allocation id): GPU and non-GPU asks differ in both.
+      amrm.addContainerRequest(new ContainerRequest(r, null, null,
+          Priority.newInstance(gpusEach > 0 ? 1 : 2), gpusEach > 0 ? 1L : 2L, true, null));
+    }
+  }
+
+  AllocateResponse poll() throws Exception {
+    AllocateResponse resp = ugi.doAs(
+        (PrivilegedExceptionAction<AllocateResponse>) () -> amrm.allocate(0.1f));
+    for (Container ct : resp.getAllocatedContainers()) {
+      // Asks are not removed on purpose: AMRMClient then never re-sends a stale total, so
+      // the RM's own decrementing count gives exactly the number asked.
+      allocated.add(ct);
+    }
+    completed.addAll(resp.getCompletedContainersStatuses());
+    PreemptionMessage pm = resp.getPreemptionMessage();
+    if (pm != null && pm.getStrictContract() != null) {
+      for (PreemptionContainer pc : pm.getStrictContract().getContainers()) {
+        preemptAsked.add(pc.getId());
+      }
+    }
+    if (pm != null && pm.getContract() != null) {
+      for (PreemptionContainer pc : pm.getContract().getContainers()) {
+        preemptAsked.add(pc.getId());
+      }
+    }
+    return resp;
+  }
+
+  /** Polls for {@code ms}, returning the containers allocated meanwhile. */
+  List<Container> pollFor(long ms) throws Exception {
+    int before = allocated.size();
+    long end = System.currentTimeMillis() + ms;
+    while (System.currentTimeMillis() < end) {
+      poll();
+      Thread.sleep(100);
+    }
+    return new ArrayList<>(allocated.subList(before, allocated.size()));
+  }
+
+  List<Container> gpuContainers() {
+    List<Container> out = new ArrayList<>();
+    for (Container ct : allocated) {
+      if (Gpus.of(ct.getResource()) > 0) {
+        out.add(ct);
+      }
+    }
+    return out;
+  }
+
+  long gpusOn(NodeId node) {
+    long sum = 0;
+    Set<ContainerId> done = new HashSet<>();
+    for (ContainerStatus s : completed) {
+      done.add(s.getContainerId());
+    }
+    for (Container ct : allocated) {
+      if (!done.contains(ct.getId()) && ct.getNodeId().equals(node)) {
+        sum += Gpus.of(ct.getResource());
+      }
+    }
+    return sum;
+  }
+
+  void finish() throws Exception {
+    ugi.doAs((PrivilegedExceptionAction<Void>) () -> {
+      amrm.unregisterApplicationMaster(FinalApplicationStatus.SUCCEEDED, "", "");
+      amrm.stop();
+      return null;
+    });
+  }
+}

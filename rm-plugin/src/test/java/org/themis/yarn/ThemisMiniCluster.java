@@ -1,0 +1,90 @@
+package org.themis.yarn;
+
+import java.util.ArrayList;
+import java.util.List;
+import java.util.function.BooleanSupplier;
+import org.apache.hadoop.yarn.api.records.NodeId;
+import org.apache.hadoop.yarn.client.api.YarnClient;
+import org.apache.hadoop.yarn.conf.YarnConfiguration;
+import org.apache.hadoop.yarn.server.MiniYARNCluster;
+import org.apache.hadoop.yarn.server.resourcemanager.scheduler.common.fica.FiCaSchedulerNode;
+import org.apache.hadoop.yarn.util.resource.ResourceUtils;
+
+/** A real RM (ThemisCapacityScheduler) and NodeManagers exposing yarn.io/gpu, in one JVM. */
+final class ThemisMiniCluster implements AutoCloseable {
+  final MiniYARNCluster cluster;
+  final YarnConfiguration conf;
+  final YarnClient client;
+
+  /** Base configuration: Themis scheduler + lease policy, GPUs as a countable resource. */
+  static YarnConfiguration baseConf(int gpusPerNode) {
+    YarnConfiguration conf = new YarnConfiguration();
+    conf.set(YarnConfiguration.RM_SCHEDULER, ThemisCapacityScheduler.class.getName());
+    conf.set("yarn.resource-types", Gpus.GPU);
+    conf.set("yarn.nodemanager.resource-type." + Gpus.GPU, Integer.toString(gpusPerNode));
+    conf.setInt(YarnConfiguration.NM_PMEM_MB, 4096);
+    conf.setInt(YarnConfiguration.NM_VCORES, 8);
+    conf.setInt(YarnConfiguration.RM_SCHEDULER_MINIMUM_ALLOCATION_MB, 128);
+    conf.setLong(YarnConfiguration.RM_NM_HEARTBEAT_INTERVAL_MS, 100);
+    conf.setBoolean(YarnConfiguration.RM_SCHEDULER_ENABLE_MONITORS, true);
+    conf.set(YarnConfiguration.RM_SCHEDULER_MONITOR_POLICIES, LeaseExpiryPolicy.class.getName());
+    conf.setLong(ThemisSettings.MONITOR_INTERVAL_MS, 200);
+    conf.setBoolean(YarnConfiguration.YARN_MINICLUSTER_FIXED_PORTS, false);
+    conf.setFloat(YarnConfiguration.NM_MAX_PER_DISK_UTILIZATION_PERCENTAGE, 99.5f);
+    return conf;
+  }
+
+  ThemisMiniCluster(String name, int nodeManagers, YarnConfiguration conf) throws Exception {
+    this.conf = conf;
+    ResourceUtils.resetResourceTypes(conf);
+    cluster = new MiniYARNCluster(name, nodeManagers, 1, 1);
+    cluster.init(conf);
+    cluster.start();
+    if (!cluster.waitForNodeManagersToConnect(60_000)) {
+      throw new IllegalStateException("NodeManagers did not register");
+    }
+    client = YarnClient.createYarnClient();
+    client.init(cluster.getConfig());
+    client.start();
+    waitFor("nodes in scheduler with GPUs", 30_000,
+        () -> nodes().size() == nodeManagers
+            && nodes().stream().allMatch(n -> Gpus.of(n.getTotalResource()) == gpusPerNode()));
+  }
+
+  int gpusPerNode() {
+    return conf.getInt("yarn.nodemanager.resource-type." + Gpus.GPU, 0);
+  }
+
+  ThemisCapacityScheduler scheduler() {
+    return (ThemisCapacityScheduler) cluster.getResourceManager().getResourceScheduler();
+  }
+
+  List<FiCaSchedulerNode> nodes() {
+    return new ArrayList<>(scheduler().getNodeTracker().getAllNodes());
+  }
+
+  List<NodeId> nodeIds() {
+    List<NodeId> out = new ArrayList<>();
+    for (FiCaSchedulerNode n : nodes()) {
+      out.add(n.getNodeID());
+    }
+    out.sort(null);
+    return out;
+  }
+
+  static void waitFor(String what, long timeoutMs, BooleanSupplier cond) throws InterruptedException {
+    long end = System.currentTimeMillis() + timeoutMs;
+    while (!cond.getAsBoolean()) {
+      if (System.currentTimeMillis() > end) {
+        throw new AssertionError("timed out after " + timeoutMs + " ms waiting for " + what);
+      }
+      Thread.sleep(50);
+    }
+  }
+
+  @Override
+  public void close() {
+    client.stop();
+    cluster.stop();
+  }
+}

@@ -1,0 +1,80 @@
+package org.themis.yarn;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import org.apache.hadoop.conf.Configuration;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.CsvSource;
+import org.junit.jupiter.api.Test;
+
+class ThemisSettingsTest {
+  @Test
+  void defaults() {
+    ThemisSettings s = ThemisSettings.from(new Configuration(false));
+    assertEquals(0.8, s.fairnessKnob());
+    assertEquals(600_000L, s.leaseDurationMs());
+    assertEquals(30_000L, s.gracePeriodMs());
+    assertEquals("auto", s.solver());
+    assertEquals("python3", s.pythonExecutable());
+    assertEquals("-m themis.yarn.engine", s.engineCommand());
+    assertEquals(8642, s.agentPort());
+    assertEquals(1_000L, s.restartBackoffMs());
+    assertTrue(s.engineEnabled());
+  }
+
+  @Test
+  void goodValuesAreRead() {
+    Configuration c = new Configuration(false);
+    c.set(ThemisSettings.FAIRNESS_KNOB, "0");
+    c.set(ThemisSettings.SOLVER, " HiGHS ");
+    c.set(ThemisSettings.AGENT_PORT, "0");
+    c.set(ThemisSettings.GRACE_PERIOD_MS, "0");
+    c.set(ThemisSettings.ENGINE_ENABLED, "false");
+    ThemisSettings s = ThemisSettings.from(c);
+    assertEquals(0.0, s.fairnessKnob());
+    assertEquals("highs", s.solver());
+    assertEquals(0, s.agentPort());
+    assertEquals(0L, s.gracePeriodMs());
+    assertFalse(s.engineEnabled());
+  }
+
+  @ParameterizedTest
+  @CsvSource(delimiter = '|', value = {
+      "yarn.resourcemanager.themis.fairness-knob|1.0",
+      "yarn.resourcemanager.themis.fairness-knob|-0.1",
+      "yarn.resourcemanager.themis.fairness-knob|NaN",
+      "yarn.resourcemanager.themis.fairness-knob|high",
+      "yarn.resourcemanager.themis.lease-duration-ms|0",
+      "yarn.resourcemanager.themis.lease-duration-ms|10m",
+      "yarn.resourcemanager.themis.grace-period-ms|-1",
+      "yarn.resourcemanager.themis.solver|cplex",
+      "yarn.resourcemanager.themis.python-executable|'  '",
+      "yarn.resourcemanager.themis.engine-command|'  '",
+      "yarn.resourcemanager.themis.agent-port|65536",
+      "yarn.resourcemanager.themis.agent-port|-1",
+      "yarn.resourcemanager.themis.engine-restart-backoff-ms|0",
+      "yarn.resourcemanager.themis.round-timeout-ms|x",
+      "yarn.resourcemanager.themis.engine-enabled|yes",
+  })
+  void badValueNamesKeyAndValue(String key, String value) {
+    Configuration c = new Configuration(false);
+    c.set(key, value);
+    IllegalArgumentException e =
+        assertThrows(IllegalArgumentException.class, () -> ThemisSettings.from(c));
+    assertTrue(e.getMessage().contains(key), e.getMessage());
+    assertTrue(e.getMessage().contains("'" + value + "'"), e.getMessage());
+  }
+
+  @Test
+  void backoffMaxBelowBaseIsRefused() {
+    Configuration c = new Configuration(false);
+    c.set(ThemisSettings.ENGINE_RESTART_BACKOFF_MS, "5000");
+    c.set(ThemisSettings.ENGINE_RESTART_BACKOFF_MAX_MS, "100");
+    IllegalArgumentException e =
+        assertThrows(IllegalArgumentException.class, () -> ThemisSettings.from(c));
+    assertTrue(e.getMessage().contains(ThemisSettings.ENGINE_RESTART_BACKOFF_MAX_MS));
+  }
+}

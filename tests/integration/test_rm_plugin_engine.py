@@ -1,0 +1,113 @@
+"""The Python half of the RM plugin bridge: view parsing, one real round, jar lookup.
+
+The JVM half (real RM, real Py4J, engine killed mid-round) is tested by
+``mvn -q verify`` in rm-plugin (EngineBridgeIT)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from themis.agent.bids import Bid, BidTable
+from themis.yarn.bids import ReportedBids
+from themis.yarn.jar import ENV_VAR, PluginJarNotFound, find_plugin_jar
+from themis.yarn.rounds import RoundEngine
+from themis.yarn.view import ViewError, parse_view
+
+
+def _view(apps: list[dict[str, object]], free: tuple[int, int] = (4, 2)) -> str:
+    return json.dumps(
+        {
+            "round": 7,
+            "now_ms": 1_000_000,
+            "fairness_knob": 0.8,
+            "lease_duration_ms": 600_000,
+            "solver": "auto",
+            "nodes": [
+                {
+                    "node_id": "h1:1",
+                    "host": "h1",
+                    "rack": "/r1",
+                    "total_gpus": 4,
+                    "free_gpus": free[0],
+                },
+                {
+                    "node_id": "h2:1",
+                    "host": "h2",
+                    "rack": "/r2",
+                    "total_gpus": 4,
+                    "free_gpus": free[1],
+                },
+            ],
+            "apps": apps,
+            "leases": [],
+        }
+    )
+
+
+def _grants(reply: str) -> list[dict[str, object]]:
+    out = json.loads(reply)["grants"]
+    assert isinstance(out, list)
+    return out
+
+
+def test_leftover_respects_pending_and_free_gpus() -> None:
+    engine = RoundEngine()
+    reply = engine.run(
+        _view([{"app_id": "a", "pending_gpus": 3}, {"app_id": "b", "pending_gpus": 1}])
+    )
+    grants = _grants(reply)
+    per_app: dict[str, int] = {}
+    per_node: dict[str, int] = {}
+    for g in grants:
+        per_app[str(g["app_id"])] = per_app.get(str(g["app_id"]), 0) + int(str(g["gpus"]))
+        per_node[str(g["node_id"])] = per_node.get(str(g["node_id"]), 0) + int(str(g["gpus"]))
+    assert per_app == {"a": 3, "b": 1}
+    assert per_node.get("h1:1", 0) <= 4 and per_node.get("h2:1", 0) <= 2
+
+
+def test_bidder_with_cached_table_wins_its_bundle() -> None:
+    bids = ReportedBids()
+    # 'a' has the worst rho, so with f=0.8 and 2 apps it is the only bidder.
+    bids.report_table(BidTable("a", 5.0, (Bid(("h1:1/0", "h1:1/1"), 1.5),)))
+    bids.report_rho("b", 1.0)
+    engine = RoundEngine(bids)
+    reply = json.loads(
+        engine.run(_view([{"app_id": "a", "pending_gpus": 2}, {"app_id": "b", "pending_gpus": 2}]))
+    )
+    assert reply["info"]["bidders"] == ["a"]
+    granted_a = sum(g["gpus"] for g in reply["grants"] if g["app_id"] == "a")
+    assert 1 <= granted_a <= 2
+
+
+def test_nothing_to_do_when_no_app_wants_gpus() -> None:
+    assert _grants(RoundEngine().run(_view([{"app_id": "a", "pending_gpus": 0}]))) == []
+
+
+def test_malformed_view_names_the_field() -> None:
+    with pytest.raises(ViewError, match="free_gpus"):
+        parse_view(
+            json.dumps(
+                {
+                    "round": 1,
+                    "now_ms": 0,
+                    "fairness_knob": 0.8,
+                    "lease_duration_ms": 1,
+                    "solver": "auto",
+                    "nodes": [{"node_id": "x", "rack": "/r", "total_gpus": 1}],
+                    "apps": [],
+                }
+            )
+        )
+
+
+def test_find_plugin_jar(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    jar = tmp_path / "themis-rm-plugin-9.jar"
+    jar.write_bytes(b"PK")
+    monkeypatch.setenv(ENV_VAR, str(jar))
+    assert find_plugin_jar() == jar
+    monkeypatch.setenv(ENV_VAR, str(tmp_path / "missing.jar"))
+    with pytest.raises(PluginJarNotFound, match=ENV_VAR):
+        find_plugin_jar()
