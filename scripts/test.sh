@@ -32,6 +32,7 @@ if [[ $rc -eq 5 ]]; then echo "test.sh: pytest collected no tests" >&2; exit 1; 
 if [[ -x scripts/docker-setup.sh && "${THEMIS_SKIP_DOCKER:-0}" != "1" ]]; then
   stage "docker mini-cluster (testcontainers)"
   scripts/docker-setup.sh
+  docker/build.sh
   set +e
   "$PY" -m pytest -q -m docker tests/integration
   rc=$?

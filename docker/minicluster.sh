@@ -1,0 +1,206 @@
+#!/usr/bin/env bash
+# The Themis mini-cluster on this machine: NameNode, DataNode, ResourceManager (+ Themis plugin
+# when built in), and NodeManagers with fake yarn.io/gpu on two racks. Host networking, every
+# service on 127.0.0.1 (see docs/minicluster.md for the ports).
+#
+#   docker/minicluster.sh up [--no-wait]   start (replaces a running mini-cluster), wait until ready
+#   docker/minicluster.sh down             stop and remove the containers
+#   docker/minicluster.sh status           containers, RM nodes (GPU totals, racks), HDFS
+#   docker/minicluster.sh logs [NAME]      daemon logs (NAME: nn dn rm nm1 nm2 nm3; default all, tails)
+#   docker/minicluster.sh wait             wait until ready (RM sees all NMs, WebHDFS answers)
+#
+# Environment:
+#   THEMIS_IMAGE      image for NN/DN/RM (default themis/yarn, else themis/hadoop)
+#   THEMIS_NM_IMAGE   image for the NMs (default themis/yarn-tf, else THEMIS_IMAGE)
+#   THEMIS_NMS        NodeManagers as "name:gpus:rack ..." (default "nm1:4:/rack1 nm2:2:/rack1 nm3:2:/rack2")
+#   THEMIS_MC_TIMEOUT seconds to wait for readiness (default 180)
+#   THEMIS_SCHEDULER, THEMIS_CONF_OVERRIDES: passed to the RM (see docker/bin/themis-daemon)
+set -euo pipefail
+
+PREFIX=themis-mc
+LABEL=themis.minicluster=1
+TIMEOUT=${THEMIS_MC_TIMEOUT:-180}
+NMS=${THEMIS_NMS:-"nm1:4:/rack1 nm2:2:/rack1 nm3:2:/rack2"}
+RM_URL=http://127.0.0.1:8088
+NN_URL=http://127.0.0.1:9870
+
+say() { echo "[minicluster] $*" >&2; }
+die() { echo "[minicluster] ERROR: $*" >&2; exit 1; }
+
+DOCKER=docker
+[[ -x /usr/bin/docker ]] && DOCKER=/usr/bin/docker
+if ! "$DOCKER" info >/dev/null 2>&1; then
+  say "no docker daemon answers: running scripts/docker-setup.sh"
+  bash "$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/scripts/docker-setup.sh" || die "docker is not available (scripts/docker-setup.sh failed)"
+  [[ -x /usr/bin/docker ]] && DOCKER=/usr/bin/docker
+fi
+
+have_image() { "$DOCKER" image inspect "$1" >/dev/null 2>&1; }
+pick_images() {
+  IMAGE=${THEMIS_IMAGE:-}
+  if [[ -z $IMAGE ]]; then
+    if have_image themis/yarn:latest; then IMAGE=themis/yarn:latest
+    elif have_image themis/hadoop:latest; then IMAGE=themis/hadoop:latest
+    else die "no themis/yarn or themis/hadoop image: run docker/build.sh first"; fi
+  fi
+  NM_IMAGE=${THEMIS_NM_IMAGE:-}
+  if [[ -z $NM_IMAGE ]]; then
+    if have_image themis/yarn-tf:latest; then NM_IMAGE=themis/yarn-tf:latest; else NM_IMAGE=$IMAGE; fi
+  fi
+}
+
+nm_names() { local s; for s in $NMS; do printf '%s ' "${s%%:*}"; done; }
+
+# The rack table the RM reads: rendered from THEMIS_NMS and mounted over the image's copy.
+topology_file() {
+  local f=${TMPDIR:-/tmp}/themis-mc-topology.table s name rest
+  : >"$f"
+  for s in $NMS; do
+    name=${s%%:*}; rest=${s#*:}
+    echo "$name ${rest#*:}" >>"$f"
+  done
+  echo "$f"
+}
+
+run() { # name image role [docker args...]
+  local name=$1 image=$2 role=$3; shift 3
+  "$DOCKER" run -d --name "$PREFIX-$name" --label "$LABEL" --network host \
+    --stop-timeout 5 "$@" "$image" "$role" >/dev/null \
+    || die "cannot start $PREFIX-$name"
+}
+
+cmd_down() {
+  local ids
+  ids=$("$DOCKER" ps -aq --filter "label=$LABEL")
+  if [[ -n $ids ]]; then
+    # shellcheck disable=SC2086
+    "$DOCKER" rm -f $ids >/dev/null
+    say "removed $(echo "$ids" | wc -w) container(s)"
+  else
+    say "no mini-cluster containers"
+  fi
+}
+
+# ready: RM lists every NM RUNNING with its GPU total, and WebHDFS answers with a live DataNode.
+check_ready() {
+  local quiet=${1:-0}
+  python3 - "$RM_URL" "$NN_URL" "$NMS" "$quiet" <<'EOF'
+import json, sys, urllib.request
+rm, nn, spec, quiet = sys.argv[1], sys.argv[2], sys.argv[3].split(), sys.argv[4] == "1"
+want = {s.split(":")[0]: (int(s.split(":")[1]), s.split(":", 2)[2]) for s in spec}
+def get(url):
+    with urllib.request.urlopen(url, timeout=5) as r:
+        return json.load(r)
+problems = []
+try:
+    nodes = (get(rm + "/ws/v1/cluster/nodes").get("nodes") or {}).get("node", [])
+except Exception as e:  # noqa: BLE001
+    nodes, problems = [], [f"RM REST: {e}"]
+seen = {}
+for n in nodes:
+    gpus = 0
+    for ri in (n.get("totalResource", {}).get("resourceInformations", {}) or {}).get("resourceInformation", []):
+        if ri.get("name") == "yarn.io/gpu":
+            gpus = int(ri.get("value", 0))
+    seen[n["nodeHostName"]] = (n["state"], gpus, n.get("rack"), n["id"])
+    if not quiet:
+        print(f"  node {n['id']:<12} {n['state']:<9} rack={n.get('rack')} gpu={gpus} "
+              f"mem={n.get('totalResource', {}).get('memory')}MB vcores={n.get('totalResource', {}).get('vCores')}")
+for name, (gpus, rack) in want.items():
+    s = seen.get(name)
+    if s is None:
+        problems.append(f"{name} not registered")
+    elif s[0] != "RUNNING" or s[1] != gpus or s[2] != rack:
+        problems.append(f"{name}: {s[0]} gpu={s[1]} rack={s[2]} (want RUNNING gpu={gpus} rack={rack})")
+try:
+    st = get(nn + "/webhdfs/v1/?op=GETFILESTATUS")
+    live = get(nn + "/jmx?qry=Hadoop:service=NameNode,name=FSNamesystemState")["beans"][0]["NumLiveDataNodes"]
+    safe = get(nn + "/jmx?qry=Hadoop:service=NameNode,name=NameNodeInfo")["beans"][0].get("Safemode", "")
+    if not quiet:
+        print(f"  hdfs: / is {st['FileStatus']['type']}, live DataNodes={live}, safemode={'on' if safe else 'off'}")
+    if live < 1:
+        problems.append("no live DataNode")
+    if safe:
+        problems.append("NameNode in safe mode")
+except Exception as e:  # noqa: BLE001
+    problems.append(f"WebHDFS: {e}")
+if problems:
+    if not quiet:
+        print("  not ready: " + "; ".join(problems))
+    sys.exit(1)
+EOF
+}
+
+cmd_wait() {
+  local t0=$SECONDS name
+  while ! check_ready 1 >/dev/null 2>&1; do
+    for name in nn dn rm $(nm_names); do
+      if [[ $("$DOCKER" inspect -f '{{.State.Running}}' "$PREFIX-$name" 2>/dev/null) != true ]]; then
+        "$DOCKER" logs --tail 40 "$PREFIX-$name" >&2 2>&1 || true
+        die "container $PREFIX-$name is not running (logs above)"
+      fi
+    done
+    if ((SECONDS - t0 > TIMEOUT)); then
+      check_ready 0 || true
+      die "mini-cluster not ready after ${TIMEOUT}s (docker/minicluster.sh logs)"
+    fi
+    sleep 2
+  done
+  say "ready in $((SECONDS - t0))s"
+  check_ready 0
+}
+
+cmd_up() {
+  local wait=1 s name rest gpus topo
+  [[ ${1:-} == --no-wait ]] && wait=0
+  pick_images
+  cmd_down
+  # ports already taken by something else would make a daemon fail in a confusing way
+  if command -v ss >/dev/null 2>&1; then
+    local busy
+    busy=$(ss -ltnH 2>/dev/null | awk '{print $4}' | grep -E ':(9000|9870|9866|8088|8030|8031|8032|8033|8041|8141|8241)$' || true)
+    [[ -z $busy ]] || die "ports already in use: $(echo "$busy" | tr '\n' ' ')"
+  fi
+  topo=$(topology_file)
+  local aliases
+  aliases=$(nm_names)
+  say "images: $IMAGE (NN/DN/RM), $NM_IMAGE (NMs); NMs: $NMS"
+  run nn "$IMAGE" namenode -e THEMIS_HOST_ALIASES="$aliases"
+  run dn "$IMAGE" datanode -e THEMIS_HOST_ALIASES="$aliases"
+  run rm "$IMAGE" resourcemanager -e THEMIS_HOST_ALIASES="$aliases" \
+    -e THEMIS_SCHEDULER="${THEMIS_SCHEDULER:-}" -e THEMIS_CONF_OVERRIDES="${THEMIS_CONF_OVERRIDES:-}" \
+    -v "$topo:/opt/hadoop/conf.template/topology.table:ro"
+  local i=0
+  for s in $NMS; do
+    i=$((i + 1)); name=${s%%:*}; rest=${s#*:}; gpus=${rest%%:*}
+    run "$name" "$NM_IMAGE" nodemanager -e THEMIS_NM_NAME="$name" -e THEMIS_NM_INDEX="$i" \
+      -e THEMIS_NM_GPUS="$gpus" -e THEMIS_HOST_ALIASES="$aliases" \
+      -v "$topo:/opt/hadoop/conf.template/topology.table:ro"
+  done
+  say "started: $("$DOCKER" ps --filter "label=$LABEL" --format '{{.Names}}' | tr '\n' ' ')"
+  ((wait)) && cmd_wait
+  return 0
+}
+
+cmd_status() {
+  "$DOCKER" ps -a --filter "label=$LABEL" --format 'table {{.Names}}\t{{.Status}}\t{{.Image}}'
+  check_ready 0 && say "READY" || { say "NOT READY"; return 1; }
+}
+
+cmd_logs() {
+  local name
+  if [[ -n ${1:-} ]]; then "$DOCKER" logs "$PREFIX-$1" 2>&1; return; fi
+  for name in nn dn rm $(nm_names); do
+    echo "===== $PREFIX-$name ====="
+    "$DOCKER" logs --tail "${THEMIS_LOG_TAIL:-30}" "$PREFIX-$name" 2>&1 || true
+  done
+}
+
+case ${1:-} in
+  up) shift; cmd_up "$@" ;;
+  down) cmd_down ;;
+  status) cmd_status ;;
+  logs) shift; cmd_logs "$@" ;;
+  wait) cmd_wait ;;
+  *) sed -n '2,18p' "${BASH_SOURCE[0]}"; exit 2 ;;
+esac
