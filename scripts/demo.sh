@@ -6,8 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh dev
 out="${1:-out/demo}"
-themis sim --trace "$(python3 -c 'import themis.sim.workload as w; print(w.BUNDLED_TRACE)')" \
-  --policies themis,gandiva,tiresias,srtf --out "$out"
+themis sim --trace builtin --workload 2 --max-apps "${DEMO_APPS:-20}" --no-progress \
+  --policies themis,gandiva,tiresias --out "$out"
 python3 - "$out" <<'PYEOF'
 import json, sys
 s = json.load(open(f"{sys.argv[1]}/summary.json"))

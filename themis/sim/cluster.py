@@ -78,7 +78,7 @@ def _load_doc(path: Path) -> Any:
 
 
 def _slots(where: str, value: Any) -> list[int]:
-    ok = isinstance(value, list) and value
+    ok = isinstance(value, list) and len(value) > 0
     ok = ok and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value)
     if not ok:
         raise SpecError(where, f"'slots' must be a non-empty list of ints >= 1, got {value!r}")

@@ -148,7 +148,7 @@ class AppState:
             keep = [g for g in j.gpus if g in pool][: self.spec.jobs[j.index].max_demand]
             j.gpus = tuple(keep)
             pool.difference_update(keep)
-        order = sorted(running, key=lambda j: (-j.iters_left * self.spec.jobs[j.index].serial_iter_time, j.index))
+        order = sorted(running, key=lambda j: (-self._work_left(j), j.index))
         for j in order:
             want = self.spec.jobs[j.index].max_demand - len(j.gpus)
             if want <= 0 or not pool:
@@ -162,10 +162,18 @@ class AppState:
                     self.restarts += 1
         self.version += 1
 
-    def surplus(self, topo: Topology) -> list[str]:
-        """Held GPUs no running job uses (to be released), worst-placed first."""
-        used = {g for j in self.jobs for g in j.gpus}
-        return sorted(g for g in self.held if g not in used)
+    def _work_left(self, j: JobState) -> float:
+        return j.iters_left * self.spec.jobs[j.index].serial_iter_time
+
+    def surplus(self, excess: int) -> list[str]:
+        """``excess`` held GPUs to release: unused ones first, then those of the jobs with
+        the least work left."""
+        used: dict[str, float] = {}
+        for j in self.jobs:
+            for g in j.gpus:
+                used[g] = j.iters_left * self.spec.jobs[j.index].serial_iter_time
+        order = sorted(self.held, key=lambda g: (g in used, used.get(g, 0.0), g))
+        return order[:excess]
 
     # --- the agent's view -------------------------------------------------------------
     def model(self, error: float = 0.0, profile: PlacementProfile | None = None) -> AppModel:

@@ -57,7 +57,8 @@ class AppSpec:
         if not math.isfinite(self.arrival) or self.arrival < 0:
             raise SpecError(where, f"arrival={self.arrival!r} must be a finite number >= 0")
         if self.placement not in PLACEMENT_CLASSES:
-            raise SpecError(where, f"placement {self.placement!r} not in {sorted(PLACEMENT_CLASSES)}")
+            known = sorted(PLACEMENT_CLASSES)
+            raise SpecError(where, f"placement {self.placement!r} not in {known}")
         for j in self.jobs:
             if not (j.serial_iter_time > 0 and math.isfinite(j.serial_iter_time)):
                 raise SpecError(where, f"job {j.id!r}: serial_iter_time must be > 0")
@@ -161,3 +162,8 @@ def single_phase_app(
     """An app whose jobs all run in one phase (``(job, iterations)`` pairs)."""
     return AppSpec(app_id, arrival, tuple(j for j, _ in jobs),
                    (tuple((i, it) for i, (_, it) in enumerate(jobs)),), placement, model)
+
+
+def loss_rank_key(iters_done: float, tau: float, index: int) -> tuple[float, int]:
+    """Sort key: lower simulated loss 1/sqrt(1 + i/tau) first (ties by job index)."""
+    return (1.0 / math.sqrt(1.0 + iters_done / tau), index)

@@ -52,12 +52,12 @@ class ThemisPolicy(Policy):
     def allocate(self, ctx: RoundContext) -> Allocation:
         topo = ctx.topology
         by_id = {a.spec.id: a for a in ctx.apps}
-        models = {a.spec.id: self._model(a) for a in ctx.apps}
-        held = {a.spec.id: a.held_gpus(topo) for a in ctx.apps}
+        # An app that cannot use more GPUs does not take part in the round.
+        active = [a for a in ctx.apps if a.room() > 0]
+        models = {a.spec.id: self._model(a) for a in active}
+        held = {a.spec.id: a.held_gpus(topo) for a in active}
         rho_now: dict[str, float] = {}
-        for a in ctx.apps:
-            if a.room() <= 0:
-                continue  # an app that cannot use more GPUs does not take part
+        for a in active:
             m = models[a.spec.id]
             r = rho(m, len(held[a.spec.id]), locality_of(held[a.spec.id]), ctx.fairness(a.spec.id))
             rho_now[a.spec.id] = r if not math.isnan(r) else math.inf
@@ -85,9 +85,9 @@ class ThemisPolicy(Policy):
         taken = {g for gs in alloc.values() for g in gs}
         unallocated = [g for g in ctx.free if g.id not in taken]
         if unallocated:
-            left = {a: room[a] - len(alloc.get(a, ())) for a in outcome.bidders}
-            free = unallocated
-            extra, _ = distribute_leftover(free, list(outcome.bidders), ctx.rng, left)
+            left = {a: room[a] - len(alloc.get(a, ())) for a in room}
+            order = [*outcome.bidders, *outcome.nonbidders]
+            extra, _ = distribute_leftover(unallocated, order, ctx.rng, left)
             for app, gs in extra.items():
                 alloc[app] = tuple(sorted((*alloc.get(app, ()), *gs)))
         return alloc

@@ -1,0 +1,5 @@
+import sys
+
+from themis.sim.cli import main
+
+sys.exit(main())

@@ -1,0 +1,261 @@
+"""Discrete-event simulator (paper section 6.1, "event-based simulator").
+
+Events live in a heap ordered by (time, sequence): app arrivals, lease expiries (one event
+per lease cohort - the GPUs granted in one round share an expiry; expiries at the same
+instant are processed together), job completions (versioned per app; stale ones are
+dropped). After the events of an instant are applied, finished phases advance
+(successive-halving early stops), finished apps release their GPUs, apps release GPUs no
+running job can use, and - if GPUs are free and some app can use them - the policy runs
+one round; grants become leases expiring ``lease_s`` later (section 3.3.2).
+
+Between events every job progresses at n / (serial_iter_time * S(locality)) iterations/s
+(Eq. 1), except during the checkpoint/restart pause that follows any change of its GPU
+set (section 6.2.3). Work is never lost: jobs checkpoint when their GPUs are taken away.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from themis.agent.contention import ContentionTracker
+from themis.cluster.topology import Topology
+from themis.sim.errors import InvariantError, SimError
+from themis.sim.policies.base import Policy, RoundContext, check_allocation
+from themis.sim.state import AppState, check_owners
+from themis.sim.workload import AppSpec, Workload
+
+ARRIVE, EXPIRE, COMPLETE = 0, 1, 2
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    lease_s: float = 600.0  # 10-minute leases (section 6.2)
+    restart_s: float = 35.0  # container reallocation median (section 6.2.3)
+    seed: int = 0
+    check_invariants: bool = True
+    max_time: float = math.inf  # stop (error) if the simulated clock passes this
+    # Lease expiries are rounded up to a multiple of this, so that leases granted close
+    # together expire (and are re-offered) in one round instead of one round each.
+    expiry_quantum_s: float = 120.0
+
+
+@dataclass(slots=True)
+class AppResult:
+    id: str
+    arrival: float
+    finish: float
+    t_id: float  # ideal finish time with the app's N_avg at completion
+    n_avg: float
+    gpu_time: float
+    placement_score: float
+    restarts: int
+    kind: str
+    placement: str
+
+    @property
+    def jct(self) -> float:
+        return self.finish - self.arrival
+
+    @property
+    def rho(self) -> float:
+        return self.jct / self.t_id
+
+
+@dataclass(slots=True)
+class SimResult:
+    policy: str
+    apps: list[AppResult]
+    rounds: int
+    round_ms: list[float]
+    wall_s: float
+    makespan: float
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+class Simulator:
+    def __init__(self, topology: Topology, workload: Workload, policy: Policy,
+                 config: SimConfig | None = None) -> None:
+        self.topo = topology
+        self.workload = workload
+        self.policy = policy
+        self.cfg = config or SimConfig()
+        if self.cfg.lease_s <= 0 or self.cfg.restart_s < 0:
+            raise SimError("lease_s must be > 0 and restart_s >= 0")
+        self.rng = random.Random(self.cfg.seed)
+        self.now = 0.0
+        self.free: set[str] = set(topology)
+        self.apps: dict[str, AppState] = {}
+        self.tracker = ContentionTracker(0.0)
+        self.heap: list[tuple[float, int, int, object]] = []
+        self._seq = 0
+        self.results: list[AppResult] = []
+        self.rounds = 0
+        self.round_ms: list[float] = []
+        self._cohort = 0
+        self._done_iters: dict[str, float] = {}
+        self._sched_version: dict[str, int] = {}
+        self._dirty: set[str] = set()  # apps whose held GPUs changed at this instant
+
+    def _push(self, t: float, kind: int, payload: object) -> None:
+        self._seq += 1
+        heapq.heappush(self.heap, (t, self._seq, kind, payload))
+
+    # ---------------------------------------------------------------------------------
+    def run(self, progress: Callable[[float], None] | None = None) -> SimResult:
+        started = time.perf_counter()
+        for spec in self.workload.apps:
+            self._push(spec.arrival, ARRIVE, spec)
+        while self.heap:
+            t = self.heap[0][0]
+            if t > self.cfg.max_time:
+                raise SimError(f"simulated time passed max_time={self.cfg.max_time}")
+            self._advance(t)
+            need_round = False
+            while self.heap and self.heap[0][0] <= t:
+                _, _, kind, payload = heapq.heappop(self.heap)
+                need_round |= self._handle(kind, payload)
+            need_round |= self._settle()
+            if need_round and self.free and any(a.room() > 0 for a in self.apps.values()):
+                self._round()
+            for app_id in sorted(self._dirty):
+                if app_id in self.apps:
+                    self.apps[app_id].assign(self.topo, self.now, self.cfg.restart_s)
+            self._dirty.clear()
+            self._schedule_completions()
+            if self.cfg.check_invariants:
+                self._check()
+            if progress is not None:
+                progress(self.now)
+        if self.apps:
+            raise SimError(f"simulation ended with {len(self.apps)} unfinished apps "
+                           f"(e.g. {next(iter(self.apps))!r}): nothing left to schedule")
+        return SimResult(self.policy.name, sorted(self.results, key=lambda r: r.id),
+                         self.rounds, self.round_ms, time.perf_counter() - started,
+                         self.now)
+
+    def _advance(self, t: float) -> None:
+        if t < self.now:
+            raise InvariantError(f"clock went backwards: {t} < {self.now}")
+        for a in self.apps.values():
+            a.progress(t)
+        self.now = t
+
+    def _handle(self, kind: int, payload: object) -> bool:
+        if kind == ARRIVE:
+            assert isinstance(payload, AppSpec)
+            new = AppState(payload)
+            self.apps[new.spec.id] = new
+            self.tracker.arrive(new.spec.id, self.now)
+            return True
+        if kind == EXPIRE:
+            cohort: list[tuple[str, str]] = payload  # type: ignore[assignment]
+            changed = False
+            for app_id, g in cohort:
+                app = self.apps.get(app_id)
+                if app is not None and app.held.get(g) == self.now:
+                    del app.held[g]
+                    self.free.add(g)
+                    self._dirty.add(app_id)
+                    changed = True
+            return changed
+        return False  # a completion frees GPUs only through _settle
+
+    def _settle(self) -> bool:
+        """Phase ends, app completions and surplus releases at the current instant."""
+        released = False
+        for app in list(self.apps.values()):
+            changed = False
+            while app.phase_done:
+                changed = True
+                if not app.advance_phase(self.now):
+                    self._finish(app)
+                    released = True
+                    break
+            if app.spec.id not in self.apps:
+                continue
+            if changed:
+                app.assign(self.topo, self.now, self.cfg.restart_s)
+            for j in app.jobs:
+                if j.done and j.gpus:
+                    j.gpus = ()
+                    self._dirty.add(app.spec.id)
+            excess = len(app.held) - app.demand_now()
+            if excess > 0:
+                for g in app.surplus(excess)[:excess]:
+                    del app.held[g]
+                    self.free.add(g)
+                self._dirty.add(app.spec.id)
+                released = True
+        return released
+
+    def _finish(self, app: AppState) -> None:
+        from themis.sim.state import app_ideal_time
+
+        n_avg = self.tracker.n_avg(app.spec.id, self.now)
+        self.tracker.depart(app.spec.id, self.now)
+        for g in app.held:
+            self.free.add(g)
+        app.held.clear()
+        app.finish = self.now
+        del self.apps[app.spec.id]
+        self._sched_version.pop(app.spec.id, None)
+        self._done_iters.pop(app.spec.id, None)
+        self.policy.observe_finish(app, self.now)
+        score = app.score_time / app.service if app.service > 0 else 1.0
+        self.results.append(AppResult(
+            app.spec.id, app.spec.arrival, self.now,
+            app_ideal_time(app.spec, len(self.topo), n_avg), n_avg, app.gpu_time, score,
+            app.restarts, app.spec.kind, app.spec.placement))
+
+    def _round(self) -> None:
+        t0 = time.perf_counter()
+        active = sorted(self.apps.values(), key=lambda a: (a.spec.arrival, a.spec.id))
+        free = sorted((self.topo[g] for g in self.free), key=lambda g: self.topo.index(g.id))
+        ctx = RoundContext(self.now, free, self.topo, active, self.rng,
+                           lambda a: self.tracker.n_avg(a, self.now), self.cfg.lease_s)
+        alloc = self.policy.allocate(ctx)
+        if self.cfg.check_invariants:
+            check_allocation(ctx, alloc)
+        q = self.cfg.expiry_quantum_s
+        expiry = self.now + self.cfg.lease_s
+        if q > 0:
+            expiry = math.ceil(expiry / q - 1e-9) * q
+        cohort: list[tuple[str, str]] = []
+        for app_id, gs in sorted(alloc.items()):
+            if not gs:
+                continue
+            app = self.apps[app_id]
+            for g in gs:
+                self.free.remove(g)
+                app.held[g] = expiry
+                cohort.append((app_id, g))
+            app.last_scheduled = self.now
+            self._dirty.add(app_id)
+        # Renewal: apps keep GPUs whose lease is being re-granted; a lease that expires
+        # and is won back by the same app costs nothing (the job's GPU set is unchanged).
+        if cohort:
+            self._push(expiry, EXPIRE, cohort)
+        self.rounds += 1
+        self.round_ms.append((time.perf_counter() - t0) * 1e3)
+
+    def _schedule_completions(self) -> None:
+        for app in self.apps.values():
+            if self._sched_version.get(app.spec.id) == app.version:
+                continue
+            t = app.next_completion(self.now)
+            if math.isfinite(t):
+                self._push(t, COMPLETE, (app.spec.id, app.version))
+            self._sched_version[app.spec.id] = app.version
+
+    def _check(self) -> None:
+        check_owners(self.apps, self.free, self.topo)
+        for a in self.apps.values():
+            done = sum(a.iters_done.values())
+            if done + 1e-6 < self._done_iters.get(a.spec.id, 0.0):
+                raise InvariantError(f"app {a.spec.id!r}: completed work went backwards")
+            self._done_iters[a.spec.id] = done

@@ -1,0 +1,184 @@
+"""Section 6 experiments, one command each::
+
+    python -m themis.sim.experiments contention  --out DIR   # Fig. 14 (cluster 1, 1/2, 1/4)
+    python -m themis.sim.experiments network     --out DIR   # Figs. 15-16 (0-100% network)
+    python -m themis.sim.experiments error       --out DIR   # Fig. 17 (estimate error +-X%)
+    python -m themis.sim.experiments lying       --out DIR   # Fig. 18 (one lying app, 64 GPUs)
+    python -m themis.sim.experiments sensitivity --out DIR   # Fig. 19 (f x lease)
+
+Each writes DIR/<name>.json (rows of parameters and metrics) and DIR/<name>.png. Sizes
+default to small slices (the machine is shared); ``--apps`` raises them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from themis.agent.placement import PlacementProfile
+from themis.cluster.topology import Topology
+from themis.sim.cluster import build_cluster, default_cluster
+from themis.sim.engine import SimConfig, Simulator
+from themis.sim.loader import load_any
+from themis.sim.metrics import summarize
+from themis.sim.policies import Policy, make_policy
+from themis.sim.policies.themis import ThemisPolicy
+from themis.sim.synthetic import synthetic
+from themis.sim.workload import AppSpec, JobSpec, Workload
+
+BASELINES = "themis,gandiva,tiresias,optimus,slaq,srtf,srsf"
+Row = dict[str, Any]
+
+
+def _run(topo: Topology, w: Workload, pol: Policy, lease_min: float = 10.0,
+         seed: int = 0) -> dict[str, Any]:
+    cfg = SimConfig(lease_s=lease_min * 60, seed=seed, check_invariants=False)
+    return summarize(Simulator(topo, w, pol, cfg).run())
+
+
+def contention(args: argparse.Namespace) -> list[Row]:
+    w = load_any("builtin", 1).head(args.apps)
+    rows = []
+    for scale in (1.0, 0.5, 0.25):
+        topo = default_cluster(scale)
+        for p in args.policies.split(","):
+            rows.append({"scale": scale, "gpus": len(topo), "policy": p,
+                         **_run(topo, w, make_policy(p), seed=args.seed)})
+            _log(rows[-1])
+    return rows
+
+
+def network(args: argparse.Namespace) -> list[Row]:
+    rows = []
+    topo = default_cluster(args.scale)
+    for pct in (0, 20, 40, 60, 80, 100):
+        w = synthetic(args.apps, seed=args.seed, network_fraction=pct / 100,
+                      successive_halving=True, interarrival_s=600.0)
+        for p in args.policies.split(","):
+            rows.append({"network_pct": pct, "policy": p,
+                         **_run(topo, w, make_policy(p), seed=args.seed)})
+            _log(rows[-1])
+    return rows
+
+
+def error(args: argparse.Namespace) -> list[Row]:
+    rows = []
+    topo = default_cluster(args.scale)
+    w = load_any("builtin", 2, args.seed).head(args.apps)
+    for x in (0, 5, 10, 20, 30):
+        rng = random.Random(args.seed)
+        errs = {a.id: rng.uniform(-x, x) / 100 for a in w.apps}
+        rows.append({"error_pct": x, "policy": "themis",
+                     **_run(topo, w, ThemisPolicy(errors=errs), seed=args.seed)})
+        _log(rows[-1])
+    return rows
+
+
+def lying_cluster() -> Topology:
+    """Section 6.3: 64 GPUs, a single 8-GPU machine, the others 2-GPU machines."""
+    return build_cluster([(1, [2, 2, 2, 2]), (28, [2])], racks=4)
+
+
+def lying(args: argparse.Namespace) -> list[Row]:
+    topo = lying_cluster()
+    apps = []
+    for a in range(8):  # 8 identical network-intensive apps, 2 jobs of 8 GPUs each
+        jobs = (JobSpec(f"L{a}-0", 1.0, 8, 1e4), JobSpec(f"L{a}-1", 1.0, 8, 1e4))
+        apps.append(AppSpec(f"L{a}", 0.0, jobs, (((0, 3.6e4), (1, 3.6e4)),), "network"))
+    w = Workload(apps)
+    rows = []
+    true = apps[0].profile
+    for x in (0, 10, 20, 30, 40, 60, 80, 100):
+        f = 1 + x / 100
+        # over-report the slowdown of spread placements by X% (dense ones stay at 1)
+        lie = PlacementProfile(true.slot, true.machine, true.rack * f, true.cluster * f)
+        pol = ThemisPolicy(reported_profiles={"L0": lie})
+        sim = Simulator(topo, w, pol, SimConfig(seed=args.seed, check_invariants=False))
+        r = sim.run()
+        jct = {a.id: a.jct / 3600 for a in r.apps}
+        honest = [v for k, v in jct.items() if k != "L0"]
+        rows.append({"lie_pct": x, "liar_jct_h": jct["L0"],
+                     "truthful_avg_jct_h": sum(honest) / len(honest)})
+        _log(rows[-1])
+    return rows
+
+
+def sensitivity(args: argparse.Namespace) -> list[Row]:
+    rows = []
+    topo = default_cluster(args.scale)
+    w = load_any("builtin", 2, args.seed).head(args.apps)
+    for f in (0.0, 0.2, 0.5, 0.8, 0.95):
+        for lease in (5.0, 10.0, 20.0, 40.0):
+            rows.append({"f": f, "lease_min": lease, "policy": "themis",
+                         **_run(topo, w, ThemisPolicy(fairness_knob=f), lease, args.seed)})
+            _log(rows[-1])
+    return rows
+
+
+EXPERIMENTS: dict[str, tuple[Callable[[argparse.Namespace], list[Row]], str, str]] = {
+    "contention": (contention, "gpus", "max_rho"),
+    "network": (network, "network_pct", "max_rho"),
+    "error": (error, "error_pct", "max_rho"),
+    "lying": (lying, "lie_pct", "liar_jct_h"),
+    "sensitivity": (sensitivity, "lease_min", "max_rho"),
+}
+
+
+def _log(row: Row) -> None:
+    keep = {k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()
+            if k in ("scale", "gpus", "policy", "network_pct", "error_pct", "lie_pct", "f",
+                     "lease_min", "max_rho", "median_rho", "gpu_time_hours", "liar_jct_h",
+                     "truthful_avg_jct_h", "wall_s")}
+    print(json.dumps(keep), flush=True)
+
+
+def plot(name: str, rows: list[Row], out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    _, xkey, ykey = EXPERIMENTS[name]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    if name == "lying":
+        xs = [r["lie_pct"] for r in rows]
+        ax.plot(xs, [r["liar_jct_h"] for r in rows], marker="o", label="lying app")
+        ax.plot(xs, [r["truthful_avg_jct_h"] for r in rows], marker="s", label="truthful avg")
+        ax.set_ylabel("app completion time (h)")
+    else:
+        series = "f" if name == "sensitivity" else "policy"
+        for s in dict.fromkeys(r[series] for r in rows):
+            sel = [r for r in rows if r[series] == s]
+            ax.plot([r[xkey] for r in sel], [r[ykey] for r in sel], marker="o",
+                    label=f"{series}={s}")
+        ax.set_ylabel(ykey)
+    ax.set_xlabel(xkey)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / f"{name}.png", dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m themis.sim.experiments")
+    p.add_argument("experiment", choices=sorted(EXPERIMENTS))
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--apps", type=int, default=40, help="apps in the workload slice")
+    p.add_argument("--scale", type=float, default=0.25, help="cluster scale (256 x scale)")
+    p.add_argument("--policies", default=BASELINES)
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    rows = EXPERIMENTS[args.experiment][0](args)
+    (args.out / f"{args.experiment}.json").write_text(json.dumps(rows, indent=1))
+    plot(args.experiment, rows, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

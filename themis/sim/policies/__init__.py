@@ -1,0 +1,44 @@
+"""Cross-app scheduling policies behind one interface (:class:`Policy`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from themis.sim.errors import UnknownPolicy
+from themis.sim.policies.base import Allocation, Policy, RoundContext
+from themis.sim.policies.gandiva import GandivaPolicy
+from themis.sim.policies.gavel import GavelFtfPolicy
+from themis.sim.policies.hermes import HermesPolicy
+from themis.sim.policies.optimus import OptimusPolicy
+from themis.sim.policies.slaq import SlaqPolicy
+from themis.sim.policies.srsf import SrsfPolicy
+from themis.sim.policies.srtf import SrtfPolicy
+from themis.sim.policies.themis import ThemisPolicy
+from themis.sim.policies.tiresias import TiresiasPolicy
+
+FACTORIES: dict[str, Callable[[float], Policy]] = {
+    "themis": lambda f: ThemisPolicy(fairness_knob=f),
+    "gandiva": lambda f: GandivaPolicy(),
+    "tiresias": lambda f: TiresiasPolicy(gittins=False),
+    "tiresias-gittins": lambda f: TiresiasPolicy(gittins=True),
+    "optimus": lambda f: OptimusPolicy(),
+    "slaq": lambda f: SlaqPolicy(),
+    "srtf": lambda f: SrtfPolicy(),
+    "srsf": lambda f: SrsfPolicy(),
+    "gavel": lambda f: GavelFtfPolicy(),
+    "hermes": lambda f: HermesPolicy(),
+}
+POLICY_NAMES = tuple(FACTORIES)
+
+
+def make_policy(name: str, fairness_knob: float = 0.8) -> Policy:
+    try:
+        factory = FACTORIES[name]
+    except KeyError:
+        raise UnknownPolicy(
+            f"unknown policy {name!r}; valid policies: {', '.join(POLICY_NAMES)}"
+        ) from None
+    return factory(fairness_knob)
+
+
+__all__ = ["POLICY_NAMES", "Allocation", "Policy", "RoundContext", "make_policy"]
