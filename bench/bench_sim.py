@@ -33,9 +33,16 @@ def main() -> None:
     for name in args.policies.split(","):
         pol = make_policy(name)
         t0 = time.perf_counter()
-        r = Simulator(topo, w, pol, SimConfig(lease_s=args.lease_minutes * 60,
-                                               expiry_quantum_s=args.expiry_quantum,
-                                               check_invariants=False)).run()
+        r = Simulator(
+            topo,
+            w,
+            pol,
+            SimConfig(
+                lease_s=args.lease_minutes * 60,
+                expiry_quantum_s=args.expiry_quantum,
+                check_invariants=False,
+            ),
+        ).run()
         s = summarize(r)
         s["wall_s"] = time.perf_counter() - t0
         if isinstance(pol, ThemisPolicy):
@@ -45,9 +52,16 @@ def main() -> None:
                 s["bid_ms_p95"] = bm[int(0.95 * (len(bm) - 1))]
                 s["auction_ms_median"] = am[len(am) // 2]
                 s["auction_ms_p95"] = am[int(0.95 * (len(am) - 1))]
-        print(json.dumps({"policy": name, "apps": len(w.apps),
-                          **{k: round(v, 3) if isinstance(v, float) else v
-                             for k, v in s.items()}}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "policy": name,
+                    "apps": len(w.apps),
+                    **{k: round(v, 3) if isinstance(v, float) else v for k, v in s.items()},
+                }
+            ),
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

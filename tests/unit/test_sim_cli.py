@@ -11,14 +11,33 @@ from themis.sim.cli import main
 
 
 def test_cli_writes_summary_and_plots(tmp_path: Path) -> None:
-    rc = main(["--policies", "themis,gandiva", "--out", str(tmp_path), "--max-apps", "6",
-               "--cluster", "default:0.125", "--no-progress", "--check-invariants"])
+    rc = main(
+        [
+            "--policies",
+            "themis,gandiva",
+            "--out",
+            str(tmp_path),
+            "--max-apps",
+            "6",
+            "--cluster",
+            "default:0.125",
+            "--no-progress",
+            "--check-invariants",
+        ]
+    )
     assert rc == 0
     s = json.loads((tmp_path / "summary.json").read_text())
     assert set(s) == {"themis", "gandiva"}
     for v in s.values():
-        for k in ("max_rho", "median_rho", "gpu_time_hours", "avg_jct_hours",
-                  "mean_placement_score", "apps", "wall_s"):
+        for k in (
+            "max_rho",
+            "median_rho",
+            "gpu_time_hours",
+            "avg_jct_hours",
+            "mean_placement_score",
+            "apps",
+            "wall_s",
+        ):
             assert k in v
         assert v["apps"] == 6
     for png in ("rho_cdf.png", "gpu_time.png", "placement_cdf.png"):

@@ -13,7 +13,9 @@ from themis.sim.synthetic import synthetic
 from themis.sim.workload import AppSpec, JobSpec, Workload, single_phase_app
 
 
-def one_app(iters: float = 3600.0, demand: int = 2, arrival: float = 0.0, aid: str = "a") -> AppSpec:
+def one_app(
+    iters: float = 3600.0, demand: int = 2, arrival: float = 0.0, aid: str = "a"
+) -> AppSpec:
     return single_phase_app(aid, arrival, [(JobSpec(f"{aid}-j", 1.0, demand), iters)], "compute")
 
 

@@ -16,11 +16,13 @@ from themis.sim.philly import CONVERTER_VERSION, convert
 from themis.sim.synthetic import synthetic
 from themis.sim.workload import load_workload, save_workload
 
-THR = {"v100": {
-    "('ResNet-50 (batch size 64)', 1)": {"null": 4.0},
-    "('ResNet-50 (batch size 64)', 4)": {"null": 10.0},
-    "('LM (batch size 20)', 1)": {"null": 50.0},
-}}
+THR = {
+    "v100": {
+        "('ResNet-50 (batch size 64)', 1)": {"null": 4.0},
+        "('ResNet-50 (batch size 64)', 4)": {"null": 10.0},
+        "('LM (batch size 20)', 1)": {"null": 50.0},
+    }
+}
 
 
 def _line(jt: str, steps: int, arrival: float, gpus: int) -> str:
@@ -36,12 +38,15 @@ def _trace(tmp_path: Path, lines: list[str]) -> Path:
 
 
 def test_convert_durations_grouping_and_classes(tmp_path: Path) -> None:
-    d = _trace(tmp_path, [
-        _line("ResNet-50 (batch size 64)", 400, 0.0, 1),
-        _line("ResNet-50 (batch size 64)", 1000, 60.0, 4),
-        _line("LM (batch size 20)", 500, 120.0, 1),
-        _line("ResNet-50 (batch size 64)", 400, 200000.0, 1),
-    ])
+    d = _trace(
+        tmp_path,
+        [
+            _line("ResNet-50 (batch size 64)", 400, 0.0, 1),
+            _line("ResNet-50 (batch size 64)", 1000, 60.0, 4),
+            _line("LM (batch size 20)", 500, 120.0, 1),
+            _line("ResNet-50 (batch size 64)", 400, 200000.0, 1),
+        ],
+    )
     w = convert(d)
     assert w.meta["converter_version"] == CONVERTER_VERSION
     assert [len(a.jobs) for a in w.apps] == [2, 1, 1]  # same family within 24 h grouped

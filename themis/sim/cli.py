@@ -20,32 +20,53 @@ DEFAULT_POLICIES = "themis,gandiva,tiresias,optimus,slaq,srtf,srsf"
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p: argparse.ArgumentParser = subparsers.add_parser(
-        "sim", help="simulate scheduling policies on a trace",
-        description="Event-driven simulation of Themis and baselines (paper section 6).")
+        "sim",
+        help="simulate scheduling policies on a trace",
+        description="Event-driven simulation of Themis and baselines (paper section 6).",
+    )
     configure(p)
     p.set_defaults(func=run_cli)
     return p
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--trace", default="builtin",
-                   help="philly-gavel dir/file, converted .json[.gz], or 'builtin'")
-    p.add_argument("--workload", type=int, default=2, choices=(1, 2),
-                   help="1: trace apps as is; 2: Hyperband successive-halving apps")
-    p.add_argument("--policies", default=DEFAULT_POLICIES,
-                   help=f"comma-separated, from: {', '.join(POLICY_NAMES)}")
+    p.add_argument(
+        "--trace",
+        default="builtin",
+        help="philly-gavel dir/file, converted .json[.gz], or 'builtin'",
+    )
+    p.add_argument(
+        "--workload",
+        type=int,
+        default=2,
+        choices=(1, 2),
+        help="1: trace apps as is; 2: Hyperband successive-halving apps",
+    )
+    p.add_argument(
+        "--policies",
+        default=DEFAULT_POLICIES,
+        help=f"comma-separated, from: {', '.join(POLICY_NAMES)}",
+    )
     p.add_argument("--out", required=True, type=Path, help="output directory")
-    p.add_argument("--cluster", default=None,
-                   help="cluster spec JSON/YAML, 'default' (256 GPUs) or 'default:SCALE'")
+    p.add_argument(
+        "--cluster",
+        default=None,
+        help="cluster spec JSON/YAML, 'default' (256 GPUs) or 'default:SCALE'",
+    )
     p.add_argument("--fairness-knob", type=float, default=0.8)
     p.add_argument("--lease-minutes", type=float, default=10.0)
     p.add_argument("--restart-seconds", type=float, default=35.0)
-    p.add_argument("--expiry-quantum", type=float, default=120.0,
-                   help="lease expiries are rounded up to a multiple of this (seconds)")
+    p.add_argument(
+        "--expiry-quantum",
+        type=float,
+        default=120.0,
+        help="lease expiries are rounded up to a multiple of this (seconds)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-apps", type=int, default=0, help="only the first N apps (0 = all)")
-    p.add_argument("--check-invariants", action="store_true",
-                   help="run the built-in invariant checks (slower)")
+    p.add_argument(
+        "--check-invariants", action="store_true", help="run the built-in invariant checks (slower)"
+    )
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True)
 
 
@@ -56,9 +77,13 @@ def simulate(args: argparse.Namespace) -> dict[str, SimResult]:
     work = load_any(args.trace, args.workload, args.seed)
     if args.max_apps > 0:
         work = work.head(args.max_apps)
-    cfg = SimConfig(lease_s=args.lease_minutes * 60, restart_s=args.restart_seconds,
-                    seed=args.seed, check_invariants=args.check_invariants,
-                    expiry_quantum_s=args.expiry_quantum)
+    cfg = SimConfig(
+        lease_s=args.lease_minutes * 60,
+        restart_s=args.restart_seconds,
+        seed=args.seed,
+        check_invariants=args.check_invariants,
+        expiry_quantum_s=args.expiry_quantum,
+    )
     results: dict[str, SimResult] = {}
     for name, pol in zip(names, policies, strict=True):
         sim = Simulator(topo, work, pol, cfg)
@@ -102,9 +127,11 @@ def run_cli(args: argparse.Namespace) -> int:
 
     write_plots(results, out)
     for n, s in summary.items():
-        print(f"{n:18s} max_rho={s['max_rho']:.2f} median_rho={s['median_rho']:.2f} "
-              f"gpu_h={s['gpu_time_hours']:.0f} jct_h={s['avg_jct_hours']:.1f} "
-              f"placement={s['mean_placement_score']:.3f} wall={s['wall_s']:.1f}s")
+        print(
+            f"{n:18s} max_rho={s['max_rho']:.2f} median_rho={s['median_rho']:.2f} "
+            f"gpu_h={s['gpu_time_hours']:.0f} jct_h={s['avg_jct_hours']:.1f} "
+            f"placement={s['mean_placement_score']:.3f} wall={s['wall_s']:.1f}s"
+        )
     return 0
 
 

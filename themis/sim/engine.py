@@ -78,8 +78,13 @@ class SimResult:
 
 
 class Simulator:
-    def __init__(self, topology: Topology, workload: Workload, policy: Policy,
-                 config: SimConfig | None = None) -> None:
+    def __init__(
+        self,
+        topology: Topology,
+        workload: Workload,
+        policy: Policy,
+        config: SimConfig | None = None,
+    ) -> None:
         self.topo = topology
         self.workload = workload
         self.policy = policy
@@ -132,11 +137,18 @@ class Simulator:
             if progress is not None:
                 progress(self.now)
         if self.apps:
-            raise SimError(f"simulation ended with {len(self.apps)} unfinished apps "
-                           f"(e.g. {next(iter(self.apps))!r}): nothing left to schedule")
-        return SimResult(self.policy.name, sorted(self.results, key=lambda r: r.id),
-                         self.rounds, self.round_ms, time.perf_counter() - started,
-                         self.now)
+            raise SimError(
+                f"simulation ended with {len(self.apps)} unfinished apps "
+                f"(e.g. {next(iter(self.apps))!r}): nothing left to schedule"
+            )
+        return SimResult(
+            self.policy.name,
+            sorted(self.results, key=lambda r: r.id),
+            self.rounds,
+            self.round_ms,
+            time.perf_counter() - started,
+            self.now,
+        )
 
     def _advance(self, t: float) -> None:
         if t < self.now:
@@ -207,17 +219,34 @@ class Simulator:
         self._done_iters.pop(app.spec.id, None)
         self.policy.observe_finish(app, self.now)
         score = app.score_time / app.service if app.service > 0 else 1.0
-        self.results.append(AppResult(
-            app.spec.id, app.spec.arrival, self.now,
-            app_ideal_time(app.spec, len(self.topo), n_avg), n_avg, app.gpu_time, score,
-            app.restarts, app.spec.kind, app.spec.placement))
+        self.results.append(
+            AppResult(
+                app.spec.id,
+                app.spec.arrival,
+                self.now,
+                app_ideal_time(app.spec, len(self.topo), n_avg),
+                n_avg,
+                app.gpu_time,
+                score,
+                app.restarts,
+                app.spec.kind,
+                app.spec.placement,
+            )
+        )
 
     def _round(self) -> None:
         t0 = time.perf_counter()
         active = sorted(self.apps.values(), key=lambda a: (a.spec.arrival, a.spec.id))
         free = sorted((self.topo[g] for g in self.free), key=lambda g: self.topo.index(g.id))
-        ctx = RoundContext(self.now, free, self.topo, active, self.rng,
-                           lambda a: self.tracker.n_avg(a, self.now), self.cfg.lease_s)
+        ctx = RoundContext(
+            self.now,
+            free,
+            self.topo,
+            active,
+            self.rng,
+            lambda a: self.tracker.n_avg(a, self.now),
+            self.cfg.lease_s,
+        )
         alloc = self.policy.allocate(ctx)
         if self.cfg.check_invariants:
             check_allocation(ctx, alloc)

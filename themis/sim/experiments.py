@@ -35,8 +35,9 @@ BASELINES = "themis,gandiva,tiresias,optimus,slaq,srtf,srsf"
 Row = dict[str, Any]
 
 
-def _run(topo: Topology, w: Workload, pol: Policy, lease_min: float = 10.0,
-         seed: int = 0) -> dict[str, Any]:
+def _run(
+    topo: Topology, w: Workload, pol: Policy, lease_min: float = 10.0, seed: int = 0
+) -> dict[str, Any]:
     cfg = SimConfig(lease_s=lease_min * 60, seed=seed, check_invariants=False)
     return summarize(Simulator(topo, w, pol, cfg).run())
 
@@ -47,8 +48,14 @@ def contention(args: argparse.Namespace) -> list[Row]:
     for scale in (1.0, 0.5, 0.25):
         topo = default_cluster(scale)
         for p in args.policies.split(","):
-            rows.append({"scale": scale, "gpus": len(topo), "policy": p,
-                         **_run(topo, w, make_policy(p), seed=args.seed)})
+            rows.append(
+                {
+                    "scale": scale,
+                    "gpus": len(topo),
+                    "policy": p,
+                    **_run(topo, w, make_policy(p), seed=args.seed),
+                }
+            )
             _log(rows[-1])
     return rows
 
@@ -57,11 +64,17 @@ def network(args: argparse.Namespace) -> list[Row]:
     rows = []
     topo = default_cluster(args.scale)
     for pct in (0, 20, 40, 60, 80, 100):
-        w = synthetic(args.apps, seed=args.seed, network_fraction=pct / 100,
-                      successive_halving=True, interarrival_s=600.0)
+        w = synthetic(
+            args.apps,
+            seed=args.seed,
+            network_fraction=pct / 100,
+            successive_halving=True,
+            interarrival_s=600.0,
+        )
         for p in args.policies.split(","):
-            rows.append({"network_pct": pct, "policy": p,
-                         **_run(topo, w, make_policy(p), seed=args.seed)})
+            rows.append(
+                {"network_pct": pct, "policy": p, **_run(topo, w, make_policy(p), seed=args.seed)}
+            )
             _log(rows[-1])
     return rows
 
@@ -73,8 +86,13 @@ def error(args: argparse.Namespace) -> list[Row]:
     for x in (0, 5, 10, 20, 30):
         rng = random.Random(args.seed)
         errs = {a.id: rng.uniform(-x, x) / 100 for a in w.apps}
-        rows.append({"error_pct": x, "policy": "themis",
-                     **_run(topo, w, ThemisPolicy(errors=errs), seed=args.seed)})
+        rows.append(
+            {
+                "error_pct": x,
+                "policy": "themis",
+                **_run(topo, w, ThemisPolicy(errors=errs), seed=args.seed),
+            }
+        )
         _log(rows[-1])
     return rows
 
@@ -102,8 +120,9 @@ def lying(args: argparse.Namespace) -> list[Row]:
         r = sim.run()
         jct = {a.id: a.jct / 3600 for a in r.apps}
         honest = [v for k, v in jct.items() if k != "L0"]
-        rows.append({"lie_pct": x, "liar_jct_h": jct["L0"],
-                     "truthful_avg_jct_h": sum(honest) / len(honest)})
+        rows.append(
+            {"lie_pct": x, "liar_jct_h": jct["L0"], "truthful_avg_jct_h": sum(honest) / len(honest)}
+        )
         _log(rows[-1])
     return rows
 
@@ -112,10 +131,16 @@ def sensitivity(args: argparse.Namespace) -> list[Row]:
     rows = []
     topo = default_cluster(args.scale)
     w = load_any("builtin", 2, args.seed).head(args.apps)
-    for f in (0.0, 0.2, 0.5, 0.8, 0.95):
-        for lease in (5.0, 10.0, 20.0, 40.0):
-            rows.append({"f": f, "lease_min": lease, "policy": "themis",
-                         **_run(topo, w, ThemisPolicy(fairness_knob=f), lease, args.seed)})
+    for f in (float(x) for x in args.knobs.split(",")):
+        for lease in (float(x) for x in args.leases.split(",")):
+            rows.append(
+                {
+                    "f": f,
+                    "lease_min": lease,
+                    "policy": "themis",
+                    **_run(topo, w, ThemisPolicy(fairness_knob=f), lease, args.seed),
+                }
+            )
             _log(rows[-1])
     return rows
 
@@ -130,10 +155,27 @@ EXPERIMENTS: dict[str, tuple[Callable[[argparse.Namespace], list[Row]], str, str
 
 
 def _log(row: Row) -> None:
-    keep = {k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()
-            if k in ("scale", "gpus", "policy", "network_pct", "error_pct", "lie_pct", "f",
-                     "lease_min", "max_rho", "median_rho", "gpu_time_hours", "liar_jct_h",
-                     "truthful_avg_jct_h", "wall_s")}
+    keep = {
+        k: (round(v, 3) if isinstance(v, float) else v)
+        for k, v in row.items()
+        if k
+        in (
+            "scale",
+            "gpus",
+            "policy",
+            "network_pct",
+            "error_pct",
+            "lie_pct",
+            "f",
+            "lease_min",
+            "max_rho",
+            "median_rho",
+            "gpu_time_hours",
+            "liar_jct_h",
+            "truthful_avg_jct_h",
+            "wall_s",
+        )
+    }
     print(json.dumps(keep), flush=True)
 
 
@@ -154,8 +196,9 @@ def plot(name: str, rows: list[Row], out: Path) -> None:
         series = "f" if name == "sensitivity" else "policy"
         for s in dict.fromkeys(r[series] for r in rows):
             sel = [r for r in rows if r[series] == s]
-            ax.plot([r[xkey] for r in sel], [r[ykey] for r in sel], marker="o",
-                    label=f"{series}={s}")
+            ax.plot(
+                [r[xkey] for r in sel], [r[ykey] for r in sel], marker="o", label=f"{series}={s}"
+            )
         ax.set_ylabel(ykey)
     ax.set_xlabel(xkey)
     ax.legend(fontsize=7)
@@ -172,6 +215,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--scale", type=float, default=0.25, help="cluster scale (256 x scale)")
     p.add_argument("--policies", default=BASELINES)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--knobs", default="0.0,0.2,0.5,0.8,0.95", help="sensitivity: f values")
+    p.add_argument("--leases", default="5,10,20,40", help="sensitivity: lease minutes")
     args = p.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     rows = EXPERIMENTS[args.experiment][0](args)

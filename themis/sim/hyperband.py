@@ -22,8 +22,9 @@ from themis.sim.workload import AppSpec, JobSpec, Workload, loss_rank_key
 MAX_JOBS = 64
 
 
-def to_successive_halving(app: AppSpec, rng: random.Random, demand_mult: int = 2,
-                          max_demand: int = 16) -> AppSpec:
+def to_successive_halving(
+    app: AppSpec, rng: random.Random, demand_mult: int = 2, max_demand: int = 16
+) -> AppSpec:
     m = len(app.jobs)
     n = 1
     while n < min(m, MAX_JOBS):
@@ -32,9 +33,14 @@ def to_successive_halving(app: AppSpec, rng: random.Random, demand_mult: int = 2
     jobs = []
     for k in range(n):
         base = app.jobs[k % m]
-        jobs.append(JobSpec(f"{app.id}-h{k}", base.serial_iter_time * rng.uniform(0.8, 1.2),
-                            min(max_demand, base.max_demand * demand_mult),
-                            base.tau * rng.uniform(0.3, 3.0)))
+        jobs.append(
+            JobSpec(
+                f"{app.id}-h{k}",
+                base.serial_iter_time * rng.uniform(0.8, 1.2),
+                min(max_demand, base.max_demand * demand_mult),
+                base.tau * rng.uniform(0.3, 3.0),
+            )
+        )
     phases_n = int(math.log2(n)) + 1
     per_phase = app.total_work / phases_n
     alive = list(range(n))

@@ -41,8 +41,16 @@ def summarize(r: SimResult) -> dict[str, Any]:
 
 def per_app(r: SimResult) -> list[dict[str, Any]]:
     return [
-        {"id": a.id, "rho": a.rho, "jct_h": a.jct / 3600, "gpu_h": a.gpu_time / 3600,
-         "placement_score": a.placement_score, "n_avg": a.n_avg, "kind": a.kind,
-         "placement": a.placement, "restarts": a.restarts}
+        {
+            "id": a.id,
+            "rho": a.rho,
+            "jct_h": a.jct / 3600,
+            "gpu_h": a.gpu_time / 3600,
+            "placement_score": a.placement_score,
+            "n_avg": a.n_avg,
+            "kind": a.kind,
+            "placement": a.placement,
+            "restarts": a.restarts,
+        }
         for a in r.apps
     ]

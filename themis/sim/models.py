@@ -24,18 +24,32 @@ TRACE_CLASSES: dict[str, tuple[str, str]] = {
 
 # Paper Table 4 (synthetic workloads): category share, then (model, class, serial s/iter).
 TABLE4: dict[str, tuple[float, tuple[tuple[str, str, float], ...]]] = {
-    "CV": (0.10, (
-        ("Inception-v3", "compute", 0.60), ("AlexNet", "network", 0.20),
-        ("ResNet50", "compute", 0.40), ("VGG16", "network", 0.50),
-        ("VGG19", "network", 0.60),
-    )),
-    "NLP": (0.60, (
-        ("Bi-Att-Flow", "compute", 0.30), ("LangModel", "network", 0.20),
-        ("GNMT", "network", 0.40), ("Transformer", "network", 0.35),
-    )),
-    "Speech": (0.30, (
-        ("WaveNet", "compute", 0.80), ("DeepSpeech", "compute", 0.50),
-    )),
+    "CV": (
+        0.10,
+        (
+            ("Inception-v3", "compute", 0.60),
+            ("AlexNet", "network", 0.20),
+            ("ResNet50", "compute", 0.40),
+            ("VGG16", "network", 0.50),
+            ("VGG19", "network", 0.60),
+        ),
+    ),
+    "NLP": (
+        0.60,
+        (
+            ("Bi-Att-Flow", "compute", 0.30),
+            ("LangModel", "network", 0.20),
+            ("GNMT", "network", 0.40),
+            ("Transformer", "network", 0.35),
+        ),
+    ),
+    "Speech": (
+        0.30,
+        (
+            ("WaveNet", "compute", 0.80),
+            ("DeepSpeech", "compute", 0.50),
+        ),
+    ),
 }
 
 

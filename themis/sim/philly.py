@@ -73,8 +73,10 @@ def parse_line(text: str, where: str) -> tuple[str, int, float, int]:
     if steps <= 0 or arrival < 0 or not 1 <= gpus <= 1024 or arrival != arrival:
         raise SpecError(where, f"out of range: steps={steps}, arrival={arrival}, gpus={gpus}")
     if trace_family(job_type) not in TRACE_CLASSES:
-        raise SpecError(where, f"unknown job type {job_type!r} (known families: "
-                               f"{', '.join(sorted(TRACE_CLASSES))})")
+        raise SpecError(
+            where,
+            f"unknown job type {job_type!r} (known families: {', '.join(sorted(TRACE_CLASSES))})",
+        )
     return job_type, steps, arrival, gpus
 
 
@@ -146,8 +148,13 @@ def group_apps(jobs: list[TraceJob], window_s: float, max_jobs: int = 100) -> li
     return sorted(groups, key=lambda g: (g[0].arrival, g[0].vc, g[0].line))
 
 
-def convert(path: Path, days: float = 14.0, window_s: float = 86400.0,
-            throughputs: Path | None = None, max_job_hours: float = 48.0) -> Workload:
+def convert(
+    path: Path,
+    days: float = 14.0,
+    window_s: float = 86400.0,
+    throughputs: Path | None = None,
+    max_job_hours: float = 48.0,
+) -> Workload:
     jobs = read_trace_files(path)
     thr = load_throughputs(throughputs or find_throughputs(path))
     t0 = min(j.arrival for j in jobs)
@@ -164,11 +171,25 @@ def convert(path: Path, days: float = 14.0, window_s: float = 86400.0,
             steps = float(j.steps)
             if max_job_hours > 0:
                 steps = min(steps, max_job_hours * 3600 * j.gpus / serial)
-            specs.append((JobSpec(f"{j.vc}-{j.line}", serial, j.gpus,
-                                  steps * rng.uniform(0.05, 0.5)), steps))
-        apps.append(single_phase_app(app_id, first.arrival - t0, specs,
-                                     trace_class(first.job_type), trace_family(first.job_type)))
-    meta = {"converter": "philly-gavel", "converter_version": CONVERTER_VERSION,
-            "source": str(path), "days": days, "window_s": window_s, "jobs": len(jobs),
-            "max_job_hours": max_job_hours}
+            specs.append(
+                (JobSpec(f"{j.vc}-{j.line}", serial, j.gpus, steps * rng.uniform(0.05, 0.5)), steps)
+            )
+        apps.append(
+            single_phase_app(
+                app_id,
+                first.arrival - t0,
+                specs,
+                trace_class(first.job_type),
+                trace_family(first.job_type),
+            )
+        )
+    meta = {
+        "converter": "philly-gavel",
+        "converter_version": CONVERTER_VERSION,
+        "source": str(path),
+        "days": days,
+        "window_s": window_s,
+        "jobs": len(jobs),
+        "max_job_hours": max_job_hours,
+    }
     return Workload(apps, meta)

@@ -181,13 +181,17 @@ class AppState:
         estimates by (1 + error) (Fig. 17), ``profile`` overrides slowdowns (Fig. 18)."""
         f = 1.0 + error
         jobs = [
-            Job(f"j{j.index}", self.spec.jobs[j.index].serial_iter_time,
-                max(0.0, j.iters_left) * f, self.spec.jobs[j.index].max_demand,
-                max(j.iters_phase * f, 1e-9))
+            Job(
+                f"j{j.index}",
+                self.spec.jobs[j.index].serial_iter_time,
+                max(0.0, j.iters_left) * f,
+                self.spec.jobs[j.index].max_demand,
+                max(j.iters_phase * f, 1e-9),
+            )
             for j in self.jobs
         ]
         future = []
-        for ph in self.spec.phases[self.phase + 1:]:
+        for ph in self.spec.phases[self.phase + 1 :]:
             its = sorted(it for _, it in ph)
             future.append(FuturePhase(len(ph), its[len(its) // 2] * f))
         kind = {
@@ -195,8 +199,15 @@ class AppState:
             "multi-job": AppKind.CURVE_STOPPING,
             "successive-halving": AppKind.SUCCESSIVE_HALVING,
         }[self.spec.kind]
-        return AppModel(self.spec.id, self.spec.arrival, jobs, future, kind,
-                        placement=profile or self.profile, work_done=self.work_done_prev * f)
+        return AppModel(
+            self.spec.id,
+            self.spec.arrival,
+            jobs,
+            future,
+            kind,
+            placement=profile or self.profile,
+            work_done=self.work_done_prev * f,
+        )
 
     def held_gpus(self, topo: Topology) -> list[Gpu]:
         return [topo[g] for g in sorted(self.held)]

@@ -65,8 +65,9 @@ def synthetic(
             serial = iter_s * rng.uniform(0.8, 1.2)
             hours = median_job_h * math.exp(rng.gauss(0.0, 0.8))
             iters = hours * 3600 * demand / serial
-            jobs.append((JobSpec(f"a{a}-j{k}", serial, demand, iters * rng.uniform(0.05, 0.5)),
-                         iters))
+            jobs.append(
+                (JobSpec(f"a{a}-j{k}", serial, demand, iters * rng.uniform(0.05, 0.5)), iters)
+            )
         app = single_phase_app(f"a{a}", t, jobs, pclass, model)
         if successive_halving and m > 1:
             app = to_successive_halving(app, rng, demand_mult=1)

@@ -126,8 +126,12 @@ def app_from_doc(doc: Any, where: str) -> AppSpec:
 
 
 def save_workload(w: Workload, path: Path) -> None:
-    doc = {"format": FORMAT, "version": FORMAT_VERSION, "meta": w.meta,
-           "apps": [app_to_doc(a) for a in w.apps]}
+    doc = {
+        "format": FORMAT,
+        "version": FORMAT_VERSION,
+        "meta": w.meta,
+        "apps": [app_to_doc(a) for a in w.apps],
+    }
     data = json.dumps(doc, separators=(",", ":")).encode()
     if path.suffix == ".gz":
         path.write_bytes(gzip.compress(data, mtime=0))
@@ -156,12 +160,21 @@ def load_workload(path: Path) -> Workload:
 
 
 def single_phase_app(
-    app_id: str, arrival: float, jobs: Sequence[tuple[JobSpec, float]], placement: str,
+    app_id: str,
+    arrival: float,
+    jobs: Sequence[tuple[JobSpec, float]],
+    placement: str,
     model: str = "",
 ) -> AppSpec:
     """An app whose jobs all run in one phase (``(job, iterations)`` pairs)."""
-    return AppSpec(app_id, arrival, tuple(j for j, _ in jobs),
-                   (tuple((i, it) for i, (_, it) in enumerate(jobs)),), placement, model)
+    return AppSpec(
+        app_id,
+        arrival,
+        tuple(j for j, _ in jobs),
+        (tuple((i, it) for i, (_, it) in enumerate(jobs)),),
+        placement,
+        model,
+    )
 
 
 def loss_rank_key(iters_done: float, tau: float, index: int) -> tuple[float, int]:

@@ -64,16 +64,19 @@ class FreePool:
             return out
         fits = [m for m, gs in self.by_machine.items() if len(gs) >= need]
         if fits:
-            m = min(fits, key=lambda m: (self.topo.rack_of(m) not in racks,
-                                         len(self.by_machine[m]), m))
+            m = min(
+                fits, key=lambda m: (self.topo.rack_of(m) not in racks, len(self.by_machine[m]), m)
+            )
             return out + self._take(m, need)
         rack_free: dict[str, int] = {}
         for m, gs in self.by_machine.items():
             rack_free[self.topo.rack_of(m)] = rack_free.get(self.topo.rack_of(m), 0) + len(gs)
         rack_order = sorted(rack_free, key=lambda r: (r not in racks, -rack_free[r], r))
         for r in rack_order:
-            ms = sorted((m for m in self.by_machine if self.topo.rack_of(m) == r),
-                        key=lambda m: (-len(self.by_machine[m]), m))
+            ms = sorted(
+                (m for m in self.by_machine if self.topo.rack_of(m) == r),
+                key=lambda m: (-len(self.by_machine[m]), m),
+            )
             for m in ms:
                 if len(out) >= k:
                     return out

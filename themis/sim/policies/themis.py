@@ -73,9 +73,17 @@ class ThemisPolicy(Policy):
                 self.bid_ms.append((time.perf_counter() - t0) * 1e3)
             return out
 
-        outcome = run_round(ctx.free, rho_now, collect, fairness_knob=self.fairness_knob,
-                            lease_s=ctx.lease_s, now=ctx.now, solver=self.solver, rng=ctx.rng,
-                            room=room)
+        outcome = run_round(
+            ctx.free,
+            rho_now,
+            collect,
+            fairness_knob=self.fairness_knob,
+            lease_s=ctx.lease_s,
+            now=ctx.now,
+            solver=self.solver,
+            rng=ctx.rng,
+            room=room,
+        )
         if outcome.auction is not None:
             self.auction_ms.append(outcome.auction.solve_ms)
             ctx.info["auction_ms"] = outcome.auction.solve_ms

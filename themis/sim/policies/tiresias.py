@@ -28,8 +28,13 @@ from themis.sim.state import AppState
 
 
 class TiresiasPolicy(Policy):
-    def __init__(self, gittins: bool = False, threshold_gpu_s: float = 3600.0 * 16,
-                 starve_s: float = 3600.0 * 4, min_history: int = 10) -> None:
+    def __init__(
+        self,
+        gittins: bool = False,
+        threshold_gpu_s: float = 3600.0 * 16,
+        starve_s: float = 3600.0 * 4,
+        min_history: int = 10,
+    ) -> None:
         self.gittins = gittins
         self.name = "tiresias-gittins" if gittins else "tiresias"
         self.threshold = threshold_gpu_s
