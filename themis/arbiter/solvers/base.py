@@ -48,6 +48,16 @@ class Solution:
     objective: float
 
 
+def bits(mask: int) -> list[int]:
+    """Indices of the set bits of a bundle mask (the GPU indices), lowest first."""
+    out = []
+    while mask:
+        low = mask & -mask
+        out.append(low.bit_length() - 1)
+        mask ^= low
+    return out
+
+
 def evaluate(problem: PackingProblem, choice: Sequence[int]) -> float:
     """Objective of a choice; raises SolverError if it is infeasible."""
     used = 0

@@ -7,7 +7,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from themis.arbiter.solvers.base import PackingProblem, Solution, Solver, SolverUnavailable
+from themis.arbiter.solvers.base import (
+    PackingProblem,
+    Solution,
+    Solver,
+    SolverUnavailable,
+    bits,
+)
 
 SCALE = 1e9
 
@@ -40,11 +46,8 @@ class CpSatSolver(Solver):
                 x = model.NewBoolVar(f"x{i}_{j}")
                 xs.append((i, j, x))
                 row.append(x)
-                mask = b.mask
-                while mask:
-                    low = mask & -mask
-                    by_gpu.setdefault(low.bit_length() - 1, []).append(x)
-                    mask ^= low
+                for g in bits(b.mask):
+                    by_gpu.setdefault(g, []).append(x)
             model.AddAtMostOne(row)
         for vs in by_gpu.values():
             if len(vs) > 1:

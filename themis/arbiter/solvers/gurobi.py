@@ -15,6 +15,7 @@ from themis.arbiter.solvers.base import (
     Solver,
     SolverError,
     SolverUnavailable,
+    bits,
 )
 
 try:  # pragma: no cover - import guard
@@ -54,11 +55,8 @@ class GurobiSolver(Solver):
                     x = m.addVar(vtype=gp.GRB.BINARY, obj=b.gain)
                     xs.append((i, j, x))
                     row.append(x)
-                    mask = b.mask
-                    while mask:
-                        low = mask & -mask
-                        by_gpu.setdefault(low.bit_length() - 1, []).append(x)
-                        mask ^= low
+                    for g in bits(b.mask):
+                        by_gpu.setdefault(g, []).append(x)
                 m.addConstr(gp.quicksum(row) <= 1)
             for vs in by_gpu.values():
                 if len(vs) > 1:

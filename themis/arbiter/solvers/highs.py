@@ -18,6 +18,7 @@ from themis.arbiter.solvers.base import (
     Solver,
     SolverError,
     SolverUnavailable,
+    bits,
 )
 
 try:  # pragma: no cover - import guard
@@ -28,15 +29,6 @@ try:  # pragma: no cover - import guard
 except ImportError as _exc:  # pragma: no cover
     _HAVE_HIGHS = False
     _IMPORT_ERROR = str(_exc)
-
-
-def _bits(mask: int) -> list[int]:
-    out = []
-    while mask:
-        low = mask & -mask
-        out.append(low.bit_length() - 1)
-        mask ^= low
-    return out
 
 
 class HighsSolver(Solver):
@@ -53,7 +45,7 @@ class HighsSolver(Solver):
         for i, bundles in enumerate(problem.apps):
             for j, b in enumerate(bundles):
                 cols.append((i, j))
-                for g in _bits(b.mask):
+                for g in bits(b.mask):
                     gpu_apps.setdefault(g, set()).add(i)
         shared = sorted(g for g, apps in gpu_apps.items() if len(apps) > 1)
         gpu_row = {g: len(problem.apps) + r for r, g in enumerate(shared)}
@@ -61,7 +53,7 @@ class HighsSolver(Solver):
         index: list[int] = []
         for i, j in cols:
             index.append(i)
-            index.extend(gpu_row[g] for g in _bits(problem.apps[i][j].mask) if g in gpu_row)
+            index.extend(gpu_row[g] for g in bits(problem.apps[i][j].mask) if g in gpu_row)
             starts.append(len(index))
         n, m = len(cols), len(problem.apps) + len(shared)
         lp = highspy.HighsLp()
