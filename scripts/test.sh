@@ -5,10 +5,20 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
-stage() { echo; echo "==== $* ===="; }
+T0=$SECONDS
+stage() { echo; echo "==== $* ($(( (SECONDS - T0) / 60 )) min in) ===="; }
+# Every stage has a hard time limit, so a hang fails the run with a message instead of
+# running into CI's own limit. Minutes; override with THEMIS_STAGE_TIMEOUT_MIN.
+# The limits add up to less than CI's 90 minutes.
+limit() {
+  local m="${THEMIS_STAGE_TIMEOUT_MIN:-$1}" rc=0; shift
+  timeout --kill-after=30 "${m}m" "$@" || rc=$?
+  if [[ $rc -eq 124 || $rc -eq 137 ]]; then echo "test.sh: TIMED OUT after ${m} min: $*" >&2; fi
+  return $rc
+}
 
 stage "setup (python)"
-scripts/setup.sh dev,train
+limit 12 scripts/setup.sh dev,train
 
 stage "lint (ruff) and types (mypy)"
 "$PY" -m ruff check themis tests bench
@@ -16,14 +26,15 @@ stage "lint (ruff) and types (mypy)"
 
 if [[ -f pom.xml ]]; then
   stage "maven build + JUnit (rm-plugin)"
-  mvn -q -B verify
+  # -ntp: no download progress noise, but test classes and results are shown.
+  limit 12 mvn -B -ntp verify
 fi
 
 stage "pytest (unit + integration)"
 # pytest exits 5 when it collects nothing: that must fail this script, and it does
 # (set -e), but say so explicitly.
 set +e
-"$PY" -m pytest -q -m "not docker" tests
+limit 20 "$PY" -m pytest -q -m "not docker" --durations=15 tests
 rc=$?
 set -e
 if [[ $rc -eq 5 ]]; then echo "test.sh: pytest collected no tests" >&2; exit 1; fi
@@ -31,12 +42,12 @@ if [[ $rc -eq 5 ]]; then echo "test.sh: pytest collected no tests" >&2; exit 1; 
 
 if [[ -x scripts/docker-setup.sh && "${THEMIS_SKIP_DOCKER:-0}" != "1" ]]; then
   stage "docker mini-cluster (testcontainers)"
-  scripts/docker-setup.sh
-  docker/build.sh
+  limit 6 scripts/docker-setup.sh
+  limit 15 docker/build.sh
   set +e
-  "$PY" -m pytest -q -m docker tests/integration
+  limit 20 "$PY" -m pytest -q -m docker --durations=15 tests/integration
   rc=$?
   set -e
   if [[ $rc -ne 0 && $rc -ne 5 ]]; then exit $rc; fi
 fi
-echo; echo "test.sh: all stages passed"
+echo; echo "test.sh: all stages passed in $(( (SECONDS - T0) / 60 )) min"

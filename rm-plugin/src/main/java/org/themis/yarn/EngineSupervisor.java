@@ -40,6 +40,9 @@ public final class EngineSupervisor {
   private final AtomicLong failures = new AtomicLong();
   private volatile Incarnation current;
   private volatile boolean inRound;
+  /** The engine's last output lines (all incarnations), for error messages and tests. */
+  private final java.util.ArrayDeque<String> recent = new java.util.ArrayDeque<>();
+  private static final int RECENT_LINES = 60;
   private long consecutiveFailures;
   private long nextStartAtMs;
 
@@ -85,6 +88,22 @@ public final class EngineSupervisor {
   public long starts() { return starts.get(); }
   public long failures() { return failures.get(); }
   public boolean inRound() { return inRound; }
+
+  /** The last lines the engine process printed (stdout and stderr), oldest first. */
+  public List<String> recentOutput() {
+    synchronized (recent) {
+      return new ArrayList<>(recent);
+    }
+  }
+
+  private void remember(String line) {
+    synchronized (recent) {
+      if (recent.size() >= RECENT_LINES) {
+        recent.removeFirst();
+      }
+      recent.addLast(line);
+    }
+  }
 
   /** PID of the live engine process, or -1. */
   public long pid() {
@@ -211,13 +230,14 @@ public final class EngineSupervisor {
     return inc;
   }
 
-  private static void pump(Process p) {
+  private void pump(Process p) {
     Thread t = new Thread(() -> {
       try (BufferedReader r = new BufferedReader(
           new InputStreamReader(p.getInputStream(), StandardCharsets.UTF_8))) {
         String line;
         while ((line = r.readLine()) != null) {
           LOG.info("[engine {}] {}", p.pid(), line);
+          remember("[engine " + p.pid() + "] " + line);
         }
       } catch (IOException e) {
         // process gone

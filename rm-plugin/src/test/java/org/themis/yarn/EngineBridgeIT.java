@@ -47,14 +47,25 @@ class EngineBridgeIT {
 
   private static void pollUntil(String what, long ms, TestAm am, int gpuContainers)
       throws InterruptedException {
-    ThemisMiniCluster.waitFor(what, ms, () -> {
-      try {
-        am.poll();
-      } catch (Exception e) {
-        throw new RuntimeException(e);
-      }
-      return am.gpuContainers().size() >= gpuContainers;
-    });
+    try {
+      ThemisMiniCluster.waitFor(what, ms, () -> {
+        try {
+          am.poll();
+        } catch (Exception e) {
+          throw new RuntimeException(e);
+        }
+        return am.gpuContainers().size() >= gpuContainers;
+      });
+    } catch (AssertionError err) {
+      throw withEngineOutput(err);
+    }
+  }
+
+  /** A failure message that carries the engine's last output (e.g. a missing Python module). */
+  private static AssertionError withEngineOutput(AssertionError err) {
+    EngineSupervisor e = mc.scheduler().runtime().engine();
+    return new AssertionError(err.getMessage() + "; engine starts=" + e.starts() + " failures="
+        + e.failures() + "; engine output:\n" + String.join("\n", e.recentOutput()), err);
   }
 
   /** No GPU is promised twice: live leases per node never exceed the node's GPUs. */
@@ -114,7 +125,8 @@ class EngineBridgeIT {
         return e.inRound();
       });
     } catch (AssertionError err) {
-      throw new AssertionError(err.getMessage() + "; last view " + s.runtime().lastView(), err);
+      throw withEngineOutput(new AssertionError(
+          err.getMessage() + "; last view " + s.runtime().lastView(), err));
     }
     long pid = e.pid();
     assertTrue(pid > 0);
