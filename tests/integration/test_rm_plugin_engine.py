@@ -111,3 +111,46 @@ def test_find_plugin_jar(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setenv(ENV_VAR, str(tmp_path / "missing.jar"))
     with pytest.raises(PluginJarNotFound, match=ENV_VAR):
         find_plugin_jar()
+
+
+def test_agents_endpoint_offers_collects_bids_and_announces_grants() -> None:
+    """YARN mode: a real agent over loopback gRPC is offered the RM's free GPUs, bids with
+    the real bid-table code and is told its grant; an app without an agent is a non-bidder."""
+    from themis.agent.bidder import AllocationInfo, ModelBidder
+    from themis.agent.client import AgentClient
+    from themis.agent.model import AppModel, Job
+    from themis.arbiter.state import ArbiterConfig
+    from themis.rpc.testing import wait_for
+    from themis.yarn.agents import AgentEndpoint
+
+    endpoint = AgentEndpoint(ArbiterConfig(bid_timeout_s=5.0, fairness_knob=0.5))
+    address = endpoint.start(0)
+    got: list[AllocationInfo] = []
+    app = AppModel("application_1_0001", 0.0, [Job("j", 1.0, 5000.0, 2, 5000.0)])
+    client = AgentClient(address, "application_1_0001", ModelBidder(app, lambda: 10.0),
+                         on_allocation=got.append)
+    try:
+        client.start()
+        assert client.connected.wait(10)
+        engine = RoundEngine(endpoint)
+        reply = json.loads(engine.run(_view([
+            {"app_id": "application_1_0001", "pending_gpus": 2},
+            {"app_id": "application_1_0002", "pending_gpus": 1},  # no agent: rho 1.0
+        ])))
+        # rho(agent) is inf (no GPU yet) > 1.0, so with f=0.5 it is the one bidder.
+        assert reply["info"]["bidders"] == ["application_1_0001"]
+        mine = sum(g["gpus"] for g in reply["grants"] if g["app_id"] == "application_1_0001")
+        assert mine == 2
+        assert wait_for(lambda: bool(got), timeout=5.0)
+        alloc = got[-1]
+        assert alloc.was_bidder
+        assert len(alloc.gpus) == 2
+        # Synthetic ids name the node, so the AM knows where to ask for containers.
+        nodes = {g.id.rpartition("/")[0] for g in alloc.gpus}
+        granted_nodes = {g["node_id"] for g in reply["grants"]
+                         if g["app_id"] == "application_1_0001"}
+        assert nodes == granted_nodes
+        assert client.stats.bids_sent == 1 and client.stats.bids_rejected == 0
+    finally:
+        client.stop()
+        endpoint.stop()

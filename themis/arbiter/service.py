@@ -109,8 +109,12 @@ class ArbiterServer:
         self._max_workers = max_workers
         self._server: grpc.Server | None = None
         self.port = 0
+        self.host = HOST
 
-    def start(self, port: int = 0) -> int:
+    def start(self, port: int = 0, *, host: str = HOST, own_rounds: bool = True) -> int:
+        """Serve on ``host:port`` (port 0 = ephemeral; returns the port). ``own_rounds=False``
+        leaves round timing and leases to the caller (the YARN engine; see
+        :meth:`ArbiterCore.collect_external`)."""
         server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=self._max_workers,
                                        thread_name_prefix="arbiter-rpc"),
@@ -118,18 +122,23 @@ class ArbiterServer:
         )
         pb_grpc.add_ArbiterServicer_to_server(  # type: ignore[no-untyped-call]
             ArbiterServicer(self.core), server)
-        self.port = server.add_insecure_port(f"{HOST}:{port}")
+        try:
+            self.port = server.add_insecure_port(f"{host}:{port}")
+        except RuntimeError as exc:  # grpcio raises RuntimeError when the port is taken
+            raise OSError(f"arbiter: could not bind {host}:{port}: {exc}") from exc
         if self.port == 0:
-            raise OSError(f"could not bind {HOST}:{port}")
+            raise OSError(f"arbiter: could not bind {host}:{port} (in use?)")
+        self.host = host
         server.start()
-        self.core.start()
+        if own_rounds:
+            self.core.start()
         self._server = server
-        log.info("arbiter listening on %s:%d (epoch %s)", HOST, self.port, self.core.epoch)
+        log.info("arbiter listening on %s:%d (epoch %s)", host, self.port, self.core.epoch)
         return self.port
 
     @property
     def address(self) -> str:
-        return f"{HOST}:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def stop(self, grace: float = 0.5) -> None:
         self.core.stop()

@@ -33,6 +33,7 @@ from themis.arbiter.errors import InvalidBid, InvalidOffer
 from themis.arbiter.leases import LeaseTable
 from themis.arbiter.round import LeaseGrant, RoundOutcome, check_knob, run_round
 from themis.arbiter.solvers import make_solver
+from themis.cluster.topology import Gpu
 from themis.rpc.convert import gpus_to_pb, lease_to_pb, table_from_pb
 from themis.rpc.v1 import arbiter_pb2 as pb
 
@@ -422,6 +423,68 @@ class ArbiterCore:
             held=gpus_to_pb(topo[g] for g in self._held_ids(app_id)),
         ))
 
+    def _collect(self, rid: int, offer: Sequence[Gpu], bidders: Sequence[str],
+                 times: dict[str, float]) -> dict[str, BidTable]:
+        """Open round ``rid`` over ``offer``, send the offers and wait for the bids."""
+        with self._cond:
+            r = OpenRound(rid, tuple(g.id for g in offer), frozenset(bidders),
+                          self.clock() + self.config.bid_timeout_s)
+            self._open = r
+            for a in bidders:
+                self._send(a, self._offer_event(a, r))
+            times["offer"] = self.clock()
+            times["offered"] = len(bidders)
+            while not self._stopped:
+                left = r.deadline - self.clock()
+                if left <= 0 or all(a in r.tables for a in r.bidders if self._live(a)):
+                    break
+                self._cond.wait(left)
+            r.closed = True
+            times["closed"] = self.clock()
+            return dict(r.tables)
+
+    def _announce(self, rid: int, grants: Sequence[LeaseGrant], outcome: RoundOutcome) -> None:
+        """Send every registered participant its allocation (caller holds the lock)."""
+        auction = outcome.auction
+        topo = self.backend.topology()
+        participants = sorted({*outcome.bidders, *outcome.nonbidders} & set(self._apps))
+        for a in participants:
+            mine = [g for g in grants if g.app_id == a]
+            self._send(a, pb.Event(allocation=pb.Allocation(
+                round_id=rid,
+                leases=[lease_to_pb(g) for g in mine],
+                gpus=gpus_to_pb(topo[x] for g in mine for x in g.gpus if x in topo),
+                was_bidder=a in outcome.bidders,
+                kept_fraction=auction.kept_fraction.get(a, 1.0) if auction else 1.0,
+            )))
+
+    # ----------------------------------------------------------------- external rounds
+    # When someone else owns the leases and the round timing (the YARN ResourceManager),
+    # the core serves only registration, rho, offers/bids and allocation notices: the
+    # owner calls these two methods around its own run_round (the round loop is not started).
+    def rho_of(self, app_ids: Sequence[str], default: float) -> dict[str, float]:
+        """Last reported rho of each app; ``default`` for apps that never registered."""
+        with self._cond:
+            return {a: self._apps[a].rho if a in self._apps else default for a in app_ids}
+
+    def collect_external(self, offer: Sequence[Gpu], bidders: Sequence[str]
+                         ) -> tuple[int, dict[str, BidTable]]:
+        """Offer ``offer`` to the registered, connected ``bidders``; (round id, bid tables)."""
+        with self._cond:
+            self._round_id += 1
+            rid = self._round_id
+            live = [a for a in bidders if self._live(a)]
+        return rid, self._collect(rid, offer, live, {})
+
+    def announce_external(self, rid: int, outcome: RoundOutcome) -> None:
+        """Tell the registered participants of round ``rid`` what they were granted."""
+        with self._cond:
+            self._open = None
+            grants = [g for g in outcome.grants if g.app_id in self._apps]
+            self._announce(rid, grants, outcome)
+            self.outcomes.append(outcome)
+            self._cond.notify_all()
+
     def _round(self) -> None:
         cfg = self.config
         times: dict[str, float] = {}
@@ -438,22 +501,7 @@ class ArbiterCore:
             now = self.clock()
 
         def collect(bidders: Sequence[str]) -> Mapping[str, BidTable]:
-            with self._cond:
-                r = OpenRound(rid, tuple(g.id for g in free), frozenset(bidders),
-                              self.clock() + cfg.bid_timeout_s)
-                self._open = r
-                for a in bidders:
-                    self._send(a, self._offer_event(a, r))
-                times["offer"] = self.clock()
-                times["offered"] = len(bidders)
-                while not self._stopped:
-                    left = r.deadline - self.clock()
-                    if left <= 0 or all(a in r.tables for a in r.bidders if self._live(a)):
-                        break
-                    self._cond.wait(left)
-                r.closed = True
-                times["closed"] = self.clock()
-                return dict(r.tables)
+            return self._collect(rid, free, bidders, times)
 
         outcome = run_round(free, rho, collect, fairness_knob=cfg.fairness_knob,
                             lease_s=cfg.lease_s, now=now, solver=self._solver,
@@ -467,18 +515,8 @@ class ArbiterCore:
             self.backend.apply(grants)
             for g in grants:
                 self._leases.add(g)
+            self._announce(rid, grants, outcome)
             auction = outcome.auction
-            participants = sorted({*outcome.bidders, *outcome.nonbidders} & set(self._apps))
-            for a in participants:
-                mine = [g for g in grants if g.app_id == a]
-                topo = self.backend.topology()
-                self._send(a, pb.Event(allocation=pb.Allocation(
-                    round_id=rid,
-                    leases=[lease_to_pb(g) for g in mine],
-                    gpus=gpus_to_pb(topo[x] for g in mine for x in g.gpus),
-                    was_bidder=a in outcome.bidders,
-                    kept_fraction=auction.kept_fraction.get(a, 1.0) if auction else 1.0,
-                )))
             done = self.clock()
             self.stats.append(RoundStats(
                 round_id=rid, apps=len(apps), bidders=int(times.get("offered", 0)),

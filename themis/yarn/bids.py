@@ -1,10 +1,10 @@
 """Where the engine gets each app's current rho and bid table.
 
-The gRPC arbiter service (``themis.arbiter.service``, reachable by AMs on
-``yarn.resourcemanager.themis.agent-port``) implements :class:`BidSource` and is passed to
-:class:`themis.yarn.engine.RoundEngine`. Until it runs, :class:`ReportedBids` serves the
-last rho and bid table each app reported (cached tables, as the paper's truthfulness proof
-assumes); apps that never reported get ``default_rho`` and take part as non-bidders.
+In the RM, :class:`themis.yarn.agents.AgentEndpoint` (the gRPC arbiter service that AMs
+reach on ``yarn.resourcemanager.themis.agent-port``) is the source. :class:`ReportedBids`
+serves the last rho and bid table each app reported out of band (cached tables, as the
+paper's truthfulness proof assumes; used by tests and the engine's ``--no-agents`` mode);
+apps that never reported get ``default_rho`` and take part as non-bidders.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from themis.agent.bids import BidTable
+from themis.arbiter.round import RoundOutcome
 from themis.cluster.topology import Gpu
 
 
@@ -24,6 +25,10 @@ class BidSource(Protocol):
 
     def collect(self, bidders: Sequence[str], offer: Sequence[Gpu]) -> Mapping[str, BidTable]:
         """Bid tables of the bidders for this offer; missing apps count as non-bidders."""
+        ...
+
+    def announce(self, offer: Sequence[Gpu], outcome: RoundOutcome) -> None:
+        """The round is decided (grants validated by the RM afterwards); tell the apps."""
         ...
 
 
@@ -49,6 +54,9 @@ class ReportedBids:
         with self._lock:
             self._rho.pop(app_id, None)
             self._tables.pop(app_id, None)
+
+    def announce(self, offer: Sequence[Gpu], outcome: RoundOutcome) -> None:
+        return None  # nobody to tell: tables were reported out of band
 
     def rho(self, app_ids: Sequence[str]) -> Mapping[str, float]:
         with self._lock:

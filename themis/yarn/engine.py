@@ -18,6 +18,7 @@ import time
 from collections.abc import Sequence
 from typing import ClassVar
 
+from themis.yarn.bids import BidSource
 from themis.yarn.rounds import RoundEngine
 
 log = logging.getLogger("themis.yarn.engine")
@@ -31,9 +32,12 @@ class Py4JEngine:
     class Java:
         implements: ClassVar[list[str]] = [JAVA_INTERFACE]
 
-    def __init__(self, rounds: RoundEngine, round_delay_s: float = 0.0) -> None:
+    def __init__(
+        self, rounds: RoundEngine, round_delay_s: float = 0.0, agent_address: str = ""
+    ) -> None:
         self._rounds = rounds
         self._delay = round_delay_s
+        self.agent_address = agent_address
         self.started = time.time()
 
     def runRound(self, request_json: str) -> str:
@@ -51,6 +55,7 @@ class Py4JEngine:
                 "ok": True,
                 "pid": os.getpid(),
                 "rounds": self._rounds.rounds,
+                "agent_address": self.agent_address,
                 "uptime_s": round(time.time() - self.started, 3),
             }
         )
@@ -66,7 +71,51 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
         default=0.0,
         help="sleep before each round (fault-injection tests: kill the engine mid-round)",
     )
+    p.add_argument(
+        "--agent-port",
+        type=int,
+        default=int(os.environ.get("THEMIS_AGENT_PORT", "-1")),
+        help="serve the gRPC arbiter service for application masters on this port "
+        "(0 = ephemeral, -1 = no agents: rounds use out-of-band reported bids only); "
+        "the RM passes yarn.resourcemanager.themis.agent-port as THEMIS_AGENT_PORT",
+    )
+    p.add_argument(
+        "--agent-host",
+        default=os.environ.get("THEMIS_AGENT_HOST", "127.0.0.1"),
+        help="address the agents' endpoint binds to (default 127.0.0.1)",
+    )
+    p.add_argument(
+        "--bid-timeout-s",
+        type=float,
+        default=float(os.environ.get("THEMIS_BID_TIMEOUT_S", "5")),
+        help="how long a round waits for the offered apps' bids",
+    )
+    p.add_argument(
+        "--lease-s",
+        type=float,
+        default=float(os.environ.get("THEMIS_LEASE_MS", "600000")) / 1000.0,
+        help="lease duration announced to agents (the RM enforces it; THEMIS_LEASE_MS)",
+    )
     return p.parse_args(argv)
+
+
+def _agent_endpoint(args: argparse.Namespace) -> tuple[BidSource | None, str]:
+    """Start the agents' gRPC endpoint when asked to; (bid source, "host:port")."""
+    if args.agent_port < 0:
+        return None, ""
+    from themis.arbiter.state import ArbiterConfig
+    from themis.yarn.agents import AgentEndpoint
+
+    config = ArbiterConfig(
+        lease_s=args.lease_s,
+        bid_timeout_s=args.bid_timeout_s,
+        fairness_knob=float(os.environ.get("THEMIS_FAIRNESS_KNOB", "0.8")),
+        solver=os.environ.get("THEMIS_SOLVER", "auto"),
+    )
+    endpoint = AgentEndpoint(config)
+    address = endpoint.start(args.agent_port, host=args.agent_host)
+    log.info("agents' endpoint (gRPC arbiter service) listening on %s", address)
+    return endpoint, address
 
 
 def _watch_parent(parent: int) -> None:
@@ -92,7 +141,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     from py4j.java_gateway import CallbackServerParameters, GatewayParameters, JavaGateway
 
-    engine = Py4JEngine(RoundEngine(), args.round_delay_s)
+    try:
+        source, agent_address = _agent_endpoint(args)
+    except (OSError, ValueError) as exc:
+        print(f"themis.yarn.engine: cannot start the agents' endpoint: {exc}", file=sys.stderr)
+        return 2
+    engine = Py4JEngine(RoundEngine(source), args.round_delay_s, agent_address)
     gateway = JavaGateway(
         gateway_parameters=GatewayParameters(
             address="127.0.0.1", port=args.port, auth_token=args.token

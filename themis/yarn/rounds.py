@@ -52,6 +52,7 @@ class RoundEngine:
                 rng=random.Random(view.round_id),
                 room=wanting,
             )
+            source.announce(offer, outcome)
             self.rounds += 1
             info = {
                 "round": view.round_id,

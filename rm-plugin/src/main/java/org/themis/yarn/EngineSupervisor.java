@@ -40,6 +40,7 @@ public final class EngineSupervisor {
   private final AtomicLong failures = new AtomicLong();
   private volatile Incarnation current;
   private volatile boolean inRound;
+  private volatile String agentAddress = "";
   /** The engine's last output lines (all incarnations), for error messages and tests. */
   private final java.util.ArrayDeque<String> recent = new java.util.ArrayDeque<>();
   private static final int RECENT_LINES = 60;
@@ -172,11 +173,22 @@ public final class EngineSupervisor {
     }
     current = inc;
     try {
-      if (!inc.registered.await(settings.engineStartTimeoutMs(), TimeUnit.MILLISECONDS)
-          || !inc.process.isAlive()) {
-        fail(inc, "engine did not register within " + settings.engineStartTimeoutMs() + " ms", null);
-        return null;
+      // Wait for registration, but notice at once an engine that dies while starting
+      // (a missing Python module, a bad engine command): its output is in the RM log.
+      long deadline = System.currentTimeMillis() + settings.engineStartTimeoutMs();
+      while (!inc.registered.await(100, TimeUnit.MILLISECONDS)) {
+        if (!inc.process.isAlive()) {
+          fail(inc, "engine exited with code " + inc.process.exitValue()
+              + " before registering; last output: " + String.join(" | ", recentOutput()), null);
+          return null;
+        }
+        if (System.currentTimeMillis() > deadline) {
+          fail(inc, "engine did not register within " + settings.engineStartTimeoutMs()
+              + " ms", null);
+          return null;
+        }
       }
+      readAgentAddress(inc);
     } catch (InterruptedException e) {
       Thread.currentThread().interrupt();
       fail(inc, "interrupted while waiting for the engine", null);
@@ -184,6 +196,29 @@ public final class EngineSupervisor {
     }
     return inc;
   }
+
+  private static final java.util.regex.Pattern AGENT_ADDRESS =
+      java.util.regex.Pattern.compile("\"agent_address\":\\s*\"([^\"]*)\"");
+
+  /** The engine's gRPC endpoint for AMs, as it reports in its health JSON. */
+  private void readAgentAddress(Incarnation inc) {
+    try {
+      String h = caller.submit(() -> inc.engine.health())
+          .get(settings.roundTimeoutMs(), TimeUnit.MILLISECONDS);
+      java.util.regex.Matcher m = AGENT_ADDRESS.matcher(h == null ? "" : h);
+      agentAddress = m.find() ? m.group(1) : "";
+      if (agentAddress.isEmpty()) {
+        LOG.warn("Themis engine serves no agents' endpoint (agent-port < 0?)");
+      } else {
+        LOG.info("Themis agents' endpoint (gRPC) for application masters: {}", agentAddress);
+      }
+    } catch (Exception e) {
+      LOG.warn("could not read the engine's agent address", e);
+    }
+  }
+
+  /** host:port of the gRPC endpoint AMs talk to ("" until the engine is up, or if disabled). */
+  public String agentAddress() { return agentAddress; }
 
   private Incarnation launch() throws IOException {
     byte[] raw = new byte[24];
@@ -213,6 +248,7 @@ public final class EngineSupervisor {
     env.put("THEMIS_FAIRNESS_KNOB", Double.toString(settings.fairnessKnob()));
     env.put("THEMIS_SOLVER", settings.solver());
     env.put("THEMIS_AGENT_PORT", Integer.toString(settings.agentPort()));
+    env.put("THEMIS_LEASE_MS", Long.toString(settings.leaseDurationMs()));
     Process p;
     try {
       p = pb.start();

@@ -161,4 +161,54 @@ class EngineBridgeIT {
     assertEquals(leases, s.leases().size());
     assertTrue(List.of(0, 1).size() == 2);
   }
+
+  /**
+   * The agents' endpoint end to end: a real Python agent (themis.agent.probe) registers over
+   * gRPC with the YARN application id, is offered the free GPU in the RM's next round, bids
+   * with the real bid-table code, wins, and the app's container follows.
+   */
+  @Test
+  @Order(4)
+  void anAgentOverGrpcIsOfferedGpusBidsAndWins() throws Exception {
+    EngineSupervisor e = mc.scheduler().runtime().engine();
+    String address = e.agentAddress();
+    assertTrue(address.startsWith("127.0.0.1:"), "agent address published: '" + address + "'");
+    TestAm d = TestAm.start(mc, "app-d");
+    String py = System.getenv().getOrDefault("THEMIS_PYTHON", "python3");
+    Process probe = new ProcessBuilder(py, "-m", "themis.agent.probe", "--arbiter", address,
+        "--app-id", d.appId.toString(), "--demand", "1", "--timeout-s", "120")
+        .redirectErrorStream(true).start();
+    List<String> lines = java.util.Collections.synchronizedList(new java.util.ArrayList<>());
+    Thread reader = new Thread(() -> {
+      try (java.io.BufferedReader r = new java.io.BufferedReader(new java.io.InputStreamReader(
+          probe.getInputStream(), java.nio.charset.StandardCharsets.UTF_8))) {
+        String line;
+        while ((line = r.readLine()) != null) {
+          lines.add(line);
+        }
+      } catch (java.io.IOException ignored) {
+        // process gone
+      }
+    });
+    reader.setDaemon(true);
+    reader.start();
+    try {
+      ThemisMiniCluster.waitFor("the probe agent to register", 60_000,
+          () -> String.join("\n", lines).contains("\"registered\""));
+      d.ask(1, 1);
+      pollUntil("app-d's GPU container, won by its agent's bid", 90_000, d, 1);
+      assertTrue(probe.waitFor(60, java.util.concurrent.TimeUnit.SECONDS), "probe exits");
+      reader.join(5_000);
+      String out = String.join("\n", lines);
+      assertEquals(0, probe.exitValue(), out);
+      assertTrue(out.contains("\"event\": \"offer\""), "offered over gRPC:\n" + out);
+      assertTrue(out.contains("\"was_bidder\": true"), "won as a bidder:\n" + out);
+      assertNoDoubleGrant(d);
+    } catch (AssertionError err) {
+      throw withEngineOutput(new AssertionError(err.getMessage() + "; probe output:\n"
+          + String.join("\n", lines), err));
+    } finally {
+      probe.destroyForcibly();
+    }
+  }
 }
