@@ -1,0 +1,426 @@
+"""An application master for standalone mode: Hyperband + profiler + agent + job processes.
+
+One :class:`AppMaster` per app, as a small thread group inside the standalone driver:
+
+* the **agent** (:class:`~themis.agent.client.AgentClient` with a
+  :class:`~themis.agent.bidder.ModelBidder`) registers with the arbiter, bids on offers
+  and reports rho by the cached-table rule;
+* the **control loop** (one thread, every ``tick_s`` or when an allocation arrives) reads
+  the jobs' TensorFlow event files with the :class:`~themis.profiler.Profiler`, feeds
+  steps, losses and serial iteration times to :class:`~themis.submarine_am.hyperband.Hyperband`,
+  hands the agent the refreshed :class:`~themis.agent.model.AppModel` (so rho and bids
+  come from profiled iteration times and profiled placement slowdowns), splits the leased
+  GPUs among the running jobs and starts/stops job processes accordingly.
+
+Binding rules (see docs/standalone.md):
+
+* a job process is started only on GPUs the app holds under an unexpired lease, and no
+  two processes share a GPU;
+* jobs keep their GPUs across rounds when they can (sticky assignment), so a lease that is
+  renewed to the same app costs nothing;
+* a job whose GPUs are no longer the app's gets SIGTERM (it checkpoints and exits): as soon
+  as an allocation shows the lease was not renewed, or ``grace_s`` after the lease expired
+  if no allocation comes (arbiter gone);
+* a stopped job resumes from its newest checkpoint when the app has GPUs for it again.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+import zlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from themis.agent.bidder import AllocationInfo, ModelBidder
+from themis.agent.client import AgentClient
+from themis.agent.fairness import FairnessContext, rho
+from themis.agent.model import AppModel, ModelError
+from themis.agent.placement import DEFAULT, PlacementProfile
+from themis.cluster.topology import Gpu, locality_of
+from themis.profiler import Profiler
+from themis.standalone.jobs import JobRunner, Segment
+from themis.standalone.spec import AppSpec
+from themis.submarine_am.hyperband import Hyperband, JobStatus
+from themis.submarine_am.packing import JobNeed, gpu_counts, place
+
+log = logging.getLogger(__name__)
+
+#: The "hardware" of the emulated GPUs: how much slower a step runs per locality level.
+TRUE_SLOWDOWN = DEFAULT
+
+
+class LiveBidder(ModelBidder):
+    """The agent's :class:`ModelBidder`, plus the app's live rho for display/reports:
+    Eq. 1/2 of the current model with the GPUs held now (same code as the bids)."""
+
+    def live_rho(self, held: list[Gpu]) -> float | None:
+        with self._lock:
+            app, n_avg, cluster = self.app, self._n_avg.value, self._cluster_gpus
+        if cluster < 1:
+            return None
+        try:
+            return rho(app, len(held), locality_of(held),
+                       FairnessContext(self.clock(), cluster, n_avg))
+        except ModelError:
+            return None
+
+
+@dataclass
+class Sample:
+    t: float  # seconds since the driver started
+    rho: float | None  # live rho (agent code, current model, GPUs held)
+    rho_reported: float | None  # last rho the agent reported to the arbiter
+    gpus: int
+    running: int
+
+
+class AppMaster:
+    def __init__(
+        self,
+        spec: AppSpec,
+        address: str,
+        out_dir: Path,
+        topology: Mapping[str, Gpu],
+        *,
+        t0: float,
+        grace_s: float = 3.0,
+        tick_s: float = 0.5,
+        max_failures: int = 3,
+        emit: Callable[[str], None] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.spec = spec
+        self.name = spec.name
+        self.address = address
+        self.root = out_dir / "apps" / spec.name
+        self.topology = topology
+        self.t0 = t0
+        self.grace_s = grace_s
+        self.tick_s = tick_s
+        self.max_failures = max_failures
+        self.emit = emit or (lambda msg: None)
+        self.clock = clock
+        self.state = "waiting"  # waiting -> running -> done | failed | stopped
+        self.error = ""
+        self.hb = Hyperband(
+            space=spec.space(), max_resource=spec.hyperband.max_resource,
+            eta=spec.hyperband.eta, steps_per_unit=spec.hyperband.steps_per_unit,
+            seed=spec.seed, max_gpus_per_job=spec.hyperband.max_gpus_per_job,
+            app_id=spec.name, default_iter_time=max(spec.step_time_ms, 1.0) / 1000.0,
+            brackets=spec.hyperband.brackets,
+        )
+        self.planned_steps = spec.planned_steps()
+        self.profiler = Profiler()
+        self.runners: dict[str, JobRunner] = {}
+        self.client: AgentClient | None = None
+        self.bidder: LiveBidder | None = None
+        self.start_time = 0.0  # unix time of submission
+        self.end_time: float | None = None
+        self.samples: list[Sample] = []
+        self.allocations: list[dict[str, Any]] = []
+        self.held_changes: list[tuple[float, list[str]]] = []
+        self.gpu_seconds = 0.0  # leased GPU-seconds
+        self._expiry: dict[str, float] = {}  # GPU id -> latest lease expiry seen
+        self._last_alloc = 0.0
+        self._last_tick = 0.0
+        self._last_sample = -math.inf
+        self._held: list[str] = []
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._snapshot: dict[str, Any] = {"name": self.name, "state": self.state}
+        self._thread: threading.Thread | None = None
+        self._profile: PlacementProfile = DEFAULT
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._main, name=f"am-{self.name}", daemon=True)
+        self._thread.start()
+
+    def _main(self) -> None:
+        delay = self.t0 + self.spec.submit_at_s - self.clock()
+        if delay > 0 and self._stop.wait(delay):
+            return
+        try:
+            self._submit()
+            while not self._stop.is_set() and self.state == "running":
+                self._tick()
+                self._wake.wait(self.tick_s)
+                self._wake.clear()
+        except Exception as exc:  # keep the driver alive; report the app as failed
+            log.exception("app %s: application master failed", self.name)
+            self.state, self.error = "failed", f"{type(exc).__name__}: {exc}"
+            self.emit(f"{self.name}: FAILED: {self.error}")
+            self._update_snapshot(self.clock())
+
+    def _submit(self) -> None:
+        self.start_time = self.clock()
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._sync_jobs()
+        self.bidder = LiveBidder(self._model(), self.clock)
+        self.client = AgentClient(self.address, self.name, self.bidder,
+                                  on_allocation=self._on_allocation,
+                                  on_lease_warning=self._on_warning,
+                                  seed=zlib.crc32(self.name.encode()))
+        self.client.start()
+        self.state = "running"
+        self.emit(f"{self.name}: submitted ({len(self.hb.current_jobs())} configurations "
+                  f"in rung 0, {self.planned_steps} steps planned)")
+
+    def shutdown(self, timeout: float = 30.0) -> None:
+        """Stop the loop, SIGTERM every job (they checkpoint), wait, then unregister."""
+        self.begin_shutdown()
+        self.finish_shutdown(timeout)
+
+    def begin_shutdown(self) -> None:
+        """Stop the control loop and send SIGTERM to every live job."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        for r in self.runners.values():
+            r.stop("shutdown")
+
+    def finish_shutdown(self, timeout: float = 30.0) -> None:
+        """Wait for the jobs to checkpoint and exit (SIGKILL after ``timeout``), then
+        unregister from the arbiter."""
+        end = time.monotonic() + timeout
+        while any(r.live for r in self.runners.values()) and time.monotonic() < end:
+            for r in self.runners.values():
+                self._close_segment(r, r.poll())
+            time.sleep(0.1)
+        for r in self.runners.values():
+            if r.live:
+                log.warning("job %s did not exit %.0fs after SIGTERM: SIGKILL", r.job_id, timeout)
+                r.kill()
+                if r.proc is not None:
+                    r.proc.wait(5)
+                self._close_segment(r, r.poll())
+        if self.client is not None:
+            self.client.stop(unregister=True, timeout=3.0)
+            self.client = None
+        if self.state == "running":
+            self.state = "stopped"
+        self._update_snapshot(self.clock())
+
+    @property
+    def finished(self) -> bool:
+        return self.state in ("done", "failed")
+
+    # ------------------------------------------------------------------ agent callbacks
+    def _on_allocation(self, alloc: AllocationInfo) -> None:
+        now = self.clock()
+        for g in alloc.gpus:
+            self._expiry[g.id] = alloc.expiry
+        self._last_alloc = now
+        if alloc.gpus:
+            self.allocations.append({
+                "t": round(now - self.t0, 3), "round": alloc.round_id,
+                "gpus": [g.id for g in alloc.gpus], "via": sorted(set(alloc.vias)),
+                "expiry": round(alloc.expiry - self.t0, 3), "bidder": alloc.was_bidder,
+                "kept_fraction": alloc.kept_fraction,
+            })
+            via = "/".join(sorted(set(alloc.vias)))
+            self.emit(f"{self.name}: round {alloc.round_id}: +{len(alloc.gpus)} GPU "
+                      f"({via}) {','.join(g.id for g in alloc.gpus)}")
+        self._wake.set()
+
+    def _on_warning(self, gpus: tuple[str, ...], expiry: float) -> None:
+        for g in gpus:
+            self._expiry[g] = max(self._expiry.get(g, 0.0), expiry)
+
+    # ------------------------------------------------------------------ control loop
+    def _sync_jobs(self) -> None:
+        for job in self.hb.jobs.values():
+            if job.id not in self.runners:
+                runner = JobRunner(job.id, dict(job.config), dict(self.spec.job),
+                                   self.root / "jobs" / job.id, self.spec.step_time_ms)
+                self.runners[job.id] = runner
+                runner.logdir.mkdir(parents=True, exist_ok=True)
+                self.profiler.add_job(job.id, runner.logdir)
+
+    def _model(self) -> AppModel:
+        return self.hb.to_app_model(self.start_time, self._profile)
+
+    def _close_segment(self, runner: JobRunner, seg: Segment | None) -> None:
+        if seg is None:
+            return
+        job = self.hb.jobs[runner.job_id]
+        where = ",".join(seg.gpus)
+        if seg.exit_status == 0 and seg.reason == "max-steps":
+            self.emit(f"{self.name}: {runner.job_id} reached step {seg.end_step} on {where}")
+        elif seg.stopped_by:
+            self.emit(f"{self.name}: {runner.job_id} stopped ({seg.stopped_by}) at step "
+                      f"{seg.end_step} on {where}, checkpoint kept")
+        if seg.end_step is not None and seg.exit_status == 0:
+            prof = self.profiler.jobs.get(runner.job_id)
+            loss = prof.latest_loss() if prof else None
+            if job.status is JobStatus.RUNNING:
+                self._report(runner.job_id, seg.end_step, loss)
+        if runner.failures >= self.max_failures and job.status is JobStatus.RUNNING:
+            self.emit(f"{self.name}: {runner.job_id} failed {runner.failures} times; "
+                      "ranked last")
+            self._report(runner.job_id, job.target_steps, math.inf)
+
+    def _report(self, job_id: str, steps: int, loss: float | None) -> None:
+        prof = self.profiler.jobs.get(job_id)
+        it = prof.serial_iter_time(self._profile) if prof else None
+        outcome = self.hb.report(job_id, steps, loss, it)
+        if outcome is not None:
+            if outcome.promoted or outcome.stopped:
+                self.emit(f"{self.name}: rung {outcome.rung} done: promoted "
+                          f"{', '.join(outcome.promoted) or '-'}; stopped "
+                          f"{', '.join(outcome.stopped) or '-'}")
+            if outcome.finished:
+                self.emit(f"{self.name}: bracket done: {', '.join(outcome.finished)}")
+            self._sync_jobs()
+
+    def _tick(self) -> None:
+        now = self.clock()
+        # 1. reap exited job processes
+        for r in list(self.runners.values()):
+            self._close_segment(r, r.poll())
+        # 2. profile: steps, losses, iteration times -> Hyperband
+        new = self.profiler.poll()
+        self._profile = self.profiler.placement_profile()
+        for job_id in new:
+            job = self.hb.jobs[job_id]
+            if job.status is JobStatus.RUNNING:
+                prof = self.profiler.job(job_id)
+                self._report(job_id, prof.steps_done, prof.latest_loss())
+        # 3. refresh the agent's model (rho and bids from profiled iteration times)
+        assert self.client is not None and self.bidder is not None
+        if not self.hb.done:
+            self.bidder.app = self._model()
+        held_now = set(self.client.held())
+        self.gpu_seconds += len(self._held) * max(0.0, now - self._last_tick) \
+            if self._last_tick else 0.0
+        self._last_tick = now
+        if sorted(held_now) != self._held:
+            self._held = sorted(held_now)
+            self.held_changes.append((round(now - self.t0, 3), list(self._held)))
+        if self.hb.done:
+            self._finish(now)
+            return
+        # 4. which GPUs may keep running processes: leased, or expired within the grace
+        #    period with no allocation since (the expiry round may renew them)
+        keep = set(held_now) | {
+            g for g, exp in self._expiry.items()
+            if exp <= now < exp + self.grace_s and self._last_alloc < exp
+        }
+        desired = self._assign(sorted(keep))
+        # 5. stop jobs that lost their GPUs or were moved
+        for r in self.runners.values():
+            if not r.live or r.stop_sent is not None:
+                continue
+            moved = set(desired[r.job_id]) != set(r.gpus) if r.job_id in desired \
+                else self.hb.jobs[r.job_id].status is JobStatus.RUNNING
+            if not set(r.gpus) <= keep:
+                r.stop("lease")
+            elif moved:
+                r.stop("reassign")
+        # 6. start jobs on GPUs that are leased now and not used by a live process
+        busy = {g for r in self.runners.values() if r.live for g in r.gpus}
+        for job_id, gpus in sorted(desired.items()):
+            r = self.runners[job_id]
+            if r.live or not gpus or not set(gpus) <= held_now or busy & set(gpus):
+                continue
+            if r.failures >= self.max_failures:
+                continue
+            job = self.hb.jobs[job_id]
+            r.start(job.target_steps, [self.topology[g] for g in gpus], TRUE_SLOWDOWN)
+            busy |= set(gpus)
+            resume = f" (resume from step {job.steps_done})" if job.steps_done else ""
+            self.emit(f"{self.name}: {job_id} started on {','.join(gpus)}{resume}")
+        self._update_snapshot(now)
+
+    def _assign(self, gpu_ids: list[str]) -> dict[str, tuple[str, ...]]:
+        """Sticky split of the GPUs among the running jobs (see module docstring)."""
+        states = {s.job_id: s for s in self.hb.job_states()}
+        running = [j for j in self.hb.running_jobs() if self.runners[j.id].failures
+                   < self.max_failures]
+        avail = set(gpu_ids)
+
+        def bound(job_id: str) -> bool:
+            r = self.runners[job_id]
+            return r.live and r.stop_sent is None and set(r.gpus) <= avail
+
+        order = sorted(running, key=lambda j: (
+            not bound(j.id), -states[j.id].iters_left * states[j.id].serial_iter_time, j.id))
+        chosen = order[: len(gpu_ids)]
+        counts = gpu_counts([JobNeed(j.id, states[j.id].iters_left * states[j.id].
+                                     serial_iter_time, states[j.id].max_demand)
+                             for j in chosen], len(gpu_ids))
+        out: dict[str, tuple[str, ...]] = {}
+        for j in chosen:
+            r = self.runners[j.id]
+            if bound(j.id) and len(r.gpus) == counts.get(j.id, 0) and set(r.gpus) <= avail:
+                out[j.id] = r.gpus
+                avail -= set(r.gpus)
+        rest = {k: c for k, c in counts.items() if k not in out and c > 0}
+        placed = place(rest, [self.topology[g] for g in sorted(avail)])
+        out.update({k: tuple(v) for k, v in placed.items()})
+        return out
+
+    def _finish(self, now: float) -> None:
+        if any(r.live for r in self.runners.values()):
+            self._update_snapshot(now)
+            return  # the last processes are writing their final checkpoints
+        self.end_time = now
+        self.state = "done"
+        best = self.hb.best()
+        if self.client is not None:
+            self.client.stop(unregister=True, timeout=3.0)  # releases every GPU
+            self.client = None
+        self._held = []
+        self.held_changes.append((round(now - self.t0, 3), []))
+        self.emit(f"{self.name}: DONE in {now - self.start_time:.1f}s; best "
+                  f"{best.id if best else '-'} loss "
+                  f"{best.loss if best and best.loss is not None else float('nan'):.4f}")
+        self._update_snapshot(now)
+
+    # ------------------------------------------------------------------ introspection
+    def steps_done(self) -> int:
+        return sum(j.steps_done for j in self.hb.jobs.values())
+
+    def _update_snapshot(self, now: float) -> None:
+        held = [self.topology[g] for g in self._held if g in self.topology]
+        live = self.bidder.live_rho(held) if self.bidder and self.state == "running" else None
+        reported = self.bidder.current_rho() if self.bidder else None
+        if live is not None and not math.isfinite(live):
+            live = None if self.state != "running" else math.inf
+        jobs = list(self.hb.jobs.values())
+        running_procs = sum(1 for r in self.runners.values() if r.live)
+        snap = {
+            "name": self.name,
+            "state": self.state,
+            "rho": live,
+            "rho_reported": reported,
+            "gpus": list(self._held),
+            "running": running_procs,
+            "waiting": sum(1 for j in jobs if j.status is JobStatus.RUNNING
+                           and not self.runners[j.id].live),
+            "done": sum(1 for j in jobs if j.status in (JobStatus.FINISHED, JobStatus.STOPPED,
+                                                        JobStatus.RUNG_DONE)),
+            "progress": min(1.0, self.steps_done() / max(1, self.planned_steps)),
+            "bracket": self.hb.bracket_index,
+            "rung": self.hb.rung_index,
+            "error": self.error,
+        }
+        with self._lock:
+            self._snapshot = snap
+        if self.state == "running" and now - self._last_sample >= 1.0:
+            self._last_sample = now
+            self.samples.append(Sample(
+                round(now - self.t0, 3), live,
+                reported if reported is not None and math.isfinite(reported) else None,
+                len(self._held), running_procs))
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            return dict(self._snapshot)

@@ -1,0 +1,244 @@
+"""``themis standalone``: the arbiter and several Hyperband apps on this machine."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+EXIT_USAGE = 2
+
+DESCRIPTION = """\
+Run Themis on this machine without YARN: start the arbiter (gRPC on 127.0.0.1) over a
+static cluster of GPUs and N hyper-parameter tuning apps. Each app is an application
+master (Hyperband scheduler + TensorFlow event-log profiler + Themis agent) whose jobs are
+real TensorFlow processes (python -m themis.jobs.train) bound to the app's leased GPUs:
+a job runs only while its app holds a lease on its GPUs (their ids are exported as
+THEMIS_GPU_IDS and CUDA_VISIBLE_DEVICES), is stopped with SIGTERM - it checkpoints - when
+the lease is not renewed, and resumes from its checkpoint when its app gets GPUs again.
+There is no real GPU: a GPU's speed is emulated by a per-step sleep (job step_time_ms).
+
+Live rho and allocations are printed per app; at the end OUT/report.json (rho over time,
+GPU-seconds, completion, rounds, GPU moves, job segments) and OUT/report.png are written.
+Ctrl-C stops cleanly: every job checkpoints and exits, nothing is left running.
+
+Exit status: 0 all apps completed; 1 timeout or an app failed; 2 bad options or spec
+files; 130 interrupted (Ctrl-C / SIGTERM)."""
+
+EPILOG = """\
+examples:
+  themis standalone --apps 2 --out /tmp/themis-run
+  themis standalone --machines 2 --gpus-per-machine 2 --apps 3 --lease-s 20 --out run
+  themis standalone --cluster cluster.yaml --app a.yaml --app b.yaml --out run
+
+cluster spec (YAML/JSON): racks: [{name: r0, machines: [{name: m0, gpus: 4,
+gpus_per_slot: 2}, ...]}, ...]; app spec: see docs/standalone.md."""
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text}")
+    return value
+
+
+def _nonneg_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text}")
+    return value
+
+
+def _knob(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1), got {text}")
+    return value
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be in 0..65535, got {text}")
+    return value
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    c = p.add_argument_group("cluster (a spec file, or a uniform cluster; default 2 x 4 GPUs)")
+    c.add_argument("--cluster", type=Path, metavar="SPEC",
+                   help="cluster spec file (.json or YAML) declaring racks, machines and GPUs")
+    c.add_argument("--machines", type=_positive_int, metavar="M",
+                   help="uniform cluster: number of machines (default 2)")
+    c.add_argument("--gpus-per-machine", type=_positive_int, metavar="G",
+                   help="uniform cluster: GPUs per machine (default 4)")
+    c.add_argument("--racks", type=_positive_int, metavar="R",
+                   help="uniform cluster: racks, machines spread round-robin (default 1)")
+    a = p.add_argument_group("apps (built-in apps, or spec files)")
+    a.add_argument("--apps", type=_positive_int, metavar="N",
+                   help="run N built-in Hyperband apps app-0..app-N-1 (default 2): each "
+                        "samples learning rate and width, R=--max-resource, eta=--eta, one "
+                        "bracket (3 configurations, the best trained 3x longer for R=3)")
+    a.add_argument("--app", type=Path, action="append", metavar="SPEC.yaml",
+                   help="an app spec file (YAML or .json); repeat for several apps; "
+                        "not together with --apps")
+    a.add_argument("--max-resource", type=_positive_float, default=3.0, metavar="R",
+                   help="built-in apps: Hyperband's maximum resource per configuration")
+    a.add_argument("--eta", type=int, default=3, help="built-in apps: Hyperband halving rate")
+    a.add_argument("--steps-per-unit", type=_positive_int, default=60, metavar="STEPS",
+                   help="built-in apps: training steps per Hyperband resource unit")
+    a.add_argument("--step-time-ms", type=_nonneg_float, default=100.0, metavar="MS",
+                   help="built-in apps: emulated time of one training step on one GPU")
+    m = p.add_argument_group("mechanism")
+    m.add_argument("--lease-s", type=_positive_float, default=60.0, metavar="SECONDS",
+                   help="GPU lease length (the paper uses 600 s on real clusters)")
+    m.add_argument("--fairness-knob", type=_knob, default=0.8, metavar="F",
+                   help="f in [0, 1): the (1-f) fraction of apps with the worst rho bid")
+    m.add_argument("--bid-timeout-s", type=_positive_float, default=2.0, metavar="SECONDS",
+                   help="bid deadline after an offer; late agents count as non-bidders")
+    m.add_argument("--warning-s", type=_nonneg_float, default=10.0, metavar="SECONDS",
+                   help="lease warning this long before expiry (at most half the lease)")
+    m.add_argument("--grace-s", type=_nonneg_float, default=3.0, metavar="SECONDS",
+                   help="a job on an expired lease keeps running this long waiting for the "
+                        "expiry round to renew it; stopped at once if the round does not")
+    m.add_argument("--solver", default="auto",
+                   help="auction solver back-end (auto, highs, bnb, bruteforce, cpsat, gurobi)")
+    m.add_argument("--seed", type=int, default=0, help="seed of the arbiter's leftover lottery")
+    m.add_argument("--port", type=_port, default=0,
+                   help="arbiter port on 127.0.0.1 (0: any free port)")
+    o = p.add_argument_group("output")
+    o.add_argument("--out", type=Path, required=True, metavar="DIR",
+                   help="output directory: report.json, report.png, and per app/job the event "
+                        "logs, checkpoints and process logs (apps/<app>/jobs/<job>/)")
+    o.add_argument("--display", choices=("auto", "table", "lines", "off"), default="auto",
+                   help="live view: a table redrawn in place (terminal), periodic lines "
+                        "(auto when not a terminal), or nothing")
+    o.add_argument("--refresh-s", type=_positive_float, default=2.0, metavar="SECONDS",
+                   help="live view refresh period (lines mode prints a table this often)")
+    o.add_argument("--timeout-s", type=_positive_float, default=None, metavar="SECONDS",
+                   help="stop cleanly after this long even if apps are not done (exit 1)")
+    o.add_argument("--shutdown-timeout-s", type=_positive_float, default=30.0,
+                   metavar="SECONDS",
+                   help="on stop, how long jobs get to checkpoint before SIGKILL")
+    o.add_argument("--no-plot", action="store_true", help="do not write report.png")
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "standalone", help="run the arbiter and Hyperband apps with real TF jobs on this "
+        "machine (no YARN)", description=DESCRIPTION, epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    configure(p)
+    p.set_defaults(func=run, _parser=p)
+
+
+class UsageError(ValueError):
+    pass
+
+
+def build_options(args: argparse.Namespace) -> Any:
+    """Validate the options and spec files; raises UsageError/SpecError with a message."""
+    from themis.arbiter.cluster_backend import (
+        ClusterSpecError,
+        load_cluster_spec,
+        uniform_cluster,
+    )
+    from themis.arbiter.solvers import make_solver
+    from themis.arbiter.solvers.base import SolverError
+    from themis.cluster.topology import TopologyError
+    from themis.standalone.runner import Options
+    from themis.standalone.spec import SpecError, default_app, load_app_spec
+    from themis.submarine_am.hyperband import HyperbandError
+
+    uniform = [n for n in ("machines", "gpus_per_machine", "racks")
+               if getattr(args, n) is not None]
+    try:
+        if args.cluster is not None:
+            if uniform:
+                raise UsageError(f"--cluster and --{uniform[0].replace('_', '-')} are mutually "
+                                 "exclusive (the spec file declares the machines)")
+            cluster = load_cluster_spec(args.cluster)
+            desc = f"{args.cluster.name} ({len(cluster.topology().machines)} machines)"
+        else:
+            machines = args.machines or 2
+            per = args.gpus_per_machine or 4
+            racks = args.racks or 1
+            if racks > machines:
+                raise UsageError(f"--racks {racks} is more than --machines {machines}")
+            cluster = uniform_cluster(machines, per, racks)
+            desc = f"{machines} machines x {per} GPUs"
+    except (ClusterSpecError, TopologyError) as exc:
+        raise UsageError(str(exc)) from exc
+    if args.app and args.apps is not None:
+        raise UsageError("--apps and --app are mutually exclusive")
+    if args.eta < 2:
+        raise UsageError(f"--eta must be an integer >= 2, got {args.eta}")
+    try:
+        if args.app:
+            apps = [load_app_spec(path) for path in args.app]
+        else:
+            apps = [default_app(i, max_resource=args.max_resource, eta=args.eta,
+                                steps_per_unit=args.steps_per_unit,
+                                step_time_ms=args.step_time_ms)
+                    for i in range(args.apps or 2)]
+    except (SpecError, HyperbandError) as exc:
+        raise UsageError(str(exc)) from exc
+    names = [a.name for a in apps]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise UsageError(f"app name {dup[0]!r} is used by more than one app (set 'name:' "
+                         "in the spec files)")
+    try:
+        make_solver(args.solver)
+    except (SolverError, ValueError, ImportError) as exc:
+        raise UsageError(f"--solver: {exc}") from exc
+    if args.out.exists() and not args.out.is_dir():
+        raise UsageError(f"--out {str(args.out)!r} exists and is not a directory")
+    if (args.out / "apps").is_dir() and any((args.out / "apps").iterdir()):
+        raise UsageError(f"--out {str(args.out)!r} already holds a run (apps/ with job "
+                         "checkpoints that new jobs would resume from): use a new directory")
+    if importlib.util.find_spec("tensorflow") is None:
+        raise UsageError("standalone mode runs real TensorFlow jobs: install the 'train' "
+                         "extra (pip install 'themis-yarn[train]')")
+    return Options(
+        cluster=cluster, cluster_desc=desc, apps=apps, out=args.out, lease_s=args.lease_s,
+        fairness_knob=args.fairness_knob, bid_timeout_s=args.bid_timeout_s,
+        warning_s=args.warning_s, grace_s=args.grace_s, solver=args.solver, seed=args.seed,
+        port=args.port, refresh_s=args.refresh_s, display=args.display,
+        timeout_s=args.timeout_s, plot=not args.no_plot,
+        shutdown_timeout_s=args.shutdown_timeout_s)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        opts = build_options(args)
+    except UsageError as exc:
+        print(f"themis standalone: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    from themis.standalone.runner import Standalone
+
+    return Standalone(opts).run()

@@ -1,0 +1,208 @@
+"""Training job processes bound to leased GPUs (``python -m themis.jobs.train``).
+
+A :class:`JobRunner` owns one Hyperband job's files (event logs, checkpoints, one
+stdout/stderr pair per run *segment*) and at most one live process. Each segment runs
+on a fixed set of leased GPUs, exported to the process as ``THEMIS_GPU_IDS`` and
+``CUDA_VISIBLE_DEVICES`` (comma-separated ids); the job is stopped with SIGTERM (it
+checkpoints and exits) when its GPUs are taken away, and a later segment resumes from
+the newest checkpoint.
+
+There is no GPU on the machines this runs on: GPU "speed" is emulated by a sleep of
+``step_time_ms * S(locality) / k`` per step on ``k`` GPUs (``--step-sleep-ms``), so that
+the profiler sees iteration times that depend on the allocation the way Eq. 1 models.
+Processes run in their own session so that a terminal's Ctrl-C reaches only the
+standalone driver, which then stops them in order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import themis
+from themis.agent.placement import PlacementProfile
+from themis.cluster.topology import Gpu, Locality, locality_of
+from themis.submarine_am.searchspace import Value
+
+log = logging.getLogger(__name__)
+
+_FLAGS = {"learning_rate", "batch_size", "hidden_units", "num_layers", "dropout",
+          "optimizer", "momentum", "dataset", "checkpoint_every", "eval_every",
+          "keep_checkpoints"}
+
+
+@dataclass
+class Segment:
+    """One run of a job process on one set of GPUs."""
+
+    index: int
+    gpus: tuple[str, ...]
+    t_start: float  # unix
+    target_steps: int
+    t_end: float | None = None
+    start_step: int | None = None  # step the process started at (restored checkpoint)
+    restored_from: str | None = None
+    end_step: int | None = None
+    reason: str = ""  # train.py's exit reason, or why it was stopped
+    exit_status: int | None = None
+    stopped_by: str = ""  # "" (ran to its target), "lease", "reassign", "shutdown"
+
+    def to_json(self, t0: float) -> dict[str, Any]:
+        d = asdict(self)
+        d["t_start"] = round(self.t_start - t0, 3)
+        d["t_end"] = None if self.t_end is None else round(self.t_end - t0, 3)
+        d["gpus"] = list(self.gpus)
+        return d
+
+
+@dataclass
+class JobRunner:
+    job_id: str
+    config: dict[str, Value]
+    fixed: dict[str, Value]
+    root: Path  # <out>/apps/<app>/jobs/<job>
+    step_time_ms: float
+    python: str = sys.executable
+    segments: list[Segment] = field(default_factory=list)
+    failures: int = 0
+    proc: subprocess.Popen[bytes] | None = None
+    stop_sent: float | None = None  # time SIGTERM was sent to the live process
+    _files: list[IO[bytes]] = field(default_factory=list, repr=False)
+
+    @property
+    def logdir(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.root / "checkpoints"
+
+    @property
+    def live(self) -> bool:
+        return self.proc is not None
+
+    @property
+    def gpus(self) -> tuple[str, ...]:
+        """GPUs of the live process (empty when none runs)."""
+        return self.segments[-1].gpus if self.proc is not None and self.segments else ()
+
+    def command(self, target_steps: int, gpus: list[Gpu], profile: PlacementProfile
+                ) -> list[str]:
+        loc = locality_of(gpus)
+        sleep_ms = self.step_time_ms * profile.slowdown(loc) / max(1, len(gpus))
+        cmd = [self.python, "-m", "themis.jobs.train", "--job-id", self.job_id,
+               "--logdir", str(self.logdir), "--checkpoint-uri", str(self.checkpoint_dir),
+               "--max-steps", str(target_steps), "--num-gpus", str(len(gpus)),
+               "--locality", Locality(loc).name.lower(), "--step-sleep-ms", f"{sleep_ms:.3f}",
+               "--summary-flush-secs", "0.5", "--log-level", "WARNING"]
+        for key, value in sorted({**self.fixed, **self.config}.items()):
+            if key in _FLAGS:
+                cmd += [f"--{key.replace('_', '-')}", str(value)]
+        return cmd
+
+    def start(self, target_steps: int, gpus: list[Gpu], profile: PlacementProfile) -> None:
+        if self.proc is not None:
+            raise RuntimeError(f"job {self.job_id}: already running")
+        self.root.mkdir(parents=True, exist_ok=True)
+        index = len(self.segments)
+        ids = tuple(g.id for g in gpus)
+        env = dict(os.environ)
+        pkg_parent = str(Path(themis.__file__).resolve().parent.parent)
+        env["PYTHONPATH"] = pkg_parent + os.pathsep + env.get("PYTHONPATH", "")
+        env["THEMIS_GPU_IDS"] = ",".join(ids)
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(ids)
+        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        env["PYTHONUNBUFFERED"] = "1"
+        out = open(self.root / f"segment-{index}.out", "wb")  # noqa: SIM115 (kept open)
+        err = open(self.root / f"segment-{index}.err", "wb")  # noqa: SIM115
+        self._files = [out, err]
+        cmd = self.command(target_steps, gpus, profile)
+        (self.root / f"segment-{index}.cmd").write_text(" ".join(cmd) + "\n")
+        self.proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                                     env=env, start_new_session=True)
+        self.stop_sent = None
+        self.segments.append(Segment(index, ids, time.time(), target_steps))
+        log.info("job %s: segment %d started on %s (target step %d, pid %d)",
+                 self.job_id, index, ",".join(ids), target_steps, self.proc.pid)
+
+    def stop(self, why: str) -> None:
+        """Ask the live process to checkpoint and exit (SIGTERM), once."""
+        if self.proc is None or self.stop_sent is not None:
+            return
+        self.stop_sent = time.time()
+        self.segments[-1].stopped_by = why
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.send_signal(signal.SIGTERM)
+        log.info("job %s: SIGTERM (%s)", self.job_id, why)
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.kill()
+
+    def poll(self) -> Segment | None:
+        """If the live process has exited: close its segment and return it."""
+        if self.proc is None:
+            return None
+        status = self.proc.poll()
+        if status is None:
+            return None
+        self.proc = None
+        for f in self._files:
+            f.close()
+        self._files = []
+        seg = self.segments[-1]
+        seg.t_end = time.time()
+        seg.exit_status = status
+        for ev in self.events(seg.index):
+            if ev.get("event") == "start":
+                seg.start_step = int(ev.get("step", 0))
+                seg.restored_from = ev.get("restored_from")
+            elif ev.get("event") == "exit":
+                seg.end_step = int(ev.get("step", 0))
+                seg.reason = str(ev.get("reason", ""))
+            elif ev.get("event") == "checkpoint":
+                seg.end_step = max(seg.end_step or 0, int(ev.get("step", 0)))
+        if not seg.reason:
+            seg.reason = (f"signal {-status}" if status < 0 else f"exit status {status}")
+        if status != 0 and not (seg.stopped_by and status in (-signal.SIGTERM, -signal.SIGKILL)):
+            self.failures += 1
+            log.warning("job %s: segment %d failed (status %s); stderr: %s", self.job_id,
+                        seg.index, status, self.stderr_tail(seg.index))
+        return seg
+
+    def events(self, index: int) -> list[dict[str, Any]]:
+        path = self.root / f"segment-{index}.out"
+        out: list[dict[str, Any]] = []
+        try:
+            lines = path.read_text(errors="replace").splitlines()
+        except OSError:
+            return out
+        for line in lines:
+            if line.startswith("{"):
+                try:
+                    out.append(json.loads(line))
+                except ValueError:
+                    continue
+        return out
+
+    def stderr_tail(self, index: int, chars: int = 600) -> str:
+        try:
+            return (self.root / f"segment-{index}.err").read_text(errors="replace")[-chars:]
+        except OSError:
+            return ""
+
+    def checkpoint_steps(self) -> list[int]:
+        if not self.checkpoint_dir.is_dir():
+            return []
+        return sorted(int(p.name[5:]) for p in self.checkpoint_dir.iterdir()
+                      if p.name.startswith("ckpt-") and p.name[5:].isdigit())

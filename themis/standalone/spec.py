@@ -1,0 +1,321 @@
+"""Hyper-parameter app specs for standalone mode (YAML or JSON), with validation.
+
+A spec declares one app: a Hyperband search over the training job's hyper-parameters::
+
+    name: lr-search            # app id (default: the file name without extension)
+    seed: 1                    # sampling seed (default 0)
+    submit_at_s: 0             # seconds after start-up when the app arrives (default 0)
+    hyperband:
+      max_resource: 3          # R: resource units of the longest-trained configuration
+      eta: 3                   # halving rate
+      brackets: [1]            # which brackets s to run (default: all, s_max first)
+      steps_per_unit: 30       # training steps per resource unit
+      max_gpus_per_job: 1      # GPUs a job may use (rung i: min(this, eta^i))
+    search_space:              # sampled hyper-parameters (see SearchSpace.from_dict)
+      learning_rate: {type: double, min: 0.0005, max: 0.05, scale: log}
+      hidden_units: {type: int, min: 16, max: 64}
+    job:                       # fixed arguments of every job of the app
+      step_time_ms: 100        # emulated GPU work per step on one GPU (see docs)
+      batch_size: 32
+      checkpoint_every: 20
+
+Every error is a :class:`SpecError` whose message names the file and the field.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from themis.submarine_am.hyperband import HyperbandError, hyperband_brackets
+from themis.submarine_am.searchspace import (
+    Categorical,
+    Double,
+    Int,
+    SearchSpace,
+    SearchSpaceError,
+    Value,
+)
+
+DATASETS = ("digits", "synthetic")  # = themis.jobs.data.DATASETS (no numpy import here)
+OPTIMIZERS = ("adam", "sgd", "rmsprop", "adagrad")
+_APP_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+class SpecError(ValueError):
+    """An app spec or a standalone option is invalid (names the source and the field)."""
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v: Any) -> bool:
+    return (isinstance(v, int | float) and not isinstance(v, bool)) and math.isfinite(v)
+
+
+def _check_lr(v: Any) -> str | None:
+    return None if _is_num(v) and v > 0 else "must be a number > 0"
+
+
+def _check_pos_int(v: Any) -> str | None:
+    return None if _is_int(v) and v >= 1 else "must be an integer >= 1"
+
+
+def _check_nonneg_int(v: Any) -> str | None:
+    return None if _is_int(v) and v >= 0 else "must be an integer >= 0"
+
+
+def _check_dropout(v: Any) -> str | None:
+    return None if _is_num(v) and 0 <= v < 1 else "must be a number in [0, 1)"
+
+
+def _check_nonneg(v: Any) -> str | None:
+    return None if _is_num(v) and v >= 0 else "must be a number >= 0"
+
+
+def _check_optimizer(v: Any) -> str | None:
+    return None if v in OPTIMIZERS else f"must be one of {', '.join(OPTIMIZERS)}"
+
+
+def _check_dataset(v: Any) -> str | None:
+    return None if v in DATASETS else f"must be one of {', '.join(DATASETS)}"
+
+
+#: Hyper-parameters of ``themis.jobs.train`` (search space or fixed): name -> validator.
+HYPER_PARAMS: dict[str, Callable[[Any], str | None]] = {
+    "learning_rate": _check_lr,
+    "batch_size": _check_pos_int,
+    "hidden_units": _check_pos_int,
+    "num_layers": _check_nonneg_int,
+    "dropout": _check_dropout,
+    "optimizer": _check_optimizer,
+    "momentum": _check_nonneg,
+}
+#: Job settings that are not searched over.
+JOB_SETTINGS: dict[str, Callable[[Any], str | None]] = {
+    "dataset": _check_dataset,
+    "checkpoint_every": _check_pos_int,
+    "eval_every": _check_pos_int,
+    "keep_checkpoints": _check_pos_int,
+    "step_time_ms": _check_nonneg,
+}
+_TOP_KEYS = ("name", "seed", "submit_at_s", "hyperband", "search_space", "job")
+_HB_KEYS = ("max_resource", "eta", "brackets", "steps_per_unit", "max_gpus_per_job")
+
+
+@dataclass(frozen=True, slots=True)
+class HyperbandSpec:
+    max_resource: float = 3.0
+    eta: int = 3
+    brackets: tuple[int, ...] | None = (1,)
+    steps_per_unit: int = 30
+    max_gpus_per_job: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class AppSpec:
+    name: str
+    search_space: Mapping[str, Mapping[str, Any]]
+    hyperband: HyperbandSpec = HyperbandSpec()
+    job: Mapping[str, Value] = field(default_factory=dict)
+    seed: int = 0
+    submit_at_s: float = 0.0
+    source: str = "<built-in>"
+
+    def space(self) -> SearchSpace:
+        return SearchSpace.from_dict(self.search_space)
+
+    @property
+    def step_time_ms(self) -> float:
+        return float(self.job.get("step_time_ms", 100.0))
+
+    def planned_steps(self) -> int:
+        """Training steps of the whole Hyperband plan (sum over every job's final step)."""
+        hb = self.hyperband
+        total = 0
+        for b in hyperband_brackets(hb.max_resource, hb.eta):
+            if hb.brackets is not None and b.s not in hb.brackets:
+                continue
+            prev = 0
+            for rung in b.rungs:
+                steps = max(1, round(rung.r * hb.steps_per_unit))
+                total += rung.n * (steps - prev)
+                prev = steps
+        return total
+
+
+DEFAULT_SPACE: dict[str, dict[str, Any]] = {
+    "learning_rate": {"type": "double", "min": 5e-4, "max": 5e-2, "scale": "log"},
+    "hidden_units": {"type": "int", "min": 16, "max": 64},
+}
+
+
+def default_app(index: int, *, max_resource: float = 3.0, eta: int = 3,
+                steps_per_unit: int = 30, step_time_ms: float = 100.0) -> AppSpec:
+    """The built-in app ``app-<index>`` used by ``--apps N``: one Hyperband bracket
+    (s = 1 for R = 3, eta = 3: three configurations, then the best one trained 3x longer)."""
+    s_max = len(hyperband_brackets(max_resource, eta)) - 1
+    spec = AppSpec(
+        name=f"app-{index}",
+        search_space=DEFAULT_SPACE,
+        hyperband=HyperbandSpec(max_resource, eta, (min(1, s_max),), steps_per_unit, 1),
+        job={"step_time_ms": step_time_ms, "batch_size": 32, "num_layers": 1,
+             "checkpoint_every": max(1, steps_per_unit // 3)},
+        seed=index,
+    )
+    validate(spec)
+    return spec
+
+
+def _err(src: str, where: str, msg: str) -> SpecError:
+    return SpecError(f"app spec {src}: {where} {msg}")
+
+
+def _check_values(src: str, section: str, values: Mapping[str, Any],
+                  allowed: Mapping[str, Callable[[Any], str | None]]) -> None:
+    for key, value in values.items():
+        check = allowed.get(key)
+        if check is None:
+            raise _err(src, f"{section}.{key}:",
+                       f"unknown setting (allowed: {', '.join(sorted(allowed))})")
+        problem = check(value)
+        if problem:
+            raise _err(src, f"{section}.{key}={value!r}", problem)
+
+
+def validate(spec: AppSpec) -> None:
+    src = spec.source
+    if not _APP_ID.match(spec.name):
+        raise _err(src, f"name={spec.name!r}", "must be 1-64 letters, digits, '.', '_' or '-' "
+                   "starting with a letter or digit")
+    if not _is_num(spec.submit_at_s) or spec.submit_at_s < 0:
+        raise _err(src, f"submit_at_s={spec.submit_at_s!r}", "must be a number >= 0")
+    if not _is_int(spec.seed):
+        raise _err(src, f"seed={spec.seed!r}", "must be an integer")
+    hb = spec.hyperband
+    if not _is_num(hb.max_resource) or hb.max_resource < 1:
+        raise _err(src, f"hyperband.max_resource={hb.max_resource!r}", "must be a number >= 1")
+    for name in ("eta", "steps_per_unit", "max_gpus_per_job"):
+        v = getattr(hb, name)
+        low = 2 if name == "eta" else 1
+        if not _is_int(v) or v < low:
+            raise _err(src, f"hyperband.{name}={v!r}", f"must be an integer >= {low}")
+    plan = {b.s for b in hyperband_brackets(hb.max_resource, hb.eta)}
+    if hb.brackets is not None:
+        if not hb.brackets or not all(_is_int(s) for s in hb.brackets):
+            raise _err(src, f"hyperband.brackets={list(hb.brackets)!r}",
+                       "must be a non-empty list of integers")
+        unknown = sorted(set(hb.brackets) - plan)
+        if unknown:
+            raise _err(src, f"hyperband.brackets={list(hb.brackets)!r}",
+                       f"has no bracket s={unknown} for max_resource={hb.max_resource} "
+                       f"and eta={hb.eta} (valid: {sorted(plan)})")
+    if not isinstance(spec.search_space, Mapping) or not spec.search_space:
+        raise _err(src, "search_space", "must be a non-empty mapping of hyper-parameters")
+    try:
+        space = SearchSpace.from_dict(spec.search_space)
+    except (SearchSpaceError, TypeError, ValueError, AttributeError) as exc:
+        raise _err(src, "search_space:", str(exc)) from exc
+    for p in space.params:
+        check = HYPER_PARAMS.get(p.name)
+        if check is None:
+            raise _err(src, f"search_space.{p.name}:",
+                       f"not a hyper-parameter of the training job (allowed: "
+                       f"{', '.join(sorted(HYPER_PARAMS))})")
+        if isinstance(p, Categorical):
+            samples: tuple[Any, ...] = p.choices
+        elif isinstance(p, Double | Int):
+            samples = (p.low, p.high)
+        for v in samples:
+            problem = check(v)
+            if problem:
+                raise _err(src, f"search_space.{p.name}: value {v!r}", problem)
+        if isinstance(p, Double) and p.name in ("batch_size", "hidden_units", "num_layers"):
+            raise _err(src, f"search_space.{p.name}:", "must be of type int or categorical")
+    if not isinstance(spec.job, Mapping):
+        raise _err(src, "job", "must be a mapping")
+    _check_values(src, "job", spec.job, {**HYPER_PARAMS, **JOB_SETTINGS})
+    both = sorted(set(spec.job) & set(spec.search_space))
+    if both:
+        raise _err(src, f"job.{both[0]}:", "is also in search_space (give it in one place)")
+
+
+def _mapping(src: str, where: str, value: Any) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise _err(src, where, f"must be a mapping, got {type(value).__name__}")
+    return value
+
+
+def app_from_dict(data: Any, *, source: str, default_name: str) -> AppSpec:
+    top = _mapping(source, "the document", data)
+    if not top:
+        raise _err(source, "the document", "is empty")
+    unknown = sorted(set(top) - set(_TOP_KEYS))
+    if unknown:
+        raise _err(source, f"field {unknown[0]!r}:",
+                   f"unknown (allowed: {', '.join(_TOP_KEYS)})")
+    hbd = _mapping(source, "hyperband", top.get("hyperband"))
+    unknown = sorted(set(hbd) - set(_HB_KEYS))
+    if unknown:
+        raise _err(source, f"hyperband.{unknown[0]}:",
+                   f"unknown setting (allowed: {', '.join(_HB_KEYS)})")
+    base = HyperbandSpec()
+    brackets = hbd.get("brackets", base.brackets if "max_resource" not in hbd else None)
+    if brackets is not None and not isinstance(brackets, list | tuple):
+        raise _err(source, f"hyperband.brackets={brackets!r}", "must be a list of integers")
+    hb = HyperbandSpec(
+        max_resource=hbd.get("max_resource", base.max_resource),
+        eta=hbd.get("eta", base.eta),
+        brackets=tuple(brackets) if brackets is not None else None,
+        steps_per_unit=hbd.get("steps_per_unit", base.steps_per_unit),
+        max_gpus_per_job=hbd.get("max_gpus_per_job", base.max_gpus_per_job),
+    )
+    if "search_space" not in top:
+        raise _err(source, "field 'search_space':", "missing")
+    space = top["search_space"]
+    if isinstance(space, Mapping):
+        for name, p in space.items():
+            if not isinstance(p, Mapping):
+                raise _err(source, f"search_space.{name}:",
+                           "must be a mapping like {type: double, min: ..., max: ...}")
+    name = top.get("name", default_name)
+    spec = AppSpec(
+        name=str(name) if isinstance(name, str | int) else repr(name),
+        search_space=space,
+        hyperband=hb,
+        job=_mapping(source, "job", top.get("job")),
+        seed=top.get("seed", 0),
+        submit_at_s=top.get("submit_at_s", 0.0),
+        source=source,
+    )
+    validate(spec)
+    return spec
+
+
+def load_app_spec(path: str | Path) -> AppSpec:
+    """Read and validate one app spec (``.json`` as JSON, anything else as YAML)."""
+    p = Path(path)
+    src = repr(str(p))
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise SpecError(f"app spec {src}: cannot read: {exc.strerror or exc}") from exc
+    try:
+        data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        raise SpecError(f"app spec {src}: not valid {'JSON' if p.suffix == '.json' else 'YAML'}"
+                        f": {exc}") from exc
+    try:
+        return app_from_dict(data, source=src, default_name=p.stem)
+    except HyperbandError as exc:
+        raise SpecError(f"app spec {src}: hyperband: {exc}") from exc
