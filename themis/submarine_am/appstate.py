@@ -1,0 +1,43 @@
+"""The AM's durable state (HDFS ``<app dir>/state.json``): the Hyperband progress (jobs,
+configurations, steps, losses, the bracket/rung and the sampler's RNG), the agent's secret
+and per-job restart counts. A new AM attempt (YARN AM retry) loads it and resumes; the jobs
+themselves resume from their own checkpoints."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from themis.submarine_am.hyperband import Hyperband, HyperbandJob, JobStatus
+
+FORMAT = "themis-am-state-v1"
+
+
+def hyperband_to_dict(hb: Hyperband) -> dict[str, Any]:
+    state = hb._rng.getstate()
+    return {
+        "bracket_index": hb.bracket_index,
+        "rung_index": hb.rung_index,
+        "rng": [state[0], list(state[1]), state[2]],
+        "jobs": [
+            {"id": j.id, "config": j.config, "bracket": j.bracket, "rung": j.rung,
+             "target_steps": j.target_steps, "rung_start_steps": j.rung_start_steps,
+             "steps_done": j.steps_done, "loss": j.loss,
+             "serial_iter_time": j.serial_iter_time, "status": j.status.value}
+            for j in hb.jobs.values()
+        ],
+    }
+
+
+def restore_hyperband(hb: Hyperband, d: dict[str, Any]) -> None:
+    """Overwrite a freshly built ``hb`` (same spec) with saved progress."""
+    hb.bracket_index = int(d["bracket_index"])
+    hb.rung_index = int(d["rung_index"])
+    rng = d["rng"]
+    hb._rng.setstate((rng[0], tuple(rng[1]), rng[2]))
+    hb.jobs = {}
+    for j in d["jobs"]:
+        hb.jobs[j["id"]] = HyperbandJob(
+            id=j["id"], config=dict(j["config"]), bracket=int(j["bracket"]), rung=int(j["rung"]),
+            target_steps=int(j["target_steps"]), rung_start_steps=int(j["rung_start_steps"]),
+            steps_done=int(j["steps_done"]), loss=j["loss"],
+            serial_iter_time=j["serial_iter_time"], status=JobStatus(j["status"]))

@@ -1,0 +1,175 @@
+"""Wrapper the AM runs in every job container: ``python -m themis.submarine_am.runner``.
+
+It starts the job command (in its own process group), follows the job's TensorFlow event
+logs with the :class:`~themis.profiler.Profiler` and its JSON-lines stdout
+(``start``/``checkpoint``/``exit`` of :mod:`themis.jobs.train`), and reports progress to the
+AM over HTTP (``POST <am>/api/report``, loopback) every ``--report-every`` seconds. When the
+AM's answer says ``stop`` (the app lost the GPUs: lease expiry, preemption) it sends the
+job SIGTERM, so the job checkpoints to HDFS and exits; the container then ends and the GPUs
+are free. SIGTERM to the runner itself (NM stopping the container) is forwarded the same way.
+
+Exit status: the job's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("themis.submarine_am.runner")
+
+
+class Runner:
+    def __init__(self, am_url: str, job_id: str, run_id: int, logdir: Path,
+                 command: list[str], report_every: float = 1.0) -> None:
+        self.am_url = am_url.rstrip("/")
+        self.job_id = job_id
+        self.run_id = run_id
+        self.logdir = logdir
+        self.command = command
+        self.report_every = report_every
+        self.container = os.environ.get("CONTAINER_ID", "")
+        self._events: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self._child: subprocess.Popen[str] | None = None
+        self._signalled = False
+        self._profiler: Any = None
+
+    # ---------------------------------------------------------------- job process
+    def _signal_child(self, why: str) -> None:
+        child = self._child
+        if child is None or child.poll() is not None or self._signalled:
+            return
+        self._signalled = True
+        log.info("stopping job %s (%s): SIGTERM to process group %d", self.job_id, why, child.pid)
+        self._add_event({"event": "stop-requested", "reason": why})
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signal.SIGTERM)
+
+    def _add_event(self, e: dict[str, Any]) -> None:
+        e.setdefault("time", time.time())
+        with self._lock:
+            self._events.append(e)
+
+    def _pump_stdout(self, stream: Any) -> None:
+        for line in stream:
+            sys.stdout.write(line)
+            sys.stdout.flush()
+            text = line.strip()
+            if text.startswith("{"):
+                try:
+                    e = json.loads(text)
+                except ValueError:
+                    continue
+                if isinstance(e, dict) and "event" in e:
+                    self._add_event(e)
+
+    # ---------------------------------------------------------------- reports
+    def _progress(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self._profiler is None:
+            try:
+                from themis.profiler import Profiler
+
+                self._profiler = Profiler()
+                self._profiler.add_job(self.job_id, self.logdir)
+            except Exception as e:  # tensorboard missing: stdout events only
+                log.warning("no profiler (%s): progress from stdout events only", e)
+                self._profiler = False
+        if self._profiler:
+            try:
+                self._profiler.poll()
+                prof = self._profiler.job(self.job_id)
+                out["steps"] = prof.steps_done
+                out["loss"] = prof.latest_loss()
+                out["serial_iter_time"] = prof.serial_iter_time()
+            except Exception as e:
+                log.warning("profiler: %s", e)
+        return out
+
+    def report(self, final: bool = False) -> bool:
+        """Send progress and new events; returns True when the AM asks the job to stop."""
+        with self._lock:
+            events = list(self._events)
+        body = {"job_id": self.job_id, "run_id": self.run_id, "container": self.container,
+                "final": final, "events": events, **self._progress()}
+        req = urllib.request.Request(f"{self.am_url}/api/report", method="POST",
+                                     data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=5) as r:
+                answer = json.load(r)
+        except (OSError, ValueError) as e:
+            log.debug("report failed: %s", e)
+            return False
+        with self._lock:
+            del self._events[: len(events)]
+        return bool(answer.get("stop"))
+
+    # ---------------------------------------------------------------- main
+    def run(self) -> int:
+        self.logdir.mkdir(parents=True, exist_ok=True)
+        signal.signal(signal.SIGTERM, lambda s, f: self._signal_child("SIGTERM to the runner"))
+        signal.signal(signal.SIGINT, lambda s, f: self._signal_child("SIGINT to the runner"))
+        self._add_event({"event": "runner-start", "pid": os.getpid()})
+        self._child = subprocess.Popen(self.command, stdout=subprocess.PIPE, text=True,
+                                       start_new_session=True, bufsize=1)
+        pump = threading.Thread(target=self._pump_stdout, args=(self._child.stdout,),
+                                daemon=True)
+        pump.start()
+        while True:
+            try:
+                rc = self._child.wait(timeout=self.report_every)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            if self.report():
+                self._signal_child("asked by the AM")
+        pump.join(timeout=5)
+        self._add_event({"event": "runner-exit", "status": rc})
+        for _ in range(3):  # the AM may be briefly unreachable
+            with self._lock:
+                pending = bool(self._events)
+            if not pending:
+                break
+            self.report(final=True)
+            with self._lock:
+                if not self._events:
+                    break
+            time.sleep(0.5)
+        return rc
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m themis.submarine_am.runner",
+                                description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--am", required=True, help="AM base URL (http://127.0.0.1:PORT)")
+    p.add_argument("--job-id", required=True)
+    p.add_argument("--run-id", type=int, default=0)
+    p.add_argument("--logdir", type=Path, default=Path("tflogs"))
+    p.add_argument("--report-every", type=float, default=1.0)
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- the job command")
+    args = p.parse_args(argv)
+    cmd = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not cmd:
+        p.error("no job command after --")
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return Runner(args.am, args.job_id, args.run_id, args.logdir, cmd, args.report_every).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
