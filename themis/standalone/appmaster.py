@@ -36,6 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import grpc
+
 from themis.agent.bidder import AllocationInfo, ModelBidder
 from themis.agent.client import AgentClient
 from themis.agent.fairness import FairnessContext, rho
@@ -90,6 +92,7 @@ class AppMaster:
         t0: float,
         grace_s: float = 3.0,
         tick_s: float = 0.5,
+        report_s: float = 2.0,
         max_failures: int = 3,
         emit: Callable[[str], None] | None = None,
         clock: Callable[[], float] = time.time,
@@ -102,6 +105,7 @@ class AppMaster:
         self.t0 = t0
         self.grace_s = grace_s
         self.tick_s = tick_s
+        self.report_s = report_s
         self.max_failures = max_failures
         self.emit = emit or (lambda msg: None)
         self.clock = clock
@@ -127,6 +131,8 @@ class AppMaster:
         self.gpu_seconds = 0.0  # leased GPU-seconds
         self._expiry: dict[str, float] = {}  # GPU id -> latest lease expiry seen
         self._last_alloc = 0.0
+        self._last_report = 0.0
+        self._reported: float | None = None
         self._last_tick = 0.0
         self._last_sample = -math.inf
         self._held: list[str] = []
@@ -215,6 +221,7 @@ class AppMaster:
     # ------------------------------------------------------------------ agent callbacks
     def _on_allocation(self, alloc: AllocationInfo) -> None:
         now = self.clock()
+        self._reported = None  # the agent reports the cached-table rho after this
         for g in alloc.gpus:
             self._expiry[g.id] = alloc.expiry
         self._last_alloc = now
@@ -255,8 +262,10 @@ class AppMaster:
         if seg.exit_status == 0 and seg.reason == "max-steps":
             self.emit(f"{self.name}: {runner.job_id} reached step {seg.end_step} on {where}")
         elif seg.stopped_by:
-            self.emit(f"{self.name}: {runner.job_id} stopped ({seg.stopped_by}) at step "
-                      f"{seg.end_step} on {where}, checkpoint kept")
+            at = (f"at step {seg.end_step}, checkpoint kept" if seg.end_step is not None
+                  else "before its first step")
+            self.emit(f"{self.name}: {runner.job_id} stopped ({seg.stopped_by}) {at} on "
+                      f"{where}")
         if seg.end_step is not None and seg.exit_status == 0:
             prof = self.profiler.jobs.get(runner.job_id)
             loss = prof.latest_loss() if prof else None
@@ -307,6 +316,8 @@ class AppMaster:
         if self.hb.done:
             self._finish(now)
             return
+        if now - self._last_report >= self.report_s:
+            self._report_rho(now)
         # 4. which GPUs may keep running processes: leased, or expired within the grace
         #    period with no allocation since (the expiry round may renew them)
         keep = set(held_now) | {
@@ -338,6 +349,21 @@ class AppMaster:
             resume = f" (resume from step {job.steps_done})" if job.steps_done else ""
             self.emit(f"{self.name}: {job_id} started on {','.join(gpus)}{resume}")
         self._update_snapshot(now)
+
+    def _report_rho(self, now: float) -> None:
+        """Visibility phase: tell the arbiter the app's current rho (the agent's Eq. 1/2 on
+        the refreshed model with the GPUs held now), so that the next round's filter sees
+        progress and lost GPUs, not only the value cached at the last allocation."""
+        assert self.client is not None and self.bidder is not None
+        self._last_report = now
+        value = self.bidder.live_rho([self.topology[g] for g in self._held])
+        if value is None or value <= 0:
+            return
+        try:
+            self.client.report_rho(value)
+            self._reported = value
+        except grpc.RpcError as exc:
+            log.info("%s: report rho failed: %s", self.name, exc.details())
 
     def _assign(self, gpu_ids: list[str]) -> dict[str, tuple[str, ...]]:
         """Sticky split of the GPUs among the running jobs (see module docstring)."""
@@ -391,7 +417,8 @@ class AppMaster:
     def _update_snapshot(self, now: float) -> None:
         held = [self.topology[g] for g in self._held if g in self.topology]
         live = self.bidder.live_rho(held) if self.bidder and self.state == "running" else None
-        reported = self.bidder.current_rho() if self.bidder else None
+        reported = self._reported if self._reported is not None else (
+            self.bidder.current_rho() if self.bidder else None)
         if live is not None and not math.isfinite(live):
             live = None if self.state != "running" else math.inf
         jobs = list(self.hb.jobs.values())

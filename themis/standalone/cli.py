@@ -197,6 +197,8 @@ def build_options(args: argparse.Namespace) -> Any:
         raise UsageError("--apps and --app are mutually exclusive")
     if args.eta < 2:
         raise UsageError(f"--eta must be an integer >= 2, got {args.eta}")
+    if args.max_resource < 1:
+        raise UsageError(f"--max-resource must be a number >= 1, got {args.max_resource:g}")
     try:
         if args.app:
             apps = [load_app_spec(path) for path in args.app]

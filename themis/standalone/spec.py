@@ -230,6 +230,8 @@ def validate(spec: AppSpec) -> None:
             raise _err(src, f"search_space.{p.name}:",
                        f"not a hyper-parameter of the training job (allowed: "
                        f"{', '.join(sorted(HYPER_PARAMS))})")
+        if isinstance(p, Double) and p.name in ("batch_size", "hidden_units", "num_layers"):
+            raise _err(src, f"search_space.{p.name}:", "must be of type int or categorical")
         if isinstance(p, Categorical):
             samples: tuple[Any, ...] = p.choices
         elif isinstance(p, Double | Int):
@@ -238,8 +240,6 @@ def validate(spec: AppSpec) -> None:
             problem = check(v)
             if problem:
                 raise _err(src, f"search_space.{p.name}: value {v!r}", problem)
-        if isinstance(p, Double) and p.name in ("batch_size", "hidden_units", "num_layers"):
-            raise _err(src, f"search_space.{p.name}:", "must be of type int or categorical")
     if not isinstance(spec.job, Mapping):
         raise _err(src, "job", "must be a mapping")
     _check_values(src, "job", spec.job, {**HYPER_PARAMS, **JOB_SETTINGS})

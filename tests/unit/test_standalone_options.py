@@ -1,0 +1,278 @@
+"""``themis standalone``: option and spec validation (exit status 2 with a message naming
+the problem), app spec parsing, report helpers and the live view. No TensorFlow runs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from themis.cli import build_parser, main
+from themis.standalone.cli import build_options
+from themis.standalone.report import gpu_moves
+from themis.standalone.runner import Display
+from themis.standalone.spec import (
+    AppSpec,
+    SpecError,
+    app_from_dict,
+    default_app,
+    load_app_spec,
+)
+
+GOOD = {
+    "name": "lr",
+    "seed": 3,
+    "hyperband": {"max_resource": 9, "eta": 3, "brackets": [2], "steps_per_unit": 10},
+    "search_space": {
+        "learning_rate": {"type": "double", "min": 1e-4, "max": 1e-1, "scale": "log"},
+        "hidden_units": {"type": "int", "min": 8, "max": 32},
+        "optimizer": {"type": "categorical", "values": ["adam", "sgd"]},
+    },
+    "job": {"step_time_ms": 20, "batch_size": 16, "dataset": "synthetic"},
+}
+
+
+def spec(**changes: object) -> dict[str, object]:
+    d = json.loads(json.dumps(GOOD))
+    for key, value in changes.items():
+        section, _, field = key.partition("__")
+        if field:
+            if value is None:
+                d[section].pop(field)
+            else:
+                d[section][field] = value
+        elif value is None:
+            d.pop(section)
+        else:
+            d[section] = value
+    return d
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+    try:
+        code = main(["standalone", *argv])
+    except SystemExit as exc:  # argparse errors
+        code = int(exc.code or 0)
+    return code, capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- app specs
+def test_good_spec_parses_and_counts_planned_steps(tmp_path: Path) -> None:
+    path = tmp_path / "lr.yaml"
+    path.write_text(json.dumps(GOOD))  # JSON is YAML
+    s = load_app_spec(path)
+    assert s.name == "lr" and s.seed == 3 and s.hyperband.brackets == (2,)
+    # bracket s=2 of R=9, eta=3: 9 x 1 unit, 3 x 3 units, 1 x 9 units (10 steps per unit)
+    assert s.planned_steps() == 9 * 10 + 3 * 20 + 1 * 60
+    assert s.step_time_ms == 20
+    assert len(s.space().params) == 3
+
+
+def test_default_app_is_one_bracket_of_three_configurations() -> None:
+    s = default_app(1, steps_per_unit=20)
+    assert s.name == "app-1" and s.seed == 1 and s.hyperband.brackets == (1,)
+    assert s.planned_steps() == 3 * 20 + 40
+
+
+def test_name_defaults_to_file_stem_and_json_suffix(tmp_path: Path) -> None:
+    d = spec(name=None)
+    path = tmp_path / "my-app.json"
+    path.write_text(json.dumps(d))
+    assert load_app_spec(path).name == "my-app"
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"colour": "red"}, "field 'colour': unknown"),
+    ({"name": "has space"}, "name='has space'"),
+    ({"seed": "x"}, "seed='x' must be an integer"),
+    ({"submit_at_s": -1}, "submit_at_s=-1 must be a number >= 0"),
+    ({"search_space": None}, "field 'search_space': missing"),
+    ({"search_space": {}}, "search_space must be a non-empty mapping"),
+    ({"search_space": {"learning_rate": 3}}, "search_space.learning_rate: must be a mapping"),
+    ({"search_space": {"colour": {"type": "int", "min": 1, "max": 2}}},
+     "search_space.colour: not a hyper-parameter"),
+    ({"search_space": {"learning_rate": {"type": "double", "min": -1, "max": 1}}},
+     "search_space.learning_rate: value -1.0 must be a number > 0"),
+    ({"search_space": {"optimizer": {"type": "categorical", "values": ["adam", "lbfgs"]}}},
+     "value 'lbfgs' must be one of adam"),
+    ({"search_space": {"batch_size": {"type": "double", "min": 1, "max": 8}}},
+     "search_space.batch_size: must be of type int"),
+    ({"search_space": {"learning_rate": {"type": "float", "min": 1, "max": 8}}},
+     "type must be double, int or categorical"),
+    ({"search_space": {"learning_rate": {"type": "double", "max": 8}}},
+     "missing field 'min'"),
+    ({"hyperband__eta": 1}, "hyperband.eta=1 must be an integer >= 2"),
+    ({"hyperband__max_resource": 0.5}, "hyperband.max_resource=0.5 must be a number >= 1"),
+    ({"hyperband__steps_per_unit": 0}, "hyperband.steps_per_unit=0 must be an integer >= 1"),
+    ({"hyperband__brackets": [5]}, "has no bracket s=[5] for max_resource=9"),
+    ({"hyperband__brackets": "all"}, "hyperband.brackets='all' must be a list"),
+    ({"hyperband__rungs": 3}, "hyperband.rungs: unknown setting"),
+    ({"hyperband": [1, 2]}, "hyperband must be a mapping"),
+    ({"job__batch_size": 0}, "job.batch_size=0 must be an integer >= 1"),
+    ({"job__dataset": "mnist"}, "job.dataset='mnist' must be one of digits, synthetic"),
+    ({"job__step_time_ms": -5}, "job.step_time_ms=-5 must be a number >= 0"),
+    ({"job__dropout": 1.0}, "job.dropout=1.0 must be a number in [0, 1)"),
+    ({"job__gpus": 2}, "job.gpus: unknown setting"),
+    ({"job__learning_rate": 0.1}, "job.learning_rate: is also in search_space"),
+])
+def test_bad_spec_names_the_field(tmp_path: Path, changes: dict[str, object],
+                                  message: str) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(json.dumps(spec(**changes)))
+    with pytest.raises(SpecError) as exc:
+        load_app_spec(path)
+    assert message in str(exc.value)
+    assert "bad.yaml" in str(exc.value)
+
+
+def test_unreadable_and_malformed_spec_files(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match="cannot read"):
+        load_app_spec(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: [unclosed\n")
+    with pytest.raises(SpecError, match="not valid YAML"):
+        load_app_spec(bad)
+    bad_json = tmp_path / "bad.json"
+    bad_json.write_text("{")
+    with pytest.raises(SpecError, match="not valid JSON"):
+        load_app_spec(bad_json)
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    with pytest.raises(SpecError, match="is empty"):
+        load_app_spec(empty)
+    listy = tmp_path / "list.yaml"
+    listy.write_text("- 1\n- 2\n")
+    with pytest.raises(SpecError, match="must be a mapping"):
+        load_app_spec(listy)
+
+
+def test_app_from_dict_defaults() -> None:
+    s = app_from_dict({"search_space": GOOD["search_space"]}, source="x", default_name="d")
+    assert isinstance(s, AppSpec) and s.name == "d" and s.hyperband.brackets == (1,)
+    s2 = app_from_dict({"search_space": GOOD["search_space"], "hyperband": {"max_resource": 9}},
+                       source="x", default_name="d")
+    assert s2.hyperband.brackets is None  # all brackets of the new R
+
+
+# --------------------------------------------------------------------------- CLI options
+def test_help_explains_every_option(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["standalone", "--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    for opt in ("--cluster", "--machines", "--gpus-per-machine", "--racks", "--apps", "--app",
+                "--max-resource", "--eta", "--steps-per-unit", "--step-time-ms", "--lease-s",
+                "--fairness-knob", "--bid-timeout-s", "--warning-s", "--grace-s", "--solver",
+                "--seed", "--port", "--out", "--display", "--refresh-s", "--timeout-s",
+                "--shutdown-timeout-s", "--no-plot", "THEMIS_GPU_IDS", "SIGTERM",
+                "Exit status"):
+        assert opt in out, opt
+    assert "standalone" in build_parser().format_help()
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--fairness-knob", "1.0"], "--fairness-knob: must be in [0, 1)"),
+    (["--fairness-knob", "x"], "--fairness-knob: 'x' is not a number"),
+    (["--lease-s", "0"], "--lease-s: must be a number > 0"),
+    (["--lease-s", "nan"], "--lease-s: must be a number > 0"),
+    (["--apps", "0"], "--apps: must be an integer >= 1"),
+    (["--machines", "-1"], "--machines: must be an integer >= 1"),
+    (["--port", "70000"], "--port: must be in 0..65535"),
+    (["--display", "fancy"], "--display: invalid choice"),
+])
+def test_bad_option_values_exit_2(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                  argv: list[str], message: str) -> None:
+    code, err = run_cli(capsys, "--out", str(tmp_path / "o"), *argv)
+    assert code == 2
+    assert message in err
+
+
+def test_out_is_required(capsys: pytest.CaptureFixture[str]) -> None:
+    code, err = run_cli(capsys, "--apps", "1")
+    assert code == 2 and "--out" in err
+
+
+def _opts(tmp_path: Path, *argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers()
+    from themis.standalone.cli import add_parser
+
+    add_parser(sub)
+    return parser.parse_args(["standalone", "--out", str(tmp_path / "out"), *argv])
+
+
+def test_build_options_defaults(tmp_path: Path) -> None:
+    o = build_options(_opts(tmp_path))
+    assert len(o.cluster.topology()) == 8 and [a.name for a in o.apps] == ["app-0", "app-1"]
+    assert o.lease_s == 60 and o.fairness_knob == 0.8
+    o2 = build_options(_opts(tmp_path, "--machines", "2", "--gpus-per-machine", "2",
+                             "--apps", "3", "--racks", "2"))
+    assert len(o2.cluster.topology()) == 4 and len(o2.apps) == 3
+
+
+@pytest.mark.parametrize(("setup", "argv", "message"), [
+    (None, ["--cluster", "{tmp}/nope.json"], "cluster spec"),
+    ("cluster.json:{\"racks\": []}", ["--cluster", "{tmp}/cluster.json"],
+     "'racks' must be a non-empty list"),
+    ("cluster.yaml:racks: [{name: r0, machines: [{name: m0, gpus: 0}]}]",
+     ["--cluster", "{tmp}/cluster.yaml"], "machine 'm0': gpus=0 must be an int >= 1"),
+    ("cluster.yaml:racks: [{name: r0, machines: [{name: m0, gpus: 2}]}]",
+     ["--cluster", "{tmp}/cluster.yaml", "--machines", "2"],
+     "--cluster and --machines are mutually exclusive"),
+    (None, ["--machines", "1", "--racks", "2"], "--racks 2 is more than --machines 1"),
+    ("a.yaml:" + json.dumps(GOOD), ["--apps", "2", "--app", "{tmp}/a.yaml"],
+     "--apps and --app are mutually exclusive"),
+    ("a.yaml:" + json.dumps(GOOD), ["--app", "{tmp}/a.yaml", "--app", "{tmp}/a.yaml"],
+     "app name 'lr' is used by more than one app"),
+    (None, ["--app", "{tmp}/missing.yaml"], "missing.yaml"),
+    (None, ["--eta", "1"], "--eta must be an integer >= 2"),
+    (None, ["--max-resource", "0.5"], "--max-resource must be a number >= 1, got 0.5"),
+    (None, ["--solver", "magic"], "unknown solver 'magic'"),
+    ("out:not a directory", [], "exists and is not a directory"),
+    ("out/apps/x/f:old run", [], "already holds a run"),
+])
+def test_bad_inputs_exit_2_naming_the_problem(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, setup: str | None, argv: list[str],
+    message: str,
+) -> None:
+    if setup is not None:
+        name, _, text = setup.partition(":")
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    code, err = run_cli(capsys, "--out", str(tmp_path / "out"), *argv)
+    assert code == 2, err
+    assert err.startswith("themis standalone: error: ")
+    assert message in err, err
+    assert "Traceback" not in err
+
+
+# --------------------------------------------------------------------------- report, view
+def test_gpu_moves_distinguish_lease_expiry_from_release() -> None:
+    rounds = [
+        {"round": 1, "grants": [{"app": "a", "gpus": ["g0", "g1"], "start": 0.0, "expiry": 10.0},
+                                {"app": "b", "gpus": ["g2"], "start": 0.0, "expiry": 10.0}]},
+        {"round": 2, "grants": [{"app": "b", "gpus": ["g0"], "start": 10.02, "expiry": 20.0},
+                                {"app": "a", "gpus": ["g1"], "start": 10.02, "expiry": 20.0}]},
+        {"round": 3, "grants": [{"app": "b", "gpus": ["g1"], "start": 14.0, "expiry": 24.0}]},
+    ]
+    moves = gpu_moves(rounds)
+    assert [(m["gpu"], m["from"], m["to"], m["at_lease_expiry"]) for m in moves] == [
+        ("g0", "a", "b", True), ("g1", "a", "b", False)]
+
+
+def test_display_rows_and_lines_mode(tmp_path: Path) -> None:
+    path = tmp_path / "view.txt"
+    with open(path, "w") as stream:
+        d = Display(stream, "auto", 0.1)  # not a terminal: lines
+        assert d.mode == "lines"
+        d.event("a: round 1: +2 GPU (auction)", 1.5)
+        d.update("header", [{"name": "a", "state": "running", "rho": 1.5,
+                             "rho_reported": float("inf"), "gpus": ["m0-g0"], "running": 1,
+                             "waiting": 2, "done": 0, "progress": 0.25}], now=10.0)
+    text = path.read_text()
+    assert "[    1.5s] a: round 1" in text
+    assert "1.50" in text and "inf" in text and "m0-g0" in text and "25%" in text
