@@ -30,6 +30,7 @@ class BadSettingsIT {
     Files.writeString(site, "<?xml version=\"1.0\"?>\n<configuration>\n  <property><name>" + key
         + "</name><value>" + value + "</value></property>\n</configuration>\n");
     YarnConfiguration conf = ThemisMiniCluster.baseConf(2);
+    conf.unset(ThemisSettings.AGENT_PORT); // set() would win over the file's value
     conf.addResource(new org.apache.hadoop.fs.Path(site.toUri()));
     ResourceUtils.resetResourceTypes(conf);
     ResourceManager rm = new ResourceManager();
