@@ -28,6 +28,7 @@ MIRROR=${THEMIS_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 SUITE=bookworm
 WITH_TF=${THEMIS_WITH_TF:-0}
 TF_SPEC=${THEMIS_TF_SPEC:-tensorflow-cpu}
+TF_EXTRAS=${THEMIS_TF_EXTRAS:-"tensorboard hdfs scikit-learn"}  # the jobs' and the AM's other needs
 PLUGIN=1
 REBUILD_BASE=0
 ONLY=""
@@ -239,10 +240,12 @@ build_tf() {
   py=$(host_python)
   rm -rf "$ctx"; mkdir -p "$ctx/wheels"
   say "building/fetching wheels for $TF_SPEC (large: ~600 MB)"
-  "$py" -m pip wheel -q --wheel-dir "$ctx/wheels" "$TF_SPEC" 2>"$CACHE/pip-wheel-tf.log" \
+  # + what the training jobs and the AM use besides TensorFlow (the package's "train" extra)
+  "$py" -m pip wheel -q --wheel-dir "$ctx/wheels" "$TF_SPEC" $TF_EXTRAS 2>"$CACHE/pip-wheel-tf.log" \
     || { tail -n 20 "$CACHE/pip-wheel-tf.log" >&2; die "pip wheel $TF_SPEC failed"; }
   cp "$HERE/yarn-tf/Dockerfile" "$ctx/Dockerfile"
-  "$DOCKER" build -q -t themis/yarn-tf:latest --build-arg TF_SPEC="$TF_SPEC" "$ctx" >/dev/null \
+  "$DOCKER" build -q -t themis/yarn-tf:latest --build-arg TF_SPEC="$TF_SPEC" \
+    --build-arg TF_EXTRAS="$TF_EXTRAS" "$ctx" >/dev/null \
     || die "docker build themis/yarn-tf failed"
   rm -rf "$ctx"
   stamp "themis/yarn-tf" "$t"

@@ -176,6 +176,7 @@ class Run:
     t_done: float | None = None
     lease_expiry: float | None = None  # when stopped because a lease ran out
     checkpoint_s: float | None = None  # duration of the checkpoint written on stop
+    checkpoint_step: int | None = None  # step of that checkpoint
 
     @property
     def live(self) -> bool:
@@ -201,6 +202,7 @@ class Reallocation:
     started: float
     restored_step: int | None
     checkpoint_s: float | None
+    checkpoint_step: int | None = None
 
     @property
     def latency_s(self) -> float:
@@ -562,6 +564,7 @@ class AppMaster:
                 self._note_reallocation(run)
             elif ev == "checkpoint" and str(e.get("reason", "")).startswith("signal"):
                 run.checkpoint_s = float(e.get("seconds", 0.0))
+                run.checkpoint_step = int(e.get("step", 0))
             elif ev == "exit":
                 run.steps = max(run.steps, int(e.get("step", 0)))
         steps = r.get("steps")
@@ -597,7 +600,8 @@ class AppMaster:
             job_id=run.job_id, from_node=last.node, to_node=run.node,
             lease_expiry=last.lease_expiry, stop_requested=last.t_stop,
             stopped=last.t_done or last.t_stop, started=run.t_started,
-            restored_step=run.restored_step, checkpoint_s=last.checkpoint_s))
+            restored_step=run.restored_step, checkpoint_s=last.checkpoint_s,
+            checkpoint_step=last.checkpoint_step))
         log.info("reallocation of %s: %s -> %s in %.2fs (restored step %s)", run.job_id,
                  last.node, run.node, run.t_started - last.lease_expiry, run.restored_step)
 

@@ -1,0 +1,275 @@
+"""End to end on the dockerised mini-cluster: two competing hyper-parameter-group apps with
+real TensorFlow jobs, submitted with ``themis submit``, scheduled by the Themis RM plugin
+(agents' gRPC endpoint in the RM engine) and run by our application master.
+
+Checks: both apps finish (SUCCEEDED); GPUs change hands at lease expiry (20 s leases set in
+the RM's yarn-site.xml); a job stopped at a lease end resumes from its HDFS checkpoint with
+its step count; each app's rho is reported (``themis status``); the f and the lease of
+yarn-site.xml are the ones in force; a malformed spec and a bid from a wrong app are refused
+without harming the running apps.
+
+Environment: as tests/integration/test_minicluster.py, plus
+  THEMIS_IT_MOUNT_SRC=1   bind-mount this checkout's ``themis/`` over the images' package
+                          (iterate without rebuilding images)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.test_minicluster import (
+    NMS,
+    PORTS,
+    ROOT,
+    _docker_available,
+    _docker_client,
+    _get,
+    _images,
+    _port_busy,
+    _ready,
+    _remove_leftovers,
+    _safe_nodes,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.timeout(900)]
+os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
+
+RM = "http://127.0.0.1:8088"
+LEASE_MS = 20000
+GRACE_MS = 10000
+KNOB = 0.0  # every app with pending asks bids (the default 0.8 would offer one of two)
+AGENT_PORT = 8642
+OVERRIDES = {
+    "yarn.resourcemanager.themis.lease-duration-ms": str(LEASE_MS),
+    "yarn.resourcemanager.themis.grace-period-ms": str(GRACE_MS),
+    "yarn.resourcemanager.themis.fairness-knob": str(KNOB),
+    "yarn.resourcemanager.themis.agent-port": str(AGENT_PORT),
+}
+SITE = "/opt/themis/venv/lib/python3.11/site-packages/themis"
+
+SPEC = """\
+name: {name}
+search_space:
+  learning_rate: {{type: double, min: 1.0e-3, max: 3.0e-1, scale: log}}
+  hidden_units: {{type: int, min: 16, max: 64, scale: log}}
+  optimizer: {{type: categorical, values: [adam, sgd]}}
+hyperband: {{max_resource: 9, eta: 3, steps_per_unit: 40, brackets: [1], seed: {seed}}}
+job:
+  command: >-
+    python3 -m themis.jobs.train --job-id {{job_id}} --logdir {{logdir}}
+    --max-steps {{max_steps}} --checkpoint-uri {{checkpoint_uri}} --checkpoint-every 40
+    --learning-rate {{learning_rate}} --hidden-units {{hidden_units}}
+    --optimizer {{optimizer}} --step-sleep-ms 100 --eval-every 40 --seed {{seed}}
+resources: {{gpus: 1, memory_mb: 512, vcores: 1}}
+am: {{memory_mb: 512, max_attempts: 2}}
+"""
+
+
+def themis(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "themis.cli", *args], capture_output=True,
+                          text=True, timeout=timeout, cwd=ROOT)
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[dict[str, Any]]:
+    ok, why = _docker_available()
+    if not ok:
+        pytest.skip(f"Docker not available: {why}")
+    from testcontainers.core.container import DockerContainer
+
+    client = _docker_client()
+    image, nm_image = _images(client)
+    _remove_leftovers(client)
+    busy = [p for p in [*PORTS, AGENT_PORT] if _port_busy(p)]
+    assert not busy, f"ports already in use on 127.0.0.1: {busy}"
+    jar = ROOT / "submarine-am" / "target" / "themis-submarine-am-0.1.0.jar"
+    if not jar.is_file():
+        r = subprocess.run(["mvn", "-q", "-B", "-o", "-pl", "submarine-am", "package",
+                            "-DskipTests"], cwd=ROOT, timeout=600)
+        assert r.returncode == 0 and jar.is_file(), "cannot build the AM jar"
+    mount = os.environ.get("THEMIS_IT_MOUNT_SRC") == "1"
+    aliases = " ".join(NMS)
+
+    def daemon(role: str, image_: str, name: str, **env: str) -> Any:
+        kwargs: dict[str, Any] = {"network_mode": "host",
+                                  "labels": {"themis.minicluster": "1"}}
+        if mount:
+            kwargs["volumes"] = {str(ROOT / "themis"): {"bind": SITE, "mode": "ro"}}
+        c = (DockerContainer(image_).with_command(role)
+             .with_name(f"themis-e2e-{name}-{os.getpid()}")
+             .with_env("THEMIS_HOST_ALIASES", aliases).with_kwargs(**kwargs))
+        for k, v in env.items():
+            c = c.with_env(k, v)
+        return c
+
+    containers = [
+        daemon("namenode", image, "nn"), daemon("datanode", image, "dn"),
+        daemon("resourcemanager", image, "rm",
+               THEMIS_CONF_OVERRIDES=";".join(f"{k}={v}" for k, v in OVERRIDES.items())),
+    ]
+    for i, (name, (gpus, _rack)) in enumerate(NMS.items(), start=1):
+        containers.append(daemon("nodemanager", nm_image, name, THEMIS_NM_NAME=name,
+                                 THEMIS_NM_INDEX=str(i), THEMIS_NM_GPUS=str(gpus)))
+    started: list[Any] = []
+    t0 = time.monotonic()
+    try:
+        for c in containers:
+            c.start()
+            started.append(c)
+        while not _ready():
+            if time.monotonic() - t0 > 180:
+                pytest.fail(f"mini-cluster not ready after 180s: {_safe_nodes()}")
+            time.sleep(2)
+        yield {"containers": started, "startup_s": time.monotonic() - t0}
+    finally:
+        if os.environ.get("THEMIS_IT_KEEP") != "1":
+            for c in reversed(started):
+                with contextlib.suppress(Exception):
+                    c.stop()
+
+
+def _status(app: str) -> dict[str, Any]:
+    r = themis("status", app, "--json", timeout=60)
+    assert r.returncode == 0, r.stderr
+    return dict(json.loads(r.stdout))
+
+
+def _dump_logs(cluster: dict[str, Any]) -> str:
+    out = []
+    for c in cluster["containers"]:
+        w = c.get_wrapped_container()
+        out.append(f"==== {w.name}\n" + w.logs(tail=60).decode(errors="replace"))
+    return "\n".join(out)
+
+
+def test_two_apps_share_gpus_fairly(cluster: dict[str, Any], tmp_path: Path) -> None:
+    # --- the f and lease of yarn-site.xml are in the RM's effective configuration
+    from themis.submarine_am.client import Cluster
+
+    conf = Cluster().rm_conf()
+    for k, v in OVERRIDES.items():
+        assert conf.get(k) == v, (k, conf.get(k))
+
+    # --- a malformed spec is refused before anything is submitted
+    before = len((_get(f"{RM}/ws/v1/cluster/apps").get("apps") or {}).get("app", []))
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(SPEC.format(name="bad", seed=0).replace("eta: 3", "eta: 1"))
+    r = themis("submit", str(bad))
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert "hyperband.eta" in r.stderr and "must be >= 2" in r.stderr, r.stderr
+
+    # --- two competing apps
+    apps = []
+    for i, name in enumerate(("hb-alpha", "hb-beta")):
+        spec = tmp_path / f"{name}.yaml"
+        spec.write_text(SPEC.format(name=name, seed=i))
+        r = themis("submit", str(spec))
+        assert r.returncode == 0, (r.stdout, r.stderr)
+        apps.append(r.stdout.strip().splitlines()[-1])
+        time.sleep(3)
+    after = len((_get(f"{RM}/ws/v1/cluster/apps").get("apps") or {}).get("app", []))
+    assert after == before + 2, "the malformed spec must not have been submitted"
+
+    # --- follow them; meanwhile, a wrong app's bid is refused
+    rhos: dict[str, list[float]] = {a: [] for a in apps}
+    statuses: dict[str, dict[str, Any]] = {}
+    wrong_checked = False
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        done = 0
+        for a in apps:
+            s = _status(a)
+            st = s.get("status") or {}
+            if st:
+                statuses[a] = st
+                if st.get("rho") is not None:
+                    rhos[a].append(float(st["rho"]))
+            if s["app"]["state"] in ("FINISHED", "FAILED", "KILLED"):
+                done += 1
+        if not wrong_checked and all(statuses.get(a, {}).get("agent", {}) and
+                                     statuses[a]["agent"].get("registered") for a in apps):
+            _wrong_bids(apps[0])
+            wrong_checked = True
+        if done == len(apps):
+            break
+        time.sleep(3)
+    finals = {a: Cluster().app(a) for a in apps}
+    logs = "" if all(f["finalStatus"] == "SUCCEEDED" for f in finals.values()) \
+        else _dump_logs(cluster)
+    for a, f in finals.items():
+        assert f["state"] == "FINISHED" and f["finalStatus"] == "SUCCEEDED", (a, f, logs)
+    assert wrong_checked, "the AMs never registered with the arbiter"
+    finals_st = {a: (Cluster().am_status(a) or statuses.get(a, {})) for a in apps}
+
+    # --- per-app rho was reported while they ran
+    for a in apps:
+        assert rhos[a], f"{a}: no rho in themis status"
+
+    # --- leases last what yarn-site.xml says; every app took part as a bidder (f = 0)
+    owners: dict[str, list[tuple[float, str]]] = {}
+    bidder_rounds: dict[int, set[str]] = {}
+    for a, st in finals_st.items():
+        for rnd in st.get("rounds", []):
+            if rnd["gpus"]:
+                assert abs((rnd["expiry"] - rnd["time"]) - LEASE_MS / 1000) < 3.0, rnd
+            for g in rnd["gpus"]:
+                owners.setdefault(g, []).append((rnd["time"], a))
+            if rnd["was_bidder"]:
+                bidder_rounds.setdefault(rnd["round"], set()).add(a)
+    assert any(len(v) == 2 for v in bidder_rounds.values()), bidder_rounds
+
+    # --- GPUs changed hands at lease expiry
+    changed = [g for g, seq in owners.items()
+               if len({a for _, a in sorted(seq)}) > 1]
+    assert changed, owners
+
+    # --- jobs stopped at a lease end resumed from their HDFS checkpoints, steps preserved
+    moves = [m for st in finals_st.values() for m in st.get("reallocations", [])]
+    assert moves, "no job was moved at a lease end"
+    for m in moves:
+        assert m["restored_step"] is not None and m["restored_step"] > 0, m
+        if m["checkpoint_step"] is not None:
+            assert m["restored_step"] == m["checkpoint_step"], m
+    for a in apps:
+        jobs = finals_st[a]["jobs"]
+        assert any(j["status"] == "finished" for j in jobs), jobs
+    print(json.dumps({"moves": moves, "rhos": {a: v[-5:] for a, v in rhos.items()}},
+                     indent=1))
+
+
+def _wrong_bids(victim: str) -> None:
+    """A bid naming another app (wrong secret) and a bid from an app that was not offered
+    the round are refused; neither changes the victim's state."""
+    import grpc
+
+    from themis.rpc.testing import creds, stub
+    from themis.rpc.v1 import arbiter_pb2 as pb
+
+    channel, s = stub(f"127.0.0.1:{AGENT_PORT}")
+    try:
+        table = pb.BidTable(rho_current=1.0, bundles=[pb.Bundle(gpu_ids=["nm1:8041/0"],
+                                                                rho=0.5)])
+        with pytest.raises(grpc.RpcError) as e:
+            s.SubmitBid(pb.SubmitBidRequest(credentials=creds(victim, "not-the-secret"),
+                                            round_id=1, table=table), timeout=5)
+        assert e.value.code() == grpc.StatusCode.PERMISSION_DENIED, e.value
+        rogue = "application_1_9999"
+        secret = s.RegisterApp(pb.RegisterAppRequest(app_id=rogue, rho=1.0, max_gpus=1),
+                               timeout=5).secret
+        with pytest.raises(grpc.RpcError) as e:
+            s.SubmitBid(pb.SubmitBidRequest(credentials=creds(rogue, secret), round_id=10**6,
+                                            table=table), timeout=5)
+        assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION, e.value
+        s.Unregister(pb.UnregisterRequest(credentials=creds(rogue, secret)), timeout=5)
+    finally:
+        channel.close()

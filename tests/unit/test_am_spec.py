@@ -1,0 +1,154 @@
+"""The app spec: valid specs round-trip; invalid ones are refused naming field and problem,
+by ``parse_spec`` and by ``themis submit`` (before any cluster call)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from themis.cli import main
+from themis.submarine_am.spec import AppSpec, SpecError, load_spec, parse_spec
+
+CMD = ("python3 -m themis.jobs.train --job-id {job_id} --logdir {logdir} --max-steps "
+       "{max_steps} --checkpoint-uri {checkpoint_uri} --learning-rate {lr} --optimizer {opt}")
+
+
+def good() -> dict[str, Any]:
+    return {
+        "name": "digits-hb",
+        "search_space": {
+            "lr": {"type": "double", "min": 1e-4, "max": 1e-1, "scale": "log"},
+            "units": {"type": "int", "min": 16, "max": 128, "scale": "linear"},
+            "opt": {"type": "categorical", "values": ["adam", "sgd"]},
+        },
+        "hyperband": {"max_resource": 9, "eta": 3, "steps_per_unit": 20, "brackets": [1]},
+        "job": {"command": CMD, "env": {"A": 1}},
+        "resources": {"gpus": 1, "memory_mb": 512, "vcores": 1},
+    }
+
+
+def test_valid_spec_round_trips_and_sizes() -> None:
+    spec = parse_spec(good())
+    assert AppSpec.from_json(spec.to_json()) == spec
+    assert spec.max_concurrent_jobs() == 5  # bracket s=1 of R=9, eta=3 starts 5 configs
+    assert spec.max_gpus() == 5
+    assert spec.env == {"A": "1"}
+    hb = spec.make_hyperband("app")
+    assert len(hb.jobs) == 5
+    single = parse_spec({"name": "one", "kind": "single-job", "max_steps": 50,
+                         "job": {"command": "train {max_steps} {checkpoint_uri}"}})
+    assert [j.target_steps for j in single.make_hyperband("x").jobs.values()] == [50]
+
+
+def _problems(mutate: Any) -> list[tuple[str, str]]:
+    raw = good()
+    mutate(raw)
+    with pytest.raises(SpecError) as e:
+        parse_spec(raw)
+    return e.value.problems
+
+
+@pytest.mark.parametrize("mutate, field, words", [
+    (lambda r: r["hyperband"].update(eta=1), "hyperband.eta", "must be >= 2"),
+    (lambda r: r["hyperband"].update(max_resource=0.5), "hyperband.max_resource", ">= 1"),
+    (lambda r: r["hyperband"].update(brackets=[7]), "hyperband.brackets", "no bracket s=[7]"),
+    (lambda r: r["search_space"]["lr"].update(min=0), "search_space.lr.min",
+     "log scale needs min > 0"),
+    (lambda r: r["search_space"]["lr"].update(scale="exp"), "search_space.lr.scale",
+     "'linear' or 'log'"),
+    (lambda r: r["search_space"]["units"].update(min=1.5), "search_space.units.min",
+     "must be an integer"),
+    (lambda r: r["search_space"]["units"].update(min=200), "search_space.units", "min 200 > max"),
+    (lambda r: r["search_space"]["opt"].update(values=[]), "search_space.opt.values",
+     "non-empty list"),
+    (lambda r: r["search_space"].update(x={"type": "float"}), "search_space.x.type",
+     "double, int or categorical"),
+    (lambda r: r["search_space"].update(max_steps={"type": "int", "min": 1, "max": 2}),
+     "search_space.max_steps", "reserved"),
+    (lambda r: r.update(search_space={}), "search_space", "at least one parameter"),
+    (lambda r: r["job"].update(command="train --lr {lr} {checkpoint_uri}"), "job.command",
+     "must use {max_steps}"),
+    (lambda r: r["job"].update(command=CMD + " {nope}"), "job.command",
+     "unknown placeholder {nope}"),
+    (lambda r: r["job"].update(command=CMD + " {"), "job.command", "placeholder syntax"),
+    (lambda r: r.pop("job"), "job", "is required"),
+    (lambda r: r["resources"].update(gpus=0), "resources.gpus", "in [1, 64]"),
+    (lambda r: r["resources"].update(memory_mb="lots"), "resources.memory_mb",
+     "must be an integer"),
+    (lambda r: r.update(name="bad name!"), "name", "must match"),
+    (lambda r: r.update(kind="grid"), "kind", "hyperband, single-job"),
+    (lambda r: r.update(colour="red"), "colour", "unknown field"),
+    (lambda r: r["hyperband"].update(speed=2), "hyperband.speed", "unknown field"),
+    (lambda r: r.update(max_steps=10), "max_steps", "only for kind single-job"),
+    (lambda r: r["job"].update(env={"1X": "a"}), "job.env.1X", "not a valid"),
+    (lambda r: r.update(am={"max_attempts": 0}), "am.max_attempts", "in [1, 10]"),
+])
+def test_invalid_spec_names_field_and_problem(mutate: Any, field: str, words: str) -> None:
+    problems = _problems(mutate)
+    assert any(f == field and words in p for f, p in problems), problems
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    def two(r: dict[str, Any]) -> None:
+        r["hyperband"]["eta"] = 0
+        r["resources"]["vcores"] = 0
+
+    fields = {f for f, _ in _problems(two)}
+    assert {"hyperband.eta", "resources.vcores"} <= fields
+
+
+def test_single_job_needs_max_steps() -> None:
+    with pytest.raises(SpecError) as e:
+        parse_spec({"name": "one", "kind": "single-job",
+                    "job": {"command": "x {max_steps} {checkpoint_uri}"}})
+    assert ("max_steps", "is required") in e.value.problems
+
+
+def test_submit_refuses_invalid_spec_before_contacting_the_cluster(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import themis.submarine_am.client as client
+
+    def boom(*a: Any, **k: Any) -> Any:
+        raise AssertionError("the cluster must not be contacted for an invalid spec")
+
+    monkeypatch.setattr(client.Cluster, "submit", boom)
+    monkeypatch.setattr(client.Cluster, "rm_conf", boom)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nsearch_space: {lr: {type: double, min: 1, max: 0}}\n"
+                   "job: {command: 'train {max_steps} {checkpoint_uri} {lr}'}\n")
+    assert main(["submit", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "search_space.lr" in err and "min 1 > max 0" in err
+    notyaml = tmp_path / "n.yaml"
+    notyaml.write_text("name: [unclosed\n")
+    assert main(["submit", str(notyaml)]) == 2
+    assert "not valid YAML" in capsys.readouterr().err
+    assert main(["submit", str(tmp_path / "missing.yaml")]) == 2
+    assert "cannot read" in capsys.readouterr().err
+
+
+def test_job_run_flags_build_a_single_job_spec(capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(["job", "run", "--name", "mnist", "--worker_resources", "memory=2G,vcores=2,gpu=2",
+               "--worker_launch_cmd", "python3 -m themis.jobs.train --max-steps {max_steps} "
+               "--checkpoint-uri {checkpoint_uri} --logdir {logdir}", "--max_steps", "300",
+               "--env", "A=b", "--dry-run"])
+    assert rc == 0
+    import json
+
+    d = json.loads(capsys.readouterr().out)
+    assert d["kind"] == "single-job" and d["max_steps"] == 300
+    assert d["resources"] == {"gpus": 2, "memory_mb": 2048, "vcores": 2}
+    assert d["job"]["env"] == {"A": "b"}
+    rc = main(["job", "run", "--name", "m", "--num_workers", "3", "--worker_launch_cmd", "x",
+               "--dry-run"])
+    assert rc == 2
+    assert "--num_workers" in capsys.readouterr().err
+
+
+def test_load_spec_example_file() -> None:
+    root = Path(__file__).resolve().parents[2]
+    for p in sorted((root / "examples" / "am").glob("*.yaml")):
+        load_spec(p)

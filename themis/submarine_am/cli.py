@@ -1,0 +1,255 @@
+"""``themis submit | job run | status | kill``: the Submarine-style client (docs/am.md)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from typing import Any
+
+from themis.submarine_am.spec import AppSpec, SpecError, load_spec, parse_spec
+
+
+def _cluster(args: argparse.Namespace) -> Any:
+    from themis.submarine_am.client import Cluster
+
+    return Cluster.from_env(args.rm, args.webhdfs, args.user)
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("cluster")
+    g.add_argument("--rm", default=None,
+                   help="RM web address (default $THEMIS_RM_URL or http://127.0.0.1:8088)")
+    g.add_argument("--webhdfs", default=None,
+                   help="NameNode HTTP address (default $THEMIS_WEBHDFS_URL or "
+                        "http://127.0.0.1:9870)")
+    g.add_argument("--user", default=None, help="YARN/HDFS user (default $HADOOP_USER_NAME "
+                                                "or root)")
+
+
+def _submit_spec(args: argparse.Namespace, spec: AppSpec) -> int:
+    from themis.submarine_am.client import ClientError, find_am_jar
+
+    if args.dry_run:
+        print(json.dumps(spec.to_dict(), indent=2))
+        return 0
+    try:
+        jar = find_am_jar()
+        app_id = _cluster(args).submit(spec, jar, python=args.am_python)
+    except ClientError as e:
+        print(f"themis: submit failed: {e}", file=sys.stderr)
+        return 1
+    print(app_id)
+    if getattr(args, "wait", False):
+        return _watch(args, app_id, until_done=True)
+    return 0
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    try:
+        spec = load_spec(args.spec)
+    except SpecError as e:
+        print(f"themis: {args.spec}: {e}", file=sys.stderr)
+        return 2
+    return _submit_spec(args, spec)
+
+
+def _resources(text: str) -> dict[str, int]:
+    """Submarine's ``memory=2G,vcores=1,gpu=1`` (memory in M or G)."""
+    out: dict[str, int] = {}
+    for part in filter(None, (x.strip() for x in text.split(","))):
+        k, _, v = part.partition("=")
+        k, v = k.strip().lower(), v.strip()
+        if k in ("memory", "memory-mb", "mem"):
+            mult = 1024 if v.upper().endswith("G") else 1
+            out["memory_mb"] = int(float(v.rstrip("GgMm")) * mult)
+        elif k in ("vcores", "vcore", "cpu"):
+            out["vcores"] = int(v)
+        elif k in ("gpu", "gpus", "yarn.io/gpu"):
+            out["gpus"] = int(v)
+        else:
+            raise SpecError([("--worker_resources", f"unknown resource {k!r} (memory, vcores, "
+                                                    "gpu)")])
+    return out
+
+
+def cmd_job_run(args: argparse.Namespace) -> int:
+    problems: list[tuple[str, str]] = []
+    if args.num_workers != 1:
+        problems.append(("--num_workers", f"only single-worker jobs are supported, got "
+                                          f"{args.num_workers}"))
+    if args.num_ps:
+        problems.append(("--num_ps", "parameter servers are not supported"))
+    if args.docker_image:
+        print("themis: note: --docker_image is ignored (jobs run in the NodeManager's "
+              "environment)", file=sys.stderr)
+    cmd = args.worker_launch_cmd
+    if args.checkpoint_path:
+        cmd = cmd.replace("%checkpoint_path%", args.checkpoint_path)
+    if args.input_path:
+        cmd = cmd.replace("%input_path%", args.input_path)
+    try:
+        res = _resources(args.worker_resources)
+        env = dict(e.split("=", 1) for e in args.env) if args.env else {}
+    except SpecError as e:
+        problems += e.problems
+        res, env = {}, {}
+    except ValueError:
+        problems.append(("--env", "each --env must be NAME=VALUE"))
+        res, env = {}, {}
+    if problems:
+        print(f"themis: {SpecError(problems)}", file=sys.stderr)
+        return 2
+    raw = {"name": args.name, "queue": args.queue, "kind": "single-job",
+           "max_steps": args.max_steps, "job": {"command": cmd, "env": env},
+           "resources": res}
+    try:
+        spec = parse_spec(raw)
+    except SpecError as e:
+        print(f"themis: {e}", file=sys.stderr)
+        return 2
+    args.wait = args.wait_job_finish
+    return _submit_spec(args, spec)
+
+
+def _fmt_rho(x: Any) -> str:
+    return "inf" if x is None else f"{float(x):.3f}" if math.isfinite(float(x)) else "inf"
+
+
+def _render(app: dict[str, Any], st: dict[str, Any] | None, detail: bool) -> list[str]:
+    lines = []
+    name = app.get("name", "")
+    state = f"{app.get('state')}/{app.get('finalStatus')}"
+    if st is None:
+        lines.append(f"{app['id']}  {name:<14} {state:<20} (no AM status yet)")
+        return lines
+    gpus = st.get("gpus", {})
+    jobs = st.get("jobs", [])
+    running = sum(1 for j in jobs if (j.get("run") or {}).get("state") == "running")
+    done = sum(1 for j in jobs if j["status"] in ("finished", "stopped", "rung-done"))
+    hb = st.get("hyperband", {})
+    lines.append(
+        f"{app['id']}  {name:<14} {state:<20} rho={_fmt_rho(st.get('rho')):<7} "
+        f"gpus={gpus.get('count', 0)} {json.dumps(gpus.get('by_node', {}))} "
+        f"jobs running={running} done={done}/{len(jobs)} "
+        f"progress={100 * hb.get('progress', 0):.0f}% gpu-time={st.get('gpu_seconds', 0):.0f}s")
+    if detail:
+        for j in jobs:
+            run = j.get("run") or {}
+            loss = j.get("loss")
+            lines.append(
+                f"    {j['id']:<28} {j['status']:<9} step {j['steps']:>5}/{j['target_steps']:<5} "
+                f"loss={'-' if loss is None else f'{loss:.4f}'} "
+                f"run={run.get('state', '-')}@{run.get('node', '-')} "
+                f"restored={j.get('restored_steps', [])}")
+        for r in st.get("reallocations", [])[-5:]:
+            lines.append(f"    moved {r['job_id']} {r['from_node']} -> {r['to_node']} in "
+                         f"{r['latency_s']:.2f}s (restored step {r['restored_step']})")
+        best = st.get("best")
+        if best:
+            lines.append(f"    best: {best['id']} loss={best['loss']} {best['config']}")
+    return lines
+
+
+def _watch(args: argparse.Namespace, app_id: str | None, until_done: bool = False) -> int:
+    from themis.submarine_am.client import ClientError
+
+    c = _cluster(args)
+    interval = getattr(args, "watch", None) or 2.0
+    while True:
+        try:
+            apps = [c.app(app_id)] if app_id else c.apps(
+                "" if args.all else "NEW,NEW_SAVING,SUBMITTED,ACCEPTED,RUNNING")
+        except ClientError as e:
+            print(f"themis: {e}", file=sys.stderr)
+            return 1
+        out: list[dict[str, Any]] = []
+        lines = [time.strftime("%H:%M:%S")]
+        for a in apps:
+            st = c.am_status(a["id"])
+            out.append({"app": a, "status": st})
+            lines += _render(a, st, detail=bool(app_id))
+        if args.json:
+            print(json.dumps(out if not app_id else out[0]))
+        else:
+            print("\n".join(lines), flush=True)
+        ended = all(a["state"] in ("FINISHED", "FAILED", "KILLED") for a in apps)
+        if not (getattr(args, "watch", None) or until_done) or (until_done and ended):
+            if until_done:
+                return 0 if all(a.get("finalStatus") == "SUCCEEDED" for a in apps) else 1
+            return 0
+        time.sleep(interval)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    return _watch(args, args.app)
+
+
+def cmd_kill(args: argparse.Namespace) -> int:
+    from themis.submarine_am.client import ClientError
+
+    try:
+        state = _cluster(args).kill(args.app)
+    except ClientError as e:
+        print(f"themis: kill failed: {e}", file=sys.stderr)
+        return 1
+    print(f"{args.app}: {state or 'KILLED'}")
+    return 0
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("submit", help="submit a hyper-parameter group (YAML spec) to YARN",
+                       description="Validate SPEC (refused before anything is submitted if "
+                                   "invalid), upload it and the AM jar to HDFS, submit the app "
+                                   "through the RM REST API; prints the application id.")
+    p.add_argument("spec", help="app spec (YAML; see docs/am.md)")
+    p.add_argument("--dry-run", action="store_true", help="validate and print the spec only")
+    p.add_argument("--wait", action="store_true", help="follow the app until it ends")
+    p.add_argument("--watch", type=float, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--all", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--am-python", default="python3", help="python of the AM containers")
+    _common(p)
+    p.set_defaults(func=cmd_submit)
+
+    j = sub.add_parser("job", help="Submarine-style single job (themis job run ...)")
+    jsub = j.add_subparsers(dest="job_command", metavar="ACTION")
+    r = jsub.add_parser("run", help="run one training job (Submarine 'job run' flags)")
+    r.add_argument("--name", required=True)
+    r.add_argument("--worker_launch_cmd", required=True,
+                   help="job command; placeholders {max_steps} {checkpoint_uri} {logdir} "
+                        "{job_id}; Submarine's %%checkpoint_path%% / %%input_path%% too")
+    r.add_argument("--worker_resources", default="memory=1G,vcores=1,gpu=1")
+    r.add_argument("--num_workers", type=int, default=1)
+    r.add_argument("--num_ps", type=int, default=0)
+    r.add_argument("--checkpoint_path", default=None)
+    r.add_argument("--input_path", default=None)
+    r.add_argument("--docker_image", default=None)
+    r.add_argument("--queue", default="default")
+    r.add_argument("--env", action="append", default=[], help="NAME=VALUE (repeatable)")
+    r.add_argument("--max_steps", type=int, default=1000, help="training steps of the job")
+    r.add_argument("--wait_job_finish", action="store_true")
+    r.add_argument("--dry-run", action="store_true")
+    r.add_argument("--am-python", default="python3")
+    r.add_argument("--watch", type=float, default=None, help=argparse.SUPPRESS)
+    r.add_argument("--all", action="store_true", help=argparse.SUPPRESS)
+    r.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
+    _common(r)
+    r.set_defaults(func=cmd_job_run)
+    j.set_defaults(func=lambda a: (j.print_help(), 2)[1])
+
+    s = sub.add_parser("status", help="rho, GPUs and job progress of Themis apps")
+    s.add_argument("app", nargs="?", default=None, help="one application id (details)")
+    s.add_argument("--watch", type=float, nargs="?", const=2.0, default=None,
+                   help="refresh every N seconds (default 2)")
+    s.add_argument("--all", action="store_true", help="include finished apps")
+    s.add_argument("--json", action="store_true", help="machine-readable output")
+    _common(s)
+    s.set_defaults(func=cmd_status)
+
+    k = sub.add_parser("kill", help="kill a Themis app")
+    k.add_argument("app")
+    _common(k)
+    k.set_defaults(func=cmd_kill)

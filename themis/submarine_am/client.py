@@ -1,0 +1,216 @@
+"""The Submarine-style client: submit an app (spec + AM jar to HDFS, then the YARN REST API),
+show its status (RM REST + the AM's JSON status through the RM's web proxy) and kill it.
+
+Everything goes over HTTP (no Hadoop client jars on the user's machine): the RM REST API
+(``/ws/v1/cluster/apps/new-application``, ``POST /ws/v1/cluster/apps``), the RM's
+``/conf`` (its effective yarn-site.xml: classpath, Themis agent port, f, lease) and WebHDFS.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import urllib.error
+import urllib.request
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from themis.submarine_am.spec import AppSpec
+from themis.submarine_am.webhdfs import WebHdfs
+
+APP_TYPE = "THEMIS"
+AM_MAIN = "org.themis.am.AppMaster"
+AGENT_PORT_KEY = "yarn.resourcemanager.themis.agent-port"
+AGENT_ADDRESS_KEY = "yarn.resourcemanager.themis.agent-address"
+DEFAULT_AGENT_PORT = "8642"  # ThemisSettings' default
+JVM_OPTS = " ".join((
+    "-Xmx{heap}m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Djava.net.preferIPv4Stack=true",
+    *(f"--add-opens=java.base/{p}=ALL-UNNAMED"
+      for p in ("java.lang", "java.nio", "java.util", "sun.nio.ch")),
+))
+
+
+class ClientError(RuntimeError):
+    """The cluster refused or could not be reached (names the call and the reason)."""
+
+
+@dataclass
+class Cluster:
+    rm_url: str = "http://127.0.0.1:8088"
+    webhdfs_url: str = "http://127.0.0.1:9870"
+    user: str = "root"
+
+    @classmethod
+    def from_env(cls, rm: str | None = None, webhdfs: str | None = None,
+                 user: str | None = None) -> Cluster:
+        return cls(rm or os.environ.get("THEMIS_RM_URL", "http://127.0.0.1:8088"),
+                   webhdfs or os.environ.get("THEMIS_WEBHDFS_URL", "http://127.0.0.1:9870"),
+                   user or os.environ.get("HADOOP_USER_NAME") or "root")
+
+    # ------------------------------------------------------------------ HTTP
+    def _req(self, method: str, path: str, body: Any = None, timeout: float = 15.0) -> Any:
+        url = path if path.startswith("http") else f"{self.rm_url}{path}"
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(url, data=data, method=method, headers={
+            "Content-Type": "application/json", "Accept": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                raw = r.read()
+        except urllib.error.HTTPError as e:
+            detail = e.read().decode(errors="replace")[:500]
+            raise ClientError(f"{method} {url}: HTTP {e.code}: {detail}") from None
+        except OSError as e:
+            raise ClientError(f"{method} {url}: {e}") from None
+        return json.loads(raw) if raw else None
+
+    def hdfs(self) -> WebHdfs:
+        return WebHdfs(self.webhdfs_url, self.user)
+
+    def rm_conf(self) -> dict[str, str]:
+        """The RM's effective configuration (``/conf``, XML)."""
+        url = f"{self.rm_url}/conf"
+        try:
+            with urllib.request.urlopen(url, timeout=15) as r:
+                root = ET.fromstring(r.read())
+        except (OSError, ET.ParseError) as e:
+            raise ClientError(f"GET {url}: {e}") from None
+        out: dict[str, str] = {}
+        for p in root.iter("property"):
+            name, value = p.findtext("name"), p.findtext("value")
+            if name is not None:
+                out[name] = value or ""
+        return out
+
+    def arbiter_address(self, conf: dict[str, str]) -> str:
+        """Where AMs reach the agents' endpoint: ``agent-address``, else the RM host and
+        ``agent-port`` of the cluster's yarn-site.xml."""
+        addr = conf.get(AGENT_ADDRESS_KEY, "").strip()
+        if addr:
+            return addr
+        host = conf.get("yarn.resourcemanager.hostname", "127.0.0.1") or "127.0.0.1"
+        if host in ("0.0.0.0", "localhost"):
+            host = "127.0.0.1"
+        return f"{host}:{conf.get(AGENT_PORT_KEY, DEFAULT_AGENT_PORT)}"
+
+    def app_dir(self, app_id: str) -> str:
+        return f"/user/{self.user}/.themis/{app_id}"
+
+    # ------------------------------------------------------------------ submit
+    def submit(self, spec: AppSpec, am_jar: Path, *, python: str = "python3") -> str:
+        conf = self.rm_conf()
+        new = self._req("POST", "/ws/v1/cluster/apps/new-application")
+        app_id = str(new["application-id"])
+        d = self.app_dir(app_id)
+        fs = self.hdfs()
+        fs.mkdirs(d)
+        fs.write(f"{d}/spec.json", spec.to_json().encode())
+        fs.write(f"{d}/am.jar", am_jar.read_bytes())
+        st = fs.status(f"{d}/am.jar")
+        assert st is not None
+        classpath = conf.get("yarn.application.classpath", "")
+        cp = "./*" + (":" + classpath.replace(",", ":") if classpath else "")
+        arbiter = self.arbiter_address(conf)
+        env = {
+            "CLASSPATH": cp,
+            "THEMIS_ARBITER": arbiter,
+            "THEMIS_WEBHDFS_URL": self.webhdfs_url,
+            "THEMIS_APP_DIR": d,
+            "THEMIS_SPEC_PATH": f"{d}/spec.json",
+            "THEMIS_AM_PYTHON": python,
+            "HADOOP_USER_NAME": self.user,
+            "PYTHONUNBUFFERED": "1",
+        }
+        heap = max(128, spec.am.memory_mb // 3)
+        command = (f"java {JVM_OPTS.format(heap=heap)} {AM_MAIN} "
+                   "1><LOG_DIR>/AppMaster.stdout 2><LOG_DIR>/AppMaster.stderr")
+        body = {
+            "application-id": app_id,
+            "application-name": spec.name,
+            "application-type": APP_TYPE,
+            "queue": spec.queue,
+            "max-app-attempts": spec.am.max_attempts,
+            "keep-containers-across-application-attempts": False,
+            "application-tags": {"tag": [f"themis-{spec.kind}"]},
+            "am-container-spec": {
+                "local-resources": {"entry": [{
+                    "key": "themis-am.jar",
+                    "value": {
+                        "resource": f"hdfs://{_hdfs_authority(conf)}{d}/am.jar",
+                        "type": "FILE", "visibility": "APPLICATION",
+                        "size": int(st["length"]), "timestamp": int(st["modificationTime"]),
+                    }}]},
+                "environment": {"entry": [{"key": k, "value": v} for k, v in env.items()]},
+                "commands": {"command": command},
+            },
+            "resource": {"memory": spec.am.memory_mb, "vCores": spec.am.vcores},
+        }
+        self._req("POST", f"/ws/v1/cluster/apps?user.name={self.user}", body)
+        return app_id
+
+    # ------------------------------------------------------------------ status / kill
+    def apps(self, states: str = "") -> list[dict[str, Any]]:
+        q = f"?applicationTypes={APP_TYPE}" + (f"&states={states}" if states else "")
+        doc = self._req("GET", f"/ws/v1/cluster/apps{q}") or {}
+        return list((doc.get("apps") or {}).get("app", []))
+
+    def app(self, app_id: str) -> dict[str, Any]:
+        return dict(self._req("GET", f"/ws/v1/cluster/apps/{app_id}")["app"])
+
+    def am_status(self, app_id: str) -> dict[str, Any] | None:
+        """The AM's JSON status: through the RM's web proxy, else at the address the AM
+        published in HDFS; after the app ended, its final ``result.json``."""
+        for url in (f"{self.rm_url}/proxy/{app_id}/status", self._published(app_id)):
+            if not url:
+                continue
+            try:
+                doc = self._req("GET", url, timeout=5)
+                if isinstance(doc, dict) and doc.get("app_id") == app_id:
+                    return doc
+            except (ClientError, ValueError):
+                continue
+        try:
+            raw = self.hdfs().read_or_none(f"{self.app_dir(app_id)}/result.json")
+        except Exception:
+            return None
+        if raw:
+            status = json.loads(raw).get("status")
+            return dict(status) if isinstance(status, dict) else None
+        return None
+
+    def _published(self, app_id: str) -> str:
+        try:
+            raw = self.hdfs().read_or_none(f"{self.app_dir(app_id)}/am.json")
+        except Exception:
+            return ""
+        if not raw:
+            return ""
+        url = str(json.loads(raw).get("tracking_url", ""))
+        return url.rstrip("/") + "/status" if url else ""
+
+    def kill(self, app_id: str) -> str:
+        doc = self._req("PUT", f"/ws/v1/cluster/apps/{app_id}/state?user.name={self.user}",
+                        {"state": "KILLED"})
+        return str((doc or {}).get("state", ""))
+
+
+def _hdfs_authority(conf: dict[str, str]) -> str:
+    fs = conf.get("fs.defaultFS", "hdfs://127.0.0.1:9000")
+    return fs.split("://", 1)[-1].rstrip("/") if fs.startswith("hdfs://") else "127.0.0.1:9000"
+
+
+def find_am_jar() -> Path:
+    """``$THEMIS_AM_JAR``, else ``submarine-am/target/`` of the source tree, else a copy
+    shipped in the package (``themis/submarine_am/lib/``)."""
+    env = os.environ.get("THEMIS_AM_JAR")
+    candidates = [env] if env else []
+    root = Path(__file__).resolve().parents[2]
+    candidates += sorted(glob.glob(str(root / "submarine-am/target/themis-submarine-am-*.jar")))
+    candidates += sorted(glob.glob(str(Path(__file__).parent / "lib" / "*.jar")))
+    for c in candidates:
+        if c and Path(c).is_file() and not Path(c).name.startswith("original-"):
+            return Path(c)
+    raise ClientError("AM jar not found: set THEMIS_AM_JAR or build it with "
+                      "'mvn -q -pl submarine-am -am package -DskipTests'")
