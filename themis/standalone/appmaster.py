@@ -423,13 +423,15 @@ class AppMaster:
             live = None if self.state != "running" else math.inf
         jobs = list(self.hb.jobs.values())
         running_procs = sum(1 for r in self.runners.values() if r.live)
+        stopping = sum(1 for r in self.runners.values() if r.live and r.stop_sent is not None)
         snap = {
             "name": self.name,
             "state": self.state,
             "rho": live,
             "rho_reported": reported,
             "gpus": list(self._held),
-            "running": running_procs,
+            "running": running_procs - stopping,
+            "stopping": stopping,
             "waiting": sum(1 for j in jobs if j.status is JobStatus.RUNNING
                            and not self.runners[j.id].live),
             "done": sum(1 for j in jobs if j.status in (JobStatus.FINISHED, JobStatus.STOPPED,

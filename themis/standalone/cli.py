@@ -100,7 +100,7 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="uniform cluster: racks, machines spread round-robin (default 1)")
     a = p.add_argument_group("apps (built-in apps, or spec files)")
     a.add_argument("--apps", type=_positive_int, metavar="N",
-                   help="run N built-in Hyperband apps app-0..app-N-1 (default 2): each "
+                   help="run N built-in Hyperband apps app-0..app-N-1 (default 3): each "
                         "samples learning rate and width, R=--max-resource, eta=--eta, one "
                         "bracket (3 configurations, the best trained 3x longer for R=3)")
     a.add_argument("--app", type=Path, action="append", metavar="SPEC.yaml",
@@ -206,7 +206,7 @@ def build_options(args: argparse.Namespace) -> Any:
             apps = [default_app(i, max_resource=args.max_resource, eta=args.eta,
                                 steps_per_unit=args.steps_per_unit,
                                 step_time_ms=args.step_time_ms)
-                    for i in range(args.apps or 2)]
+                    for i in range(args.apps or 3)]
     except (SpecError, HyperbandError) as exc:
         raise UsageError(str(exc)) from exc
     names = [a.name for a in apps]

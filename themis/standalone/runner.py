@@ -93,9 +93,10 @@ class Display:
     def rows(self, snaps: list[dict[str, Any]]) -> list[str]:
         width = max([len(s["name"]) for s in snaps] + [3])
         out = [f"{'app':<{width}}  {'state':<8} {'rho':>6} {'rep.':>6} {'GPUs':>4}  "
-               f"{'jobs r/w/d':<10} {'progress':<24} held"]
+               f"{'jobs r/w/d':<10} {'progress':<24} held"]  # r(+s): running (+ checkpointing)
         for s in snaps:
-            jobs = f"{s.get('running', 0)}/{s.get('waiting', 0)}/{s.get('done', 0)}"
+            stopping = f"(+{s['stopping']})" if s.get("stopping") else ""
+            jobs = f"{s.get('running', 0)}{stopping}/{s.get('waiting', 0)}/{s.get('done', 0)}"
             out.append(
                 f"{s['name']:<{width}}  {s['state']:<8} {_fmt_rho(s.get('rho')):>6} "
                 f"{_fmt_rho(s.get('rho_reported')):>6} {len(s.get('gpus', [])):>4}  "
