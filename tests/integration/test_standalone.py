@@ -107,9 +107,10 @@ def test_two_apps_compete_for_four_gpus(tmp_path: Path) -> None:
         assert finite and all(x > 0 for x in finite), "live rho from profiled iteration times"
         statuses = sorted(j["status"] for j in app["jobs"].values())
         assert statuses == ["finished", "stopped", "stopped"]
-        # the profiler measured ~0.1 s per step (the emulated GPU), not the 1 s default
+        # the profiler measured the jobs' serial iteration times: ~0.1 s per step on the
+        # emulated GPU (100 ms sleep) plus the CPU's share of the step
         its = [j["serial_iter_time_s"] for j in app["jobs"].values() if j["serial_iter_time_s"]]
-        assert its and all(0.05 < x < 0.6 for x in its), its
+        assert len(its) == 3 and all(0.09 < x < 1.0 for x in its), its
 
     # GPUs moved between the apps at lease expiry (not only when an app finished).
     moves = [m for m in report["moves"] if m["at_lease_expiry"]]

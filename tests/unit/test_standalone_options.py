@@ -276,3 +276,34 @@ def test_display_rows_and_lines_mode(tmp_path: Path) -> None:
     text = path.read_text()
     assert "[    1.5s] a: round 1" in text
     assert "1.50" in text and "inf" in text and "m0-g0" in text and "25%" in text
+
+
+# --------------------------------------------------------------------------- app master
+def test_assignment_is_sticky_and_prefers_running_jobs(tmp_path: Path) -> None:
+    import time
+
+    from themis.arbiter.cluster_backend import uniform_cluster
+    from themis.standalone.appmaster import AppMaster
+    from themis.standalone.jobs import Segment
+
+    topo = uniform_cluster(2, 2).topology()
+    am = AppMaster(default_app(0, steps_per_unit=20), "127.0.0.1:1", tmp_path, topo,
+                   t0=time.time())
+    am._sync_jobs()
+    jobs = sorted(am.runners)
+    assert len(jobs) == 3
+    first = am._assign(["m0-g0", "m0-g1", "m1-g0"])
+    assert sorted(first) == jobs and sorted(g for v in first.values() for g in v) == [
+        "m0-g0", "m0-g1", "m1-g0"]
+    # the last job runs on m1-g0; the app now holds m1-g0 and m1-g1 only
+    r = am.runners[jobs[2]]
+    r.proc = object()  # type: ignore[assignment]  # a live process, for the planner
+    r.segments.append(Segment(0, ("m1-g0",), time.time(), 20))
+    second = am._assign(["m1-g0", "m1-g1"])
+    assert second[jobs[2]] == ("m1-g0",)  # kept its GPU: no restart
+    assert len(second) == 2 and sorted(g for v in second.values() for g in v) == [
+        "m1-g0", "m1-g1"]
+    # with a single GPU left elsewhere, the running job is not the one kept
+    third = am._assign(["m0-g0"])
+    assert len(third) == 1 and jobs[2] not in third
+    r.proc = None

@@ -222,9 +222,10 @@ class AppMaster:
     def _on_allocation(self, alloc: AllocationInfo) -> None:
         now = self.clock()
         self._reported = None  # the agent reports the cached-table rho after this
-        for g in alloc.gpus:
-            self._expiry[g.id] = alloc.expiry
-        self._last_alloc = now
+        with self._lock:
+            for g in alloc.gpus:
+                self._expiry[g.id] = alloc.expiry
+            self._last_alloc = now
         if alloc.gpus:
             self.allocations.append({
                 "t": round(now - self.t0, 3), "round": alloc.round_id,
@@ -238,8 +239,9 @@ class AppMaster:
         self._wake.set()
 
     def _on_warning(self, gpus: tuple[str, ...], expiry: float) -> None:
-        for g in gpus:
-            self._expiry[g] = max(self._expiry.get(g, 0.0), expiry)
+        with self._lock:
+            for g in gpus:
+                self._expiry[g] = max(self._expiry.get(g, 0.0), expiry)
 
     # ------------------------------------------------------------------ control loop
     def _sync_jobs(self) -> None:
@@ -320,10 +322,11 @@ class AppMaster:
             self._report_rho(now)
         # 4. which GPUs may keep running processes: leased, or expired within the grace
         #    period with no allocation since (the expiry round may renew them)
-        keep = set(held_now) | {
-            g for g, exp in self._expiry.items()
-            if exp <= now < exp + self.grace_s and self._last_alloc < exp
-        }
+        with self._lock:
+            keep = set(held_now) | {
+                g for g, exp in self._expiry.items()
+                if exp <= now < exp + self.grace_s and self._last_alloc < exp
+            }
         desired = self._assign(sorted(keep))
         # 5. stop jobs that lost their GPUs or were moved
         for r in self.runners.values():
@@ -341,7 +344,7 @@ class AppMaster:
             r = self.runners[job_id]
             if r.live or not gpus or not set(gpus) <= held_now or busy & set(gpus):
                 continue
-            if r.failures >= self.max_failures:
+            if r.failures >= self.max_failures or now < r.not_before:
                 continue
             job = self.hb.jobs[job_id]
             r.start(job.target_steps, [self.topology[g] for g in gpus], TRUE_SLOWDOWN)

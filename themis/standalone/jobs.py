@@ -74,6 +74,7 @@ class JobRunner:
     python: str = sys.executable
     segments: list[Segment] = field(default_factory=list)
     failures: int = 0
+    not_before: float = 0.0  # no restart before this time (back-off after a failure)
     proc: subprocess.Popen[bytes] | None = None
     stop_sent: float | None = None  # time SIGTERM was sent to the live process
     _files: list[IO[bytes]] = field(default_factory=list, repr=False)
@@ -176,6 +177,7 @@ class JobRunner:
             seg.reason = (f"signal {-status}" if status < 0 else f"exit status {status}")
         if status != 0 and not (seg.stopped_by and status in (-signal.SIGTERM, -signal.SIGKILL)):
             self.failures += 1
+            self.not_before = time.time() + 2.0 * self.failures
             log.warning("job %s: segment %d failed (status %s); stderr: %s", self.job_id,
                         seg.index, status, self.stderr_tail(seg.index))
         return seg
