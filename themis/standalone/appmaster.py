@@ -21,7 +21,9 @@ Binding rules (see docs/standalone.md):
 * a job whose GPUs are no longer the app's gets SIGTERM (it checkpoints and exits): as soon
   as an allocation shows the lease was not renewed, or ``grace_s`` after the lease expired
   if no allocation comes (arbiter gone);
-* a stopped job resumes from its newest checkpoint when the app has GPUs for it again.
+* a stopped job resumes from its newest checkpoint when the app has GPUs for it again;
+* no process is started on a lease with less than ``min_lease_left_s`` to run (the job
+  would spend it loading TensorFlow): the start waits for the expiry round instead.
 """
 
 from __future__ import annotations
@@ -93,6 +95,7 @@ class AppMaster:
         grace_s: float = 3.0,
         tick_s: float = 0.5,
         report_s: float = 2.0,
+        min_lease_left_s: float = 0.0,
         max_failures: int = 3,
         emit: Callable[[str], None] | None = None,
         clock: Callable[[], float] = time.time,
@@ -106,6 +109,7 @@ class AppMaster:
         self.grace_s = grace_s
         self.tick_s = tick_s
         self.report_s = report_s
+        self.min_lease_left_s = min_lease_left_s
         self.max_failures = max_failures
         self.emit = emit or (lambda msg: None)
         self.clock = clock
@@ -346,6 +350,10 @@ class AppMaster:
                 continue
             if r.failures >= self.max_failures or now < r.not_before:
                 continue
+            with self._lock:
+                left = min(self._expiry.get(g, math.inf) for g in gpus) - now
+            if left < self.min_lease_left_s:
+                continue  # TF would barely start before the expiry round: wait for it
             job = self.hb.jobs[job_id]
             r.start(job.target_steps, [self.topology[g] for g in gpus], TRUE_SLOWDOWN)
             busy |= set(gpus)

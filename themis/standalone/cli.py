@@ -137,8 +137,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     o.add_argument("--display", choices=("auto", "table", "lines", "off"), default="auto",
                    help="live view: a table redrawn in place (terminal), periodic lines "
                         "(auto when not a terminal), or nothing")
-    o.add_argument("--refresh-s", type=_positive_float, default=2.0, metavar="SECONDS",
-                   help="live view refresh period (lines mode prints a table this often)")
+    o.add_argument("--refresh-s", type=_positive_float, default=None, metavar="SECONDS",
+                   help="live view refresh period: the table is redrawn, or in lines mode "
+                        "printed, this often (default: 1 for the table, 10 for lines)")
     o.add_argument("--timeout-s", type=_positive_float, default=None, metavar="SECONDS",
                    help="stop cleanly after this long even if apps are not done (exit 1)")
     o.add_argument("--shutdown-timeout-s", type=_positive_float, default=30.0,
@@ -147,11 +148,24 @@ def configure(p: argparse.ArgumentParser) -> None:
     o.add_argument("--no-plot", action="store_true", help="do not write report.png")
 
 
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """Keeps the description's line breaks; appends "(default: X)" to options that have
+    a default other than None/False."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        d = action.default
+        if not (d is None or d is False or d == argparse.SUPPRESS) and action.option_strings \
+                and "%(default)" not in text:
+            text += " (default: %(default)s)"
+        return text
+
+
 def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         "standalone", help="run the arbiter and Hyperband apps with real TF jobs on this "
         "machine (no YARN)", description=DESCRIPTION, epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        formatter_class=_Formatter)
     configure(p)
     p.set_defaults(func=run, _parser=p)
 

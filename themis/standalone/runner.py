@@ -49,7 +49,7 @@ class Options:
     solver: str = "auto"
     seed: int = 0
     port: int = 0
-    refresh_s: float = 2.0
+    refresh_s: float | None = None  # None: 1 s for the table, 10 s for lines
     display: str = "auto"  # auto | table | lines | off
     timeout_s: float | None = None
     plot: bool = True
@@ -72,12 +72,13 @@ def _bar(frac: float, width: int = 16) -> str:
 class Display:
     """A compact table redrawn in place on a terminal, or periodic lines otherwise."""
 
-    def __init__(self, stream: TextIO, mode: str, refresh_s: float) -> None:
+    def __init__(self, stream: TextIO, mode: str, refresh_s: float | None) -> None:
         if mode == "auto":
             mode = "table" if stream.isatty() else "lines"
         self.stream = stream
         self.mode = mode
-        self.refresh_s = refresh_s
+        self.refresh_s = refresh_s if refresh_s is not None else (
+            1.0 if mode == "table" else 10.0)
         self.events: collections.deque[str] = collections.deque(maxlen=6)
         self._drawn = 0
         self._lock = threading.Lock()
@@ -108,6 +109,9 @@ class Display:
         if self.mode == "off":
             return
         with self._lock:
+            if now - self._last_lines < self.refresh_s:
+                return
+            self._last_lines = now
             if self.mode == "table":
                 lines = [header, *self.rows(snaps), "recent:", *self.events]
                 buf = ""
@@ -117,8 +121,7 @@ class Display:
                 self.stream.write(buf)
                 self.stream.flush()
                 self._drawn = len(lines)
-            elif now - self._last_lines >= self.refresh_s:
-                self._last_lines = now
+            else:
                 print(header, file=self.stream)
                 for row in self.rows(snaps):
                     print("  " + row, file=self.stream)
@@ -183,7 +186,8 @@ class Standalone:
                    f"{len(o.apps)} apps, out {o.out}")
         topo = o.cluster.topology()
         self.apps = [AppMaster(spec, f"127.0.0.1:{port}", o.out, topo, t0=self.t0,
-                               grace_s=o.grace_s, emit=self._emit) for spec in o.apps]
+                               grace_s=o.grace_s, emit=self._emit,
+                               min_lease_left_s=min(5.0, o.lease_s / 4)) for spec in o.apps]
         try:
             for am in self.apps:
                 am.start()
@@ -198,8 +202,7 @@ class Standalone:
                     self._emit(f"timeout after {o.timeout_s:g}s: stopping")
                     self.status = "timeout"
                     break
-                self._stop.wait(min(o.refresh_s, 1.0) if self.display.mode == "table"
-                                else 0.5)
+                self._stop.wait(min(self.display.refresh_s, 0.5))
             if self._stop.is_set() and self.status == "running":
                 self.status = "interrupted"
         finally:
