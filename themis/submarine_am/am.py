@@ -496,7 +496,10 @@ class AppMaster:
                f"--job-id {shlex.quote(run.job_id)} --run-id {run.run_id} --logdir tflogs "
                f"--report-every {self.report_every_s} -- bash -c {shlex.quote(job_cmd)} "
                f"1><LOG_DIR>/stdout 2><LOG_DIR>/stderr")
+        bindir = os.path.dirname(self.python) if os.path.isabs(self.python) else ""
+        path = os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin")
         env = {"THEMIS_WEBHDFS_URL": self.webhdfs_url, "HADOOP_USER_NAME": "root",
+               "PATH": f"{bindir}:{path}" if bindir else path,
                "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "2",
                "THEMIS_APP_ID": self.app_id, "THEMIS_JOB_ID": run.job_id, **self.spec.env}
         log.info("launching %s (run %d) in %s on %s: %s", run.job_id, run.run_id, run.container,
@@ -986,7 +989,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         arbiter = f"127.0.0.1:{port_s}"
     am = AppMaster(spec, app_id, shell, arbiter=arbiter, hdfs=hdfs, app_dir=app_dir,
                    webhdfs_url=webhdfs_url, attempt=attempt,
-                   python=env.get("THEMIS_JOB_PYTHON", "python3"))
+                   python=env.get("THEMIS_JOB_PYTHON") or sys.executable)
     signal.signal(signal.SIGTERM, lambda s, f: am.kill())
     try:
         rc = am.run()

@@ -210,7 +210,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--watch", type=float, default=None, help=argparse.SUPPRESS)
     p.add_argument("--all", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--am-python", default="python3", help="python of the AM containers")
+    p.add_argument("--am-python", default="",
+                   help="python of the AM and job containers (default: the cluster's "
+                        "yarn.resourcemanager.themis.python-executable, else python3)")
     _common(p)
     p.set_defaults(func=cmd_submit)
 
@@ -232,7 +234,7 @@ def add_parser(sub: Any) -> None:
     r.add_argument("--max_steps", type=int, default=1000, help="training steps of the job")
     r.add_argument("--wait_job_finish", action="store_true")
     r.add_argument("--dry-run", action="store_true")
-    r.add_argument("--am-python", default="python3")
+    r.add_argument("--am-python", default="")
     r.add_argument("--watch", type=float, default=None, help=argparse.SUPPRESS)
     r.add_argument("--all", action="store_true", help=argparse.SUPPRESS)
     r.add_argument("--json", action="store_true", help=argparse.SUPPRESS)

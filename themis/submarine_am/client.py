@@ -26,6 +26,7 @@ AM_MAIN = "org.themis.am.AppMaster"
 AGENT_PORT_KEY = "yarn.resourcemanager.themis.agent-port"
 AGENT_ADDRESS_KEY = "yarn.resourcemanager.themis.agent-address"
 DEFAULT_AGENT_PORT = "8642"  # ThemisSettings' default
+PYTHON_KEY = "yarn.resourcemanager.themis.python-executable"
 JVM_OPTS = " ".join((
     "-Xmx{heap}m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Djava.net.preferIPv4Stack=true",
     *(f"--add-opens=java.base/{p}=ALL-UNNAMED"
@@ -99,8 +100,12 @@ class Cluster:
         return f"/user/{self.user}/.themis/{app_id}"
 
     # ------------------------------------------------------------------ submit
-    def submit(self, spec: AppSpec, am_jar: Path, *, python: str = "python3") -> str:
+    def submit(self, spec: AppSpec, am_jar: Path, *, python: str = "") -> str:
+        """Upload and submit; ``python`` runs the AM's Python side and the jobs' runners
+        (default: the cluster's ``yarn.resourcemanager.themis.python-executable``, else
+        ``python3``). Its directory is put first on the job containers' PATH."""
         conf = self.rm_conf()
+        python = python or conf.get(PYTHON_KEY, "") or "python3"
         new = self._req("POST", "/ws/v1/cluster/apps/new-application")
         app_id = str(new["application-id"])
         d = self.app_dir(app_id)

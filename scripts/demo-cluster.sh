@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# Themis on a real (dockerised) YARN cluster, end to end, on a fresh machine:
+#   1. Docker (scripts/docker-setup.sh), images (docker/build.sh --with-tf), the AM jar (Maven);
+#   2. the mini-cluster (RM with the Themis plugin, 3 NMs with 4/2/2 GPUs on 2 racks, HDFS),
+#      with short leases so that GPUs change hands during the demo;
+#   3. two competing hyper-parameter-group apps (examples/am/digits-hyperband.yaml, two seeds);
+#   4. their fairness live (themis status, refreshed), until both finish;
+#   5. a short report: per-app rho over time, GPU time, reallocations, a plot (PNG).
+#
+#   scripts/demo-cluster.sh [--keep] [--out DIR]
+#
+# Environment: THEMIS_DEMO_LEASE_MS (default 45000), THEMIS_DEMO_KNOB (f, default 0.8),
+#   THEMIS_DEMO_SKIP_BUILD=1 (use existing images/jar).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+PY=${PYTHON:-python3}
+KEEP=0
+OUT=$ROOT/out/demo-cluster
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --keep) KEEP=1 ;;
+    --out) OUT=$2; shift ;;
+    *) sed -n '2,15p' "$0"; exit 2 ;;
+  esac
+  shift
+done
+LEASE_MS=${THEMIS_DEMO_LEASE_MS:-45000}
+KNOB=${THEMIS_DEMO_KNOB:-0.8}
+say() { echo; echo "==== $* ===="; }
+mkdir -p "$OUT"
+
+if [[ ${THEMIS_DEMO_SKIP_BUILD:-0} != 1 ]]; then
+  say "docker, images, AM jar"
+  scripts/docker-setup.sh
+  docker/build.sh --with-tf
+  mvn -q -B -DskipTests package
+fi
+
+say "mini-cluster (lease ${LEASE_MS} ms, f = ${KNOB})"
+export THEMIS_CONF_OVERRIDES="yarn.resourcemanager.themis.lease-duration-ms=${LEASE_MS};yarn.resourcemanager.themis.grace-period-ms=15000;yarn.resourcemanager.themis.fairness-knob=${KNOB}"
+docker/minicluster.sh up
+cleanup() { if [[ $KEEP == 0 ]]; then docker/minicluster.sh down; fi; }
+trap cleanup EXIT
+
+say "submitting two competing Hyperband apps"
+APPS=()
+for i in 0 1; do
+  spec=$OUT/app$i.yaml
+  sed -e "s/^name: .*/name: demo-hb-$i/" -e "s/seed: 0/seed: $i/" examples/am/digits-hyperband.yaml >"$spec"
+  app=$("$PY" -m themis.cli submit "$spec" | tail -n1)
+  echo "submitted $app ($spec)"
+  APPS+=("$app")
+  sleep 5
+done
+
+say "fairness, live (themis status --watch)"
+t0=$SECONDS
+while :; do
+  "$PY" -m themis.cli status --all "${APPS[@]:0:0}" 2>/dev/null | grep -E "^(application|[0-9])" || true
+  states=$(for a in "${APPS[@]}"; do curl -s "http://127.0.0.1:8088/ws/v1/cluster/apps/$a" \
+    | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["app"]["state"])' 2>/dev/null || echo UNKNOWN; done)
+  if ! grep -qvE 'FINISHED|FAILED|KILLED' <<<"$states"; then break; fi
+  if ((SECONDS - t0 > ${THEMIS_DEMO_TIMEOUT:-1800})); then echo "demo: timeout"; break; fi
+  sleep 5
+done
+
+say "report"
+"$PY" - "$OUT" "${APPS[@]}" <<'EOF'
+import json, sys
+from themis.submarine_am.client import Cluster
+out, apps = sys.argv[1], sys.argv[2:]
+c = Cluster()
+rows, docs = [], {}
+for a in apps:
+    app = c.app(a)
+    st = c.am_status(a) or {}
+    docs[a] = {"app": app, "status": st}
+    hist = [h for h in st.get("history", []) if h[2] is not None]
+    rhos = [h[2] for h in hist]
+    moves = st.get("reallocations", [])
+    lat = sorted(m["latency_s"] for m in moves)
+    rows.append((a, app["name"], app["finalStatus"], st.get("gpu_seconds", 0.0),
+                 max(rhos) if rhos else float("nan"), rhos[-1] if rhos else float("nan"),
+                 len(moves), lat[len(lat) // 2] if lat else float("nan"),
+                 (st.get("best") or {}).get("loss")))
+json.dump(docs, open(f"{out}/report.json", "w"), indent=1)
+print(f"{'app':<32} {'name':<10} {'final':<10} {'GPU-s':>7} {'max rho':>8} {'last rho':>9} {'moves':>6} {'median move s':>14} best loss")
+for r in rows:
+    print(f"{r[0]:<32} {r[1]:<10} {r[2]:<10} {r[3]:>7.0f} {r[4]:>8.3f} {r[5]:>9.3f} {r[6]:>6} {r[7]:>14.2f} {r[8]}")
+try:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
+    t0 = min((d["status"].get("start_time") or 0) for d in docs.values())
+    for a, d in docs.items():
+        h = d["status"].get("history", [])
+        ax1.plot([x[0] - t0 for x in h], [x[2] if x[2] is not None else float("nan") for x in h], label=d["app"]["name"])
+        ax2.step([x[0] - t0 for x in h], [x[1] for x in h], where="post", label=d["app"]["name"])
+    ax1.set_ylabel("rho (finish-time fairness)"); ax1.legend(); ax1.set_yscale("log")
+    ax2.set_ylabel("GPUs held"); ax2.set_xlabel("seconds"); ax2.legend()
+    fig.tight_layout(); fig.savefig(f"{out}/fairness.png", dpi=100)
+    print(f"plot: {out}/fairness.png")
+except Exception as e:  # noqa: BLE001
+    print(f"(no plot: {e})")
+print(f"report: {out}/report.json")
+EOF
