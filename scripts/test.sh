@@ -43,7 +43,8 @@ if [[ $rc -eq 5 ]]; then echo "test.sh: pytest collected no tests" >&2; exit 1; 
 if [[ -x scripts/docker-setup.sh && "${THEMIS_SKIP_DOCKER:-0}" != "1" ]]; then
   stage "docker mini-cluster (testcontainers)"
   limit 6 scripts/docker-setup.sh
-  limit 15 docker/build.sh
+  # --with-tf: the e2e tests (tests/integration/test_am_e2e.py) run real TensorFlow jobs
+  limit 15 docker/build.sh --with-tf
   set +e
   limit 20 "$PY" -m pytest -q -m docker --durations=15 tests/integration
   rc=$?
