@@ -243,8 +243,10 @@ def test_two_apps_share_gpus_fairly(cluster: dict[str, Any], tmp_path: Path) -> 
     # --- jobs stopped at a lease end resumed from their HDFS checkpoints, steps preserved
     moves = [m for st in finals_st.values() for m in st.get("reallocations", [])]
     assert moves, "no job was moved at a lease end"
+    # (a job stopped before its first checkpoint - e.g. while TensorFlow still imports -
+    # legitimately starts again at step 0)
+    assert any((m["restored_step"] or 0) > 0 for m in moves), moves
     for m in moves:
-        assert m["restored_step"] is not None and m["restored_step"] > 0, m
         if m["checkpoint_step"] is not None:
             assert m["restored_step"] == m["checkpoint_step"], m
     for a in apps:
