@@ -12,6 +12,7 @@ interrupts a run with SIGINT (Ctrl-C) and checks the clean shutdown.
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import json
 import os
 import signal
@@ -86,9 +87,9 @@ def _leased(report: dict[str, Any], app: str, gpu: str, t: float, slack: float =
 def test_two_apps_compete_for_four_gpus(tmp_path: Path) -> None:
     out = tmp_path / "run"
     cmd = _cmd(out, "--machines", "2", "--gpus-per-machine", "2", *_write_apps(tmp_path),
-               "--lease-s", "15", "--bid-timeout-s", "1", "--timeout-s", "260")
+               "--lease-s", "20", "--bid-timeout-s", "1", "--timeout-s", "300")
     t0 = time.monotonic()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=330)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=380)
     elapsed = time.monotonic() - t0
     assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
     report = json.loads((out / "report.json").read_text())
@@ -119,6 +120,18 @@ def test_two_apps_compete_for_four_gpus(tmp_path: Path) -> None:
     for m in moves:
         assert any(abs(m["t"] - e) < 1.0 for e in expiries), m
     assert {m["to"] for m in moves} <= {"a", "b"}
+
+    # No two job processes (of any app) ever ran on one GPU at the same time.
+    per_gpu: dict[str, list[tuple[float, float, str]]] = {}
+    for app in report["apps"].values():
+        for job_id, job in app["jobs"].items():
+            for s in job["segments"]:
+                for gpu in s["gpus"]:
+                    per_gpu.setdefault(gpu, []).append((s["t_start"], s["t_end"], job_id))
+    for gpu, spans in per_gpu.items():
+        spans.sort()
+        for (_, end, j1), (start, _, j2) in itertools.pairwise(spans):
+            assert end <= start + 0.05, f"{gpu}: {j1} until {end}, {j2} from {start}"
 
     # Every job process ran on GPUs leased to its app when it started.
     for name, app in report["apps"].items():

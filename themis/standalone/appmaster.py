@@ -15,7 +15,8 @@ One :class:`AppMaster` per app, as a small thread group inside the standalone dr
 Binding rules (see docs/standalone.md):
 
 * a job process is started only on GPUs the app holds under an unexpired lease, and no
-  two processes share a GPU;
+  two processes - of any app - ever share a GPU (:class:`GpuRegistry`): a GPU that
+  changed hands is used by its new app once the previous job has exited;
 * jobs keep their GPUs across rounds when they can (sticky assignment), so a lease that is
   renewed to the same app costs nothing;
 * a job whose GPUs are no longer the app's gets SIGTERM (it checkpoints and exits): as soon
@@ -58,6 +59,35 @@ log = logging.getLogger(__name__)
 TRUE_SLOWDOWN = DEFAULT
 
 
+class GpuRegistry:
+    """Which job process uses which GPU, shared by every app master of the machine: a GPU
+    is busy from its process's start until that process has exited, so a GPU that changes
+    hands at lease expiry is only used by its new app once the old job has checkpointed
+    and gone (as a NodeManager frees a container's GPU only when the container ends)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._users: dict[str, str] = {}
+
+    def acquire(self, gpus: tuple[str, ...], who: str) -> bool:
+        with self._lock:
+            if any(self._users.get(g, who) != who for g in gpus):
+                return False
+            for g in gpus:
+                self._users[g] = who
+            return True
+
+    def release(self, gpus: tuple[str, ...], who: str) -> None:
+        with self._lock:
+            for g in gpus:
+                if self._users.get(g) == who:
+                    del self._users[g]
+
+    def users(self) -> dict[str, str]:
+        with self._lock:
+            return dict(self._users)
+
+
 class LiveBidder(ModelBidder):
     """The agent's :class:`ModelBidder`, plus the app's live rho for display/reports:
     Eq. 1/2 of the current model with the GPUs held now (same code as the bids)."""
@@ -96,6 +126,8 @@ class AppMaster:
         tick_s: float = 0.5,
         report_s: float = 2.0,
         min_lease_left_s: float = 0.0,
+        kill_after_s: float = 30.0,
+        registry: GpuRegistry | None = None,
         max_failures: int = 3,
         emit: Callable[[str], None] | None = None,
         clock: Callable[[], float] = time.time,
@@ -110,6 +142,8 @@ class AppMaster:
         self.tick_s = tick_s
         self.report_s = report_s
         self.min_lease_left_s = min_lease_left_s
+        self.kill_after_s = kill_after_s
+        self.registry = registry or GpuRegistry()
         self.max_failures = max_failures
         self.emit = emit or (lambda msg: None)
         self.clock = clock
@@ -133,6 +167,7 @@ class AppMaster:
         self.allocations: list[dict[str, Any]] = []
         self.held_changes: list[tuple[float, list[str]]] = []
         self.gpu_seconds = 0.0  # leased GPU-seconds
+        self.max_tick_s = 0.0
         self._expiry: dict[str, float] = {}  # GPU id -> latest lease expiry seen
         self._last_alloc = 0.0
         self._last_report = 0.0
@@ -159,7 +194,12 @@ class AppMaster:
         try:
             self._submit()
             while not self._stop.is_set() and self.state == "running":
+                t = time.monotonic()
                 self._tick()
+                took = time.monotonic() - t
+                self.max_tick_s = max(self.max_tick_s, took)
+                if took > 1.0:
+                    log.warning("app %s: control loop tick took %.1fs", self.name, took)
                 self._wake.wait(self.tick_s)
                 self._wake.clear()
         except Exception as exc:  # keep the driver alive; report the app as failed
@@ -263,6 +303,7 @@ class AppMaster:
     def _close_segment(self, runner: JobRunner, seg: Segment | None) -> None:
         if seg is None:
             return
+        self.registry.release(seg.gpus, f"{self.name}/{runner.job_id}")
         job = self.hb.jobs[runner.job_id]
         where = ",".join(seg.gpus)
         if seg.exit_status == 0 and seg.reason == "max-steps":
@@ -343,10 +384,14 @@ class AppMaster:
             elif moved:
                 r.stop("reassign")
         # 6. start jobs on GPUs that are leased now and not used by a live process
-        busy = {g for r in self.runners.values() if r.live for g in r.gpus}
+        for r in self.runners.values():  # a job that ignores SIGTERM: SIGKILL
+            if r.live and r.stop_sent is not None and now - r.stop_sent > self.kill_after_s:
+                log.warning("job %s still running %.0fs after SIGTERM: SIGKILL", r.job_id,
+                            now - r.stop_sent)
+                r.kill()
         for job_id, gpus in sorted(desired.items()):
             r = self.runners[job_id]
-            if r.live or not gpus or not set(gpus) <= held_now or busy & set(gpus):
+            if r.live or not gpus or not set(gpus) <= held_now:
                 continue
             if r.failures >= self.max_failures or now < r.not_before:
                 continue
@@ -354,9 +399,14 @@ class AppMaster:
                 left = min(self._expiry.get(g, math.inf) for g in gpus) - now
             if left < self.min_lease_left_s:
                 continue  # TF would barely start before the expiry round: wait for it
+            if not self.registry.acquire(gpus, f"{self.name}/{job_id}"):
+                continue  # the GPU's previous job is still checkpointing
             job = self.hb.jobs[job_id]
-            r.start(job.target_steps, [self.topology[g] for g in gpus], TRUE_SLOWDOWN)
-            busy |= set(gpus)
+            try:
+                r.start(job.target_steps, [self.topology[g] for g in gpus], TRUE_SLOWDOWN)
+            except OSError:
+                self.registry.release(gpus, f"{self.name}/{job_id}")
+                raise
             resume = f" (resume from step {job.steps_done})" if job.steps_done else ""
             self.emit(f"{self.name}: {job_id} started on {','.join(gpus)}{resume}")
         self._update_snapshot(now)

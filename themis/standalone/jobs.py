@@ -55,11 +55,13 @@ class Segment:
     reason: str = ""  # train.py's exit reason, or why it was stopped
     exit_status: int | None = None
     stopped_by: str = ""  # "" (ran to its target), "lease", "reassign", "shutdown"
+    t_stop: float | None = None  # unix time SIGTERM was sent
 
     def to_json(self, t0: float) -> dict[str, Any]:
         d = asdict(self)
         d["t_start"] = round(self.t_start - t0, 3)
         d["t_end"] = None if self.t_end is None else round(self.t_end - t0, 3)
+        d["t_stop"] = None if self.t_stop is None else round(self.t_stop - t0, 3)
         d["gpus"] = list(self.gpus)
         return d
 
@@ -141,6 +143,7 @@ class JobRunner:
             return
         self.stop_sent = time.time()
         self.segments[-1].stopped_by = why
+        self.segments[-1].t_stop = self.stop_sent
         with contextlib.suppress(ProcessLookupError):
             self.proc.send_signal(signal.SIGTERM)
         log.info("job %s: SIGTERM (%s)", self.job_id, why)

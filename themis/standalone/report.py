@@ -105,6 +105,7 @@ def app_json(am: AppMaster, t0: float) -> dict[str, Any]:
         "steps_planned": am.planned_steps,
         "best": None if best is None else {"job": best.id, "loss": _num(best.loss),
                                            "config": best.config},
+        "max_tick_s": round(am.max_tick_s, 3),
         "final_rho_reported": _num(am.samples[-1].rho_reported) if am.samples else None,
         "rho": [[s.t, _num(s.rho), _num(s.rho_reported), s.gpus, s.running]
                 for s in am.samples],

@@ -17,7 +17,7 @@ from typing import Any, TextIO
 from themis.arbiter.cluster_backend import StaticCluster
 from themis.arbiter.service import ArbiterServer
 from themis.arbiter.state import ArbiterConfig
-from themis.standalone.appmaster import AppMaster
+from themis.standalone.appmaster import AppMaster, GpuRegistry
 from themis.standalone.report import (
     app_json,
     gpu_moves,
@@ -185,8 +185,10 @@ class Standalone:
         self._emit(f"arbiter on 127.0.0.1:{port}, {o.cluster_desc}, "
                    f"{len(o.apps)} apps, out {o.out}")
         topo = o.cluster.topology()
+        registry = GpuRegistry()
         self.apps = [AppMaster(spec, f"127.0.0.1:{port}", o.out, topo, t0=self.t0,
-                               grace_s=o.grace_s, emit=self._emit,
+                               grace_s=o.grace_s, emit=self._emit, registry=registry,
+                               kill_after_s=o.shutdown_timeout_s,
                                min_lease_left_s=min(5.0, o.lease_s / 4)) for spec in o.apps]
         try:
             for am in self.apps:
