@@ -57,7 +57,6 @@ def main() -> int:
         f"yarn.resourcemanager.themis.lease-duration-ms={args.lease_ms}",
         "yarn.resourcemanager.themis.grace-period-ms=15000",
         "yarn.resourcemanager.themis.fairness-knob=0.8",
-        "yarn.scheduler.capacity.schedule-asynchronously.enable=false",
     ])
     if not args.no_up:
         subprocess.run([str(ROOT / "docker" / "minicluster.sh"), "up"], env=env, check=True)

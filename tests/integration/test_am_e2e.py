@@ -54,10 +54,6 @@ OVERRIDES = {
     "yarn.resourcemanager.themis.grace-period-ms": str(GRACE_MS),
     "yarn.resourcemanager.themis.fairness-knob": str(KNOB),
     "yarn.resourcemanager.themis.agent-port": str(AGENT_PORT),
-    # the RM plugin's placement filter takes an app attempt's lock under the app's
-    # scheduling-info lock; with asynchronous scheduling that deadlocks against a
-    # concurrent commit (reported to the RM side): schedule on node heartbeats only
-    "yarn.scheduler.capacity.schedule-asynchronously.enable": "false",
 }
 SITE = "/opt/themis/venv/lib/python3.11/site-packages/themis"
 

@@ -112,14 +112,19 @@ public class ThemisCapacityScheduler extends CapacityScheduler {
     return committedGpuProposals.get();
   }
 
-  /** GPUs held by {@code app}'s live containers on {@code node}. */
+  /**
+   * GPUs held by {@code app}'s live containers on {@code node}. Reads the attempt's concurrent
+   * container map without the attempt's lock: this runs inside the placement pre-check, which
+   * holds the app's scheduling-info lock, while a committer may hold the attempt's write lock
+   * and wait for that scheduling-info lock (a lock-order deadlock under async scheduling).
+   */
   public long usedGpus(ApplicationId app, NodeId node) {
     SchedulerApplication<FiCaSchedulerApp> sa = getSchedulerApplications().get(app);
     if (sa == null || sa.getCurrentAppAttempt() == null) {
       return 0;
     }
     long sum = 0;
-    for (RMContainer c : sa.getCurrentAppAttempt().getLiveContainers()) {
+    for (RMContainer c : sa.getCurrentAppAttempt().getLiveContainersMap().values()) {
       if (node.equals(c.getAllocatedNode())) {
         sum += Gpus.of(c.getAllocatedResource());
       }

@@ -160,7 +160,7 @@ public final class ThemisRuntime {
     }
     List<RMContainer> gpuContainers = new ArrayList<>();
     long used = 0;
-    for (RMContainer c : sa.getCurrentAppAttempt().getLiveContainers()) {
+    for (RMContainer c : sa.getCurrentAppAttempt().getLiveContainersMap().values()) {
       long g = Gpus.of(c.getAllocatedResource());
       if (g > 0 && node.equals(c.getAllocatedNode())) {
         gpuContainers.add(c);
@@ -256,7 +256,7 @@ public final class ThemisRuntime {
       pendingTotal += pending;
       o.put("pending_gpus", pending);
       ObjectNode running = o.putObject("running_gpus");
-      for (RMContainer c : attempt.getLiveContainers()) {
+      for (RMContainer c : attempt.getLiveContainersMap().values()) {
         long g = Gpus.of(c.getAllocatedResource());
         if (g > 0) {
           String k = c.getAllocatedNode().toString();

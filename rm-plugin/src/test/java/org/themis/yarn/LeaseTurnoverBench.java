@@ -18,6 +18,9 @@ import org.junit.jupiter.api.Test;
  * {@code mvn -q -o test -pl rm-plugin -Dtest=LeaseTurnoverBench}.
  * 8 NMs x 4 GPUs, 20 apps with endless GPU asks, 4 s leases, no grace: measures the time
  * from a lease's expiry to the first container committed under the next lease on that node.
+ * With {@code -Dbench.agents=true} every app also runs a real agent
+ * ({@code python -m themis.agent.probe}) on the engine's gRPC endpoint, so rounds go through
+ * offers, bids and the partial-allocation auction instead of the leftover path only.
  */
 class LeaseTurnoverBench {
   @Test
@@ -30,14 +33,48 @@ class LeaseTurnoverBench {
     conf.setLong(ThemisSettings.MONITOR_INTERVAL_MS, 100);
     conf.setLong(ThemisSettings.ROUND_INTERVAL_MS, 100);
     long runMs = Long.getLong("bench.ms", 60_000L);
+    boolean withAgents = Boolean.getBoolean("bench.agents");
+    List<Process> agents = new ArrayList<>();
+    List<String> agentOut = Collections.synchronizedList(new ArrayList<>());
     try (ThemisMiniCluster mc = new ThemisMiniCluster("themis-bench", 8, conf)) {
       ThemisCapacityScheduler s = mc.scheduler();
       List<TestAm> apps = new ArrayList<>();
       for (int i = 0; i < 20; i++) {
-        TestAm am = TestAm.start(mc, "bench-" + i);
+        apps.add(TestAm.start(mc, "bench-" + i));
+      }
+      if (withAgents) {
+        String address = "";
+        for (int i = 0; i < 600 && address.isEmpty(); i++) {
+          s.runtime().engine().health(); // starts the engine if it is not up yet
+          address = s.runtime().engine().agentAddress();
+          Thread.sleep(100);
+        }
+        for (TestAm am : apps) {
+          Process p = new ProcessBuilder(conf.get(ThemisSettings.PYTHON_EXECUTABLE), "-m",
+              "themis.agent.probe", "--arbiter", address, "--app-id", am.appId.toString(),
+              "--demand", "4", "--iters", "100000", "--until", "never",
+              "--timeout-s", Long.toString(runMs / 1000 + 60)).redirectErrorStream(true).start();
+          agents.add(p);
+          Thread t = new Thread(() -> {
+            try (java.io.BufferedReader r = new java.io.BufferedReader(
+                new java.io.InputStreamReader(p.getInputStream()))) {
+              String line;
+              while ((line = r.readLine()) != null) {
+                agentOut.add(line);
+              }
+            } catch (java.io.IOException ignored) {
+              // gone
+            }
+          });
+          t.setDaemon(true);
+          t.start();
+        }
+        ThemisMiniCluster.waitFor("20 agents registered", 120_000, () ->
+            agentOut.stream().filter(l -> l.contains("\"registered\"")).count() >= 20);
+      }
+      for (TestAm am : apps) {
         am.ask(100, 1);
         am.poll();
-        apps.add(am);
       }
       Map<NodeId, Long> lastExpiry = new HashMap<>();
       Map<Long, Lease> seen = new HashMap<>();
@@ -86,8 +123,18 @@ class LeaseTurnoverBench {
           samples.isEmpty() ? -1 : samples.get(samples.size() - 1),
           s.runtime().rounds(), s.runtime().grantsApplied(), s.runtime().grantsRefused(),
           s.runtime().engine().starts());
+      if (withAgents) {
+        long offers = agentOut.stream().filter(l -> l.contains("\"event\": \"offer\"")).count();
+        long won = agentOut.stream().filter(l -> l.contains("\"was_bidder\": true")
+            && !l.contains("\"gpus\": []")).count();
+        out += String.format(" [agents: 20 over gRPC, offers=%d, auction wins=%d]", offers, won);
+      }
       System.out.println(out);
       Files.writeString(Path.of("target", "bench-lease-turnover.txt"), out + "\n");
+    } finally {
+      for (Process p : agents) {
+        p.destroyForcibly();
+      }
     }
   }
 

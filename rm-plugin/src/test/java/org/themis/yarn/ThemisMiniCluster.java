@@ -31,6 +31,9 @@ final class ThemisMiniCluster implements AutoCloseable {
     conf.setLong(ThemisSettings.MONITOR_INTERVAL_MS, 200);
     conf.setBoolean(YarnConfiguration.YARN_MINICLUSTER_FIXED_PORTS, false);
     conf.setFloat(YarnConfiguration.NM_MAX_PER_DISK_UTILIZATION_PERCENTAGE, 99.5f);
+    // Hadoop 3.5's default, pinned: the plugin must hold up under asynchronous scheduling
+    // (a lock-order deadlock in the placement pre-check showed up only with it on).
+    conf.setBoolean("yarn.scheduler.capacity.schedule-asynchronously.enable", true);
     // Several mini-clusters may run at once (and CI may have 8642 taken): ephemeral port.
     conf.setInt(ThemisSettings.AGENT_PORT, 0);
     return conf;
