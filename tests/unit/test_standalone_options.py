@@ -307,3 +307,22 @@ def test_assignment_is_sticky_and_prefers_running_jobs(tmp_path: Path) -> None:
     third = am._assign(["m0-g0"])
     assert len(third) == 1 and jobs[2] not in third
     r.proc = None
+
+
+def test_port_in_use_exits_2_before_starting_anything(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    import importlib.util
+    import socket
+
+    if importlib.util.find_spec("tensorflow") is None:
+        pytest.skip("the TensorFlow check comes first")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        code, err = run_cli(capsys, "--out", str(tmp_path / "out"), "--port", str(port),
+                            "--display", "off")
+    assert code == 2, err
+    assert f"cannot start the arbiter on 127.0.0.1:{port}" in err
+    assert not (tmp_path / "out" / "apps").exists()

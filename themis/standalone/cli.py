@@ -234,6 +234,10 @@ def build_options(args: argparse.Namespace) -> Any:
         raise UsageError(f"--solver: {exc}") from exc
     if args.out.exists() and not args.out.is_dir():
         raise UsageError(f"--out {str(args.out)!r} exists and is not a directory")
+    try:
+        args.out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--out {str(args.out)!r}: cannot create: {exc.strerror}") from exc
     if (args.out / "apps").is_dir() and any((args.out / "apps").iterdir()):
         raise UsageError(f"--out {str(args.out)!r} already holds a run (apps/ with job "
                          "checkpoints that new jobs would resume from): use a new directory")
@@ -255,6 +259,10 @@ def run(args: argparse.Namespace) -> int:
     except UsageError as exc:
         print(f"themis standalone: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    from themis.standalone.runner import Standalone
+    from themis.standalone.runner import Standalone, StartupError
 
-    return Standalone(opts).run()
+    try:
+        return Standalone(opts).run()
+    except StartupError as exc:
+        print(f"themis standalone: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE

@@ -35,6 +35,10 @@ EXIT_INCOMPLETE = 1  # timeout, or an app failed
 EXIT_INTERRUPTED = 130
 
 
+class StartupError(RuntimeError):
+    """The arbiter could not start (e.g. --port in use); nothing else was started."""
+
+
 @dataclass
 class Options:
     cluster: StaticCluster
@@ -180,7 +184,12 @@ class Standalone:
                             fairness_knob=o.fairness_knob, heartbeat_s=2.0,
                             round_delay_s=0.05, solver=o.solver, seed=o.seed)
         self.server = ArbiterServer(o.cluster, cfg, max_workers=len(o.apps) + 32)
-        port = self.server.start(o.port)
+        try:
+            port = self.server.start(o.port)
+        except (OSError, RuntimeError) as exc:
+            self.server = None
+            raise StartupError(f"cannot start the arbiter on 127.0.0.1:{o.port}: {exc}"
+                               ) from exc
         self.t0 = time.time()
         self._emit(f"arbiter on 127.0.0.1:{port}, {o.cluster_desc}, "
                    f"{len(o.apps)} apps, out {o.out}")
