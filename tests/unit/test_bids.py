@@ -57,3 +57,53 @@ def test_menu_is_bounded() -> None:
         "themis.agent.model", fromlist=["AppKind"]).AppKind.CURVE_STOPPING)
     t = make_bid_table(app, [], offer, CTX)
     assert 0 < len(t.bids) <= 3 * len(useful_counts(512))
+
+
+def test_offer_index_shared_by_bidders_gives_the_same_tables() -> None:
+    import random
+
+    from themis.agent.bids import OfferIndex
+    from themis.arbiter.instances import random_app
+
+    rng = random.Random(7)
+    offer = heterogeneous_cluster(64)
+    index = OfferIndex(offer)
+    for a in range(20):
+        app = random_app(rng, f"a{a}", CTX.now)
+        held = [Gpu(f"h{i}", "hm", "hr", f"s{i // 2}") for i in range(rng.choice([0, 1, 2]))]
+        assert make_bid_table(app, held, index, CTX) == make_bid_table(app, held, offer, CTX)
+
+
+def test_previous_gpus_come_first_among_equally_placed_bundles() -> None:
+    # Two identical 8-GPU machines (4 slots of 2), the app just lost the lease on mb's
+    # slot s2 and holds nothing now.
+    offer = [Gpu(f"{m}g{i}", m, "r0", f"s{i // 2}") for m in ("ma", "mb") for i in range(8)]
+    app = AppModel("a", 0.0, [Job("j", 1.0, 1e5, 8)], placement=NETWORK_INTENSIVE)
+    plain = make_bid_table(app, [], offer, CTX)
+    sticky = make_bid_table(app, [], offer, CTX, previous=("mbg4", "mbg5"))
+    two = [b.gpus for b in sticky.bids if len(b.gpus) == 2]
+    assert two[0] == ("mbg4", "mbg5")
+    assert next(b.gpus for b in sticky.bids if len(b.gpus) == 1) in (("mbg4",), ("mbg5",))
+    # Same values for the same sizes (previous only breaks ties between placements) ...
+    assert sorted({(len(b.gpus), b.rho) for b in sticky.bids}) == sorted(
+        {(len(b.gpus), b.rho) for b in plain.bids}
+    )
+    # ... and ids not in the offer are ignored.
+    assert make_bid_table(app, [], offer, CTX, previous=("zz",)) == plain
+
+
+def test_bids_capped_at_what_running_jobs_can_use_now() -> None:
+    from themis.agent.model import AppKind, FuturePhase
+
+    offer = heterogeneous_cluster(64)
+    # Phase of 2 jobs of demand 4; one is done. The next phase (2 jobs x 4) could use 8,
+    # but only 4 GPUs can run now.
+    jobs = [Job("j0", 1.0, 1e5, 4), Job("j1", 1.0, 0.0, 4, iters_total=1e5)]
+    app = AppModel("a", 0.0, jobs, [FuturePhase(2, 1e5)], AppKind.SUCCESSIVE_HALVING)
+    assert app.app_demand_max == 8 and app.demand_now == 4
+    t = make_bid_table(app, [Gpu("h", "hm", "hr")], offer, CTX)
+    assert t.bids and max(len(b.gpus) for b in t.bids) == 3
+    # Between phases (nothing running) the next phase's demand applies.
+    idle = AppModel("b", 0.0, [Job("j0", 1.0, 0.0, 4, iters_total=1e5)],
+                    [FuturePhase(2, 1e5)], AppKind.SUCCESSIVE_HALVING)
+    assert max(len(b.gpus) for b in make_bid_table(idle, [], offer, CTX).bids) == 8

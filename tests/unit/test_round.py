@@ -67,3 +67,108 @@ def test_bad_lease() -> None:
     with pytest.raises(RoundError, match="lease"):
         run_round([], {}, lambda b: {}, fairness_knob=0.8, lease_s=0, now=0,
                   solver=make_solver("highs"), rng=random.Random(0))
+
+
+def _reference_leftover(
+    gpus: Sequence[Gpu], nonbidders: Sequence[str], rng: random.Random,
+    room: Mapping[str, int] | None,
+) -> tuple[dict[str, tuple[str, ...]], tuple[str, ...]]:
+    """The leftover rule written naively: seeded order, turns over *all* apps (those
+    without room take nothing), machine chunks largest first."""
+    order = list(nonbidders)
+    rng.shuffle(order)
+    left = {a: (room.get(a, 0) if room is not None else len(gpus)) for a in order}
+    machines: dict[str, list[Gpu]] = {}
+    for g in gpus:
+        machines.setdefault(g.machine, []).append(g)
+    grants: dict[str, list[str]] = {}
+    unused: list[str] = []
+    turn = 0
+    for _, chunk in sorted(machines.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        ids = [g.id for g in sorted(chunk, key=lambda g: (g.slot, g.id))]
+        while ids:
+            if not any(left[a] > 0 for a in order):
+                unused.extend(ids)
+                break
+            app = order[turn % len(order)]
+            turn += 1
+            take = min(left[app], len(ids))
+            if take:
+                grants.setdefault(app, []).extend(ids[:take])
+                left[app] -= take
+                ids = ids[take:]
+    return {a: tuple(sorted(gs)) for a, gs in grants.items()}, tuple(sorted(unused))
+
+
+def test_leftover_matches_the_naive_turn_rule() -> None:
+    """Apps whose room is used up leave the rotation (one pass over the GPUs instead of a
+    scan of every app per turn) without changing who gets what."""
+    for seed in range(300):
+        r = random.Random(seed)
+        gpus = [
+            Gpu(f"m{m}g{i}", f"m{m}", f"r{m % 3}", f"s{i // 2}")
+            for m in range(r.randint(0, 8))
+            for i in range(r.choice([1, 2, 4, 8]))
+            if r.random() < 0.7
+        ]
+        apps = [f"a{i}" for i in range(r.randint(0, 6))]
+        room = None if r.random() < 0.3 else {a: r.randint(0, 6) for a in apps}
+        got = distribute_leftover(gpus, apps, random.Random(seed), room)
+        assert got == _reference_leftover(gpus, apps, random.Random(seed), room), seed
+
+
+def test_leftover_with_many_saturated_apps() -> None:
+    """20,000 non-bidders of which 1 in 100 has room for one GPU: every such app gets
+    exactly one GPU, the others none, and nothing is lost."""
+    gpus = [Gpu(f"m{m}g{i}", f"m{m}", "r", f"s{i // 2}") for m in range(128) for i in range(8)]
+    apps = [f"a{i}" for i in range(20_000)]
+    room = {a: (1 if i % 100 == 0 else 0) for i, a in enumerate(apps)}
+    grants, unused = distribute_leftover(gpus, apps, random.Random(0), room)
+    assert set(grants) == {a for a in apps if room[a]}
+    assert all(len(gs) == 1 for gs in grants.values())
+    assert len(unused) == len(gpus) - 200
+    assert sorted([*unused, *(g for gs in grants.values() for g in gs)]) == sorted(
+        g.id for g in gpus
+    )
+
+
+def test_leftover_renews_expired_leases_to_their_holders_first() -> None:
+    gpus = [Gpu(f"m{m}g{i}", f"m{m}", "r", f"s{i // 2}") for m in range(2) for i in range(4)]
+    previous = {"m0g1": "x", "m1g2": "x", "m1g3": "y", "m0g0": "bidder", "m0g3": "gone"}
+    room = {"x": 2, "y": 4, "z": 4}
+    runs = [
+        distribute_leftover(gpus, ["x", "y", "z"], random.Random(s), room, previous)
+        for s in (5, 5, 6)
+    ]
+    assert runs[0] == runs[1]  # seeded: deterministic
+    for grants, unused in runs:
+        assert grants["x"] == ("m0g1", "m1g2")  # its own GPUs back, room used up
+        assert "m1g3" in grants["y"]
+        # GPUs of a bidder or of a departed app are dealt at random like any other.
+        assert unused == ()
+        assert sorted(g for gs in grants.values() for g in gs) == sorted(g.id for g in gpus)
+        assert all(len(grants.get(a, ())) <= room[a] for a in room)
+    # Room caps renewal too: x may keep only one of its two GPUs.
+    grants, _ = distribute_leftover(gpus, ["x"], random.Random(0), {"x": 1}, previous)
+    assert grants["x"] == ("m0g1",)
+    # Without ``previous`` the rule is the plain random one.
+    assert distribute_leftover(gpus, ["x", "y", "z"], random.Random(5), room) == (
+        _reference_leftover(gpus, ["x", "y", "z"], random.Random(5), room)
+    )
+
+
+def test_round_renews_leftover_but_bidders_bid_first() -> None:
+    gpus = [Gpu(f"g{i}", f"m{i // 2}", "r") for i in range(4)]
+    rhos = {"worst": 9.0, "ok": 0.5}
+    previous = {"g0": "ok", "g1": "ok", "g2": "ok", "g3": "ok"}
+
+    def collect(bidders: Sequence[str]) -> Mapping[str, BidTable]:
+        return {"worst": BidTable("worst", 9.0, (Bid(("g2", "g3"), 3.0),))}
+
+    out = run_round(
+        gpus, rhos, collect, fairness_knob=0.5, lease_s=600.0, now=0.0,
+        solver=make_solver("bnb"), rng=random.Random(0), room={"worst": 2, "ok": 4},
+        previous=previous,
+    )
+    assert out.allocation["worst"] == ("g2", "g3")  # the auction runs on the whole offer
+    assert out.leftover == {"ok": ("g0", "g1")}  # renewal of what the auction left

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from themis.agent.fairness import FairnessContext, ideal_time, remaining_time
 from themis.agent.model import AppModel
-from themis.cluster.topology import Gpu, locality_of
+from themis.cluster.topology import Gpu, Locality
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,22 +71,61 @@ def _order_machine(gpus: list[Gpu]) -> list[Gpu]:
     return [g for s in slots for g in sorted(s, key=lambda g: g.id)]
 
 
-class _OfferView:
-    """The offer grouped for bundle construction, relative to the GPUs an app holds."""
+class OfferIndex:
+    """The app-independent part of an offer: GPUs grouped by machine in fill order, the
+    rack of each machine. Build it once per offer and pass it to every bidder's
+    :func:`make_bid_table` (``index=``); building it is O(G log G)."""
 
-    def __init__(self, offer: Sequence[Gpu], held: Sequence[Gpu], salt: str = "") -> None:
+    __slots__ = ("gpus", "ids", "machines", "rack_of", "size")
+
+    def __init__(self, offer: Sequence[Gpu]) -> None:
+        self.gpus = tuple(offer)
+        self.ids = frozenset(g.id for g in self.gpus)
         machines: dict[str, list[Gpu]] = {}
-        for g in offer:
+        for g in self.gpus:
             machines.setdefault(g.machine, []).append(g)
         self.machines = {m: _order_machine(gs) for m, gs in machines.items()}
-        held_machines = {g.machine for g in held}
-        held_racks = {g.rack for g in held}
         self.rack_of = {m: gs[0].rack for m, gs in self.machines.items()}
+        self.size = len(self.gpus)
+
+
+class _OfferView:
+    """The offer grouped for bundle construction, relative to the GPUs an app holds (and
+    the GPUs whose lease it just lost, ``previous``: preferred like held machines, and
+    first within their machine, so that a renewal names the same GPUs)."""
+
+    def __init__(
+        self,
+        offer: Sequence[Gpu] | OfferIndex,
+        held: Sequence[Gpu],
+        salt: str = "",
+        previous: Iterable[str] = (),
+    ) -> None:
+        index = offer if isinstance(offer, OfferIndex) else OfferIndex(offer)
+        self.machines = dict(index.machines)
+        self.rack_of = index.rack_of
+        prev_slots: set[tuple[str, str]] = set()
+        prev_ids: set[str] = set()
+        for gid in previous:
+            if gid in index.ids:
+                prev_ids.add(gid)
+        if prev_ids:
+            for m, gs in self.machines.items():
+                if any(g.id in prev_ids for g in gs):
+                    prev_slots.update(g.slot_key for g in gs if g.id in prev_ids)
+                    self.machines[m] = sorted(
+                        gs, key=lambda g: (g.slot_key not in prev_slots, g.id not in prev_ids)
+                    )  # stable: otherwise the usual fill order
+        held_machines = {g.machine for g in held}
+        held_machines.update(m for m, _ in prev_slots)
+        held_racks = {g.rack for g in held}
+        held_racks.update(self.rack_of[m] for m, _ in prev_slots)
+        rack_of = self.rack_of
 
         def affinity(m: str) -> int:
             if m in held_machines:
                 return 0
-            return 1 if self.rack_of[m] in held_racks else 2
+            return 1 if rack_of[m] in held_racks else 2
 
         self.affinity = {m: affinity(m) for m in self.machines}
         # Ties between equally good machines are broken per app (a stable hash of the
@@ -95,25 +134,34 @@ class _OfferView:
         self.tie = {m: zlib.crc32(f"{salt}/{m}".encode()) for m in self.machines}
         racks: dict[str, list[str]] = {}
         for m in self.machines:
-            racks.setdefault(self.rack_of[m], []).append(m)
+            racks.setdefault(rack_of[m], []).append(m)
         # Within a rack, fill from the machines we like most, then the largest ones.
         self.racks = {
             r: sorted(ms, key=lambda m: (self.affinity[m], -len(self.machines[m]), self.tie[m]))
             for r, ms in racks.items()
         }
+        self.racks_small_first = {
+            r: sorted(ms, key=lambda m: (self.affinity[m], len(self.machines[m])))
+            for r, ms in self.racks.items()
+        }
         self.rack_free = {r: sum(len(self.machines[m]) for m in ms) for r, ms in self.racks.items()}
         self.rack_affinity = {r: min(self.affinity[m] for m in ms) for r, ms in self.racks.items()}
         self.rack_tie = {r: zlib.crc32(f"{salt}/{r}".encode()) for r in self.racks}
-        self.size = len(offer)
+        # Preference orders, computed once per (app, offer) rather than once per count.
+        self.machine_order = sorted(
+            self.machines, key=lambda m: (self.affinity[m], len(self.machines[m]), self.tie[m])
+        )
+        self.rack_order = sorted(
+            self.racks, key=lambda r: (self.rack_affinity[r], self.rack_free[r], self.rack_tie[r])
+        )
+        self.size = index.size
 
     def single_machine(self, k: int, limit: int) -> list[list[Gpu]]:
         """Up to ``limit`` machine-local bundles of k GPUs: the aligned blocks (consecutive
         runs of k in fill order, like a buddy allocator) of the preferred machines, so that
         several apps can bid on disjoint parts of one machine."""
-        fits = [m for m, gs in self.machines.items() if len(gs) >= k]
-        fits.sort(key=lambda m: (self.affinity[m], len(self.machines[m]), self.tie[m]))
         out: list[list[Gpu]] = []
-        for m in fits:
+        for m in self.machine_order:
             gs = self.machines[m]
             for start in range(0, len(gs) - k + 1, k):
                 out.append(gs[start : start + k])
@@ -133,14 +181,12 @@ class _OfferView:
     def single_rack(self, k: int, limit: int) -> list[list[Gpu]]:
         """Rack-local bundles: per rack, a fill from the largest machines (tight) and one
         from the smallest (uses fragments and leaves big machines whole for others)."""
-        fits = [r for r, free in self.rack_free.items() if free >= k]
-        fits.sort(key=lambda r: (self.rack_affinity[r], self.rack_free[r], self.rack_tie[r]))
         out: list[list[Gpu]] = []
-        for r in fits:
-            ms = self.racks[r]
-            small_first = sorted(ms, key=lambda m: (self.affinity[m], len(self.machines[m])))
-            out.append(self._fill(ms, k))
-            out.append(self._fill(small_first, k))
+        for r in self.rack_order:
+            if self.rack_free[r] < k:
+                continue
+            out.append(self._fill(self.racks[r], k))
+            out.append(self._fill(self.racks_small_first[r], k))
             if len(out) >= limit:
                 break
         return out[:limit]
@@ -153,15 +199,17 @@ class _OfferView:
 
 
 def candidate_bundles(
-    offer: Sequence[Gpu],
+    offer: Sequence[Gpu] | OfferIndex,
     held: Sequence[Gpu],
     max_new: int,
     alternatives: int = 2,
     salt: str = "",
+    previous: Iterable[str] = (),
 ) -> list[list[Gpu]]:
     """The menu of bundles (without rho), best-placed first for each count. ``salt``
-    (the app id) breaks ties between equally good machines."""
-    view = _OfferView(offer, held, salt)
+    (the app id) breaks ties between equally good machines; ``previous`` (GPU ids whose
+    lease the app just lost) are preferred like the machines the app holds."""
+    view = _OfferView(offer, held, salt, previous)
     seen: set[frozenset[str]] = set()
     menu: list[list[Gpu]] = []
     per_k = 1 + max(0, alternatives)
@@ -182,37 +230,63 @@ def candidate_bundles(
 def make_bid_table(
     app: AppModel,
     held: Sequence[Gpu],
-    offer: Sequence[Gpu],
+    offer: Sequence[Gpu] | OfferIndex,
     ctx: FairnessContext,
     *,
     alternatives: int = 2,
+    previous: Iterable[str] = (),
 ) -> BidTable:
-    """Compute an app's bid table for an offer (rho of Eq. 1/2 for held + bundle)."""
+    """Compute an app's bid table for an offer (rho of Eq. 1/2 for held + bundle).
+
+    ``offer`` may be a prebuilt :class:`OfferIndex` (shared by all bidders of a round).
+    ``previous``: ids of offered GPUs whose lease the app just lost; bundles naming them
+    come first among equally placed ones, so that a renewal costs the job no restart.
+    Bundles are capped at what the app's running jobs can use *now*
+    (:attr:`AppModel.demand_now`; the next phase's demand between phases): a GPU beyond
+    that would idle until the lease ends (section 3.3.2: leases are re-auctioned, so GPUs
+    for a later phase are bid for when that phase runs)."""
     t_id = ideal_time(app, ctx)
     elapsed = max(0.0, ctx.now - app.start_time)
     cache: dict[int, float] = {}
+    held_slots = {g.slot_key for g in held}
+    held_machines = {g.machine for g in held}
+    held_racks = {g.rack for g in held}
 
-    def rho_for(gpus: Sequence[Gpu]) -> float:
-        n = len(gpus)
+    def rho_for(bundle: Sequence[Gpu]) -> float:
+        """rho of held + bundle (locality of the union, from the held GPUs' sets)."""
+        n = len(held) + len(bundle)
         if n not in cache:
             cache[n] = remaining_time(app, n)
-        s = app.placement.slowdown(locality_of(gpus))
+        racks = held_racks.union(g.rack for g in bundle)
+        if len(racks) > 1:
+            loc = Locality.CLUSTER
+        elif len(held_machines.union(g.machine for g in bundle)) > 1:
+            loc = Locality.RACK
+        elif len(held_slots.union(g.slot_key for g in bundle)) > 1:
+            loc = Locality.MACHINE
+        else:
+            loc = Locality.SLOT
+        s = app.placement.slowdown(loc)
         return (elapsed + s * cache[n]) / t_id
 
-    rho_current = rho_for(held)
-    room = app.app_demand_max - len(held)
+    rho_current = rho_for(())
+    usable = app.demand_now or app.app_demand_max  # between phases: the next phase's
+    room = min(app.app_demand_max, usable) - len(held)
     if app.finished or room <= 0:
         return BidTable(app.id, rho_current, ())
-    menu = candidate_bundles(offer, held, room, alternatives, app.id)
+    menu = candidate_bundles(offer, held, room, alternatives, app.id, previous)
     bids: list[Bid] = []
-    best_by_size: list[tuple[int, float]] = []  # (k, best rho with <= k GPUs)
+    best = math.inf  # best rho of any smaller bundle kept so far
+    size = 0
+    best_below = math.inf  # best rho among bundles strictly smaller than ``size``
     for bundle in sorted(menu, key=len):
-        value = rho_for([*held, *bundle])
+        if len(bundle) != size:
+            best_below, size = best, len(bundle)
+        value = rho_for(bundle)
         if not math.isfinite(value) or value >= rho_current:
             continue
-        smaller = [r for k, r in best_by_size if k < len(bundle)]
-        if smaller and value >= min(smaller):
+        if value >= best_below:
             continue  # a smaller bundle already does at least as well
-        best_by_size.append((len(bundle), value))
+        best = min(best, value)
         bids.append(Bid(tuple(sorted(g.id for g in bundle)), value))
     return BidTable(app.id, rho_current, tuple(bids))

@@ -114,6 +114,11 @@ class AppModel:
         return max((j.max_demand for j in self.jobs), default=1)
 
     @property
+    def demand_now(self) -> int:
+        """GPUs the running jobs can use right now (sum of their job_demand_max)."""
+        return sum(j.max_demand for j in self.jobs if j.iters_left > 0)
+
+    @property
     def app_demand_max(self) -> int:
         """Most GPUs the app can use at once over its remaining plan (Eq. 2)."""
         d = self.job_demand_max

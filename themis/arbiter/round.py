@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -72,38 +73,56 @@ def distribute_leftover(
     nonbidders: Sequence[str],
     rng: random.Random,
     room: Mapping[str, int] | None = None,
+    previous: Mapping[str, str] | None = None,
 ) -> tuple[dict[str, tuple[str, ...]], tuple[str, ...]]:
     """Give leftover GPUs at random to non-bidders (line 21).
 
-    Non-bidders are put in a seeded random order and take turns; at each turn an app
-    takes the GPUs left on the current machine (largest machines first), up to what it
-    can still use (``room``; unlimited when not given), so leftovers stay machine-local.
+    *Renewal first* (``previous``: GPU id -> the app whose lease on it just expired): a
+    leftover GPU whose previous holder is among ``nonbidders`` and can still use it goes
+    back to that holder, so that its job keeps running instead of paying a
+    checkpoint/restart (our reading of section 3.3.2, see docs/mechanism.md). The other
+    GPUs are dealt at random: non-bidders are put in a seeded random order and take turns;
+    at each turn an app takes the GPUs left on the current machine (largest machines
+    first), up to what it can still use (``room``; unlimited when not given), so leftovers
+    stay machine-local. O(G log G + A) for G GPUs and A apps.
     Returns (grants, GPUs nobody could use) - the latter is empty when there are
     non-bidders and no room limits."""
     order = list(nonbidders)
     rng.shuffle(order)
     remaining = {a: (room.get(a, 0) if room is not None else len(gpus)) for a in order}
+    grants: dict[str, list[str]] = {}
+    rest: Sequence[Gpu] = gpus
+    if previous:
+        rest = []
+        for g in gpus:
+            holder = previous.get(g.id)
+            if holder is not None and remaining.get(holder, 0) > 0:
+                grants.setdefault(holder, []).append(g.id)
+                remaining[holder] -= 1
+            else:
+                rest.append(g)
     machines: dict[str, list[Gpu]] = {}
-    for g in gpus:
+    for g in rest:
         machines.setdefault(g.machine, []).append(g)
     chunks = [gs for _, gs in sorted(machines.items(), key=lambda kv: (-len(kv[1]), kv[0]))]
-    grants: dict[str, list[str]] = {}
     unused: list[str] = []
-    turn = 0
+    # Apps that can still take GPUs, in turn order; an app whose room is used up leaves
+    # the rotation for good, so each turn costs O(1) (rooms only decrease).
+    takers = deque(a for a in order if remaining[a] > 0)
     for chunk in chunks:
         ids = [g.id for g in sorted(chunk, key=lambda g: (g.slot, g.id))]
-        while ids:
-            takers = [a for a in order if remaining[a] > 0]
+        pos = 0
+        while pos < len(ids):
             if not takers:
-                unused.extend(ids)
+                unused.extend(ids[pos:])
                 break
-            app = order[turn % len(order)]
-            turn += 1
-            take = min(remaining[app], len(ids))
-            if take:
-                grants.setdefault(app, []).extend(ids[:take])
-                remaining[app] -= take
-                ids = ids[take:]
+            app = takers.popleft()
+            take = min(remaining[app], len(ids) - pos)
+            grants.setdefault(app, []).extend(ids[pos : pos + take])
+            remaining[app] -= take
+            pos += take
+            if remaining[app] > 0:
+                takers.append(app)
     return {a: tuple(sorted(gs)) for a, gs in grants.items()}, tuple(sorted(unused))
 
 
@@ -118,10 +137,13 @@ def run_round(
     solver: Solver,
     rng: random.Random,
     room: Mapping[str, int] | None = None,
+    previous: Mapping[str, str] | None = None,
 ) -> RoundOutcome:
     """One round: filter, auction, leftover, lease grants. ``collect_bids`` receives the
     bidders and returns the tables that arrived in time; missing ones count as
-    non-bidders (late or vanished agents)."""
+    non-bidders (late or vanished agents). ``previous`` (GPU id -> app whose lease on it
+    just expired) makes the leftover step renew those GPUs to their holders first
+    (:func:`distribute_leftover`)."""
     if not math.isfinite(lease_s) or lease_s <= 0:
         raise RoundError(f"lease length {lease_s!r} s must be a positive number")
     bidders, nonbidders = select_bidders(rho_current, fairness_knob)
@@ -138,7 +160,7 @@ def run_round(
         auction = run_auction(free, tables, solver, rng)
         left_ids = set(auction.leftover)
         free = [g for g in free if g.id in left_ids]
-    leftover, unallocated = distribute_leftover(free, nonbidders, rng, room)
+    leftover, unallocated = distribute_leftover(free, nonbidders, rng, room, previous)
     allocation: dict[str, tuple[str, ...]] = {}
     grants: list[LeaseGrant] = []
     if auction is not None:

@@ -105,6 +105,7 @@ class Simulator:
         self._done_iters: dict[str, float] = {}
         self._sched_version: dict[str, int] = {}
         self._dirty: set[str] = set()  # apps whose held GPUs changed at this instant
+        self._expired: dict[str, str] = {}  # GPU -> app whose lease ended at this instant
 
     def _push(self, t: float, kind: int, payload: object) -> None:
         self._seq += 1
@@ -131,6 +132,7 @@ class Simulator:
                 if app_id in self.apps:
                     self.apps[app_id].assign(self.topo, self.now, self.cfg.restart_s)
             self._dirty.clear()
+            self._expired.clear()
             self._schedule_completions()
             if self.cfg.check_invariants:
                 self._check()
@@ -172,6 +174,7 @@ class Simulator:
                 if app is not None and app.held.get(g) == self.now:
                     del app.held[g]
                     self.free.add(g)
+                    self._expired[g] = app_id
                     self._dirty.add(app_id)
                     changed = True
             return changed
@@ -246,6 +249,7 @@ class Simulator:
             self.rng,
             lambda a: self.tracker.n_avg(a, self.now),
             self.cfg.lease_s,
+            previous={g: a for g, a in self._expired.items() if g in self.free},
         )
         alloc = self.policy.allocate(ctx)
         if self.cfg.check_invariants:

@@ -58,7 +58,11 @@ class BranchAndBoundSolver(Solver):
         for i, bundles in enumerate(problem.apps):
             if i == excluded or not bundles:
                 continue
-            rows = sorted(((b.gain, b.mask, j) for j, b in enumerate(bundles)), reverse=True)
+            # Best gain first; among equal gains the earlier bundle (an agent lists its
+            # best-placed bundles first, e.g. the GPUs it just held) wins the tie.
+            rows = sorted(
+                ((b.gain, b.mask, j) for j, b in enumerate(bundles)), key=lambda r: (-r[0], r[2])
+            )
             apps.append((i, rows))
         apps.sort(key=lambda a: -a[1][0][0])
         m = len(apps)

@@ -24,6 +24,8 @@ class RoundContext:
     n_avg: Callable[[str], float]
     lease_s: float
     info: dict[str, float] = field(default_factory=dict)  # per-round stats for metrics
+    # GPU id -> the app whose lease on it expired at this instant (renewal candidates).
+    previous: dict[str, str] = field(default_factory=dict)
 
     def fairness(self, app_id: str) -> FairnessContext:
         return FairnessContext(self.now, len(self.topology), self.n_avg(app_id))

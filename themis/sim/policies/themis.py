@@ -18,7 +18,7 @@ import math
 import time
 from collections.abc import Mapping, Sequence
 
-from themis.agent.bids import BidTable, make_bid_table
+from themis.agent.bids import BidTable, OfferIndex, make_bid_table
 from themis.agent.fairness import rho
 from themis.agent.model import AppModel
 from themis.agent.placement import PlacementProfile
@@ -64,13 +64,23 @@ class ThemisPolicy(Policy):
         if not rho_now:
             return {}
         room = {a: by_id[a].room() for a in rho_now}
+        # The GPUs whose lease each app just lost: its agent names them first among
+        # equally placed bundles, and the leftover step renews them (docs/simulator.md).
+        previous: dict[str, list[str]] = {}
+        for gid, holder in ctx.previous.items():
+            previous.setdefault(holder, []).append(gid)
 
         def collect(bidders: Sequence[str]) -> dict[str, BidTable]:
             out = {}
+            t0 = time.perf_counter()
+            index = OfferIndex(ctx.free)  # app-independent: built once per offer
+            setup = time.perf_counter() - t0
             for b in bidders:
                 t0 = time.perf_counter()
-                out[b] = make_bid_table(models[b], held[b], ctx.free, ctx.fairness(b))
-                self.bid_ms.append((time.perf_counter() - t0) * 1e3)
+                out[b] = make_bid_table(
+                    models[b], held[b], index, ctx.fairness(b), previous=previous.get(b, ())
+                )
+                self.bid_ms.append((time.perf_counter() - t0 + setup) * 1e3)
             return out
 
         outcome = run_round(
@@ -83,6 +93,7 @@ class ThemisPolicy(Policy):
             solver=self.solver,
             rng=ctx.rng,
             room=room,
+            previous=ctx.previous,
         )
         if outcome.auction is not None:
             self.auction_ms.append(outcome.auction.solve_ms)
@@ -95,7 +106,7 @@ class ThemisPolicy(Policy):
         if unallocated:
             left = {a: room[a] - len(alloc.get(a, ())) for a in room}
             order = [*outcome.bidders, *outcome.nonbidders]
-            extra, _ = distribute_leftover(unallocated, order, ctx.rng, left)
+            extra, _ = distribute_leftover(unallocated, order, ctx.rng, left, ctx.previous)
             for app, gs in extra.items():
                 alloc[app] = tuple(sorted((*alloc.get(app, ()), *gs)))
         return alloc
