@@ -154,6 +154,9 @@ def test_app_from_dict_defaults() -> None:
     s2 = app_from_dict({"search_space": GOOD["search_space"], "hyperband": {"max_resource": 9}},
                        source="x", default_name="d")
     assert s2.hyperband.brackets is None  # all brackets of the new R
+    s3 = app_from_dict({"search_space": GOOD["search_space"], "hyperband": {"eta": 4}},
+                       source="x", default_name="d")
+    assert s3.hyperband.brackets is None and s3.planned_steps() == 3 * 30
 
 
 # --------------------------------------------------------------------------- CLI options

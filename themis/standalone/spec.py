@@ -8,7 +8,8 @@ A spec declares one app: a Hyperband search over the training job's hyper-parame
     hyperband:
       max_resource: 3          # R: resource units of the longest-trained configuration
       eta: 3                   # halving rate
-      brackets: [1]            # which brackets s to run (default: all, s_max first)
+      brackets: [1]            # brackets s to run (default: [1] with the default R and
+                               # eta, else all of them, s_max first)
       steps_per_unit: 30       # training steps per resource unit
       max_gpus_per_job: 1      # GPUs a job may use (rung i: min(this, eta^i))
     search_space:              # sampled hyper-parameters (see SearchSpace.from_dict)
@@ -270,7 +271,8 @@ def app_from_dict(data: Any, *, source: str, default_name: str) -> AppSpec:
         raise _err(source, f"hyperband.{unknown[0]}:",
                    f"unknown setting (allowed: {', '.join(_HB_KEYS)})")
     base = HyperbandSpec()
-    brackets = hbd.get("brackets", base.brackets if "max_resource" not in hbd else None)
+    plan_given = "max_resource" in hbd or "eta" in hbd  # default: bracket 1 of R=3, eta=3
+    brackets = hbd.get("brackets", None if plan_given else base.brackets)
     if brackets is not None and not isinstance(brackets, list | tuple):
         raise _err(source, f"hyperband.brackets={brackets!r}", "must be a list of integers")
     hb = HyperbandSpec(
