@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import logging
 import math
+import shutil
 import signal
 import sys
 import threading
@@ -117,7 +118,9 @@ class Display:
                 return
             self._last_lines = now
             if self.mode == "table":
-                lines = [header, *self.rows(snaps), "recent:", *self.events]
+                width = max(40, shutil.get_terminal_size((120, 24)).columns - 1)
+                lines = [line[:width] for line in
+                         (header, *self.rows(snaps), "recent:", *self.events)]
                 buf = ""
                 if self._drawn:
                     buf += f"\x1b[{self._drawn}F"
