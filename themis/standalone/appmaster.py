@@ -252,8 +252,11 @@ class AppMaster:
                     r.proc.wait(5)
                 self._close_segment(r, r.poll())
         if self.client is not None:
-            self.client.stop(unregister=True, timeout=3.0)
+            self.client.stop(unregister=True, timeout=3.0)  # gives every lease back
             self.client = None
+        if self._held:
+            self._held = []
+            self.held_changes.append((round(self.clock() - self.t0, 3), []))
         if self.state == "running":
             self.state = "stopped"
         self._update_snapshot(self.clock())

@@ -204,7 +204,8 @@ def build_options(args: argparse.Namespace) -> Any:
             if racks > machines:
                 raise UsageError(f"--racks {racks} is more than --machines {machines}")
             cluster = uniform_cluster(machines, per, racks)
-            desc = f"{machines} machines x {per} GPUs"
+            desc = f"{machines} machine{'s' if machines > 1 else ''} x {per} GPU" \
+                f"{'s' if per > 1 else ''}"
     except (ClusterSpecError, TopologyError) as exc:
         raise UsageError(str(exc)) from exc
     if args.app and args.apps is not None:
