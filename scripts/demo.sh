@@ -1,19 +1,11 @@
 #!/usr/bin/env bash
-# Fresh-machine demo: install, then simulate the bundled Philly-derived workload (workload 2,
-# Hyperband apps) on the paper's 256-GPU cluster under Themis and three baselines, and print
-# the fairness/efficiency summary. Plots and summary.json land in out/demo/.
+# Fresh-machine demo of the full system: install the Python package, then build and start
+# the dockerised YARN mini-cluster (RM with the Themis plugin, 3 NodeManagers with 4/2/2
+# GPUs on 2 racks, HDFS), submit two competing Hyperband apps with real TensorFlow jobs,
+# show their fairness live and end with a report (per-app rho, GPU time, moves, plot).
+# Options are those of scripts/demo-cluster.sh (--keep, --out DIR). About 15-25 minutes on
+# 2 cores, most of it the first image build. The simulator demo is scripts/demo-sim.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh dev
-out="${1:-out/demo}"
-themis sim --trace builtin --workload 2 --max-apps "${DEMO_APPS:-20}" --no-progress \
-  --policies themis,gandiva,tiresias --out "$out"
-python3 - "$out" <<'PYEOF'
-import json, sys
-s = json.load(open(f"{sys.argv[1]}/summary.json"))
-print(f"{'policy':10} {'max rho':>8} {'median rho':>10} {'GPU hours':>10} {'avg JCT h':>9} {'placement':>9}")
-for p, r in s.items():
-    print(f"{p:10} {r['max_rho']:>8.2f} {r['median_rho']:>10.2f} {r['gpu_time_hours']:>10.1f} "
-          f"{r['avg_jct_hours']:>9.1f} {r['mean_placement_score']:>9.3f}")
-print(f"plots: {sys.argv[1]}/*.png")
-PYEOF
+scripts/setup.sh dev,train
+exec scripts/demo-cluster.sh "$@"

@@ -145,6 +145,20 @@ def _status(app: str) -> dict[str, Any]:
     return dict(json.loads(r.stdout))
 
 
+def _retrying(fn: Any, tries: int = 8, pause_s: float = 10.0) -> Any:
+    """The RM's REST API can time out for a while on a loaded 2-core machine."""
+    for i in range(tries):
+        try:
+            return fn()
+        except Exception as exc:  # themis.submarine_am.client.ClientError (imported lazily)
+            if type(exc).__name__ != "ClientError":
+                raise
+            if i == tries - 1:
+                raise
+            time.sleep(pause_s)
+    raise AssertionError("unreachable")
+
+
 def _dump_logs(cluster: dict[str, Any]) -> str:
     out = []
     for c in cluster["containers"]:
@@ -206,13 +220,14 @@ def test_two_apps_share_gpus_fairly(cluster: dict[str, Any], tmp_path: Path) -> 
         if done == len(apps):
             break
         time.sleep(3)
-    finals = {a: Cluster().app(a) for a in apps}
+    finals = {a: _retrying(lambda a=a: Cluster().app(a)) for a in apps}
     logs = "" if all(f["finalStatus"] == "SUCCEEDED" for f in finals.values()) \
         else _dump_logs(cluster)
     for a, f in finals.items():
         assert f["state"] == "FINISHED" and f["finalStatus"] == "SUCCEEDED", (a, f, logs)
     assert wrong_checked, "the AMs never registered with the arbiter"
-    finals_st = {a: (Cluster().am_status(a) or statuses.get(a, {})) for a in apps}
+    finals_st = {a: (_retrying(lambda a=a: Cluster().am_status(a)) or statuses.get(a, {}))
+                 for a in apps}
 
     # --- per-app rho was reported while they ran
     for a in apps:
