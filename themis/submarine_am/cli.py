@@ -219,22 +219,35 @@ def add_parser(sub: Any) -> None:
     j = sub.add_parser("job", help="Submarine-style single job (themis job run ...)")
     jsub = j.add_subparsers(dest="job_command", metavar="ACTION")
     r = jsub.add_parser("run", help="run one training job (Submarine 'job run' flags)")
-    r.add_argument("--name", required=True)
+    r.add_argument("--name", required=True, help="application name shown by YARN")
     r.add_argument("--worker_launch_cmd", required=True,
                    help="job command; placeholders {max_steps} {checkpoint_uri} {logdir} "
                         "{job_id}; Submarine's %%checkpoint_path%% / %%input_path%% too")
-    r.add_argument("--worker_resources", default="memory=1G,vcores=1,gpu=1")
-    r.add_argument("--num_workers", type=int, default=1)
-    r.add_argument("--num_ps", type=int, default=0)
-    r.add_argument("--checkpoint_path", default=None)
-    r.add_argument("--input_path", default=None)
-    r.add_argument("--docker_image", default=None)
-    r.add_argument("--queue", default="default")
+    r.add_argument("--worker_resources", default="memory=1G,vcores=1,gpu=1",
+                   help="resources of each worker container (default %(default)s)")
+    r.add_argument("--num_workers", type=int, default=1,
+                   help="workers of the job; their GPUs come from Themis leases (default 1)")
+    r.add_argument("--num_ps", type=int, default=0,
+                   help="parameter servers: accepted for Submarine compatibility, only 0 "
+                        "is supported")
+    r.add_argument("--checkpoint_path", default=None,
+                   help="HDFS checkpoint directory (default: under the app's HDFS dir); "
+                        "replaces %%checkpoint_path%% in the command")
+    r.add_argument("--input_path", default=None,
+                   help="replaces %%input_path%% in the command")
+    r.add_argument("--docker_image", default=None,
+                   help="accepted for Submarine compatibility and ignored: jobs run in "
+                        "the NodeManager's environment")
+    r.add_argument("--queue", default="default", help="YARN queue (default %(default)s)")
     r.add_argument("--env", action="append", default=[], help="NAME=VALUE (repeatable)")
     r.add_argument("--max_steps", type=int, default=1000, help="training steps of the job")
-    r.add_argument("--wait_job_finish", action="store_true")
-    r.add_argument("--dry-run", action="store_true")
-    r.add_argument("--am-python", default="")
+    r.add_argument("--wait_job_finish", action="store_true",
+                   help="follow the app until it ends")
+    r.add_argument("--dry-run", action="store_true",
+                   help="validate and print the generated spec only; submit nothing")
+    r.add_argument("--am-python", default="",
+                   help="python of the AM and job containers (default: the cluster's "
+                        "yarn.resourcemanager.themis.python-executable, else python3)")
     r.add_argument("--watch", type=float, default=None, help=argparse.SUPPRESS)
     r.add_argument("--all", action="store_true", help=argparse.SUPPRESS)
     r.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
@@ -252,6 +265,6 @@ def add_parser(sub: Any) -> None:
     s.set_defaults(func=cmd_status)
 
     k = sub.add_parser("kill", help="kill a Themis app")
-    k.add_argument("app")
+    k.add_argument("app", help="application id to kill")
     _common(k)
     k.set_defaults(func=cmd_kill)
