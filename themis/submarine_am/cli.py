@@ -226,13 +226,14 @@ def add_parser(sub: Any) -> None:
     r.add_argument("--worker_resources", default="memory=1G,vcores=1,gpu=1",
                    help="resources of each worker container (default %(default)s)")
     r.add_argument("--num_workers", type=int, default=1,
-                   help="workers of the job; their GPUs come from Themis leases (default 1)")
+                   help="workers of the job: only 1 is supported (its GPUs come from Themis "
+                        "leases)")
     r.add_argument("--num_ps", type=int, default=0,
                    help="parameter servers: accepted for Submarine compatibility, only 0 "
                         "is supported")
     r.add_argument("--checkpoint_path", default=None,
-                   help="HDFS checkpoint directory (default: under the app's HDFS dir); "
-                        "replaces %%checkpoint_path%% in the command")
+                   help="replaces %%checkpoint_path%% in the command (the job's own "
+                        "checkpoints go to {checkpoint_uri}, under the app's HDFS dir)")
     r.add_argument("--input_path", default=None,
                    help="replaces %%input_path%% in the command")
     r.add_argument("--docker_image", default=None,
