@@ -52,6 +52,10 @@ def main() -> None:
                 s["bid_ms_p95"] = bm[int(0.95 * (len(bm) - 1))]
                 s["auction_ms_median"] = am[len(am) // 2]
                 s["auction_ms_p95"] = am[int(0.95 * (len(am) - 1))]
+                s["bid_s_total"] = sum(bm) / 1e3
+                s["auction_s_total"] = sum(am) / 1e3
+                s["auctions_over_20ms"] = sum(1 for x in am if x > 20.0)
+        s["decision_s_total"] = sum(r.round_ms) / 1e3
         print(
             json.dumps(
                 {

@@ -73,3 +73,37 @@ def test_unknown_solver_lists_valid_names() -> None:
 
     with pytest.raises(SolverError, match="valid: auto"):
         make_solver("cplex")
+
+
+def test_bnb_ties_go_to_the_earlier_bundle_and_parts_are_independent() -> None:
+    from themis.arbiter.solvers.bnb import BranchAndBoundSolver, components
+
+    # app0: two equally good bundles, the later one on a higher mask; app1 and app2 form a
+    # separate part (GPUs 4-5) that conflicts internally.
+    p = PackingProblem(6, (
+        (Bundle(0b0011, 1.0), Bundle(0b1100, 1.0)),
+        (Bundle(0b010000, 2.0), Bundle(0b110000, 2.5)),
+        (Bundle(0b100000, 1.0),),
+    ))
+    assert sorted(map(sorted, components(p))) == [[0], [1, 2]]
+    s = BranchAndBoundSolver()
+    sols = s.solve_many(p, [None, 0, 1, 2])
+    assert sols[0].choice == (0, 0, 0)  # app0's tie goes to the agent's first bundle
+    for e, sol in zip([None, 0, 1, 2], sols, strict=True):
+        ref = BruteForceSolver().solve(p, e)
+        assert sol.objective == pytest.approx(ref.objective)
+        assert evaluate(p, sol.choice) == pytest.approx(sol.objective)
+    assert sols[1].choice[0] == -1 and sols[1].choice[1:] == sols[0].choice[1:]
+
+
+@settings(max_examples=25, deadline=None)
+@given(problem=packing_problems())
+def test_fallback_keeps_the_solves_bnb_finished(problem: PackingProblem) -> None:
+    from themis.arbiter.solvers import FallbackSolver
+    from themis.arbiter.solvers.bnb import BranchAndBoundSolver
+
+    chain = FallbackSolver(BranchAndBoundSolver(node_limit=3), BruteForceSolver(), quiet=True)
+    excluded = [None, *range(len(problem.apps))]
+    for e, sol in zip(excluded, chain.solve_many(problem, excluded), strict=True):
+        assert sol.objective == pytest.approx(BruteForceSolver().solve(problem, e).objective)
+        assert e is None or sol.choice[e] == -1

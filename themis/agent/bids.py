@@ -84,9 +84,24 @@ class OfferIndex:
         machines: dict[str, list[Gpu]] = {}
         for g in self.gpus:
             machines.setdefault(g.machine, []).append(g)
-        self.machines = {m: _order_machine(gs) for m, gs in machines.items()}
+        self.machines = {m: _ordered(gs) for m, gs in machines.items()}
         self.rack_of = {m: gs[0].rack for m, gs in self.machines.items()}
         self.size = len(self.gpus)
+
+
+_ORDER_CACHE: dict[tuple[Gpu, ...], list[Gpu]] = {}
+
+
+def _ordered(gpus: list[Gpu]) -> list[Gpu]:
+    """:func:`_order_machine`, memoised on the machine's free GPUs (consecutive offers
+    mostly contain the same free sets); callers must not mutate the result."""
+    key = tuple(gpus)
+    got = _ORDER_CACHE.get(key)
+    if got is None:
+        if len(_ORDER_CACHE) >= 8192:
+            _ORDER_CACHE.clear()
+        got = _ORDER_CACHE[key] = _order_machine(gpus)
+    return got
 
 
 class _OfferView:

@@ -50,6 +50,7 @@ class FallbackSolver(Solver):
     def solve_many(
         self, problem: PackingProblem, excluded: Sequence[int | None]
     ) -> list[Solution]:
+        done: tuple[Solution, ...] = ()
         if self.primary is not None:
             try:
                 out = self.primary.solve_many(problem, excluded)
@@ -57,8 +58,10 @@ class FallbackSolver(Solver):
                 return out
             except SolverUnavailable as exc:
                 self._fall(exc)
+                done = exc.done[: len(excluded)]
         self.last_used = self.fallback.name
-        return self.fallback.solve_many(problem, excluded)
+        rest = list(excluded[len(done) :])
+        return [*done, *(self.fallback.solve_many(problem, rest) if rest else [])]
 
 
 def _highs() -> Solver:

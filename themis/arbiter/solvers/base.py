@@ -23,7 +23,13 @@ class SolverError(RuntimeError):
 
 
 class SolverUnavailable(SolverError):
-    """The back-end cannot be used here (not installed, no licence); callers fall back."""
+    """The back-end cannot be used here (not installed, no licence); callers fall back.
+    ``done`` holds the solutions of the first entries of a ``solve_many`` call that were
+    finished before giving up (a fallback only needs to solve the rest)."""
+
+    def __init__(self, message: str, done: Sequence[Solution] = ()) -> None:
+        super().__init__(message)
+        self.done = tuple(done)
 
 
 @dataclass(frozen=True, slots=True)

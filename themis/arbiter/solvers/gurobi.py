@@ -7,6 +7,7 @@ back-end falls back to the open-source one and says so in the log.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from themis.arbiter.solvers.base import (
@@ -38,17 +39,24 @@ class GurobiSolver(Solver):
             raise SolverUnavailable(f"gurobi: cannot start an environment: {exc}") from exc
 
     def solve(self, problem: PackingProblem, excluded: int | None = None) -> Solution:
-        choice = [-1] * len(problem.apps)
+        return self.solve_many(problem, [excluded])[0]
+
+    def solve_many(
+        self, problem: PackingProblem, excluded: Sequence[int | None]
+    ) -> list[Solution]:
+        """Build the model once and re-solve it per exclusion by fixing the excluded app's
+        columns to zero (Gurobi warm-starts from the previous optimum)."""
         if problem.n_bundles == 0:
-            return Solution(tuple(choice), 0.0)
+            return [Solution((-1,) * len(problem.apps), 0.0) for _ in excluded]
         try:
             m = gp.Model(env=self._env)
             m.Params.MIPGap = 0.0
             m.Params.MIPGapAbs = 1e-9
             xs: list[tuple[int, int, Any]] = []
+            app_vars: dict[int, list[Any]] = {}
             by_gpu: dict[int, list[Any]] = {}
             for i, bundles in enumerate(problem.apps):
-                if i == excluded or not bundles:
+                if not bundles:
                     continue
                 row = []
                 for j, b in enumerate(bundles):
@@ -57,19 +65,29 @@ class GurobiSolver(Solver):
                     row.append(x)
                     for g in bits(b.mask):
                         by_gpu.setdefault(g, []).append(x)
+                app_vars[i] = row
                 m.addConstr(gp.quicksum(row) <= 1)
             for vs in by_gpu.values():
                 if len(vs) > 1:
                     m.addConstr(gp.quicksum(vs) <= 1)
             m.ModelSense = gp.GRB.MAXIMIZE
-            m.optimize()
+            out = []
+            for e in excluded:
+                fixed = app_vars.get(e, []) if e is not None else []
+                for x in fixed:
+                    x.UB = 0.0
+                m.optimize()
+                if m.Status != gp.GRB.OPTIMAL:
+                    raise SolverError(f"gurobi: status {m.Status}")
+                choice = [-1] * len(problem.apps)
+                total = 0.0
+                for i, j, x in xs:
+                    if x.X > 0.5:
+                        choice[i] = j
+                        total += problem.apps[i][j].gain
+                out.append(Solution(tuple(choice), total))
+                for x in fixed:
+                    x.UB = 1.0
+            return out
         except gp.GurobiError as exc:
             raise SolverUnavailable(f"gurobi: {exc}") from exc
-        if m.Status != gp.GRB.OPTIMAL:
-            raise SolverError(f"gurobi: status {m.Status}")
-        total = 0.0
-        for i, j, x in xs:
-            if x.X > 0.5:
-                choice[i] = j
-                total += problem.apps[i][j].gain
-        return Solution(tuple(choice), total)
