@@ -197,15 +197,17 @@ build_yarn() {
   rm -rf "$ctx"; mkdir -p "$ctx/plugin" "$ctx/wheels"
   if [[ $PLUGIN == 1 ]]; then
     jar=$(find_plugin_jar)
+    # A jar older than the plugin's sources would put yesterday's scheduler in the image.
+    if [[ -n $jar && -n $(find "$ROOT/rm-plugin/src" "$ROOT/rm-plugin/pom.xml" -newer "$jar" -type f 2>/dev/null | head -n1) ]]; then
+      say "plugin jar is older than rm-plugin/ sources: rebuilding it"
+      jar=""
+    fi
     if [[ -z $jar ]]; then
-      if [[ -f $ROOT/pom.xml ]]; then
-        say "plugin jar missing: running 'mvn -q -DskipTests package' at the repo root"
-        if (cd "$ROOT" && mvn -B -q -DskipTests package); then jar=$(find_plugin_jar); else
-          say "WARNING: the root Maven build failed: building themis/yarn WITHOUT the plugin jar"
-        fi
-      else
-        say "WARNING: no root pom.xml yet: building themis/yarn WITHOUT the plugin jar"
-      fi
+      [[ -f $ROOT/pom.xml ]] || die "no root pom.xml: cannot build the plugin jar"
+      say "building the plugin jar: 'mvn -q -DskipTests package' at the repo root"
+      (cd "$ROOT" && mvn -B -q -DskipTests package) || die "the Maven build of the plugin jar failed"
+      jar=$(find_plugin_jar)
+      [[ -n $jar ]] || die "mvn package produced no rm-plugin/target/*.jar"
     fi
   fi
   if [[ -n $jar ]]; then

@@ -33,8 +33,8 @@ mkdir -p "$OUT"
 if [[ ${THEMIS_DEMO_SKIP_BUILD:-0} != 1 ]]; then
   say "docker, images, AM jar"
   scripts/docker-setup.sh
+  mvn -q -B -DskipTests package   # the RM plugin and AM jars, before the images take them
   docker/build.sh --with-tf
-  mvn -q -B -DskipTests package
 fi
 
 say "mini-cluster (lease ${LEASE_MS} ms, f = ${KNOB})"
