@@ -52,6 +52,12 @@ class GurobiSolver(Solver):
             m = gp.Model(env=self._env)
             m.Params.MIPGap = 0.0
             m.Params.MIPGapAbs = 1e-9
+            # These small set-packing models solve ~2x faster without presolve, cuts and
+            # heuristics (measured on 60 simulator auctions, same optima); exactness comes
+            # from the zero gap, not from these.
+            m.Params.Presolve = 0
+            m.Params.Cuts = 0
+            m.Params.Heuristics = 0
             xs: list[tuple[int, int, Any]] = []
             app_vars: dict[int, list[Any]] = {}
             by_gpu: dict[int, list[Any]] = {}
