@@ -102,6 +102,8 @@ BACKENDS: dict[str, Callable[[], Solver]] = {
     "bruteforce": _bruteforce,
 }
 OPEN_SOURCE_DEFAULT = "highs"
+FAST_NODE_LIMIT_GUROBI = 300  # auto-fast: bnb node budget before Gurobi
+FAST_NODE_LIMIT_HIGHS = 2_000  # ... before HiGHS (no usable Gurobi)
 
 
 def make_solver(name: str = "auto") -> Solver:
@@ -122,7 +124,11 @@ def make_solver(name: str = "auto") -> Solver:
             return chain
         from themis.arbiter.solvers.bnb import BranchAndBoundSolver
 
-        return FallbackSolver(BranchAndBoundSolver(node_limit=2_000), chain, quiet=True)
+        # Budget measured on the full Workload-2 simulation (bench/RESULTS.md): with
+        # Gurobi behind it, hard packings are better handed over early; HiGHS is ~10x
+        # slower per solve, so the branch and bound gets more room before it.
+        limit = FAST_NODE_LIMIT_GUROBI if primary is not None else FAST_NODE_LIMIT_HIGHS
+        return FallbackSolver(BranchAndBoundSolver(node_limit=limit), chain, quiet=True)
     if name not in BACKENDS:
         valid = ", ".join(["auto", "auto-fast", *sorted(BACKENDS)])
         raise SolverError(f"unknown solver {name!r}; valid: {valid}")
