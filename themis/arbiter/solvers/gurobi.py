@@ -27,6 +27,9 @@ except ImportError:  # pragma: no cover
     _HAVE_GUROBI = False
 
 
+SMALL_MODEL_BUNDLES = 300
+
+
 class GurobiSolver(Solver):
     name = "gurobi"
 
@@ -52,12 +55,14 @@ class GurobiSolver(Solver):
             m = gp.Model(env=self._env)
             m.Params.MIPGap = 0.0
             m.Params.MIPGapAbs = 1e-9
-            # These small set-packing models solve ~2x faster without presolve, cuts and
-            # heuristics (measured on 60 simulator auctions, same optima); exactness comes
-            # from the zero gap, not from these.
-            m.Params.Presolve = 0
-            m.Params.Cuts = 0
-            m.Params.Heuristics = 0
+            # Small set-packing models solve ~2x faster without presolve, cuts and
+            # heuristics (measured on 60 simulator auctions, same optima); large ones need
+            # them (256 GPUs x 50 apps: p95 1.5 s with, 24 s without; bench_auction.py).
+            # Exactness comes from the zero gap, not from these.
+            if problem.n_bundles <= SMALL_MODEL_BUNDLES:
+                m.Params.Presolve = 0
+                m.Params.Cuts = 0
+                m.Params.Heuristics = 0
             xs: list[tuple[int, int, Any]] = []
             app_vars: dict[int, list[Any]] = {}
             by_gpu: dict[int, list[Any]] = {}
