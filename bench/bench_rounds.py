@@ -76,7 +76,7 @@ def run(n_agents: int, rounds: int, procs: int, lease: float, knob: float,
                         fairness_knob=knob, heartbeat_s=5.0, round_delay_s=0.2,
                         solver=solver, seed=1)
     srv = ArbiterServer(uniform_cluster(machines, per_machine, racks=2), cfg,
-                        max_workers=n_agents + 64)
+                        max_workers=2 * n_agents + 64)  # a stream per agent + its bid calls
     srv.start(0)
     ctx = mp.get_context("spawn")
     stop = ctx.Event()
