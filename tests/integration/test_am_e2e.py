@@ -39,6 +39,7 @@ from tests.integration.test_minicluster import (
     _ready,
     _remove_leftovers,
     _safe_nodes,
+    skip_or_fail,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.timeout(900)]
@@ -84,7 +85,7 @@ def themis(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]
 def cluster() -> Iterator[dict[str, Any]]:
     ok, why = _docker_available()
     if not ok:
-        pytest.skip(f"Docker not available: {why}")
+        skip_or_fail(why)
     from testcontainers.core.container import DockerContainer
 
     client = _docker_client()
