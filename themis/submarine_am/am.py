@@ -593,7 +593,10 @@ class AppMaster:
 
     def _note_reallocation(self, run: Run) -> None:
         """A run restored from a checkpoint after a previous run of the job lost its lease."""
-        prev = [x for x in self.runs if x.job_id == run.job_id and x.run_id < run.run_id]
+        # the job's previous run that actually ran (asks withdrawn or moved in between never
+        # started and carry no lease end)
+        prev = [x for x in self.runs if x.job_id == run.job_id and x.run_id < run.run_id
+                and x.t_started is not None]
         if not prev or run.t_started is None:
             return
         last = max(prev, key=lambda x: x.run_id)
