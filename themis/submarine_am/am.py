@@ -26,10 +26,8 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import queue
-import re
 import shlex
 import signal
 import sys
@@ -37,17 +35,26 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Protocol
+from typing import Any
 
-from themis.agent.bidder import AllocationInfo, ModelBidder, OfferInfo
-from themis.agent.bids import BidTable
+from themis.agent.bidder import AllocationInfo
 from themis.agent.fairness import FairnessContext, rho
 from themis.agent.model import AppModel
 from themis.cluster.topology import Locality
 from themis.submarine_am.appstate import FORMAT, hyperband_to_dict, restore_hyperband
 from themis.submarine_am.hyperband import Hyperband, JobStatus
+from themis.submarine_am.records import (
+    JobInfo,
+    LiveBidder,
+    Reallocation,
+    Run,
+    finite_or_none,
+    node_of,
+    parse_container_id,
+)
+from themis.submarine_am.shell import JvmShell, Shell
 from themis.submarine_am.spec import AppSpec, render_command
 from themis.submarine_am.webhdfs import WebHdfs, WebHdfsError
 
@@ -59,170 +66,8 @@ EXIT_KILLED_BY_AM = -105  # KILLED_BY_APPMASTER
 NOT_FAILURES = {EXIT_PREEMPTED, EXIT_ABORTED, EXIT_KILLED_BY_AM, -106, -107}
 PRIORITY_GPU = 1
 
-
-class Shell(Protocol):
-    """The JVM shell's operations (org.themis.am.AmShell), in Python names."""
-
-    def start(self, host: str, rpc_port: int, tracking_url: str, heartbeat_ms: int) -> str: ...
-
-    def request(self, host: str, memory_mb: int, vcores: int, gpus: int, priority: int
-                ) -> int: ...
-
-    def cancel_request(self, request_id: int) -> None: ...
-
-    def nodes(self) -> str: ...
-
-    def launch(self, container: str, command: str, env_json: str) -> None: ...
-
-    def stop_container(self, container: str) -> None: ...
-
-    def release(self, container: str) -> None: ...
-
-    def poll_events(self, timeout_ms: int) -> str: ...
-
-    def set_progress(self, p: float) -> None: ...
-
-    def finish(self, status: str, message: str, tracking_url: str) -> None: ...
-
-
-class JvmShell:
-    """:class:`Shell` over the Py4J entry point (camelCase Java methods)."""
-
-    def __init__(self, entry_point: Any) -> None:
-        self._ep = entry_point
-
-    def start(self, host: str, rpc_port: int, tracking_url: str, heartbeat_ms: int) -> str:
-        return str(self._ep.start(host, rpc_port, tracking_url, heartbeat_ms))
-
-    def request(self, host: str, memory_mb: int, vcores: int, gpus: int, priority: int
-                ) -> int:
-        return int(self._ep.request(host, memory_mb, vcores, gpus, priority))
-
-    def cancel_request(self, request_id: int) -> None:
-        self._ep.cancelRequest(request_id)
-
-    def nodes(self) -> str:
-        return str(self._ep.nodes())
-
-    def launch(self, container: str, command: str, env_json: str) -> None:
-        self._ep.launch(container, command, env_json)
-
-    def stop_container(self, container: str) -> None:
-        self._ep.stopContainer(container)
-
-    def release(self, container: str) -> None:
-        self._ep.release(container)
-
-    def poll_events(self, timeout_ms: int) -> str:
-        return str(self._ep.pollEvents(timeout_ms))
-
-    def set_progress(self, p: float) -> None:
-        self._ep.setProgress(float(p))
-
-    def finish(self, status: str, message: str, tracking_url: str) -> None:
-        self._ep.finish(status, message, tracking_url)
-
-
-# ------------------------------------------------------------------------------ bidder
-class LiveBidder(ModelBidder):
-    """:class:`ModelBidder` whose app model is refreshed from the Hyperband state before
-    every bid (the main loop publishes a new model each iteration)."""
-
-    def __init__(self, model: AppModel, max_gpus: int, clock: Callable[[], float]) -> None:
-        super().__init__(model, clock)
-        self._max = max_gpus
-        self.cluster_gpus = 0
-        self.active_apps = 1
-
-    def max_gpus(self) -> int:
-        return self._max
-
-    def set_cluster_gpus(self, n: int) -> None:
-        super().set_cluster_gpus(n)
-        self.cluster_gpus = n
-
-    def bid(self, offer: OfferInfo) -> BidTable:
-        self.active_apps = max(1, offer.active_apps)
-        self.cluster_gpus = offer.cluster_gpus or self.cluster_gpus
-        return super().bid(offer)
-
-    @property
-    def n_avg(self) -> float:
-        return self._n_avg.value
-
-
-# ------------------------------------------------------------------------------ runs
-@dataclass
-class Run:
-    """One attempt to run a job in one container."""
-
-    run_id: int
-    job_id: str
-    node: str  # NodeId "nm1:8041"
-    host: str
-    gpus: int
-    request_id: int
-    state: str = "requested"  # requested -> allocated -> launched -> running -> stopping -> done
-    container: str = ""
-    stop_reason: str = ""
-    exit_status: int | None = None
-    restored_step: int | None = None
-    restored_from: str | None = None
-    steps: int = 0
-    t_requested: float = 0.0
-    t_allocated: float | None = None
-    t_started: float | None = None  # job's "start" event: checkpoint restored, training begins
-    t_stop: float | None = None
-    t_done: float | None = None
-    lease_expiry: float | None = None  # when stopped because a lease ran out
-    checkpoint_s: float | None = None  # duration of the checkpoint written on stop
-    checkpoint_step: int | None = None  # step of that checkpoint
-
-    @property
-    def live(self) -> bool:
-        return self.state in ("requested", "allocated", "launched", "running")
-
-
-@dataclass
-class JobInfo:
-    restarts: int = 0
-    failures: int = 0
-    last_exit: int | None = None
-    restored_steps: list[int] = field(default_factory=list)
-
-
-@dataclass
-class Reallocation:
-    job_id: str
-    from_node: str
-    to_node: str
-    lease_expiry: float
-    stop_requested: float
-    stopped: float
-    started: float
-    restored_step: int | None
-    checkpoint_s: float | None
-    checkpoint_step: int | None = None
-
-    @property
-    def latency_s(self) -> float:
-        return self.started - self.lease_expiry
-
-
-def parse_container_id(cid: str) -> tuple[str, int]:
-    """``container_[e<epoch>_]<ts>_<app>_<attempt>_<n>`` -> (application id, attempt)."""
-    m = re.match(r"^container_(?:e\d+_)?(\d+)_(\d+)_(\d+)_\d+$", cid)
-    if not m:
-        raise ValueError(f"not a YARN container id: {cid!r}")
-    return f"application_{m.group(1)}_{m.group(2)}", int(m.group(3))
-
-
-def node_of(gpu_id: str) -> str:
-    return gpu_id.rsplit("/", 1)[0]
-
-
-def _finite(x: float) -> float | None:
-    return x if math.isfinite(x) else None
+# parse_container_id, node_of, JvmShell and Shell are re-exported for existing callers.
+__all__ = ["AppMaster", "JvmShell", "Shell", "main", "node_of", "parse_container_id"]
 
 
 # ------------------------------------------------------------------------------ the AM
@@ -438,7 +283,7 @@ class AppMaster:
         cg = self.bidder.cluster_gpus or self.spec.max_gpus()
         try:
             ctx = FairnessContext(self.clock(), max(1, cg), self.bidder.n_avg)
-            return _finite(rho(self.model(), held, Locality.MACHINE, ctx))
+            return finite_or_none(rho(self.model(), held, Locality.MACHINE, ctx))
         except Exception:
             return None
 
@@ -809,7 +654,7 @@ class AppMaster:
                 "id": j.id, "config": {k: v for k, v in j.config.items() if k != "_"},
                 "status": j.status.value, "bracket": j.bracket, "rung": j.rung,
                 "steps": max(j.steps_done, r.steps if r else 0), "target_steps": j.target_steps,
-                "loss": _finite(j.loss) if j.loss is not None else None,
+                "loss": finite_or_none(j.loss) if j.loss is not None else None,
                 "serial_iter_time": j.serial_iter_time,
                 "run": None if r is None else {
                     "run_id": r.run_id, "state": r.state, "node": r.node,
@@ -827,7 +672,7 @@ class AppMaster:
             "state": self.state, "message": self.message, "attempt": self.attempt,
             "start_time": self.start_time, "now": now,
             "rho": rho_now,  # null: infinite (no GPU) or finished
-            "rho_reported": _finite(self.bidder.current_rho()) if self.bidder else None,
+            "rho_reported": finite_or_none(self.bidder.current_rho()) if self.bidder else None,
             "gpus": {"held": held_ids, "count": len(held_ids),
                      "by_node": dict(Counter(node_of(g) for g in held_ids)),
                      "in_use": sum(r.gpus for r in self.runs if r.state in

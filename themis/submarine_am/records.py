@@ -1,0 +1,115 @@
+"""What the application master keeps per job and per container run: the live bidder, run
+records, job counters, measured reallocations, and small id helpers."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from themis.agent.bidder import ModelBidder, OfferInfo
+from themis.agent.bids import BidTable
+from themis.agent.model import AppModel
+
+
+# ------------------------------------------------------------------------------ bidder
+class LiveBidder(ModelBidder):
+    """:class:`ModelBidder` whose app model is refreshed from the Hyperband state before
+    every bid (the main loop publishes a new model each iteration)."""
+
+    def __init__(self, model: AppModel, max_gpus: int, clock: Callable[[], float]) -> None:
+        super().__init__(model, clock)
+        self._max = max_gpus
+        self.cluster_gpus = 0
+        self.active_apps = 1
+
+    def max_gpus(self) -> int:
+        return self._max
+
+    def set_cluster_gpus(self, n: int) -> None:
+        super().set_cluster_gpus(n)
+        self.cluster_gpus = n
+
+    def bid(self, offer: OfferInfo) -> BidTable:
+        self.active_apps = max(1, offer.active_apps)
+        self.cluster_gpus = offer.cluster_gpus or self.cluster_gpus
+        return super().bid(offer)
+
+    @property
+    def n_avg(self) -> float:
+        return self._n_avg.value
+
+
+# ------------------------------------------------------------------------------ runs
+@dataclass
+class Run:
+    """One attempt to run a job in one container."""
+
+    run_id: int
+    job_id: str
+    node: str  # NodeId "nm1:8041"
+    host: str
+    gpus: int
+    request_id: int
+    state: str = "requested"  # requested -> allocated -> launched -> running -> stopping -> done
+    container: str = ""
+    stop_reason: str = ""
+    exit_status: int | None = None
+    restored_step: int | None = None
+    restored_from: str | None = None
+    steps: int = 0
+    t_requested: float = 0.0
+    t_allocated: float | None = None
+    t_started: float | None = None  # job's "start" event: checkpoint restored, training begins
+    t_stop: float | None = None
+    t_done: float | None = None
+    lease_expiry: float | None = None  # when stopped because a lease ran out
+    checkpoint_s: float | None = None  # duration of the checkpoint written on stop
+    checkpoint_step: int | None = None  # step of that checkpoint
+
+    @property
+    def live(self) -> bool:
+        return self.state in ("requested", "allocated", "launched", "running")
+
+
+@dataclass
+class JobInfo:
+    restarts: int = 0
+    failures: int = 0
+    last_exit: int | None = None
+    restored_steps: list[int] = field(default_factory=list)
+
+
+@dataclass
+class Reallocation:
+    job_id: str
+    from_node: str
+    to_node: str
+    lease_expiry: float
+    stop_requested: float
+    stopped: float
+    started: float
+    restored_step: int | None
+    checkpoint_s: float | None
+    checkpoint_step: int | None = None
+
+    @property
+    def latency_s(self) -> float:
+        return self.started - self.lease_expiry
+
+
+def parse_container_id(cid: str) -> tuple[str, int]:
+    """``container_[e<epoch>_]<ts>_<app>_<attempt>_<n>`` -> (application id, attempt)."""
+    m = re.match(r"^container_(?:e\d+_)?(\d+)_(\d+)_(\d+)_\d+$", cid)
+    if not m:
+        raise ValueError(f"not a YARN container id: {cid!r}")
+    return f"application_{m.group(1)}_{m.group(2)}", int(m.group(3))
+
+
+def node_of(gpu_id: str) -> str:
+    return gpu_id.rsplit("/", 1)[0]
+
+
+def finite_or_none(x: float) -> float | None:
+    return x if math.isfinite(x) else None
