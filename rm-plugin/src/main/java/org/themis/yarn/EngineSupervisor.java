@@ -197,16 +197,15 @@ public final class EngineSupervisor {
     return inc;
   }
 
-  private static final java.util.regex.Pattern AGENT_ADDRESS =
-      java.util.regex.Pattern.compile("\"agent_address\":\\s*\"([^\"]*)\"");
+  private static final com.fasterxml.jackson.databind.ObjectMapper JSON =
+      new com.fasterxml.jackson.databind.ObjectMapper();
 
   /** The engine's gRPC endpoint for AMs, as it reports in its health JSON. */
   private void readAgentAddress(Incarnation inc) {
     try {
       String h = caller.submit(() -> inc.engine.health())
           .get(settings.roundTimeoutMs(), TimeUnit.MILLISECONDS);
-      java.util.regex.Matcher m = AGENT_ADDRESS.matcher(h == null ? "" : h);
-      agentAddress = m.find() ? m.group(1) : "";
+      agentAddress = h == null ? "" : JSON.readTree(h).path("agent_address").asText("");
       if (agentAddress.isEmpty()) {
         LOG.warn("Themis engine serves no agents' endpoint (agent-port < 0?)");
       } else {
