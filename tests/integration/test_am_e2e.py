@@ -8,14 +8,13 @@ its step count; each app's rho is reported (``themis status``); the f and the le
 yarn-site.xml are the ones in force; a malformed spec and a bid from a wrong app are refused
 without harming the running apps.
 
-Environment: as tests/integration/test_minicluster.py, plus
+Environment: as tests/integration/minicluster.py, plus
   THEMIS_IT_MOUNT_SRC=1   bind-mount this checkout's ``themis/`` over the images' package
                           (iterate without rebuilding images)
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import subprocess
@@ -27,20 +26,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.test_minicluster import (
-    NMS,
-    PORTS,
-    ROOT,
-    _docker_available,
-    _docker_client,
-    _get,
-    _images,
-    _port_busy,
-    _ready,
-    _remove_leftovers,
-    _safe_nodes,
-    skip_or_fail,
-)
+from tests.integration.minicluster import ROOT, _get, running_minicluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.timeout(900)]
 os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
@@ -83,60 +69,16 @@ def themis(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[dict[str, Any]]:
-    ok, why = _docker_available()
-    if not ok:
-        skip_or_fail(why)
-    from testcontainers.core.container import DockerContainer
-
-    client = _docker_client()
-    image, nm_image = _images(client)
-    _remove_leftovers(client)
-    busy = [p for p in [*PORTS, AGENT_PORT] if _port_busy(p)]
-    assert not busy, f"ports already in use on 127.0.0.1: {busy}"
     jar = ROOT / "submarine-am" / "target" / "themis-submarine-am-0.1.0.jar"
     if not jar.is_file():
         r = subprocess.run(["mvn", "-q", "-B", "-o", "-pl", "submarine-am", "package",
                             "-DskipTests"], cwd=ROOT, timeout=600)
         assert r.returncode == 0 and jar.is_file(), "cannot build the AM jar"
-    mount = os.environ.get("THEMIS_IT_MOUNT_SRC") == "1"
-    aliases = " ".join(NMS)
-
-    def daemon(role: str, image_: str, name: str, **env: str) -> Any:
-        kwargs: dict[str, Any] = {"network_mode": "host",
-                                  "labels": {"themis.minicluster": "1"}}
-        c = (DockerContainer(image_).with_command(role)
-             .with_name(f"themis-e2e-{name}-{os.getpid()}")
-             .with_env("THEMIS_HOST_ALIASES", aliases).with_kwargs(**kwargs))
-        if mount:
-            c = c.with_volume_mapping(str(ROOT / "themis"), SITE, "ro")
-        for k, v in env.items():
-            c = c.with_env(k, v)
-        return c
-
-    containers = [
-        daemon("namenode", image, "nn"), daemon("datanode", image, "dn"),
-        daemon("resourcemanager", image, "rm",
-               THEMIS_CONF_OVERRIDES=";".join(f"{k}={v}" for k, v in OVERRIDES.items())),
-    ]
-    for i, (name, (gpus, _rack)) in enumerate(NMS.items(), start=1):
-        containers.append(daemon("nodemanager", nm_image, name, THEMIS_NM_NAME=name,
-                                 THEMIS_NM_INDEX=str(i), THEMIS_NM_GPUS=str(gpus)))
-    started: list[Any] = []
-    t0 = time.monotonic()
-    try:
-        for c in containers:
-            c.start()
-            started.append(c)
-        while not _ready():
-            if time.monotonic() - t0 > 180:
-                pytest.fail(f"mini-cluster not ready after 180s: {_safe_nodes()}")
-            time.sleep(2)
-        yield {"containers": started, "startup_s": time.monotonic() - t0}
-    finally:
-        if os.environ.get("THEMIS_IT_KEEP") != "1":
-            for c in reversed(started):
-                with contextlib.suppress(Exception):
-                    c.stop()
+    mounts = {str(ROOT / "themis"): SITE} if os.environ.get("THEMIS_IT_MOUNT_SRC") == "1" \
+        else None
+    with running_minicluster("e2e", conf_overrides=OVERRIDES, extra_ports=[AGENT_PORT],
+                             mounts=mounts) as c:
+        yield c
 
 
 def _status(app: str) -> dict[str, Any]:

@@ -1,0 +1,247 @@
+"""The dockerised mini-cluster for integration tests: NameNode, DataNode, ResourceManager
+and three NodeManagers (yarn.io/gpu 4/2/2 on two racks), host networking on 127.0.0.1,
+managed with testcontainers. Shared by test_minicluster.py and test_am_e2e.py.
+
+Environment:
+  THEMIS_IT_BUILD=0     do not run docker/build.sh when images are missing (skip instead)
+  THEMIS_IMAGE, THEMIS_NM_IMAGE   images to use (defaults as docker/minicluster.sh)
+  THEMIS_REQUIRE_DOCKER=1         fail instead of skipping when Docker is unusable
+  THEMIS_IT_KEEP=1      leave the containers running after the tests
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+# Ryuk (the reaper container) would have to be pulled from a registry: we have none.
+os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
+
+ROOT = Path(__file__).resolve().parents[2]
+RM = "http://127.0.0.1:8088"
+NN = "http://127.0.0.1:9870"
+LABEL = {"themis.minicluster": "1"}
+# name -> (yarn.io/gpu, rack); must match docker/conf/topology.table (the image's default table)
+NMS: dict[str, tuple[int, str]] = {"nm1": (4, "/rack1"), "nm2": (2, "/rack1"), "nm3": (2, "/rack2")}
+PORTS = [9000, 9870, 9866, 9864, 8088, 8030, 8031, 8032, 8033, 8041, 8141, 8241]
+READY_TIMEOUT_S = 180
+
+
+# ----------------------------------------------------------------------------------- helpers
+def _get(url: str, timeout: float = 5.0) -> Any:
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return json.load(r)
+
+
+def _docker_client() -> Any:
+    import docker
+
+    return docker.from_env(timeout=60)
+
+
+def skip_or_fail(why: str) -> None:
+    """Skip when Docker cannot be used - unless THEMIS_REQUIRE_DOCKER=1 (scripts/test.sh's
+    docker stage), where a skipped mini-cluster test would hide a broken set-up."""
+    if os.environ.get("THEMIS_REQUIRE_DOCKER") == "1":
+        pytest.fail(f"Docker required (THEMIS_REQUIRE_DOCKER=1) but not available: {why}")
+    pytest.skip(f"Docker not available: {why}")
+
+
+def _docker_available() -> tuple[bool, str]:
+    try:
+        _docker_client().ping()
+        return True, ""
+    except Exception as e:
+        first = f"{type(e).__name__}: {e}"
+    setup = ROOT / "scripts" / "docker-setup.sh"
+    try:
+        r = subprocess.run(
+            ["bash", str(setup)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            stdin=subprocess.DEVNULL,
+        )
+    except Exception as e:
+        return False, f"docker unreachable ({first}); docker-setup.sh could not run: {e}"
+    try:
+        _docker_client().ping()
+        return True, ""
+    except Exception as e:
+        lines = (r.stderr or "").strip().splitlines()
+        tail = [ln for ln in lines if ln.startswith("[docker-setup]")][-3:] or lines[-3:]
+        return (
+            False,
+            f"docker unreachable ({e}); "
+            f"scripts/docker-setup.sh rc={r.returncode}: {' | '.join(tail)}",
+        )
+
+
+def _have_image(client: Any, name: str) -> bool:
+    import docker.errors
+
+    try:
+        client.images.get(name)
+        return True
+    except docker.errors.ImageNotFound:
+        return False
+
+
+def _images(client: Any) -> tuple[str, str]:
+    image = os.environ.get("THEMIS_IMAGE") or next(
+        (i for i in ("themis/yarn:latest", "themis/hadoop:latest") if _have_image(client, i)), ""
+    )
+    if not image:
+        if os.environ.get("THEMIS_IT_BUILD", "1") == "0":
+            pytest.skip("no themis/* images and THEMIS_IT_BUILD=0 (run docker/build.sh)")
+        r = subprocess.run(
+            ["bash", str(ROOT / "docker" / "build.sh")], stdin=subprocess.DEVNULL, timeout=3000
+        )
+        assert r.returncode == 0, "docker/build.sh failed"
+        image = (
+            "themis/yarn:latest"
+            if _have_image(client, "themis/yarn:latest")
+            else "themis/hadoop:latest"
+        )
+    nm_image = os.environ.get("THEMIS_NM_IMAGE") or (
+        "themis/yarn-tf:latest" if _have_image(client, "themis/yarn-tf:latest") else image
+    )
+    return image, nm_image
+
+
+def _port_busy(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _remove_leftovers(client: Any) -> None:
+    """Containers of an earlier mini-cluster (docker/minicluster.sh or a crashed test run)."""
+    for c in client.containers.list(all=True, filters={"label": "themis.minicluster=1"}):
+        c.remove(force=True)
+
+
+def _nodes() -> dict[str, dict[str, Any]]:
+    out = {}
+    for n in (_get(f"{RM}/ws/v1/cluster/nodes").get("nodes") or {}).get("node", []):
+        infos = (n.get("totalResource", {}).get("resourceInformations") or {}).get(
+            "resourceInformation", []
+        )
+        gpus = next((int(i["value"]) for i in infos if i.get("name") == "yarn.io/gpu"), 0)
+        out[n["nodeHostName"]] = {
+            "id": n["id"],
+            "state": n["state"],
+            "rack": n.get("rack"),
+            "gpus": gpus,
+        }
+    return out
+
+
+def _ready() -> bool:
+    try:
+        nodes = _nodes()
+        if any(nodes.get(k, {}).get("state") != "RUNNING" for k in NMS):
+            return False
+        bean = _get(f"{NN}/jmx?qry=Hadoop:service=NameNode,name=FSNamesystemState")["beans"][0]
+        info = _get(f"{NN}/jmx?qry=Hadoop:service=NameNode,name=NameNodeInfo")["beans"][0]
+        return bool(bean["NumLiveDataNodes"] >= 1 and not info.get("Safemode"))
+    except (OSError, ValueError, KeyError, IndexError, urllib.error.URLError):
+        return False
+
+
+def _safe_nodes() -> Any:
+    try:
+        return _nodes()
+    except Exception as e:
+        return repr(e)
+
+
+
+@contextlib.contextmanager
+def running_minicluster(
+    prefix: str,
+    *,
+    conf_overrides: Mapping[str, str] | None = None,
+    extra_ports: Sequence[int] = (),
+    mounts: Mapping[str, str] | None = None,
+) -> Iterator[dict[str, Any]]:
+    """Start the mini-cluster (Docker set up and images built when needed), wait until every
+    NodeManager runs and HDFS has left safe mode, yield ``{"containers", "image",
+    "nm_image", "startup_s"}``, and stop everything afterwards. ``conf_overrides`` are
+    yarn-site.xml settings for the RM; ``mounts`` maps host paths to container paths."""
+    ok, why = _docker_available()  # runs scripts/docker-setup.sh when no daemon answers
+    if not ok:
+        skip_or_fail(why)
+
+    from testcontainers.core.container import DockerContainer
+
+    client = _docker_client()
+    image, nm_image = _images(client)
+    _remove_leftovers(client)
+    busy = [p for p in [*PORTS, *extra_ports] if _port_busy(p)]
+    assert not busy, f"ports already in use on 127.0.0.1 (another cluster?): {busy}"
+    aliases = " ".join(NMS)
+
+    def daemon(role: str, image_: str, name: str, **env: str) -> DockerContainer:
+        c = (
+            DockerContainer(image_)
+            .with_command(role)
+            .with_name(f"themis-{prefix}-{name}-{os.getpid()}")
+            .with_env("THEMIS_HOST_ALIASES", aliases)
+            .with_kwargs(network_mode="host", labels=LABEL, stop_signal="SIGTERM")
+        )
+        for host, inside in (mounts or {}).items():
+            c = c.with_volume_mapping(host, inside, "ro")
+        for k, v in env.items():
+            c = c.with_env(k, v)
+        return c
+
+    rm_env = {}
+    if conf_overrides:
+        rm_env["THEMIS_CONF_OVERRIDES"] = ";".join(f"{k}={v}" for k, v in conf_overrides.items())
+    containers: list[DockerContainer] = [
+        daemon("namenode", image, "nn"),
+        daemon("datanode", image, "dn"),
+        daemon("resourcemanager", image, "rm", **rm_env),
+    ]
+    for i, (name, (gpus, _rack)) in enumerate(NMS.items(), start=1):
+        containers.append(
+            daemon("nodemanager", nm_image, name, THEMIS_NM_NAME=name,
+                   THEMIS_NM_INDEX=str(i), THEMIS_NM_GPUS=str(gpus))
+        )
+    started: list[DockerContainer] = []
+    t0 = time.monotonic()
+    try:
+        for c in containers:
+            c.start()
+            started.append(c)
+        while not _ready():
+            for c in started:
+                wrapped = c.get_wrapped_container()
+                wrapped.reload()
+                if wrapped.status != "running":
+                    logs = wrapped.logs(tail=40).decode(errors="replace")
+                    pytest.fail(f"{wrapped.name} exited ({wrapped.status}):\n{logs}")
+            if time.monotonic() - t0 > READY_TIMEOUT_S:
+                pytest.fail(
+                    f"mini-cluster not ready after {READY_TIMEOUT_S}s: nodes={_safe_nodes()}"
+                )
+            time.sleep(2)
+        yield {"containers": started, "image": image, "nm_image": nm_image,
+               "startup_s": time.monotonic() - t0}
+    finally:
+        if os.environ.get("THEMIS_IT_KEEP") != "1":
+            for c in reversed(started):
+                with contextlib.suppress(Exception):  # best-effort teardown
+                    c.stop()  # stop + remove
