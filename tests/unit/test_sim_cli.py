@@ -53,4 +53,4 @@ def test_cli_bad_cluster(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     bad = tmp_path / "c.json"
     bad.write_text("{not json")
     assert main(["--cluster", str(bad), "--out", str(tmp_path), "--no-progress"]) == 2
-    assert "c.json: invalid JSON" in capsys.readouterr().err
+    assert "c.json: not valid JSON" in capsys.readouterr().err

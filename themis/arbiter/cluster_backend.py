@@ -15,17 +15,15 @@ Spec format (JSON or YAML)::
 
 from __future__ import annotations
 
-import json
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from themis.arbiter.round import LeaseGrant
 from themis.cluster.topology import Gpu, Topology
+from themis.docfile import DocumentError, read_document
 
 
 class ClusterSpecError(ValueError):
@@ -133,15 +131,10 @@ def gpus_from_spec(spec: Mapping[str, Any]) -> list[Gpu]:
 
 def load_cluster_spec(path: str | Path) -> StaticCluster:
     """Read a JSON (``.json``) or YAML cluster spec."""
-    p = Path(path)
     try:
-        text = p.read_text()
-    except OSError as exc:
-        raise ClusterSpecError(f"cluster spec {str(p)!r}: {exc.strerror}") from exc
-    try:
-        data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        raise ClusterSpecError(f"cluster spec {str(p)!r}: not valid JSON/YAML: {exc}") from exc
+        data = read_document(path)
+    except DocumentError as exc:
+        raise ClusterSpecError(f"cluster spec {str(exc.path)!r}: {exc.problem}") from exc
     return StaticCluster(gpus_from_spec(data))
 
 

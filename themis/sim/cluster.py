@@ -16,12 +16,12 @@ or the compact form ``{"shapes": [{"count": 24, "slots": [2,2,2,2]}, ...], "rack
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from themis.cluster.topology import Gpu, Topology, TopologyError
+from themis.docfile import DocumentError, read_document
 from themis.sim.errors import SpecError
 
 #: (machine count, GPUs per slot for each slot) of the 256-GPU cluster (see module doc).
@@ -63,18 +63,10 @@ def default_cluster(scale: float = 1.0) -> Topology:
 
 
 def _load_doc(path: Path) -> Any:
-    text = path.read_text()
-    if path.suffix in (".yaml", ".yml"):
-        import yaml
-
-        try:
-            return yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise SpecError(str(path), f"invalid YAML: {exc}") from exc
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SpecError(str(path), f"invalid JSON: {exc}") from exc
+        return read_document(path)
+    except DocumentError as exc:
+        raise SpecError(str(path), exc.problem) from exc
 
 
 def _slots(where: str, value: Any) -> list[int]:

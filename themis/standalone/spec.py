@@ -25,7 +25,6 @@ Every error is a :class:`SpecError` whose message names the file and the field.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Callable, Mapping
@@ -33,8 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from themis.docfile import DocumentError, read_document
 from themis.submarine_am.hyperband import HyperbandError, hyperband_brackets
 from themis.submarine_am.searchspace import (
     Categorical,
@@ -309,14 +307,9 @@ def load_app_spec(path: str | Path) -> AppSpec:
     p = Path(path)
     src = repr(str(p))
     try:
-        text = p.read_text()
-    except OSError as exc:
-        raise SpecError(f"app spec {src}: cannot read: {exc.strerror or exc}") from exc
-    try:
-        data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        raise SpecError(f"app spec {src}: not valid {'JSON' if p.suffix == '.json' else 'YAML'}"
-                        f": {exc}") from exc
+        data = read_document(p)
+    except DocumentError as exc:
+        raise SpecError(f"app spec {src}: {exc.problem}") from exc
     try:
         return app_from_dict(data, source=src, default_name=p.stem)
     except HyperbandError as exc:

@@ -44,6 +44,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from themis.docfile import DocumentError, read_document
 from themis.submarine_am.hyperband import Hyperband, HyperbandError, hyperband_brackets
 from themis.submarine_am.searchspace import Categorical, SearchSpace, SearchSpaceError
 
@@ -380,17 +381,10 @@ def parse_spec(raw: Any) -> AppSpec:
 
 def load_spec(path: str | Path) -> AppSpec:
     """Read a YAML (or JSON) spec file and validate it."""
-    import yaml
-
-    p = Path(path)
     try:
-        text = p.read_text()
-    except OSError as e:
-        raise SpecError([("(file)", f"cannot read {p}: {e.strerror or e}")]) from None
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise SpecError([("(file)", f"{p} is not valid YAML: {e}")]) from None
+        raw = read_document(path)
+    except DocumentError as exc:
+        raise SpecError([("(file)", str(exc))]) from None
     return parse_spec(raw)
 
 
