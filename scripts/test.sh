@@ -16,6 +16,13 @@ limit() {
   if [[ $rc -eq 124 || $rc -eq 137 ]]; then echo "test.sh: TIMED OUT after ${m} min: $*" >&2; fi
   return $rc
 }
+# pytest with a time limit; pytest exits 5 when it collects nothing, which must fail too.
+run_pytest() {
+  local m="$1" what="$2" rc=0; shift 2
+  limit "$m" "$PY" -m pytest -q --durations=15 "$@" || rc=$?
+  if [[ $rc -eq 5 ]]; then echo "test.sh: $what collected no tests" >&2; return 1; fi
+  return $rc
+}
 
 stage "setup (python)"
 limit 12 scripts/setup.sh dev,train
@@ -31,26 +38,14 @@ if [[ -f pom.xml ]]; then
 fi
 
 stage "pytest (unit + integration)"
-# pytest exits 5 when it collects nothing: that must fail this script, and it does
-# (set -e), but say so explicitly.
-set +e
-limit 20 "$PY" -m pytest -q -m "not docker" --durations=15 tests
-rc=$?
-set -e
-if [[ $rc -eq 5 ]]; then echo "test.sh: pytest collected no tests" >&2; exit 1; fi
-[[ $rc -eq 0 ]] || exit $rc
+run_pytest 20 "the pytest stage" -m "not docker" tests
 
 if [[ -x scripts/docker-setup.sh && "${THEMIS_SKIP_DOCKER:-0}" != "1" ]]; then
   stage "docker mini-cluster (testcontainers)"
   limit 6 scripts/docker-setup.sh
   # --with-tf: the e2e tests (tests/integration/test_am_e2e.py) run real TensorFlow jobs
   limit 20 docker/build.sh --with-tf
-  set +e
   export THEMIS_REQUIRE_DOCKER=1  # a skipped mini-cluster test fails this stage
-  limit 25 "$PY" -m pytest -q -m docker --durations=15 tests/integration
-  rc=$?
-  set -e
-  if [[ $rc -eq 5 ]]; then echo "test.sh: the docker stage collected no tests" >&2; exit 1; fi
-  [[ $rc -eq 0 ]] || exit $rc
+  run_pytest 25 "the docker stage" -m docker tests/integration
 fi
 echo; echo "test.sh: all stages passed in $(( (SECONDS - T0) / 60 )) min"
