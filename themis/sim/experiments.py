@@ -208,15 +208,34 @@ def plot(name: str, rows: list[Row], out: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m themis.sim.experiments")
-    p.add_argument("experiment", choices=sorted(EXPERIMENTS))
-    p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--apps", type=int, default=40, help="apps in the workload slice")
-    p.add_argument("--scale", type=float, default=0.25, help="cluster scale (256 x scale)")
-    p.add_argument("--policies", default=BASELINES)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--knobs", default="0.0,0.2,0.5,0.8,0.95", help="sensitivity: f values")
-    p.add_argument("--leases", default="5,10,20,40", help="sensitivity: lease minutes")
+    p = argparse.ArgumentParser(
+        prog="python -m themis.sim.experiments",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("experiment", choices=sorted(EXPERIMENTS),
+                   help="which figure of section 6 to reproduce (see above)")
+    p.add_argument("--out", type=Path, required=True,
+                   help="directory for <experiment>.json and <experiment>.png (created)")
+    p.add_argument("--apps", type=int, default=40,
+                   help="apps in the workload slice: the first N apps of the built-in "
+                        "trace (contention: workload 1; error, sensitivity: workload 2) "
+                        "or N synthetic apps (network) (default: %(default)s)")
+    p.add_argument("--scale", type=float, default=0.25,
+                   help="cluster size as a fraction of the paper's 256 GPUs, for "
+                        "network/error/sensitivity (default: %(default)s = 64 GPUs)")
+    p.add_argument("--policies", default=BASELINES,
+                   help="comma-separated policies to compare where the experiment "
+                        "compares policies (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the workloads (synthetic apps, trace conversion) and "
+                        "of the simulations' random choices (default: %(default)s)")
+    p.add_argument("--knobs", default="0.0,0.2,0.5,0.8,0.95",
+                   help="sensitivity only: comma-separated fairness knobs f "
+                        "(default: %(default)s)")
+    p.add_argument("--leases", default="5,10,20,40",
+                   help="sensitivity only: comma-separated lease lengths in minutes "
+                        "(default: %(default)s)")
     args = p.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     rows = EXPERIMENTS[args.experiment][0](args)
