@@ -119,6 +119,11 @@ def test_sigkill_resume_preserves_step_and_adam_state(tmp_path: Path) -> None:
     # Adam's iteration counter came back with the checkpoint, not from zero.
     assert start["optimizer_iterations"] == killed_at
     assert int(saved[_find(saved, "optimizer", "iteration")]) == killed_at
+    # start-up timings: process start <= TensorFlow imported <= ready <= restored (start)
+    t = start["timings"]
+    assert t["process"] <= t["imported"] <= t["ready"] <= start["time"]
+    assert [e["event"] for e in events[:2]] == ["start", "first-step"]
+    assert isinstance(events[-1].pop("time"), float)  # every event is timestamped
     assert events[-1] == {"event": "exit", "step": 150, "reason": "max-steps", "status": 0}
 
     # The resumed run ends bit-identical to the uninterrupted one: model weights AND the
