@@ -245,3 +245,89 @@ def test_parse_container_id() -> None:
         "application_1700000000000_0003", 1)
     with pytest.raises(ValueError):
         parse_container_id("nope")
+
+
+class _FakeAgent:
+    """The part of AgentClient the AM reads: leases (GPU id -> expiry), lock, connected."""
+
+    def __init__(self, leases: dict[str, float], connected: bool = True) -> None:
+        self.leases = dict(leases)
+        self._lock = threading.Lock()
+        self.connected = threading.Event()
+        if connected:
+            self.connected.set()
+        self.released: list[list[str]] = []
+
+    def held(self) -> list[str]:
+        return sorted(self.leases)
+
+    def release(self, ids: list[str]) -> None:
+        self.released.append(list(ids))
+
+
+class _Clock:
+    def __init__(self, t: float = 1000.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _bare_am(leases: dict[str, float], connected: bool = True,
+             **kw: Any) -> tuple[AppMaster, FakeShell, _Clock]:
+    clock = _Clock()
+    shell = FakeShell()
+    am = AppMaster(_spec(), "application_1700000000000_0009", shell, arbiter="-", hdfs=None,
+                   app_dir="/tmp/z", clock=clock, **kw)
+    shell.am = am
+    am.agent = _FakeAgent(leases, connected)
+    am.cluster_nodes = json.loads(shell.nodes())
+    am.state = "RUNNING"
+    return am, shell, clock
+
+
+def test_stop_lead_grows_with_measured_stops_and_is_capped_by_the_lease() -> None:
+    am, _, clock = _bare_am({})
+    assert am.stop_lead() == 1.5
+    am._stop_durations.append(2.0)
+    assert am.stop_lead() == pytest.approx(2.5)  # 1.25x the slowest recent stop
+    am._lease_len["nm1:8041/0"] = 4.0
+    assert am.stop_lead("nm1:8041/0") == pytest.approx(1.0)  # at most a quarter of the lease
+    # a run is stopped once its lease is within the lead, and new runs need a margin more
+    am._lease_len.clear()
+    am.agent.leases = {"nm1:8041/0": clock.t + 2.0, "nm1:8041/1": clock.t + 6.0,
+                       "nm2:8141/0": clock.t + 60.0}
+    assert set(am.usable_leases(clock.t)) == {"nm1:8041/1", "nm2:8141/0"}
+    assert set(am.placeable_leases(clock.t)) == {"nm2:8141/0"}  # 6 s < 2.5 s + 5 s
+
+
+def test_no_parked_asks_before_the_agent_is_connected() -> None:
+    am, shell, _ = _bare_am({}, connected=False)
+    am.reconcile()
+    assert shell.asks == {}
+    am.agent.connected.set()
+    am.reconcile()
+    assert len(shell.asks) == 3  # every job of the first rung: one parked ask each
+
+
+def test_a_container_on_a_lease_about_to_end_is_given_back_unlaunched() -> None:
+    am, shell, clock = _bare_am({})
+    am.agent.leases = {"nm1:8041/0": clock.t + 4.0}  # usable, but too short for a new run
+    am.reconcile()
+    rid = next(iter(am.by_request))
+    run = am.by_request[rid]
+    assert run.node == "nm2:8141"  # parked where the app holds no lease
+    # the RM allocates on nm1 anyway (it has lease room there)
+    shell.containers["c1"] = {"node": "nm1:8041", "gpus": 1, "running": False,
+                              "job": run.job_id, "step": 0}
+    am._handle_event({"type": "allocated", "container": "c1", "node": "nm1:8041",
+                      "request_id": rid})
+    assert shell.launched == [] and "c1" not in shell.containers  # released, not launched
+    assert am._no_park["nm1:8041"] == clock.t + 4.0
+    # no ask is parked on nm1 again until that lease ends
+    am.agent.leases = {}
+    assert am.demand_node() == "nm2:8141"
+    am._no_park["nm2:8141"] = clock.t + 10.0
+    assert am.demand_node() == ""
+    clock.t += 4.5
+    assert am.demand_node() == "nm1:8041"

@@ -33,7 +33,7 @@ import signal
 import sys
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -89,7 +89,8 @@ class AppMaster:
         stop_timeout_s: float = 60.0,
         report_every_s: float = 0.5,
         idle_release_s: float = 3.0,
-        stop_lead_s: float = 1.0,
+        stop_lead_s: float = 1.5,
+        start_margin_s: float = 5.0,
     ) -> None:
         self.spec = spec
         self.app_id = app_id
@@ -106,6 +107,10 @@ class AppMaster:
         self.report_every_s = report_every_s
         self.idle_release_s = idle_release_s
         self.stop_lead_s = stop_lead_s
+        self.start_margin_s = start_margin_s
+        self._lease_len: dict[str, float] = {}  # GPU id -> length of its current lease
+        self._no_park: dict[str, float] = {}  # node -> until when no ask is parked there
+        self._stop_durations: deque[float] = deque(maxlen=5)  # lease-end stop -> container gone
         self._released: set[str] = set()
         self.cluster_nodes: list[dict[str, Any]] = []
         self._nodes_at = -1e9
@@ -264,6 +269,9 @@ class AppMaster:
         log.info("round %d: granted %s (bidder=%s, c=%.2f)", alloc.round_id,
                  [g.id for g in alloc.gpus], alloc.was_bidder, alloc.kept_fraction)
         self._released.difference_update(g.id for g in alloc.gpus)
+        now = self.clock()
+        for g in alloc.gpus:
+            self._lease_len[g.id] = max(0.0, alloc.expiry - now)
         self.rounds.append({"round": alloc.round_id, "time": self.clock(),
                             "gpus": [g.id for g in alloc.gpus], "vias": list(alloc.vias),
                             "expiry": alloc.expiry, "was_bidder": alloc.was_bidder,
@@ -273,6 +281,9 @@ class AppMaster:
     def _on_lease_warning(self, gpu_ids: tuple[str, ...], expiry: float) -> None:
         log.info("lease warning: %s expire at %.1f (in %.1fs)", list(gpu_ids), expiry,
                  expiry - self.clock())
+
+    def _agent_connected(self) -> bool:
+        return self.agent is not None and self.agent.connected.is_set()
 
     def held(self) -> list[str]:
         return list(self.agent.held()) if self.agent is not None else []
@@ -301,6 +312,22 @@ class AppMaster:
             run.container, run.state, run.t_allocated = cid, "allocated", now
             run.node = str(e.get("node", run.node))
             self.by_container[cid] = run
+            room = sum(1 for g in self.placeable_leases(now) if node_of(g) == run.node)
+            busy = sum(r.gpus for r in self.runs if r is not run and r.node == run.node
+                       and r.state in ("allocated", "launched", "running"))
+            if room - busy < run.gpus:
+                # allocated on a lease that ends before the job could do useful work (or
+                # one the AM does not know): give it back unlaunched; no ask is parked on
+                # this node again until its leases end (the RM would allocate it again)
+                ends = [exp for g, exp in self._leases().items() if node_of(g) == run.node]
+                self._no_park[run.node] = max(ends, default=now + 5.0)
+                log.info("releasing %s on %s unlaunched: no lease there has room for a new "
+                         "run (%d placeable GPU(s), %d in use)", cid, run.node, room, busy)
+                run.state, run.stop_reason, run.t_done = "done", "lease ends too soon", now
+                self.by_container.pop(cid, None)
+                self.jobs.setdefault(run.job_id, JobInfo()).restarts -= 1
+                self.shell.release(cid)
+                return
             self._launch(run)
         elif kind == "started":
             run = self.by_container.get(str(e["container"]))
@@ -368,6 +395,8 @@ class AppMaster:
         self._dirty = True
         if run.stop_reason:
             log.info("%s stopped in %s (%s), exit %d", run.job_id, cid, run.stop_reason, status)
+            if run.lease_expiry is not None and run.t_stop is not None:
+                self._stop_durations.append(now - run.t_stop)
             return
         if status == 0:
             job = self.hb.jobs.get(run.job_id)
@@ -485,27 +514,51 @@ class AppMaster:
         info.restarts += 1
         log.info("asking for %d GPU(s) on %s for %s (request %d)", gpus, node, job_id, rid)
 
-    def usable_leases(self, now: float) -> dict[str, float]:
-        """Leased GPU id -> expiry, for leases that run past ``now + stop_lead_s`` (a run on
-        a GPU whose lease ends sooner is stopped now, so that its checkpoint is written and
-        the GPU is free when the lease ends)."""
+    def stop_lead(self, gpu: str = "") -> float:
+        """How long before a lease ends its runs are told to stop: ``stop_lead_s``, or 1.25x
+        the longest of the app's last five lease-end stops (request -> container gone:
+        checkpoint, exit) if longer, so that the GPUs are free when the lease ends; at most a
+        quarter of the lease."""
+        lead = max([self.stop_lead_s, *(1.25 * d for d in self._stop_durations)])
+        length = self._lease_len.get(gpu)
+        return min(lead, 0.25 * length) if length else lead
+
+    def _start_margin(self, gpu: str) -> float:
+        length = self._lease_len.get(gpu)
+        return min(self.start_margin_s, 0.125 * length) if length else self.start_margin_s
+
+    def _leases(self) -> dict[str, float]:
         if self.agent is None:
             return {}
         with self.agent._lock:
-            leases = dict(self.agent.leases)
-        return {g: exp for g, exp in leases.items() if exp > now + self.stop_lead_s}
+            return dict(self.agent.leases)
+
+    def usable_leases(self, now: float) -> dict[str, float]:
+        """Leased GPU id -> expiry, for leases that run past ``now + stop_lead`` (a run on
+        a GPU whose lease ends sooner is stopped now, so that its checkpoint is written and
+        the GPU is free when the lease ends)."""
+        return {g: exp for g, exp in self._leases().items() if exp > now + self.stop_lead(g)}
+
+    def placeable_leases(self, now: float) -> dict[str, float]:
+        """The usable leases a *new* run may start on: those lasting ``start_margin_s``
+        (at most an eighth of the lease) past the stop lead. A job needs seconds to start;
+        one started on a lease about to end would be stopped before it trained."""
+        return {g: exp for g, exp in self._leases().items()
+                if exp > now + self.stop_lead(g) + self._start_margin(g)}
 
     def reconcile(self) -> None:
         now = self.clock()
         usable = self.usable_leases(now)
         held = Counter(node_of(g) for g in usable)
+        room = Counter(node_of(g) for g in self.placeable_leases(now))
         g = self.spec.resources.gpus
         holding = [r for r in self.runs if r.state in ("allocated", "launched", "running",
                                                         "stopping")]
         # 1. containers on nodes where the app no longer holds enough GPUs: stop (checkpoint)
         for node in sorted({r.node for r in holding}):
             on_node = [r for r in holding if r.node == node]
-            excess = sum(r.gpus for r in on_node) - held.get(node, 0)
+            # runs already stopping are on their way out: only the others must fit
+            excess = sum(r.gpus for r in on_node if r.state != "stopping") - held.get(node, 0)
             for r in sorted((r for r in on_node if r.live), key=lambda r: -r.run_id):
                 if excess <= 0:
                     break
@@ -533,7 +586,8 @@ class AppMaster:
         for r in self.runs:
             if r.state in ("allocated", "launched", "running", "stopping"):
                 used[r.node] += r.gpus
-        free = {n: held[n] - used.get(n, 0) for n in held}
+        # free for new runs: GPUs no run uses, on leases that last long enough to start one
+        free = {n: min(held[n] - used.get(n, 0), room.get(n, 0)) for n in held}
         asks = [r for r in self.runs if r.state == "requested"]
         parked: list[Run] = []
         for r in sorted(asks, key=lambda r: r.run_id):
@@ -568,7 +622,9 @@ class AppMaster:
                 free[node] -= g
             else:
                 unplaced += 1
-                node = self.demand_node()
+                # no parked asks before the agent is connected: the RM would count them as
+                # demand and grant the app leases whose allocation events it never receives
+                node = self.demand_node() if self._agent_connected() else ""
                 if not node:
                     continue
             self._request(job.id, node, g)
@@ -619,12 +675,21 @@ class AppMaster:
 
     def demand_node(self) -> str:
         """Where a waiting job's ask is parked while the app holds no free leased GPU: the
-        node with the most GPUs (ties: name) that can hold one worker."""
+        node with the most GPUs (ties: name) that can hold one worker, preferring nodes
+        where the app holds no lease (there the RM cannot commit the ask: a parked ask next
+        to the app's own runs would be allocated the moment one of them stops before its
+        lease ends, and then be given back)."""
         g = self.spec.resources.gpus
         nodes = [n for n in self.cluster_nodes if int(n.get("gpus", 0)) >= g]
         if not nodes:
             return ""
-        best = max(nodes, key=lambda n: (int(n["gpus"]), str(n["node"])))
+        now = self.clock()
+        nodes = [n for n in nodes if self._no_park.get(str(n["node"]), 0.0) <= now]
+        if not nodes:
+            return ""
+        leased = {node_of(x) for x in self._leases()}
+        best = max(nodes, key=lambda n: (str(n["node"]) not in leased, int(n["gpus"]),
+                                         str(n["node"])))
         return str(best["node"])
 
     def _lease_end(self, node: str, now: float) -> float:
@@ -635,7 +700,7 @@ class AppMaster:
         with self.agent._lock:
             leases = dict(self.agent.leases)
         ends = [exp for gid, exp in leases.items()
-                if node_of(gid) == node and exp <= now + self.stop_lead_s]
+                if node_of(gid) == node and exp <= now + self.stop_lead(gid)]
         return max(ends) if ends else now
 
     # ----------------------------------------------------------------- status
