@@ -7,10 +7,12 @@ import java.util.concurrent.atomic.AtomicLong;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.yarn.api.records.ApplicationAttemptId;
 import org.apache.hadoop.yarn.api.records.ApplicationId;
+import org.apache.hadoop.yarn.api.records.ContainerStatus;
 import org.apache.hadoop.yarn.api.records.NodeId;
 import org.apache.hadoop.yarn.api.records.Resource;
 import org.apache.hadoop.yarn.conf.YarnConfiguration;
 import org.apache.hadoop.yarn.server.resourcemanager.rmcontainer.RMContainer;
+import org.apache.hadoop.yarn.server.resourcemanager.rmcontainer.RMContainerEventType;
 import org.apache.hadoop.yarn.server.resourcemanager.scheduler.SchedulerApplication;
 import org.apache.hadoop.yarn.server.resourcemanager.scheduler.capacity.CapacityScheduler;
 import org.apache.hadoop.yarn.server.resourcemanager.scheduler.common.ContainerAllocationProposal;
@@ -81,6 +83,17 @@ public class ThemisCapacityScheduler extends CapacityScheduler {
       rt.stop();
     }
     super.serviceStop();
+  }
+
+  /** A GPU container ended: its GPUs may be grantable now, so wake the round driver. */
+  @Override
+  public void completedContainer(RMContainer rmContainer, ContainerStatus containerStatus,
+      RMContainerEventType event) {
+    super.completedContainer(rmContainer, containerStatus, event);
+    ThemisRuntime rt = runtime;
+    if (rt != null && rmContainer != null && Gpus.of(rmContainer.getAllocatedResource()) > 0) {
+      rt.signal();
+    }
   }
 
   public LeaseTable leases() {

@@ -282,6 +282,10 @@ public final class ThemisRuntime {
   }
 
   private void roundLoop() {
+    // Start the engine now, not at the first round: AMs register with its agents' endpoint
+    // before they ask for GPUs (an app in a round without its agent would be granted leases
+    // it never hears of).
+    engine.health();
     while (running) {
       lock.lock();
       try {
