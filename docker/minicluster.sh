@@ -15,6 +15,9 @@
 #   THEMIS_NMS        NodeManagers as "name:gpus:rack ..." (default "nm1:4:/rack1 nm2:2:/rack1 nm3:2:/rack2")
 #   THEMIS_MC_TIMEOUT seconds to wait for readiness (default 180)
 #   THEMIS_SCHEDULER, THEMIS_CONF_OVERRIDES: passed to the RM (see docker/bin/themis-daemon)
+#   THEMIS_MOUNT_SRC=1 bind-mount this checkout's themis/ package, docker/conf/yarn-site.xml and
+#                     RM plugin jar (rm-plugin/target) over the images' copies (iterate
+#                     without rebuilding the images)
 set -euo pipefail
 
 PREFIX=themis-mc
@@ -62,10 +65,20 @@ topology_file() {
   echo "$f"
 }
 
+SRC_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+SITE_PACKAGES=/opt/themis/venv/lib/python3.11/site-packages
+
 run() { # name image role [docker args...]
   local name=$1 image=$2 role=$3; shift 3
+  local mounts=()
+  if [[ ${THEMIS_MOUNT_SRC:-0} == 1 ]]; then
+    mounts=(-v "$SRC_ROOT/themis:$SITE_PACKAGES/themis:ro"
+      -v "$SRC_ROOT/docker/conf/yarn-site.xml:/opt/hadoop/conf.template/yarn-site.xml:ro")
+    local jar=$SRC_ROOT/rm-plugin/target/themis-rm-plugin-0.1.0.jar
+    [[ -f $jar ]] && mounts+=(-v "$jar:/opt/themis/plugin/themis-rm-plugin-0.1.0.jar:ro")
+  fi
   "$DOCKER" run -d --name "$PREFIX-$name" --label "$LABEL" --network host \
-    --stop-timeout 5 "$@" "$image" "$role" >/dev/null \
+    --stop-timeout 5 "${mounts[@]}" "$@" "$image" "$role" >/dev/null \
     || die "cannot start $PREFIX-$name"
 }
 
