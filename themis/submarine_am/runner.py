@@ -46,6 +46,7 @@ class Runner:
         self._child: subprocess.Popen[str] | None = None
         self._signalled = False
         self._profiler: Any = None
+        self._job_started = False  # the job's "start" event was seen
 
     # ---------------------------------------------------------------- job process
     def _signal_child(self, why: str) -> None:
@@ -74,11 +75,17 @@ class Runner:
                 except ValueError:
                     continue
                 if isinstance(e, dict) and "event" in e:
+                    if e["event"] == "start":
+                        self._job_started = True
                     self._add_event(e)
 
     # ---------------------------------------------------------------- reports
     def _progress(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
+        if not self._job_started:
+            # no event files before the job has started; importing the profiler now would
+            # take CPU from the job's own start (TensorFlow import, restore)
+            return out
         if self._profiler is None:
             try:
                 from themis.profiler import Profiler
