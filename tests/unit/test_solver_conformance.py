@@ -3,10 +3,19 @@ against exhaustive search), feasibility, exclusion of an app, and degenerate inp
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from themis.arbiter.solvers import Bundle, PackingProblem, Solver, SolverUnavailable, evaluate
+from themis.arbiter.solvers import (
+    Bundle,
+    PackingProblem,
+    Solution,
+    Solver,
+    SolverUnavailable,
+    evaluate,
+)
 from themis.arbiter.solvers.auto import BACKENDS, make_solver
 from themis.arbiter.solvers.bruteforce import BruteForceSolver
 
@@ -30,7 +39,7 @@ def solver(request: pytest.FixtureRequest) -> Solver:
 
 
 def test_open_source_backends_are_always_available() -> None:
-    assert {"highs", "bnb", "bruteforce"} <= set(_backends())
+    assert {"highs", "bnb", "lpbb", "bruteforce"} <= set(_backends())
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -96,14 +105,106 @@ def test_bnb_ties_go_to_the_earlier_bundle_and_parts_are_independent() -> None:
     assert sols[1].choice[0] == -1 and sols[1].choice[1:] == sols[0].choice[1:]
 
 
-@settings(max_examples=25, deadline=None)
-@given(problem=packing_problems())
-def test_fallback_keeps_the_solves_bnb_finished(problem: PackingProblem) -> None:
-    from themis.arbiter.solvers import FallbackSolver
-    from themis.arbiter.solvers.bnb import BranchAndBoundSolver
+def _budgeted(name: str) -> Solver:
+    if name == "bnb":
+        from themis.arbiter.solvers.bnb import BranchAndBoundSolver
 
-    chain = FallbackSolver(BranchAndBoundSolver(node_limit=3), BruteForceSolver(), quiet=True)
+        return BranchAndBoundSolver(node_limit=3)
+    from themis.arbiter.solvers.lpbb import LpBranchAndBound
+
+    return LpBranchAndBound(node_limit=1)
+
+
+@pytest.mark.parametrize("budgeted", ["bnb", "lpbb"])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(problem=packing_problems())
+def test_fallback_keeps_the_solves_a_budgeted_backend_finished(
+    budgeted: str, problem: PackingProblem
+) -> None:
+    from themis.arbiter.solvers import FallbackSolver
+
+    chain = FallbackSolver(_budgeted(budgeted), BruteForceSolver(), quiet=True)
     excluded = [None, *range(len(problem.apps))]
     for e, sol in zip(excluded, chain.solve_many(problem, excluded), strict=True):
         assert sol.objective == pytest.approx(BruteForceSolver().solve(problem, e).objective)
         assert e is None or sol.choice[e] == -1
+
+
+@settings(max_examples=25, deadline=None)
+@given(problem=packing_problems())
+def test_auto_fast_without_gurobi_is_exact(problem: PackingProblem) -> None:
+    """The open-source chain (bnb -> LP branch and bound -> HiGHS) that CI and users
+    without a Gurobi licence get, whatever this machine has installed."""
+    import themis.arbiter.solvers.auto as auto
+
+    def no_gurobi() -> Solver:
+        raise SolverUnavailable("not for this test")
+
+    real = auto._gurobi
+    auto._gurobi = no_gurobi
+    try:
+        chain = make_solver("auto-fast")
+    finally:
+        auto._gurobi = real
+    excluded = [None, *range(len(problem.apps))]
+    for e, sol in zip(excluded, chain.solve_many(problem, excluded), strict=True):
+        assert sol.objective == pytest.approx(BruteForceSolver().solve(problem, e).objective)
+        assert evaluate(problem, sol.choice) == pytest.approx(sol.objective)
+
+
+def test_lpbb_branches_on_a_fractional_relaxation() -> None:
+    """Three apps, each wanting two of three GPUs (an odd cycle): the LP relaxation is
+    worth 1.5 (every bundle at 1/2), the best packing 1. The LP branch and bound must
+    branch to find it; with a budget of one LP it gives up with SolverBudgetExceeded."""
+    from themis.arbiter.solvers.base import SolverBudgetExceeded
+    from themis.arbiter.solvers.lpbb import LpBranchAndBound
+
+    p = PackingProblem(3, ((Bundle(0b011, 1.0),), (Bundle(0b110, 1.0),), (Bundle(0b101, 1.0),)))
+    solver = LpBranchAndBound()
+    sol = solver.solve(p)
+    assert sol.objective == pytest.approx(1.0)
+    assert sum(c >= 0 for c in sol.choice) == 1
+    assert solver.nodes > 1
+    with pytest.raises(SolverBudgetExceeded):
+        LpBranchAndBound(node_limit=1).solve(p)
+
+
+class _Recorder(Solver):
+    """A fake back-end that records what it was asked; optionally fails on one app."""
+
+    def __init__(self, name: str, fail_on: int | None = None, budget: bool = True) -> None:
+        self.name = name
+        self.fail_on = fail_on
+        self.budget = budget
+        self.asked: list[int | None] = []
+
+    def solve(self, problem: PackingProblem, excluded: int | None = None) -> Solution:
+        return self.solve_many(problem, [excluded])[0]
+
+    def solve_many(
+        self, problem: PackingProblem, excluded: Sequence[int | None]
+    ) -> list[Solution]:
+        from themis.arbiter.solvers.base import SolverBudgetExceeded
+
+        done: list[Solution] = []
+        for e in excluded:
+            if e == self.fail_on:
+                cls = SolverBudgetExceeded if self.budget else SolverUnavailable
+                raise cls("too hard", done)
+            self.asked.append(e)
+            done.append(Solution((-1,) * len(problem.apps), 0.0))
+        return done
+
+
+@pytest.mark.parametrize("budget", [True, False])
+def test_fallback_hands_over_one_solve_on_budget_and_the_rest_otherwise(budget: bool) -> None:
+    from themis.arbiter.solvers import FallbackSolver
+
+    p = PackingProblem(1, tuple((Bundle(1, 1.0),) for _ in range(4)))
+    primary, fallback = _Recorder("p", fail_on=1, budget=budget), _Recorder("f")
+    out = FallbackSolver(primary, fallback, quiet=True).solve_many(p, [None, 0, 1, 2, 3])
+    assert len(out) == 5
+    if budget:  # only the solve over budget moves; the primary goes on with the next ones
+        assert primary.asked == [None, 0, 2, 3] and fallback.asked == [1]
+    else:  # unavailable (licence, not installed): everything from there on moves
+        assert primary.asked == [None, 0] and fallback.asked == [1, 2, 3]

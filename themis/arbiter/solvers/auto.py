@@ -10,6 +10,7 @@ from themis.arbiter.solvers.base import (
     PackingProblem,
     Solution,
     Solver,
+    SolverBudgetExceeded,
     SolverError,
     SolverUnavailable,
 )
@@ -50,18 +51,33 @@ class FallbackSolver(Solver):
     def solve_many(
         self, problem: PackingProblem, excluded: Sequence[int | None]
     ) -> list[Solution]:
-        done: tuple[Solution, ...] = ()
-        if self.primary is not None:
+        out: list[Solution] = []
+        todo = list(excluded)
+        fell = False
+        while todo and self.primary is not None:
             try:
-                out = self.primary.solve_many(problem, excluded)
-                self.last_used = self.primary.name
-                return out
+                out += self.primary.solve_many(problem, todo)
+                todo = []
+            except SolverBudgetExceeded as exc:
+                # one solve was too hard for the budget: hand over that one, go on
+                done = list(exc.done[: len(todo)])
+                out += done
+                k = len(done)
+                out += self.fallback.solve_many(problem, [todo[k]])
+                todo = todo[k + 1 :]
+                fell = True
             except SolverUnavailable as exc:
                 self._fall(exc)
-                done = exc.done[: len(excluded)]
-        self.last_used = self.fallback.name
-        rest = list(excluded[len(done) :])
-        return [*done, *(self.fallback.solve_many(problem, rest) if rest else [])]
+                done = list(exc.done[: len(todo)])
+                out += done
+                todo = todo[len(done) :]
+                break
+        if todo:
+            out += self.fallback.solve_many(problem, todo)
+            fell = True
+        self.last_used = self.fallback.name if fell or self.primary is None \
+            else self.primary.name
+        return out
 
 
 def _highs() -> Solver:
@@ -82,6 +98,12 @@ def _bnb() -> Solver:
     return BranchAndBoundSolver()
 
 
+def _lpbb() -> Solver:
+    from themis.arbiter.solvers.lpbb import LpBranchAndBound
+
+    return LpBranchAndBound()
+
+
 def _bruteforce() -> Solver:
     from themis.arbiter.solvers.bruteforce import BruteForceSolver
 
@@ -99,20 +121,25 @@ BACKENDS: dict[str, Callable[[], Solver]] = {
     "cpsat": _cpsat,
     "gurobi": _gurobi,
     "bnb": _bnb,
+    "lpbb": _lpbb,
     "bruteforce": _bruteforce,
 }
 OPEN_SOURCE_DEFAULT = "highs"
 FAST_NODE_LIMIT_GUROBI = 300  # auto-fast: bnb node budget before Gurobi
-FAST_NODE_LIMIT_HIGHS = 2_000  # ... before HiGHS (no usable Gurobi)
+FAST_NODE_LIMIT_OPEN = 100  # ... before the LP branch and bound (no usable Gurobi)
+FAST_LP_NODE_LIMIT = 128  # ... LP branch and bound budget (per solve) before HiGHS' MILP
 
 
 def make_solver(name: str = "auto") -> Solver:
-    """``auto`` | one of :data:`BACKENDS`. Unknown names raise SolverError listing the valid
-    ones; ``gurobi`` without gurobipy raises SolverUnavailable.
+    """``auto`` | ``auto-fast`` | one of :data:`BACKENDS`. Unknown names raise SolverError
+    listing the valid ones; ``gurobi`` without gurobipy raises SolverUnavailable.
 
     ``auto`` = Gurobi when gurobipy imports and its licence covers the model, else HiGHS
-    (the fallback is logged). ``auto-fast`` first tries the exact branch and bound with a
-    small node budget (fast on the small offers of most rounds), then ``auto``."""
+    (the fallback is logged). ``auto-fast`` = a chain of exact back-ends, each with a
+    per-solve budget, cheapest first: the pure-Python branch and bound (fast on the small
+    offers of most rounds), then, with Gurobi, ``auto``; without it, the LP-based branch
+    and bound over HiGHS' LP, then HiGHS' MILP. Budgets measured on the simulator's
+    hardest auctions (bench/RESULTS.md)."""
     if name in ("auto", "auto-fast"):
         try:
             primary: Solver | None = _gurobi()
@@ -124,11 +151,15 @@ def make_solver(name: str = "auto") -> Solver:
             return chain
         from themis.arbiter.solvers.bnb import BranchAndBoundSolver
 
-        # Budget measured on the full Workload-2 simulation (bench/RESULTS.md): with
-        # Gurobi behind it, hard packings are better handed over early; HiGHS is ~10x
-        # slower per solve, so the branch and bound gets more room before it.
-        limit = FAST_NODE_LIMIT_GUROBI if primary is not None else FAST_NODE_LIMIT_HIGHS
-        return FallbackSolver(BranchAndBoundSolver(node_limit=limit), chain, quiet=True)
+        if primary is not None:
+            return FallbackSolver(BranchAndBoundSolver(node_limit=FAST_NODE_LIMIT_GUROBI),
+                                  chain, quiet=True)
+        from themis.arbiter.solvers.lpbb import LpBranchAndBound
+
+        lp_then_milp = FallbackSolver(LpBranchAndBound(node_limit=FAST_LP_NODE_LIMIT), chain,
+                                      quiet=True)
+        return FallbackSolver(BranchAndBoundSolver(node_limit=FAST_NODE_LIMIT_OPEN),
+                              lp_then_milp, quiet=True)
     if name not in BACKENDS:
         valid = ", ".join(["auto", "auto-fast", *sorted(BACKENDS)])
         raise SolverError(f"unknown solver {name!r}; valid: {valid}")

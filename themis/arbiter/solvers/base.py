@@ -32,6 +32,12 @@ class SolverUnavailable(SolverError):
         self.done = tuple(done)
 
 
+class SolverBudgetExceeded(SolverUnavailable):
+    """A budgeted back-end (node limit) gave up on *one* solve; unlike other
+    unavailability it says nothing about the next solve, so a fallback chain hands over
+    only the solve that failed and then tries the budgeted back-end again."""
+
+
 @dataclass(frozen=True, slots=True)
 class Bundle:
     mask: int  # bit g set <=> GPU index g is in the bundle

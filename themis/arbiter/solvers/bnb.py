@@ -32,6 +32,7 @@ from themis.arbiter.solvers.base import (
     PackingProblem,
     Solution,
     Solver,
+    SolverBudgetExceeded,
     SolverUnavailable,
 )
 
@@ -146,7 +147,7 @@ class BranchAndBoundSolver(Solver):
         try:
             self._solve_each(problem, excluded, comps, comp_of, base, out)
         except SolverUnavailable as exc:
-            raise SolverUnavailable(str(exc), out) from None
+            raise type(exc)(str(exc), out) from None
         return out
 
     def _solve_each(
@@ -272,7 +273,7 @@ class BranchAndBoundSolver(Solver):
                 return
             nodes += 1
             if nodes > limit:
-                raise SolverUnavailable(f"bnb: node limit {limit} reached")
+                raise SolverBudgetExceeded(f"bnb: node limit {limit} reached")
             if value + cap[k][(relevant[k] & ~used).bit_count()] <= best_val + tol:
                 return
             if value + bound(k, used) <= best_val + tol:

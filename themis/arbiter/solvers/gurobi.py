@@ -40,9 +40,47 @@ class GurobiSolver(Solver):
             self._env = gp.Env(params={"OutputFlag": 0, "Threads": 1})
         except gp.GurobiError as exc:  # no licence at all
             raise SolverUnavailable(f"gurobi: cannot start an environment: {exc}") from exc
+        # the last problem's model: the auction's solves come in one or two calls (and a
+        # fallback chain may hand them over one at a time)
+        self._last: tuple[PackingProblem, Any, list[tuple[int, int, Any]],
+                          dict[int, list[Any]]] | None = None
 
     def solve(self, problem: PackingProblem, excluded: int | None = None) -> Solution:
         return self.solve_many(problem, [excluded])[0]
+
+    def _build(self, problem: PackingProblem) -> tuple[Any, list[tuple[int, int, Any]],
+                                                       dict[int, list[Any]]]:
+        m = gp.Model(env=self._env)
+        m.Params.MIPGap = 0.0
+        m.Params.MIPGapAbs = 1e-9
+        # Small set-packing models solve ~2x faster without presolve, cuts and
+        # heuristics (measured on 60 simulator auctions, same optima); large ones need
+        # them (256 GPUs x 50 apps: p95 1.5 s with, 24 s without; bench_auction.py).
+        # Exactness comes from the zero gap, not from these.
+        if problem.n_bundles <= SMALL_MODEL_BUNDLES:
+            m.Params.Presolve = 0
+            m.Params.Cuts = 0
+            m.Params.Heuristics = 0
+        xs: list[tuple[int, int, Any]] = []
+        app_vars: dict[int, list[Any]] = {}
+        by_gpu: dict[int, list[Any]] = {}
+        for i, bundles in enumerate(problem.apps):
+            if not bundles:
+                continue
+            row = []
+            for j, b in enumerate(bundles):
+                x = m.addVar(vtype=gp.GRB.BINARY, obj=b.gain)
+                xs.append((i, j, x))
+                row.append(x)
+                for g in bits(b.mask):
+                    by_gpu.setdefault(g, []).append(x)
+            app_vars[i] = row
+            m.addConstr(gp.quicksum(row) <= 1)
+        for vs in by_gpu.values():
+            if len(vs) > 1:
+                m.addConstr(gp.quicksum(vs) <= 1)
+        m.ModelSense = gp.GRB.MAXIMIZE
+        return m, xs, app_vars
 
     def solve_many(
         self, problem: PackingProblem, excluded: Sequence[int | None]
@@ -52,53 +90,31 @@ class GurobiSolver(Solver):
         if problem.n_bundles == 0:
             return [Solution((-1,) * len(problem.apps), 0.0) for _ in excluded]
         try:
-            m = gp.Model(env=self._env)
-            m.Params.MIPGap = 0.0
-            m.Params.MIPGapAbs = 1e-9
-            # Small set-packing models solve ~2x faster without presolve, cuts and
-            # heuristics (measured on 60 simulator auctions, same optima); large ones need
-            # them (256 GPUs x 50 apps: p95 1.5 s with, 24 s without; bench_auction.py).
-            # Exactness comes from the zero gap, not from these.
-            if problem.n_bundles <= SMALL_MODEL_BUNDLES:
-                m.Params.Presolve = 0
-                m.Params.Cuts = 0
-                m.Params.Heuristics = 0
-            xs: list[tuple[int, int, Any]] = []
-            app_vars: dict[int, list[Any]] = {}
-            by_gpu: dict[int, list[Any]] = {}
-            for i, bundles in enumerate(problem.apps):
-                if not bundles:
-                    continue
-                row = []
-                for j, b in enumerate(bundles):
-                    x = m.addVar(vtype=gp.GRB.BINARY, obj=b.gain)
-                    xs.append((i, j, x))
-                    row.append(x)
-                    for g in bits(b.mask):
-                        by_gpu.setdefault(g, []).append(x)
-                app_vars[i] = row
-                m.addConstr(gp.quicksum(row) <= 1)
-            for vs in by_gpu.values():
-                if len(vs) > 1:
-                    m.addConstr(gp.quicksum(vs) <= 1)
-            m.ModelSense = gp.GRB.MAXIMIZE
+            if self._last is not None and self._last[0] is problem:
+                _, m, xs, app_vars = self._last  # the same auction's next solves
+            else:
+                m, xs, app_vars = self._build(problem)
+                self._last = (problem, m, xs, app_vars)
             out = []
             for e in excluded:
                 fixed = app_vars.get(e, []) if e is not None else []
                 for x in fixed:
                     x.UB = 0.0
-                m.optimize()
-                if m.Status != gp.GRB.OPTIMAL:
-                    raise SolverError(f"gurobi: status {m.Status}")
-                choice = [-1] * len(problem.apps)
-                total = 0.0
-                for i, j, x in xs:
-                    if x.X > 0.5:
-                        choice[i] = j
-                        total += problem.apps[i][j].gain
-                out.append(Solution(tuple(choice), total))
-                for x in fixed:
-                    x.UB = 1.0
+                try:
+                    m.optimize()
+                    if m.Status != gp.GRB.OPTIMAL:
+                        raise SolverError(f"gurobi: status {m.Status}")
+                    choice = [-1] * len(problem.apps)
+                    total = 0.0
+                    for i, j, x in xs:
+                        if x.X > 0.5:
+                            choice[i] = j
+                            total += problem.apps[i][j].gain
+                    out.append(Solution(tuple(choice), total))
+                finally:
+                    for x in fixed:
+                        x.UB = 1.0
             return out
         except gp.GurobiError as exc:
+            self._last = None
             raise SolverUnavailable(f"gurobi: {exc}") from exc

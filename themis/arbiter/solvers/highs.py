@@ -38,6 +38,9 @@ class HighsSolver(Solver):
         if not _HAVE_HIGHS:
             raise SolverUnavailable(f"highspy cannot be imported: {_IMPORT_ERROR}")
         self.threads = threads
+        # the last problem's model, re-used by the same auction's next solves
+        self._last: tuple[PackingProblem, object, list[tuple[int, int]],
+                          dict[int, list[int]]] | None = None
 
     def _build(self, problem: PackingProblem) -> tuple[object, list[tuple[int, int]]]:
         cols: list[tuple[int, int]] = []  # (app, bundle) per column
@@ -100,17 +103,23 @@ class HighsSolver(Solver):
     ) -> list[Solution]:
         if problem.n_bundles == 0:
             return [Solution((-1,) * len(problem.apps), 0.0) for _ in excluded]
-        h, cols = self._build(problem)
-        app_cols: dict[int, list[int]] = {}
-        for c, (i, _) in enumerate(cols):
-            app_cols.setdefault(i, []).append(c)
+        if self._last is not None and self._last[0] is problem:
+            _, h, cols, app_cols = self._last  # the same auction's next solves
+        else:
+            h, cols = self._build(problem)
+            app_cols = {}
+            for c, (i, _) in enumerate(cols):
+                app_cols.setdefault(i, []).append(c)
+            self._last = (problem, h, cols, app_cols)
         out = []
         for e in excluded:
             idx = app_cols.get(e, []) if e is not None else []
+            arr = np.array(idx, dtype=np.int32)
             if idx:
-                arr = np.array(idx, dtype=np.int32)
                 h.changeColsBounds(len(idx), arr, np.zeros(len(idx)), np.zeros(len(idx)))  # type: ignore[attr-defined]
-            out.append(self._run(h, cols, problem))
-            if idx:
-                h.changeColsBounds(len(idx), arr, np.zeros(len(idx)), np.ones(len(idx)))  # type: ignore[attr-defined]
+            try:
+                out.append(self._run(h, cols, problem))
+            finally:
+                if idx:
+                    h.changeColsBounds(len(idx), arr, np.zeros(len(idx)), np.ones(len(idx)))  # type: ignore[attr-defined]
         return out
