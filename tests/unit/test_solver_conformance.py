@@ -16,7 +16,7 @@ from themis.arbiter.solvers import (
     SolverUnavailable,
     evaluate,
 )
-from themis.arbiter.solvers.auto import BACKENDS, make_solver
+from themis.arbiter.solvers.auto import BACKENDS, CHAINS, make_solver
 from themis.arbiter.solvers.bruteforce import BruteForceSolver
 
 from ._instances import packing_problems
@@ -24,7 +24,7 @@ from ._instances import packing_problems
 
 def _backends() -> list[str]:
     names = []
-    for name in [*sorted(BACKENDS), "auto", "auto-fast"]:
+    for name in [*sorted(BACKENDS), *CHAINS]:
         try:
             make_solver(name)
         except SolverUnavailable:
@@ -39,7 +39,7 @@ def solver(request: pytest.FixtureRequest) -> Solver:
 
 
 def test_open_source_backends_are_always_available() -> None:
-    assert {"highs", "bnb", "lpbb", "bruteforce"} <= set(_backends())
+    assert {"highs", "bnb", "lpbb", "bruteforce", "open-fast"} <= set(_backends())
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -128,28 +128,6 @@ def test_fallback_keeps_the_solves_a_budgeted_backend_finished(
     for e, sol in zip(excluded, chain.solve_many(problem, excluded), strict=True):
         assert sol.objective == pytest.approx(BruteForceSolver().solve(problem, e).objective)
         assert e is None or sol.choice[e] == -1
-
-
-@settings(max_examples=25, deadline=None)
-@given(problem=packing_problems())
-def test_auto_fast_without_gurobi_is_exact(problem: PackingProblem) -> None:
-    """The open-source chain (bnb -> LP branch and bound -> HiGHS) that CI and users
-    without a Gurobi licence get, whatever this machine has installed."""
-    import themis.arbiter.solvers.auto as auto
-
-    def no_gurobi() -> Solver:
-        raise SolverUnavailable("not for this test")
-
-    real = auto._gurobi
-    auto._gurobi = no_gurobi
-    try:
-        chain = make_solver("auto-fast")
-    finally:
-        auto._gurobi = real
-    excluded = [None, *range(len(problem.apps))]
-    for e, sol in zip(excluded, chain.solve_many(problem, excluded), strict=True):
-        assert sol.objective == pytest.approx(BruteForceSolver().solve(problem, e).objective)
-        assert evaluate(problem, sol.choice) == pytest.approx(sol.objective)
 
 
 def test_lpbb_branches_on_a_fractional_relaxation() -> None:

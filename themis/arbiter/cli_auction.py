@@ -164,8 +164,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--solver",
         default=None,
-        help="solver back-end: auto (Gurobi if licensed, else HiGHS), auto-fast, highs, "
-        "gurobi, bnb, bruteforce; overrides the input's 'solver' field",
+        help="solver: auto (Gurobi if licensed, else HiGHS), auto-fast (fast exact chain, "
+        "Gurobi when licensed), open-fast (open-source chain), highs, gurobi, lpbb, bnb, "
+        "cpsat, bruteforce (docs/mechanism.md); overrides the input's 'solver' field",
     )
     p.add_argument("--indent", type=int, default=2, help="JSON indentation (0: one line)")
     p.set_defaults(func=main)

@@ -130,37 +130,51 @@ FAST_NODE_LIMIT_OPEN = 100  # ... before the LP branch and bound (no usable Guro
 FAST_LP_NODE_LIMIT = 128  # ... LP branch and bound budget (per solve) before HiGHS' MILP
 
 
-def make_solver(name: str = "auto") -> Solver:
-    """``auto`` | ``auto-fast`` | one of :data:`BACKENDS`. Unknown names raise SolverError
-    listing the valid ones; ``gurobi`` without gurobipy raises SolverUnavailable.
+def _open_fast() -> Solver:
+    """bnb -> LP branch and bound -> HiGHS' MILP: every back-end open source."""
+    from themis.arbiter.solvers.bnb import BranchAndBoundSolver
+    from themis.arbiter.solvers.lpbb import LpBranchAndBound
 
-    ``auto`` = Gurobi when gurobipy imports and its licence covers the model, else HiGHS
-    (the fallback is logged). ``auto-fast`` = a chain of exact back-ends, each with a
-    per-solve budget, cheapest first: the pure-Python branch and bound (fast on the small
-    offers of most rounds), then, with Gurobi, ``auto``; without it, the LP-based branch
-    and bound over HiGHS' LP, then HiGHS' MILP. Budgets measured on the simulator's
-    hardest auctions (bench/RESULTS.md)."""
+    lp_then_milp = FallbackSolver(LpBranchAndBound(node_limit=FAST_LP_NODE_LIMIT),
+                                  BACKENDS[OPEN_SOURCE_DEFAULT](), quiet=True)
+    return FallbackSolver(BranchAndBoundSolver(node_limit=FAST_NODE_LIMIT_OPEN), lp_then_milp,
+                          quiet=True)
+
+
+CHAINS = ("auto", "auto-fast", "open-fast")
+
+
+def make_solver(name: str = "auto") -> Solver:
+    """One of :data:`CHAINS` or :data:`BACKENDS`. Unknown names raise SolverError listing
+    the valid ones; ``gurobi`` without gurobipy raises SolverUnavailable.
+
+    * ``auto``: Gurobi when gurobipy imports and its licence covers the model, else HiGHS
+      (the fallback is logged).
+    * ``open-fast``: a chain of exact open-source back-ends, each with a per-solve
+      budget, cheapest first: the pure-Python branch and bound (fast on the small offers
+      of most rounds), the LP-based branch and bound over HiGHS' LP, HiGHS' MILP.
+    * ``auto-fast``: with Gurobi, the pure-Python branch and bound, then ``auto``;
+      without it, ``open-fast``.
+
+    Budgets measured on the simulator's hardest auctions (bench/RESULTS.md)."""
+    if name == "open-fast":
+        return _open_fast()
     if name in ("auto", "auto-fast"):
         try:
             primary: Solver | None = _gurobi()
         except SolverUnavailable as exc:
             log.info("gurobi not used: %s", exc)
             primary = None
+        if name == "auto-fast" and primary is None:
+            return _open_fast()
         chain = FallbackSolver(primary, BACKENDS[OPEN_SOURCE_DEFAULT]())
         if name == "auto":
             return chain
         from themis.arbiter.solvers.bnb import BranchAndBoundSolver
 
-        if primary is not None:
-            return FallbackSolver(BranchAndBoundSolver(node_limit=FAST_NODE_LIMIT_GUROBI),
-                                  chain, quiet=True)
-        from themis.arbiter.solvers.lpbb import LpBranchAndBound
-
-        lp_then_milp = FallbackSolver(LpBranchAndBound(node_limit=FAST_LP_NODE_LIMIT), chain,
-                                      quiet=True)
-        return FallbackSolver(BranchAndBoundSolver(node_limit=FAST_NODE_LIMIT_OPEN),
-                              lp_then_milp, quiet=True)
+        return FallbackSolver(BranchAndBoundSolver(node_limit=FAST_NODE_LIMIT_GUROBI), chain,
+                              quiet=True)
     if name not in BACKENDS:
-        valid = ", ".join(["auto", "auto-fast", *sorted(BACKENDS)])
+        valid = ", ".join([*CHAINS, *sorted(BACKENDS)])
         raise SolverError(f"unknown solver {name!r}; valid: {valid}")
     return BACKENDS[name]()

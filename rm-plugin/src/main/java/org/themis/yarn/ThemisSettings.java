@@ -28,7 +28,9 @@ public final class ThemisSettings {
   public static final String ENGINE_ENABLED = PREFIX + "engine-enabled";
   public static final String MONITOR_INTERVAL_MS = PREFIX + "monitor-interval-ms";
 
-  public static final Set<String> SOLVERS = Set.of("auto", "highs", "gurobi");
+  /** Solver chains and back-ends of themis.arbiter.solvers.make_solver usable in the RM. */
+  public static final Set<String> SOLVERS =
+      Set.of("auto-fast", "open-fast", "auto", "highs", "gurobi", "lpbb");
 
   private final double fairnessKnob;
   private final long leaseDurationMs;
@@ -53,9 +55,10 @@ public final class ThemisSettings {
     }
     leaseDurationMs = readLong(conf, LEASE_DURATION_MS, 600_000L, 1L);
     gracePeriodMs = readLong(conf, GRACE_PERIOD_MS, 30_000L, 0L);
-    String s = conf.getTrimmed(SOLVER, "auto").toLowerCase(Locale.ROOT);
+    String s = conf.getTrimmed(SOLVER, "auto-fast").toLowerCase(Locale.ROOT);
     if (!SOLVERS.contains(s)) {
-      throw bad(SOLVER, conf.get(SOLVER), "must be one of auto, highs, gurobi");
+      throw bad(SOLVER, conf.get(SOLVER),
+          "must be one of auto-fast, open-fast, auto, highs, gurobi, lpbb");
     }
     solver = s;
     pythonExecutable = readNonEmpty(conf, PYTHON_EXECUTABLE, "python3");

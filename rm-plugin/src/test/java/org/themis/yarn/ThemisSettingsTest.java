@@ -17,7 +17,7 @@ class ThemisSettingsTest {
     assertEquals(0.8, s.fairnessKnob());
     assertEquals(600_000L, s.leaseDurationMs());
     assertEquals(30_000L, s.gracePeriodMs());
-    assertEquals("auto", s.solver());
+    assertEquals("auto-fast", s.solver());
     assertEquals("python3", s.pythonExecutable());
     assertEquals("-m themis.yarn.engine", s.engineCommand());
     assertEquals(8642, s.agentPort());
