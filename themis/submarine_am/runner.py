@@ -8,6 +8,14 @@ AM's answer says ``stop`` (the app lost the GPUs: lease expiry, preemption) it s
 job SIGTERM, so the job checkpoints to HDFS and exits; the container then ends and the GPUs
 are free. SIGTERM to the runner itself (NM stopping the container) is forwarded the same way.
 
+Start-up slots: a job's start (Python, TensorFlow import, restore) is CPU-bound and
+single-threaded, and jobs moved at a lease end start together. Running more start-ups at
+once than the node has cores only slows every one of them down, so the runner takes one of
+``--start-slots`` node-wide slots (``flock`` on files in ``--slot-dir``; default: one per
+CPU core of the node; 0 = no limit) before it starts the job and gives it back when the job
+reports ``start`` (or exits). It keeps reporting to the AM while it waits, and waits at most
+``--slot-wait`` seconds.
+
 Exit status: the job's.
 """
 
@@ -15,12 +23,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
 import json
 import logging
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -33,7 +43,8 @@ log = logging.getLogger("themis.submarine_am.runner")
 
 class Runner:
     def __init__(self, am_url: str, job_id: str, run_id: int, logdir: Path,
-                 command: list[str], report_every: float = 1.0) -> None:
+                 command: list[str], report_every: float = 1.0, start_slots: int = 0,
+                 slot_dir: str = "", slot_wait: float = 60.0) -> None:
         self.am_url = am_url.rstrip("/")
         self.job_id = job_id
         self.run_id = run_id
@@ -47,6 +58,11 @@ class Runner:
         self._signalled = False
         self._profiler: Any = None
         self._job_started = False  # the job's "start" event was seen
+        self.start_slots = start_slots
+        self.slot_dir = slot_dir or tempfile.gettempdir()
+        self.slot_wait = slot_wait
+        self._slot: int | None = None  # fd of the start-up slot held
+        self._stop_early = threading.Event()  # stop asked before the job was started
 
     # ---------------------------------------------------------------- job process
     def _signal_child(self, why: str) -> None:
@@ -77,6 +93,7 @@ class Runner:
                 if isinstance(e, dict) and "event" in e:
                     if e["event"] == "start":
                         self._job_started = True
+                        self._release_slot()
                     self._add_event(e)
 
     # ---------------------------------------------------------------- reports
@@ -125,12 +142,75 @@ class Runner:
             del self._events[: len(events)]
         return bool(answer.get("stop"))
 
+    # ---------------------------------------------------------------- start-up slots
+    def _try_slot(self) -> int | None:
+        for i in range(self.start_slots):
+            path = os.path.join(self.slot_dir, f"themis-job-start.{i}.lock")
+            fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o666)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return fd
+            except OSError:
+                os.close(fd)
+        return None
+
+    def _wait_for_slot(self) -> bool:
+        """Takes a start-up slot (or gives up waiting); False when the AM asked to stop."""
+        if self.start_slots <= 0:
+            return True
+        t0 = time.monotonic()
+        last = t0
+        while True:
+            try:
+                self._slot = self._try_slot()
+            except OSError as e:  # no slot directory: no limit
+                log.warning("start-up slots unavailable (%s): starting at once", e)
+                return True
+            now = time.monotonic()
+            if self._slot is not None:
+                if now - t0 > 0.05:
+                    log.info("waited %.2fs for a start-up slot", now - t0)
+                return True
+            if now - t0 > self.slot_wait:
+                log.warning("no start-up slot after %.0fs: starting anyway", now - t0)
+                return True
+            if self._stop_early.is_set():
+                return False
+            if now - last >= self.report_every:
+                last = now
+                if self.report():
+                    return False
+            time.sleep(0.05)
+
+    def _release_slot(self) -> None:
+        with self._lock:  # the pump thread and the main thread both give it back
+            fd, self._slot = self._slot, None
+        if fd is not None:
+            os.close(fd)  # closing the descriptor releases the flock
+
     # ---------------------------------------------------------------- main
     def run(self) -> int:
         self.logdir.mkdir(parents=True, exist_ok=True)
-        signal.signal(signal.SIGTERM, lambda s, f: self._signal_child("SIGTERM to the runner"))
-        signal.signal(signal.SIGINT, lambda s, f: self._signal_child("SIGINT to the runner"))
+
+        def on_signal(why: str) -> None:
+            if self._child is None:
+                self._stop_early.set()
+            self._signal_child(why)
+
+        signal.signal(signal.SIGTERM, lambda s, f: on_signal("SIGTERM to the runner"))
+        signal.signal(signal.SIGINT, lambda s, f: on_signal("SIGINT to the runner"))
         self._add_event({"event": "runner-start", "pid": os.getpid()})
+        if not self._wait_for_slot() or self._stop_early.is_set():
+            log.info("job %s stopped before it started", self.job_id)
+            self._add_event({"event": "runner-exit", "status": 0})
+            self.report(final=True)
+            return 0
+        try:
+            return self._run_job()
+        finally:
+            self._release_slot()
+
+    def _run_job(self) -> int:
         self._child = subprocess.Popen(self.command, stdout=subprocess.PIPE, text=True,
                                        start_new_session=True, bufsize=1)
         pump = threading.Thread(target=self._pump_stdout, args=(self._child.stdout,),
@@ -145,6 +225,7 @@ class Runner:
             if self.report():
                 self._signal_child("asked by the AM")
         pump.join(timeout=5)
+        self._release_slot()
         self._add_event({"event": "runner-exit", "status": rc})
         for _ in range(3):  # the AM may be briefly unreachable
             with self._lock:
@@ -168,6 +249,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--run-id", type=int, default=0)
     p.add_argument("--logdir", type=Path, default=Path("tflogs"))
     p.add_argument("--report-every", type=float, default=1.0)
+    p.add_argument("--start-slots", type=int, default=-1,
+                   help="job start-ups at once on this node (default: its CPU cores; 0: no "
+                        "limit)")
+    p.add_argument("--slot-dir", default="", help="where the slot lock files live "
+                   "(default: the temporary directory, shared by the node's containers)")
+    p.add_argument("--slot-wait", type=float, default=60.0,
+                   help="start anyway after waiting this long for a slot")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- the job command")
     args = p.parse_args(argv)
     cmd = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -175,7 +263,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.error("no job command after --")
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    return Runner(args.am, args.job_id, args.run_id, args.logdir, cmd, args.report_every).run()
+    slots = (os.cpu_count() or 1) if args.start_slots < 0 else args.start_slots
+    return Runner(args.am, args.job_id, args.run_id, args.logdir, cmd, args.report_every,
+                  start_slots=slots, slot_dir=args.slot_dir, slot_wait=args.slot_wait).run()
 
 
 if __name__ == "__main__":
