@@ -84,9 +84,10 @@ def main() -> int:
             if times:
                 med = statistics.median(times)
                 rows.append({"what": "auction", "gpus": n_gpus, "apps": n_apps,
-                             "backend": getattr(solver, "name", name) if name != "auto-fast" else name,
+                             "backend": name,
                              "median_ms": med, "p95_ms": pct(times, 0.95), "n": len(times),
-                             "vs_paper_median": PAPER_AUCTION_MS[0] / med, "note": note})
+                             "vs_paper_median": PAPER_AUCTION_MS[0] / med,
+                             "note": note or (f"last solve: {solver.name}" if solver.name != name else "")})
             else:
                 rows.append({"what": "auction", "gpus": n_gpus, "apps": n_apps, "backend": name,
                              "median_ms": float("nan"), "p95_ms": float("nan"), "n": 0,

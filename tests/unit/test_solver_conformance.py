@@ -186,3 +186,22 @@ def test_fallback_hands_over_one_solve_on_budget_and_the_rest_otherwise(budget: 
         assert primary.asked == [None, 0, 2, 3] and fallback.asked == [1]
     else:  # unavailable (licence, not installed): everything from there on moves
         assert primary.asked == [None, 0] and fallback.asked == [1, 2, 3]
+
+
+@pytest.mark.parametrize("budgeted", ["bnb", "lpbb"])
+def test_a_zero_budget_for_large_models_hands_them_over_at_once(budgeted: str) -> None:
+    from themis.arbiter.solvers.base import LARGE_MODEL_BUNDLES, SolverBudgetExceeded
+    from themis.arbiter.solvers.bnb import BranchAndBoundSolver
+    from themis.arbiter.solvers.lpbb import LpBranchAndBound
+
+    def make() -> Solver:
+        if budgeted == "bnb":
+            return BranchAndBoundSolver(1000, 0)
+        return LpBranchAndBound(1000, 0)
+
+    small = PackingProblem(2, ((Bundle(0b01, 1.0), Bundle(0b11, 1.5)), (Bundle(0b10, 1.0),)))
+    assert make().solve(small).objective == pytest.approx(2.0)
+    n = LARGE_MODEL_BUNDLES + 1
+    large = PackingProblem(n, tuple((Bundle(1 << k, 1.0),) for k in range(n)))
+    with pytest.raises(SolverBudgetExceeded):
+        make().solve(large)

@@ -128,6 +128,12 @@ OPEN_SOURCE_DEFAULT = "highs"
 FAST_NODE_LIMIT_GUROBI = 300  # auto-fast: bnb node budget before Gurobi
 FAST_NODE_LIMIT_OPEN = 100  # ... before the LP branch and bound (no usable Gurobi)
 FAST_LP_NODE_LIMIT = 128  # ... LP branch and bound budget (per solve) before HiGHS' MILP
+# Models of more than base.LARGE_MODEL_BUNDLES bundles (large contested offers, e.g.
+# 256 GPUs x 50 apps): symmetric alternatives make both branch and bounds explode (and
+# the pure-Python one's set-up alone costs ~5 ms a solve there), so the MILP solvers,
+# whose cuts close these gaps at the root, take them directly.
+FAST_NODE_LIMIT_LARGE = 0
+FAST_LP_NODE_LIMIT_LARGE = 0
 
 
 def _open_fast() -> Solver:
@@ -135,10 +141,11 @@ def _open_fast() -> Solver:
     from themis.arbiter.solvers.bnb import BranchAndBoundSolver
     from themis.arbiter.solvers.lpbb import LpBranchAndBound
 
-    lp_then_milp = FallbackSolver(LpBranchAndBound(node_limit=FAST_LP_NODE_LIMIT),
-                                  BACKENDS[OPEN_SOURCE_DEFAULT](), quiet=True)
-    return FallbackSolver(BranchAndBoundSolver(node_limit=FAST_NODE_LIMIT_OPEN), lp_then_milp,
-                          quiet=True)
+    lp_then_milp = FallbackSolver(
+        LpBranchAndBound(FAST_LP_NODE_LIMIT, FAST_LP_NODE_LIMIT_LARGE),
+        BACKENDS[OPEN_SOURCE_DEFAULT](), quiet=True)
+    return FallbackSolver(BranchAndBoundSolver(FAST_NODE_LIMIT_OPEN, FAST_NODE_LIMIT_LARGE),
+                          lp_then_milp, quiet=True)
 
 
 CHAINS = ("auto", "auto-fast", "open-fast")
@@ -172,8 +179,9 @@ def make_solver(name: str = "auto") -> Solver:
             return chain
         from themis.arbiter.solvers.bnb import BranchAndBoundSolver
 
-        return FallbackSolver(BranchAndBoundSolver(node_limit=FAST_NODE_LIMIT_GUROBI), chain,
-                              quiet=True)
+        return FallbackSolver(
+            BranchAndBoundSolver(FAST_NODE_LIMIT_GUROBI, FAST_NODE_LIMIT_LARGE), chain,
+            quiet=True)
     if name not in BACKENDS:
         valid = ", ".join([*CHAINS, *sorted(BACKENDS)])
         raise SolverError(f"unknown solver {name!r}; valid: {valid}")

@@ -32,6 +32,19 @@ class SolverUnavailable(SolverError):
         self.done = tuple(done)
 
 
+LARGE_MODEL_BUNDLES = 400  # budgeted back-ends may use a smaller budget beyond this
+
+
+def node_budget(problem: PackingProblem, node_limit: int, node_limit_large: int | None) -> int:
+    """The per-solve node budget of a budgeted back-end for ``problem``: ``node_limit``,
+    or ``node_limit_large`` (when given) for models of more than LARGE_MODEL_BUNDLES
+    bundles, where every node costs more and a MILP solver's cuts pay off sooner. A
+    budget of 0 means: do not try (raise SolverBudgetExceeded at once)."""
+    if node_limit_large is not None and problem.n_bundles > LARGE_MODEL_BUNDLES:
+        return node_limit_large
+    return node_limit
+
+
 class SolverBudgetExceeded(SolverUnavailable):
     """A budgeted back-end (node limit) gave up on *one* solve; unlike other
     unavailability it says nothing about the next solve, so a fallback chain hands over

@@ -34,6 +34,7 @@ from themis.arbiter.solvers.base import (
     Solver,
     SolverBudgetExceeded,
     SolverUnavailable,
+    node_budget,
 )
 
 
@@ -119,8 +120,9 @@ def capacity_bounds(
 class BranchAndBoundSolver(Solver):
     name = "bnb"
 
-    def __init__(self, node_limit: int = 200_000) -> None:
+    def __init__(self, node_limit: int = 200_000, node_limit_large: int | None = None) -> None:
         self.node_limit = node_limit
+        self.node_limit_large = node_limit_large  # see base.node_budget
         self.nodes = 0  # nodes explored by the last solve/solve_many (statistics)
         # The last problem solved, its components and their optima (problems are
         # immutable; the auction asks for the optimum, then for the solves without
@@ -136,6 +138,9 @@ class BranchAndBoundSolver(Solver):
         self, problem: PackingProblem, excluded: Sequence[int | None]
     ) -> list[Solution]:
         self.nodes = 0
+        if excluded and node_budget(problem, self.node_limit, self.node_limit_large) <= 0:
+            raise SolverBudgetExceeded(f"bnb: no budget for a model of {problem.n_bundles} "
+                                       "bundles")
         if self._last is not None and self._last[0] is problem:
             _, comps, base = self._last  # the auction's N+1 solves: reuse the optimum
         else:
@@ -247,7 +252,7 @@ class BranchAndBoundSolver(Solver):
 
         pick = [-1] * m
         nodes = 0
-        limit = self.node_limit
+        limit = node_budget(problem, self.node_limit, self.node_limit_large)
         tol = 1e-12 * max(1.0, abs(best_val))
         memo: dict[tuple[int, int], float] = {}
 

@@ -36,6 +36,7 @@ from themis.arbiter.solvers.base import (
     SolverError,
     SolverUnavailable,
     bits,
+    node_budget,
 )
 
 try:  # pragma: no cover - import guard
@@ -144,10 +145,11 @@ class _Relaxation:
 class LpBranchAndBound(Solver):
     name = "lpbb"
 
-    def __init__(self, node_limit: int = 100_000) -> None:
+    def __init__(self, node_limit: int = 100_000, node_limit_large: int | None = None) -> None:
         if not _HAVE_HIGHS:
             raise SolverUnavailable(f"highspy cannot be imported: {_IMPORT_ERROR}")
         self.node_limit = node_limit
+        self.node_limit_large = node_limit_large  # see base.node_budget
         self.nodes = 0  # LP solves of the last call (statistics)
         # The last problem, its relaxation and its optimum: the auction asks for the
         # optimum, then (in a second call) for the solves without each winner.
@@ -160,6 +162,9 @@ class LpBranchAndBound(Solver):
         self, problem: PackingProblem, excluded: Sequence[int | None]
     ) -> list[Solution]:
         self.nodes = 0
+        if excluded and node_budget(problem, self.node_limit, self.node_limit_large) <= 0:
+            raise SolverBudgetExceeded(f"lpbb: no budget for a model of {problem.n_bundles} "
+                                       "bundles")
         if problem.n_bundles == 0:
             return [Solution((-1,) * len(problem.apps), 0.0) for _ in excluded]
         if self._last is not None and self._last[0] is problem:
@@ -194,12 +199,15 @@ class LpBranchAndBound(Solver):
         if hint is not None:
             best_choice = list(hint)
             best_val = sum(problem.apps[i][c].gain for i, c in enumerate(hint) if c >= 0)
+        limit = node_budget(problem, self.node_limit, self.node_limit_large)
         stack = [(lo0, hi0)]
+        nodes = 0
         while stack:
             lo, hi = stack.pop()
+            nodes += 1
             self.nodes += 1
-            if self.nodes > self.node_limit:
-                raise SolverBudgetExceeded(f"lpbb: node limit {self.node_limit} reached")
+            if nodes > limit:
+                raise SolverBudgetExceeded(f"lpbb: node limit {limit} reached")
             x, bound = relax.lp(lo, hi)
             tol = RTOL * max(1.0, abs(best_val))
             if bound <= best_val + tol:
