@@ -46,9 +46,8 @@ def node_budget(problem: PackingProblem, node_limit: int, node_limit_large: int 
 
 
 class SolverBudgetExceeded(SolverUnavailable):
-    """A budgeted back-end (node limit) gave up on *one* solve; unlike other
-    unavailability it says nothing about the next solve, so a fallback chain hands over
-    only the solve that failed and then tries the budgeted back-end again."""
+    """A budgeted back-end (node limit) gave up on a solve; a fallback chain hands the
+    rest of the call to the next back-end (without logging it as unavailable)."""
 
 
 @dataclass(frozen=True, slots=True)
