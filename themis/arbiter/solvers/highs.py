@@ -9,6 +9,7 @@ excluded app's columns to zero.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -31,18 +32,13 @@ except ImportError as _exc:  # pragma: no cover
     _IMPORT_ERROR = str(_exc)
 
 
-class HighsSolver(Solver):
-    name = "highs"
+class PackingLp:
+    """The packing problem as a HiGHS LP (x in [0, 1]): a column per (app, bundle) with its
+    gain, a row per app (at most one bundle) and a row per GPU named by bundles of two or
+    more apps (one app's bundles already exclude each other through its app row). Shared
+    by the MILP back-end (which marks the columns integer) and the LP branch and bound."""
 
-    def __init__(self, threads: int = 1) -> None:
-        if not _HAVE_HIGHS:
-            raise SolverUnavailable(f"highspy cannot be imported: {_IMPORT_ERROR}")
-        self.threads = threads
-        # the last problem's model, re-used by the same auction's next solves
-        self._last: tuple[PackingProblem, object, list[tuple[int, int]],
-                          dict[int, list[int]]] | None = None
-
-    def _build(self, problem: PackingProblem) -> tuple[object, list[tuple[int, int]]]:
+    def __init__(self, problem: PackingProblem) -> None:
         cols: list[tuple[int, int]] = []  # (app, bundle) per column
         gpu_apps: dict[int, set[int]] = {}
         for i, bundles in enumerate(problem.apps):
@@ -59,27 +55,58 @@ class HighsSolver(Solver):
             index.extend(gpu_row[g] for g in bits(problem.apps[i][j].mask) if g in gpu_row)
             starts.append(len(index))
         n, m = len(cols), len(problem.apps) + len(shared)
+        self.cols = cols
+        self.gain = np.array([problem.apps[i][j].gain for i, j in cols], dtype=np.float64)
+        self.starts = np.array(starts, dtype=np.int32)  # column starts, n + 1 entries
+        self.index = np.array(index, dtype=np.int32)  # row of each non-zero (all ones)
         lp = highspy.HighsLp()
         lp.num_col_ = n
         lp.num_row_ = m
-        lp.col_cost_ = np.array([problem.apps[i][j].gain for i, j in cols], dtype=np.float64)
+        lp.col_cost_ = self.gain
         lp.col_lower_ = np.zeros(n)
         lp.col_upper_ = np.ones(n)
         lp.row_lower_ = np.full(m, -highspy.kHighsInf)
         lp.row_upper_ = np.ones(m)
         lp.sense_ = highspy.ObjSense.kMaximize
         lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
-        lp.a_matrix_.start_ = np.array(starts, dtype=np.int32)
-        lp.a_matrix_.index_ = np.array(index, dtype=np.int32)
+        lp.a_matrix_.start_ = self.starts
+        lp.a_matrix_.index_ = self.index
         lp.a_matrix_.value_ = np.ones(len(index))
-        lp.integrality_ = [highspy.HighsVarType.kInteger] * n
+        self.lp = lp
+
+    def highs(self, threads: int = 1, integer: bool = False) -> Any:
+        """A quiet HiGHS instance holding this model (as a MILP with ``integer``)."""
+        if integer:
+            self.lp.integrality_ = [highspy.HighsVarType.kInteger] * len(self.cols)
         h = highspy.Highs()  # type: ignore[no-untyped-call]
         h.setOptionValue("output_flag", False)
-        h.setOptionValue("mip_rel_gap", 0.0)
-        h.setOptionValue("mip_abs_gap", 1e-9)
-        h.setOptionValue("threads", self.threads)
-        h.passModel(lp)
-        return h, cols
+        h.setOptionValue("threads", threads)
+        if integer:
+            h.setOptionValue("mip_rel_gap", 0.0)
+            h.setOptionValue("mip_abs_gap", 1e-9)
+        h.passModel(self.lp)
+        return h
+
+
+def require_highs() -> None:
+    """Raise SolverUnavailable when highspy cannot be imported."""
+    if not _HAVE_HIGHS:
+        raise SolverUnavailable(f"highspy cannot be imported: {_IMPORT_ERROR}")
+
+
+class HighsSolver(Solver):
+    name = "highs"
+
+    def __init__(self, threads: int = 1) -> None:
+        require_highs()
+        self.threads = threads
+        # the last problem's model, re-used by the same auction's next solves
+        self._last: tuple[PackingProblem, object, list[tuple[int, int]],
+                          dict[int, list[int]]] | None = None
+
+    def _build(self, problem: PackingProblem) -> tuple[object, list[tuple[int, int]]]:
+        model = PackingLp(problem)
+        return model.highs(self.threads, integer=True), model.cols
 
     def _run(self, h: object, cols: list[tuple[int, int]], problem: PackingProblem) -> Solution:
         h.run()  # type: ignore[attr-defined]

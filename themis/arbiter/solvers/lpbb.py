@@ -35,74 +35,34 @@ from themis.arbiter.solvers.base import (
     SolverBudgetExceeded,
     SolverError,
     SolverUnavailable,
-    bits,
     node_budget,
 )
-
-try:  # pragma: no cover - import guard
-    import highspy
-
-    _HAVE_HIGHS = True
-    _IMPORT_ERROR = ""
-except ImportError as _exc:  # pragma: no cover
-    _HAVE_HIGHS = False
-    _IMPORT_ERROR = str(_exc)
+from themis.arbiter.solvers.highs import PackingLp, require_highs
 
 INTEGRAL_TOL = 1e-6  # an LP value this close to 0 or 1 counts as integral
 RTOL = 1e-9  # optimality tolerance (relative), as the conformance suite's
 
 
 class _Relaxation:
-    """The LP relaxation of one problem: columns (app, bundle), one row per app and one
-    per GPU that bundles of two or more apps name."""
+    """The LP relaxation of one problem (:class:`PackingLp`) with what the search needs."""
 
     def __init__(self, problem: PackingProblem) -> None:
-        cols: list[tuple[int, int]] = []
-        gpu_apps: dict[int, set[int]] = {}
-        for i, bundles in enumerate(problem.apps):
-            for j, b in enumerate(bundles):
-                cols.append((i, j))
-                for g in bits(b.mask):
-                    gpu_apps.setdefault(g, set()).add(i)
-        shared = sorted(g for g, apps in gpu_apps.items() if len(apps) > 1)
-        n_apps = len(problem.apps)
-        gpu_row = {g: n_apps + r for r, g in enumerate(shared)}
-        starts = [0]
-        index: list[int] = []
-        for i, j in cols:
-            index.append(i)
-            index.extend(gpu_row[g] for g in bits(problem.apps[i][j].mask) if g in gpu_row)
-            starts.append(len(index))
-        n, m = len(cols), n_apps + len(shared)
+        model = PackingLp(problem)
         self.problem = problem
-        self.cols = cols
-        self.masks = [problem.apps[i][j].mask for i, j in cols]
-        self.gain = np.array([problem.apps[i][j].gain for i, j in cols], dtype=np.float64)
-        self.starts = np.array(starts[:-1], dtype=np.int64)
-        self.index = np.array(index, dtype=np.int32)
+        self.cols = model.cols
+        self.masks = [problem.apps[i][j].mask for i, j in model.cols]
+        self.gain = model.gain
+        self.starts = model.starts[:-1].astype(np.int64)
+        self.index = model.index
         by_app: dict[int, list[int]] = {}
-        for c, (i, _) in enumerate(cols):
+        for c, (i, _) in enumerate(model.cols):
             by_app.setdefault(i, []).append(c)
         self.app_cols = {i: np.array(cs, dtype=np.int32) for i, cs in by_app.items()}
-        self.all_cols = np.arange(n, dtype=np.int32)
-        lp = highspy.HighsLp()
-        lp.num_col_ = n
-        lp.num_row_ = m
-        lp.col_cost_ = self.gain
-        lp.col_lower_ = np.zeros(n)
-        lp.col_upper_ = np.ones(n)
-        lp.row_lower_ = np.full(m, -highspy.kHighsInf)
-        lp.row_upper_ = np.ones(m)
-        lp.sense_ = highspy.ObjSense.kMaximize
-        lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
-        lp.a_matrix_.start_ = np.array(starts, dtype=np.int32)
-        lp.a_matrix_.index_ = self.index
-        lp.a_matrix_.value_ = np.ones(len(index))
-        h = highspy.Highs()  # type: ignore[no-untyped-call]
-        h.setOptionValue("output_flag", False)
-        h.setOptionValue("threads", 1)
-        h.passModel(lp)
-        self.h = h
+        self.all_cols = np.arange(len(model.cols), dtype=np.int32)
+        self.h = model.highs()
+        import highspy  # available: require_highs() passed
+
+        self.optimal = highspy.HighsModelStatus.kOptimal
 
     def lp(self, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, float]:
         """Solve the node's LP: (x, certified upper bound of the node)."""
@@ -110,7 +70,7 @@ class _Relaxation:
         h.changeColsBounds(len(lo), self.all_cols, lo, hi)
         h.run()
         status = h.getModelStatus()
-        if status != highspy.HighsModelStatus.kOptimal:
+        if status != self.optimal:
             raise SolverUnavailable(f"lpbb: LP status {h.modelStatusToString(status)}")
         sol = h.getSolution()
         x = np.asarray(sol.col_value, dtype=np.float64)
@@ -146,8 +106,7 @@ class LpBranchAndBound(Solver):
     name = "lpbb"
 
     def __init__(self, node_limit: int = 100_000, node_limit_large: int | None = None) -> None:
-        if not _HAVE_HIGHS:
-            raise SolverUnavailable(f"highspy cannot be imported: {_IMPORT_ERROR}")
+        require_highs()
         self.node_limit = node_limit
         self.node_limit_large = node_limit_large  # see base.node_budget
         self.nodes = 0  # LP solves of the last call (statistics)
