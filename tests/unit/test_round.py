@@ -23,6 +23,31 @@ def test_select_keeps_worst_fraction_at_least_one() -> None:
     assert select_bidders({}, 0.5) == ([], [])
 
 
+def test_ties_in_rho_and_in_the_auction_favour_no_app() -> None:
+    """Eight equally badly off apps, f = 0.8 (two bid) and one GPU that either bidder values
+    the same: over seeds, every app gets to bid and to win; with a given seed, the same."""
+    from themis.arbiter.auction import run_auction
+
+    rhos = {f"a{i}": 2.0 for i in range(8)}
+    gpu = Gpu("g0", "m0", "r0", "s0")
+    picked: dict[str, int] = {}
+    won: dict[str, int] = {}
+    for seed in range(400):
+        bidders, _ = select_bidders(rhos, 0.8, random.Random(seed))
+        assert len(bidders) == 2
+        for a in bidders:
+            picked[a] = picked.get(a, 0) + 1
+        tables = [BidTable(a, 2.0, (Bid(("g0",), 1.0),)) for a in sorted(bidders)]
+        r = run_auction([gpu], tables, make_solver("bnb"), random.Random(seed))
+        (winner,) = r.proportional_fair
+        won[winner] = won.get(winner, 0) + 1
+    assert set(picked) == set(rhos) and min(picked.values()) > 400 * 2 / 8 / 2
+    assert set(won) == set(rhos) and min(won.values()) > 400 / 8 / 3
+    assert select_bidders(rhos, 0.8, random.Random(7)) == select_bidders(rhos, 0.8,
+                                                                         random.Random(7))
+    assert select_bidders(rhos, 0.8)[0] == ["a0", "a1"]  # no rng: by app id
+
+
 @pytest.mark.parametrize("f", [1.0, -0.1, 2])
 def test_bad_knob(f: float) -> None:
     with pytest.raises(RoundError, match="fairness knob"):

@@ -138,6 +138,10 @@ def run_auction(
     """Pseudocode 1, AUCTION: proportional-fair allocation, hidden payments, leftover."""
     offer_ids = [g.id for g in offer]
     validate_tables(offer_ids, tables)
+    # The solver breaks ties between equally good allocations by app order: shuffle it
+    # (seeded) so that no app is favoured round after round for its id or arrival.
+    tables = list(tables)
+    rng.shuffle(tables)
     by_id = {g.id: g for g in offer}
     index = {gid: i for i, gid in enumerate(offer_ids)}
     problem, origin = _gains(tables, index)

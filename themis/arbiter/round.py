@@ -53,15 +53,18 @@ def check_knob(fairness_knob: float) -> None:
 
 
 def select_bidders(
-    rho_current: Mapping[str, float], fairness_knob: float
+    rho_current: Mapping[str, float], fairness_knob: float, rng: random.Random | None = None
 ) -> tuple[list[str], list[str]]:
     """Keep ceil((1-f) N) apps with the worst (largest) rho, at least one (line 17).
-    Ties are broken by app id so that the choice is deterministic."""
+    Ties in rho are broken at random with ``rng`` (seeded: reproducible; a fixed order
+    would always favour the same one of several equally badly off apps), else by app id."""
     check_knob(fairness_knob)
     for app, r in rho_current.items():
         if not isinstance(r, int | float) or math.isnan(r) or r < 0:
             raise RoundError(f"app {app!r}: current rho {r!r} must be a number >= 0")
-    ranked = sorted(rho_current, key=lambda a: (-rho_current[a], a))
+    apps = sorted(rho_current)
+    tie = {a: rng.random() for a in apps} if rng is not None else {a: 0.0 for a in apps}
+    ranked = sorted(apps, key=lambda a: (-rho_current[a], tie[a], a))
     if not ranked:
         return [], []
     keep = max(1, math.ceil((1.0 - fairness_knob) * len(ranked) - 1e-9))
@@ -146,7 +149,7 @@ def run_round(
     (:func:`distribute_leftover`)."""
     if not math.isfinite(lease_s) or lease_s <= 0:
         raise RoundError(f"lease length {lease_s!r} s must be a positive number")
-    bidders, nonbidders = select_bidders(rho_current, fairness_knob)
+    bidders, nonbidders = select_bidders(rho_current, fairness_knob, rng)
     auction: AuctionResult | None = None
     free = list(offer)
     tables: list[BidTable] = []

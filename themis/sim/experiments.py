@@ -109,21 +109,28 @@ def lying(args: argparse.Namespace) -> list[Row]:
         jobs = (JobSpec(f"L{a}-0", 1.0, 8, 1e4), JobSpec(f"L{a}-1", 1.0, 8, 1e4))
         apps.append(AppSpec(f"L{a}", 0.0, jobs, (((0, 3.6e4), (1, 3.6e4)),), "network"))
     w = Workload(apps)
-    rows = []
+    rows: list[Row] = []
     true = apps[0].profile
-    for x in (0, 10, 20, 30, 40, 60, 80, 100):
-        f = 1 + x / 100
-        # over-report the slowdown of spread placements by X% (dense ones stay at 1)
-        lie = PlacementProfile(true.slot, true.machine, true.rack * f, true.cluster * f)
-        pol = ThemisPolicy(reported_profiles={"L0": lie})
-        sim = Simulator(topo, w, pol, SimConfig(seed=args.seed, check_invariants=False))
-        r = sim.run()
-        jct = {a.id: a.jct / 3600 for a in r.apps}
-        honest = [v for k, v in jct.items() if k != "L0"]
-        rows.append(
-            {"lie_pct": x, "liar_jct_h": jct["L0"], "truthful_avg_jct_h": sum(honest) / len(honest)}
-        )
-        _log(rows[-1])
+    for seed in range(args.seed, args.seed + max(1, getattr(args, "seeds", 1))):
+        truthful_jct = None
+        for x in (0, 10, 20, 30, 40, 60, 80, 100):
+            f = 1 + x / 100
+            # over-report the slowdown of spread placements by X% (dense ones stay at 1)
+            lie = PlacementProfile(true.slot, true.machine, true.rack * f, true.cluster * f)
+            pol = ThemisPolicy(reported_profiles={"L0": lie})
+            sim = Simulator(topo, w, pol, SimConfig(seed=seed, check_invariants=False))
+            r = sim.run()
+            jct = {a.id: a.jct / 3600 for a in r.apps}
+            honest = [v for k, v in jct.items() if k != "L0"]
+            if truthful_jct is None:
+                truthful_jct = jct["L0"]
+            rows.append({
+                "seed": seed, "lie_pct": x, "liar_jct_h": jct["L0"],
+                "truthful_avg_jct_h": sum(honest) / len(honest),
+                # the liar's JCT against its own truthful run with the same seed
+                "liar_change_pct": 100.0 * (jct["L0"] / truthful_jct - 1.0),
+            })
+            _log(rows[-1])
     return rows
 
 
@@ -187,10 +194,17 @@ def plot(name: str, rows: list[Row], out: Path) -> None:
 
     _, xkey, ykey = EXPERIMENTS[name]
     fig, ax = plt.subplots(figsize=(6, 4))
-    if name == "lying":
-        xs = [r["lie_pct"] for r in rows]
-        ax.plot(xs, [r["liar_jct_h"] for r in rows], marker="o", label="lying app")
-        ax.plot(xs, [r["truthful_avg_jct_h"] for r in rows], marker="s", label="truthful avg")
+    if name == "lying":  # means over the seeds; bars: min..max of the liar's JCT
+        import statistics
+
+        xs = sorted({r["lie_pct"] for r in rows})
+        by_x = {x: [r for r in rows if r["lie_pct"] == x] for x in xs}
+        liar = [statistics.mean(r["liar_jct_h"] for r in by_x[x]) for x in xs]
+        lo = [m - min(r["liar_jct_h"] for r in by_x[x]) for m, x in zip(liar, xs, strict=True)]
+        hi = [max(r["liar_jct_h"] for r in by_x[x]) - m for m, x in zip(liar, xs, strict=True)]
+        ax.errorbar(xs, liar, yerr=[lo, hi], marker="o", capsize=3, label="lying app")
+        ax.plot(xs, [statistics.mean(r["truthful_avg_jct_h"] for r in by_x[x]) for x in xs],
+                marker="s", label="truthful avg")
         ax.set_ylabel("app completion time (h)")
     else:
         series = "f" if name == "sensitivity" else "policy"
@@ -230,6 +244,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0,
                    help="seed of the workloads (synthetic apps, trace conversion) and "
                         "of the simulations' random choices (default: %(default)s)")
+    p.add_argument("--seeds", type=int, default=1,
+                   help="lying only: repeat with seeds SEED..SEED+N-1 (rows per seed; the "
+                        "plot shows means and min..max) (default: %(default)s)")
     p.add_argument("--knobs", default="0.0,0.2,0.5,0.8,0.95",
                    help="sensitivity only: comma-separated fairness knobs f "
                         "(default: %(default)s)")
