@@ -50,6 +50,16 @@ class SolverBudgetExceeded(SolverUnavailable):
     rest of the call to the next back-end (without logging it as unavailable)."""
 
 
+def require_budget(tag: str, problem: PackingProblem, node_limit: int,
+                   node_limit_large: int | None) -> int:
+    """:func:`node_budget`, raising SolverBudgetExceeded at once when it is 0."""
+    budget = node_budget(problem, node_limit, node_limit_large)
+    if budget <= 0:
+        raise SolverBudgetExceeded(f"{tag}: no budget for a model of {problem.n_bundles} "
+                                   "bundles")
+    return budget
+
+
 @dataclass(frozen=True, slots=True)
 class Bundle:
     mask: int  # bit g set <=> GPU index g is in the bundle

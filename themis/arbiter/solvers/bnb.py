@@ -35,6 +35,7 @@ from themis.arbiter.solvers.base import (
     SolverBudgetExceeded,
     SolverUnavailable,
     node_budget,
+    require_budget,
 )
 
 
@@ -138,9 +139,8 @@ class BranchAndBoundSolver(Solver):
         self, problem: PackingProblem, excluded: Sequence[int | None]
     ) -> list[Solution]:
         self.nodes = 0
-        if excluded and node_budget(problem, self.node_limit, self.node_limit_large) <= 0:
-            raise SolverBudgetExceeded(f"bnb: no budget for a model of {problem.n_bundles} "
-                                       "bundles")
+        if excluded:
+            require_budget("bnb", problem, self.node_limit, self.node_limit_large)
         if self._last is not None and self._last[0] is problem:
             _, comps, base = self._last  # the auction's N+1 solves: reuse the optimum
         else:

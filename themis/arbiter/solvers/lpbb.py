@@ -36,6 +36,7 @@ from themis.arbiter.solvers.base import (
     SolverError,
     SolverUnavailable,
     node_budget,
+    require_budget,
 )
 from themis.arbiter.solvers.highs import PackingLp, require_highs
 
@@ -121,9 +122,8 @@ class LpBranchAndBound(Solver):
         self, problem: PackingProblem, excluded: Sequence[int | None]
     ) -> list[Solution]:
         self.nodes = 0
-        if excluded and node_budget(problem, self.node_limit, self.node_limit_large) <= 0:
-            raise SolverBudgetExceeded(f"lpbb: no budget for a model of {problem.n_bundles} "
-                                       "bundles")
+        if excluded:
+            require_budget("lpbb", problem, self.node_limit, self.node_limit_large)
         if problem.n_bundles == 0:
             return [Solution((-1,) * len(problem.apps), 0.0) for _ in excluded]
         if self._last is not None and self._last[0] is problem:
