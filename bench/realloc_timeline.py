@@ -43,6 +43,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from themis.submarine_am.runner import parse_event
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -94,17 +96,7 @@ def container_files(nms: list[str], app: str) -> dict[str, dict[str, str]]:
 
 
 def json_events(text: str) -> list[dict[str, Any]]:
-    evs = []
-    for line in text.splitlines():
-        line = line.strip()
-        if line.startswith("{"):
-            try:
-                e = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(e, dict) and "event" in e:
-                evs.append(e)
-    return evs
+    return [e for line in text.splitlines() if (e := parse_event(line)) is not None]
 
 
 def am_log(files: dict[str, dict[str, str]]) -> list[str]:

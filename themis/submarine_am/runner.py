@@ -41,6 +41,19 @@ from typing import Any
 log = logging.getLogger("themis.submarine_am.runner")
 
 
+
+def parse_event(line: str) -> dict[str, Any] | None:
+    """The job event (a JSON object with an ``event`` key, themis.jobs.train) that a line
+    of the job's output carries, else None."""
+    text = line.strip()
+    if not text.startswith("{"):
+        return None
+    try:
+        e = json.loads(text)
+    except ValueError:
+        return None
+    return e if isinstance(e, dict) and "event" in e else None
+
 class Runner:
     def __init__(self, am_url: str, job_id: str, run_id: int, logdir: Path,
                  command: list[str], report_every: float = 1.0, start_slots: int = 0,
@@ -84,17 +97,12 @@ class Runner:
         for line in stream:
             sys.stdout.write(line)
             sys.stdout.flush()
-            text = line.strip()
-            if text.startswith("{"):
-                try:
-                    e = json.loads(text)
-                except ValueError:
-                    continue
-                if isinstance(e, dict) and "event" in e:
-                    if e["event"] == "start":
-                        self._job_started = True
-                        self._release_slot()
-                    self._add_event(e)
+            e = parse_event(line)
+            if e is not None:
+                if e["event"] == "start":
+                    self._job_started = True
+                    self._release_slot()
+                self._add_event(e)
 
     # ---------------------------------------------------------------- reports
     def _progress(self) -> dict[str, Any]:
