@@ -132,19 +132,23 @@ def test_fallback_keeps_the_solves_a_budgeted_backend_finished(
 
 def test_lpbb_branches_on_a_fractional_relaxation() -> None:
     """Three apps, each wanting two of three GPUs (an odd cycle): the LP relaxation is
-    worth 1.5 (every bundle at 1/2), the best packing 1. The LP branch and bound must
-    branch to find it; with a budget of one LP it gives up with SolverBudgetExceeded."""
+    worth 1.5 (every bundle at 1/2), the best packing 1. Without cuts the LP branch and
+    bound must branch to find it; with a budget of one LP it gives up with
+    SolverBudgetExceeded. With cuts, the root's clique cut closes the gap (one node)."""
     from themis.arbiter.solvers.base import SolverBudgetExceeded
     from themis.arbiter.solvers.lpbb import LpBranchAndBound
 
     p = PackingProblem(3, ((Bundle(0b011, 1.0),), (Bundle(0b110, 1.0),), (Bundle(0b101, 1.0),)))
-    solver = LpBranchAndBound()
+    solver = LpBranchAndBound(root_cut_rounds=0)
     sol = solver.solve(p)
     assert sol.objective == pytest.approx(1.0)
     assert sum(c >= 0 for c in sol.choice) == 1
     assert solver.nodes > 1
     with pytest.raises(SolverBudgetExceeded):
-        LpBranchAndBound(node_limit=1).solve(p)
+        LpBranchAndBound(node_limit=1, root_cut_rounds=0).solve(p)
+    cutting = LpBranchAndBound(node_limit=1)
+    assert cutting.solve(p).objective == pytest.approx(1.0)
+    assert cutting.nodes == 1 and cutting.cuts >= 1
 
 
 class _Recorder(Solver):

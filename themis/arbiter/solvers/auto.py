@@ -114,18 +114,19 @@ BACKENDS: dict[str, Callable[[], Solver]] = {
 }
 OPEN_SOURCE_DEFAULT = "highs"
 FAST_NODE_LIMIT_GUROBI = 300  # auto-fast: bnb node budget before Gurobi
-FAST_NODE_LIMIT_OPEN = 100  # ... before the LP branch and bound (no usable Gurobi)
-FAST_LP_NODE_LIMIT = 128  # ... LP branch and bound budget (per solve) before HiGHS' MILP
+FAST_NODE_LIMIT_OPEN = 100  # ... before the LP branch and cut (no usable Gurobi)
+FAST_LP_NODE_LIMIT = 200  # ... LP branch and cut budget (nodes per solve) before a MILP
 # Models of more than base.LARGE_MODEL_BUNDLES bundles (large contested offers, e.g.
-# 256 GPUs x 50 apps): symmetric alternatives make both branch and bounds explode (and
-# the pure-Python one's set-up alone costs ~5 ms a solve there), so the MILP solvers,
-# whose cuts close these gaps at the root, take them directly.
+# 256 GPUs x 50 apps): symmetric alternatives make the pure-Python branch and bound
+# explode (and its set-up alone costs ~5 ms a solve there), so it steps aside; the LP
+# branch and cut, whose root cuts close most of these gaps, takes them - also before
+# Gurobi, which it beats there (bench/RESULTS.md), but not on smaller models.
 FAST_NODE_LIMIT_LARGE = 0
-FAST_LP_NODE_LIMIT_LARGE = 0
+FAST_LP_NODE_LIMIT_LARGE = 200
 
 
 def _open_fast() -> Solver:
-    """bnb -> LP branch and bound -> HiGHS' MILP: every back-end open source."""
+    """bnb -> LP branch and cut -> HiGHS' MILP: every back-end open source."""
     from themis.arbiter.solvers.bnb import BranchAndBoundSolver
     from themis.arbiter.solvers.lpbb import LpBranchAndBound
 
@@ -147,9 +148,9 @@ def make_solver(name: str = "auto") -> Solver:
       (the fallback is logged).
     * ``open-fast``: a chain of exact open-source back-ends, each with a per-solve
       budget, cheapest first: the pure-Python branch and bound (fast on the small offers
-      of most rounds), the LP-based branch and bound over HiGHS' LP, HiGHS' MILP.
-    * ``auto-fast``: with Gurobi, the pure-Python branch and bound, then ``auto``;
-      without it, ``open-fast``.
+      of most rounds), the LP branch and cut over HiGHS' LP, HiGHS' MILP.
+    * ``auto-fast``: with Gurobi, the pure-Python branch and bound (small models), the
+      LP branch and cut (large ones), then ``auto``; without Gurobi, ``open-fast``.
 
     Budgets measured on the simulator's hardest auctions (bench/RESULTS.md)."""
     if name == "open-fast":
@@ -166,9 +167,12 @@ def make_solver(name: str = "auto") -> Solver:
         if name == "auto":
             return chain
         from themis.arbiter.solvers.bnb import BranchAndBoundSolver
+        from themis.arbiter.solvers.lpbb import LpBranchAndBound
 
+        large_first = FallbackSolver(LpBranchAndBound(0, FAST_LP_NODE_LIMIT_LARGE), chain,
+                                     quiet=True)
         return FallbackSolver(
-            BranchAndBoundSolver(FAST_NODE_LIMIT_GUROBI, FAST_NODE_LIMIT_LARGE), chain,
+            BranchAndBoundSolver(FAST_NODE_LIMIT_GUROBI, FAST_NODE_LIMIT_LARGE), large_first,
             quiet=True)
     if name not in BACKENDS:
         valid = ", ".join([*CHAINS, *sorted(BACKENDS)])

@@ -1,0 +1,119 @@
+"""Cutting planes of the LP branch and cut: every cut is valid for every feasible choice
+(checked by enumeration) and violated at the point it was separated from."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+
+from themis.arbiter.solvers.base import Bundle, PackingProblem
+from themis.arbiter.solvers.cuts import (
+    Row,
+    clique_cuts,
+    conflict_matrix,
+    odd_cycle_cuts,
+    separate,
+    zero_half_cuts,
+)
+from themis.arbiter.solvers.lpbb import _Relaxation
+
+from ._instances import packing_problems
+
+
+def _feasible_points(problem: PackingProblem, cols: list[tuple[int, int]]) -> list[np.ndarray]:
+    """Every feasible 0/1 choice, as a vector over the LP's columns."""
+    col_of = {c: k for k, c in enumerate(cols)}
+    points = []
+    options = [range(-1, len(b)) for b in problem.apps]
+    for choice in itertools.product(*options):
+        used, ok = 0, True
+        for i, j in enumerate(choice):
+            if j >= 0:
+                m = problem.apps[i][j].mask
+                if used & m:
+                    ok = False
+                    break
+                used |= m
+        if ok:
+            x = np.zeros(len(cols))
+            for i, j in enumerate(choice):
+                if j >= 0:
+                    x[col_of[(i, j)]] = 1.0
+            points.append(x)
+    return points
+
+
+def _assert_valid(cut: Row, points: list[np.ndarray]) -> None:
+    for p in points:
+        assert cut.activity(p) <= cut.rhs + 1e-9, (cut, p)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(problem=packing_problems(max_gpus=7, max_apps=4))
+def test_cuts_separated_from_lp_points_are_valid_and_violated(problem: PackingProblem) -> None:
+    if problem.n_bundles == 0:
+        return
+    relax = _Relaxation(problem)
+    points = _feasible_points(problem, relax.cols)
+    n = len(relax.cols)
+    lo, hi = np.zeros(n), np.ones(n)
+    x, _ = relax.lp(lo, hi)
+    for _ in range(10):
+        cuts = separate(x, relax.conflict, relax.rows, relax.activity)
+        if not cuts:
+            break
+        for cut in cuts:
+            assert cut.activity(x) > cut.rhs + 1e-7
+            _assert_valid(cut, points)
+        relax.add_cuts(cuts)
+        x, _ = relax.lp(lo, hi)
+
+
+def _ring(n: int) -> PackingProblem:
+    """n apps on a ring of n GPUs, app k wanting GPUs k and k+1: the conflict graph is
+    the n-cycle, so for odd n the LP point x = 1/2 violates only odd-cycle cuts."""
+    return PackingProblem(n, tuple((Bundle((1 << k) | (1 << ((k + 1) % n)), 1.0),)
+                                   for k in range(n)))
+
+
+def test_an_odd_ring_is_cut_by_an_odd_cycle_not_by_a_clique() -> None:
+    p = _ring(5)
+    cols = [(k, 0) for k in range(5)]
+    conflict = conflict_matrix(p, cols)
+    x = np.full(5, 0.5)
+    assert clique_cuts(x, conflict) == []
+    cuts = odd_cycle_cuts(x, conflict)
+    assert len(cuts) == 1
+    assert sorted(cuts[0].cols.tolist()) == [0, 1, 2, 3, 4] and cuts[0].rhs == 2
+    _assert_valid(cuts[0], _feasible_points(p, cols))
+
+
+def test_three_pairwise_conflicting_bundles_give_a_clique_cut() -> None:
+    p = PackingProblem(3, ((Bundle(0b011, 1.0),), (Bundle(0b110, 1.0),), (Bundle(0b101, 1.0),)))
+    cols = [(0, 0), (1, 0), (2, 0)]
+    cuts = clique_cuts(np.full(3, 0.5), conflict_matrix(p, cols))
+    assert len(cuts) == 1 and cuts[0].cols.tolist() == [0, 1, 2] and cuts[0].rhs == 1
+
+
+def test_zero_half_cut_on_two_apps_sharing_a_machine_with_a_third() -> None:
+    """Apps A and B each bid on GPUs {0,1}, {2,3} or {4..7} of one 8-GPU machine, app D
+    on {0..3}; at x = (1/4, 1/4, 1/2) for A and B and 1/2 for D every row is tight and
+    neither cliques nor odd cycles are violated, but half the sum of the app rows of A
+    and B and of the rows of GPUs 0, 2 and 4 gives: the seven columns hold at most 2."""
+    a, b, c, d = 0b11, 0b1100, 0b11110000, 0b1111
+    p = PackingProblem(8, ((Bundle(a, 1.0), Bundle(b, 1.0), Bundle(c, 2.0)),
+                           (Bundle(a, 1.0), Bundle(b, 1.0), Bundle(c, 2.0)),
+                           (Bundle(d, 2.0),)))
+    relax = _Relaxation(p)
+    assert relax.cols == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2), (2, 0)]
+    x = np.array([0.25, 0.25, 0.5, 0.25, 0.25, 0.5, 0.5])
+    assert clique_cuts(x, relax.conflict) == []
+    assert odd_cycle_cuts(x, relax.conflict) == []
+    cuts = zero_half_cuts(x, relax.rows, len(x))
+    assert len(cuts) == 1
+    cut = cuts[0]
+    assert cut.cols.tolist() == list(range(7)) and cut.coefs.tolist() == [1] * 7
+    assert cut.rhs == 2 and cut.activity(x) == 2.5
+    _assert_valid(cut, _feasible_points(p, relax.cols))

@@ -1,0 +1,320 @@
+"""Cutting planes for the set-packing relaxation of the proportional-fair problem.
+
+Every column is an (app, bundle) pair; two columns *conflict* when they belong to the same
+app or their bundles share a GPU, and a feasible choice is an independent set of the
+conflict graph. Three classic families of valid inequalities for set packing tighten the
+LP relaxation (x in [0, 1]) where the auction's menus make it fractional - interchangeable
+placements of equally good bundles produce half-integral points that no branching on a
+single column repairs quickly:
+
+* **Clique** inequalities (Padberg, Math. Programming 5, 1973): the columns of a clique
+  of the conflict graph sum to at most 1. Separated greedily from each fractional column,
+  extended to a maximal clique.
+* **Odd-cycle** inequalities (Padberg 1973): the columns of an odd cycle C of the
+  conflict graph sum to at most (|C| - 1) / 2. Separated exactly over the fractional
+  support with the bipartite double cover and shortest paths under edge weights
+  1 - x_u - x_v (Groetschel, Lovasz and Schrijver, Geometric Algorithms and Combinatorial
+  Optimization, 1988, section 9.1).
+* **{0, 1/2}-Chvatal-Gomory** cuts (Caprara and Fischetti, Math. Programming 74, 1996):
+  half the sum of an odd-weight set S of tight rows, rounded down. When every column of
+  the fractional support has an even coefficient in that sum, the cut is violated by 1/2;
+  S is found by Gaussian elimination over GF(2) (one cut per connected part of the
+  support).
+
+Every cut is valid for every integer point of the problem (they are implied by the rows
+and the integrality of x), so cuts found for one solve stay valid for the auction's other
+solves of the same problem (fixing columns to 0 only removes integer points).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from themis.arbiter.solvers.base import PackingProblem, bits
+
+TOL = 1e-6  # an x this close to 0 or 1 counts as integral; violations below it are ignored
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """A packing row ``sum(coefs * x[cols]) <= rhs`` with integer coefficients."""
+
+    cols: np.ndarray  # int32 column indices
+    coefs: np.ndarray  # int64 coefficients (>= 1)
+    rhs: int
+
+    def activity(self, x: np.ndarray) -> float:
+        return float(np.dot(self.coefs, x[self.cols]))
+
+
+def conflict_matrix(problem: PackingProblem, cols: Sequence[tuple[int, int]]) -> np.ndarray:
+    """Boolean matrix: ``C[a, b]`` iff columns a != b conflict (same app or shared GPU)."""
+    n = len(cols)
+    incidence = np.zeros((n, max(1, problem.n_gpus)), dtype=np.float32)
+    for c, (i, j) in enumerate(cols):
+        incidence[c, bits(problem.apps[i][j].mask)] = 1.0
+    app = np.fromiter((i for i, _ in cols), dtype=np.int64, count=n)
+    conflict: np.ndarray = (incidence @ incidence.T > 0.5) | (app[:, None] == app[None, :])
+    np.fill_diagonal(conflict, False)
+    return conflict
+
+
+def _fractional(x: np.ndarray) -> np.ndarray:
+    return np.nonzero((x > TOL) & (x < 1.0 - TOL))[0]
+
+
+def clique_cuts(x: np.ndarray, conflict: np.ndarray, limit: int = 50) -> list[Row]:
+    """Violated clique inequalities: from each fractional column (largest x first) not yet
+    in a cut, a clique of support columns grown greedily by largest x, then extended to a
+    maximal clique with columns at 0 (a stronger cut for the next LPs)."""
+    frac = _fractional(x)
+    support = np.nonzero(x > TOL)[0]
+    sub = conflict[np.ix_(support, support)]
+    xs = x[support]
+    local = {int(c): k for k, c in enumerate(support)}
+    cuts: list[Row] = []
+    covered: set[int] = set()
+    for s in frac[np.argsort(-x[frac], kind="stable")]:
+        if int(s) in covered:
+            continue
+        clique = [local[int(s)]]
+        cand = sub[clique[0]].copy()
+        while cand.any():
+            idx = np.nonzero(cand)[0]
+            k = int(idx[np.argmax(xs[idx])])
+            clique.append(k)
+            cand &= sub[k]
+        members = support[clique]
+        if float(xs[clique].sum()) <= 1.0 + TOL:
+            continue
+        covered.update(members.tolist())
+        # extend with columns at 0 adjacent to every member, greedily (most conflicts
+        # among themselves first)
+        rest = np.nonzero(conflict[members].all(axis=0))[0]
+        rest = rest[x[rest] <= TOL]
+        if len(rest):
+            inner = conflict[np.ix_(rest, rest)]
+            order = np.argsort(-inner.sum(axis=1), kind="stable")
+            keep = np.ones(len(rest), dtype=bool)
+            chosen: list[int] = []
+            for k in order.tolist():
+                if keep[k]:
+                    chosen.append(k)
+                    keep &= inner[k]
+            members = np.concatenate([members, rest[chosen]])
+        cols = np.sort(members).astype(np.int32)
+        cuts.append(Row(cols, np.ones(len(cols), dtype=np.int64), 1))
+        if len(cuts) >= limit:
+            break
+    return cuts
+
+
+def odd_cycle_cuts(x: np.ndarray, conflict: np.ndarray, limit: int = 20,
+                   max_sources: int = 40) -> list[Row]:
+    """Violated odd-cycle inequalities over the fractional support (GLS separation): a
+    shortest odd closed walk in the double cover, with edge weights 1 - x_u - x_v, through
+    each of the ``max_sources`` support columns closest to 1/2 (not yet on a cut's
+    cycle); a walk of weight < 1 holds a violated simple odd cycle."""
+    sup = _fractional(x)
+    if len(sup) < 3:
+        return []
+    sub = conflict[np.ix_(sup, sup)]
+    xs = x[sup]
+    adj: list[list[tuple[int, float]]] = []
+    for a in range(len(sup)):
+        nb = np.nonzero(sub[a])[0]
+        w = np.maximum(0.0, 1.0 - xs[a] - xs[nb])
+        adj.append(list(zip(nb.tolist(), w.tolist(), strict=True)))
+    cuts: list[Row] = []
+    seen: set[tuple[int, ...]] = set()
+    covered: set[int] = set()
+    for s in np.argsort(np.abs(xs - 0.5), kind="stable")[:max_sources].tolist():
+        if s in covered:
+            continue
+        walk = _shortest_odd_walk(adj, s)
+        if walk is None:
+            continue  # no odd closed walk of weight < 1 through s
+        walk = _simple_odd_cycle(walk)
+        key = tuple(sorted(int(sup[k]) for k in walk))
+        if key in seen:
+            continue
+        seen.add(key)
+        covered.update(walk)
+        rhs = (len(key) - 1) // 2
+        if float(x[list(key)].sum()) > rhs + TOL:
+            cuts.append(Row(np.array(key, dtype=np.int32), np.ones(len(key), dtype=np.int64),
+                            rhs))
+            if len(cuts) >= limit:
+                break
+    return cuts
+
+
+def _simple_odd_cycle(walk: list[int]) -> list[int]:
+    """A simple odd cycle inside an odd closed walk: split the walk at a repeated vertex
+    into two closed walks, keep the odd one, repeat. Its weight is at most the walk's
+    (weights are >= 0), so it is violated whenever the walk is."""
+    while True:
+        first: dict[int, int] = {}
+        for j, v in enumerate(walk):
+            i = first.setdefault(v, j)
+            if i != j:
+                inner = walk[i:j]
+                walk = inner if len(inner) % 2 == 1 else walk[:i] + walk[j:]
+                break
+        else:
+            return walk
+
+
+def _shortest_odd_walk(adj: list[list[tuple[int, float]]], s: int) -> list[int] | None:
+    """Vertices of a shortest odd closed walk through s of weight < 1 (Dijkstra from
+    (s, even) to (s, odd) in the bipartite double cover), or None."""
+    dist = {(s, 0): 0.0}
+    prev: dict[tuple[int, int], tuple[int, int]] = {}
+    heap = [(0.0, s, 0)]
+    done: set[tuple[int, int]] = set()
+    while heap:
+        d, u, p = heapq.heappop(heap)
+        if (u, p) in done:
+            continue
+        done.add((u, p))
+        if d >= 1.0 - TOL:
+            return None
+        if (u, p) == (s, 1):
+            walk = []
+            node = (s, 1)
+            while node != (s, 0):
+                walk.append(node[0])
+                node = prev[node]
+            return walk
+        for v, w in adj[u]:
+            key = (v, 1 - p)
+            nd = d + w
+            if nd < dist.get(key, np.inf):
+                dist[key] = nd
+                prev[key] = (u, p)
+                heapq.heappush(heap, (nd, v, 1 - p))
+    return None
+
+
+def zero_half_cuts(x: np.ndarray, rows: Sequence[Row], n_cols: int,
+                   activity: np.ndarray | None = None,
+                   free_below: Sequence[float] = (0.0, 0.1, 0.25)) -> list[Row]:
+    """{0, 1/2}-cuts: an odd-rhs set S of tight rows gives
+    ``sum(floor(alpha / 2) x) <= floor(rhs_S / 2)`` with alpha the sum of S's rows. At x
+    it is violated by (1 - sum of x_c over the columns with an odd alpha_c) / 2, so S is
+    sought (GF(2) elimination) with even coefficients on every column with x above a
+    threshold - 0 first (violated by 1/2), then the larger ``free_below`` values (columns
+    with small x may stay odd). ``activity``: the rows' values at x, when known."""
+    if activity is None:
+        activity = np.array([row.activity(x) for row in rows])
+    rhs_all = np.fromiter((row.rhs for row in rows), dtype=np.int64, count=len(rows))
+    tight = np.nonzero(rhs_all - activity[: len(rows)] <= TOL)[0]
+    if len(tight) == 0:
+        return []
+    # the tight rows' odd coefficients, as (tight row, column) pairs
+    lengths = [len(rows[r].cols) for r in tight.tolist()]
+    owner = np.repeat(np.arange(len(tight)), lengths)
+    cols = np.concatenate([rows[r].cols for r in tight.tolist()]).astype(np.int64)
+    odd = np.concatenate([rows[r].coefs & 1 for r in tight.tolist()]).astype(bool)
+    owner, cols = owner[odd], cols[odd]
+    odd_rhs = (rhs_all[tight] & 1).astype(bool)
+    for threshold in free_below:
+        cuts = _zero_half_at(x, rows, tight, owner, cols, odd_rhs, n_cols,
+                             max(threshold, TOL))
+        if cuts:
+            return cuts
+    return []
+
+
+def _zero_half_at(x: np.ndarray, rows: Sequence[Row], tight: np.ndarray, owner: np.ndarray,
+                  cols: np.ndarray, odd_rhs: np.ndarray, n_cols: int,
+                  threshold: float) -> list[Row]:
+    support = np.nonzero(x > threshold)[0]
+    k = len(support)
+    pos = np.full(n_cols, -1, dtype=np.int64)
+    pos[support] = np.arange(k)
+    keep = pos[cols] >= 0
+    # mod-2 matrix: tight rows x (support columns + the parity of the rhs)
+    parity = np.zeros((len(tight), k + 1), dtype=bool)
+    parity[owner[keep], pos[cols[keep]]] = True
+    parity[:, k] = odd_rhs
+    nonzero = parity.any(axis=1)
+    labels = _linked(parity[:, :k])
+    packed = np.packbits(parity, axis=1, bitorder="little")
+    groups: dict[int, list[tuple[int, int]]] = {}
+    for t in np.nonzero(nonzero)[0].tolist():
+        mask = int.from_bytes(packed[t].tobytes(), "little")
+        groups.setdefault(int(labels[t]), []).append((mask, int(tight[t])))
+    cuts: list[Row] = []
+    for group in groups.values():
+        combo = _combination(group, 1 << k)
+        if combo is None:
+            continue
+        alpha = np.zeros(n_cols, dtype=np.int64)
+        rhs = 0
+        for r in combo:
+            np.add.at(alpha, rows[r].cols, rows[r].coefs)
+            rhs += rows[r].rhs
+        coef = alpha // 2
+        nz = np.nonzero(coef)[0]
+        cut = Row(nz.astype(np.int32), coef[nz], rhs // 2)
+        if cut.activity(x) > cut.rhs + TOL:
+            cuts.append(cut)
+    return cuts
+
+
+def _linked(incidence: np.ndarray) -> np.ndarray:
+    """Component label of each row of a boolean (rows x columns) matrix, rows being linked
+    when they share a column (label propagation through the columns)."""
+    n = incidence.shape[0]
+    labels = np.arange(n)
+    if incidence.shape[1] == 0:
+        return labels
+    big = n + 1
+    while True:
+        col_min = np.where(incidence, labels[:, None], big).min(axis=0)
+        new = np.minimum(labels, np.where(incidence, col_min[None, :], big).min(axis=1))
+        if np.array_equal(new, labels):
+            return labels
+        labels = new
+
+
+def _combination(group: list[tuple[int, int]], target: int) -> list[int] | None:
+    """Row indices whose mod-2 sum is exactly ``target`` (GF(2) elimination), or None."""
+    basis: dict[int, tuple[int, int]] = {}  # pivot bit -> (reduced row, rows combined)
+    for k, (m, _) in enumerate(group):
+        combo = 1 << k
+        while m:
+            top = m.bit_length() - 1
+            if top not in basis:
+                basis[top] = (m, combo)
+                break
+            bm, bc = basis[top]
+            m ^= bm
+            combo ^= bc
+    t, combo = target, 0
+    while t:
+        top = t.bit_length() - 1
+        if top not in basis:
+            return None
+        bm, bc = basis[top]
+        t ^= bm
+        combo ^= bc
+    return [group[k][1] for k in range(len(group)) if combo >> k & 1]
+
+
+def separate(x: np.ndarray, conflict: np.ndarray, rows: Sequence[Row],
+             activity: np.ndarray | None = None) -> list[Row]:
+    """Violated cuts at x: cliques and {0, 1/2}-cuts over ``rows`` (the LP's rows with the
+    cuts so far; ``activity``: their values at x, when known), and odd cycles when those
+    find none. Measured on the 256-GPU x 50-app instances, the symmetric bench_rounds
+    instances and the simulator's hardest auctions, this beat both "all three always"
+    (odd-cycle separation is the costliest) and "cheapest family first" (more rounds)."""
+    if len(_fractional(x)) == 0:
+        return []
+    cuts = [*clique_cuts(x, conflict), *zero_half_cuts(x, rows, len(x), activity)]
+    return cuts or odd_cycle_cuts(x, conflict)
