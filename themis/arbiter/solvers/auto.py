@@ -123,6 +123,7 @@ FAST_LP_NODE_LIMIT = 200  # ... LP branch and cut budget (nodes per solve) befor
 # Gurobi, which it beats there (bench/RESULTS.md), but not on smaller models.
 FAST_NODE_LIMIT_LARGE = 0
 FAST_LP_NODE_LIMIT_LARGE = 200
+FAST_LP_NODE_LIMIT_LARGE_GUROBI = 50  # auto-fast: Gurobi takes the hard ones sooner
 
 
 def _open_fast() -> Solver:
@@ -169,7 +170,7 @@ def make_solver(name: str = "auto") -> Solver:
         from themis.arbiter.solvers.bnb import BranchAndBoundSolver
         from themis.arbiter.solvers.lpbb import LpBranchAndBound
 
-        large_first = FallbackSolver(LpBranchAndBound(0, FAST_LP_NODE_LIMIT_LARGE), chain,
+        large_first = FallbackSolver(LpBranchAndBound(0, FAST_LP_NODE_LIMIT_LARGE_GUROBI), chain,
                                      quiet=True)
         return FallbackSolver(
             BranchAndBoundSolver(FAST_NODE_LIMIT_GUROBI, FAST_NODE_LIMIT_LARGE), large_first,
