@@ -7,6 +7,7 @@ import itertools
 
 import numpy as np
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from themis.arbiter.solvers.base import Bundle, PackingProblem
 from themis.arbiter.solvers.cuts import (
@@ -117,3 +118,47 @@ def test_zero_half_cut_on_two_apps_sharing_a_machine_with_a_third() -> None:
     assert cut.cols.tolist() == list(range(7)) and cut.coefs.tolist() == [1] * 7
     assert cut.rhs == 2 and cut.activity(x) == 2.5
     _assert_valid(cut, _feasible_points(p, relax.cols))
+
+
+def test_count_cut_on_three_starving_apps_of_which_one_can_be_served() -> None:
+    """Three starving apps each want two of three GPUs: the LP serves 1.5 of them; the
+    count cut says at most floor(1.5) = 1, which every feasible choice satisfies."""
+    p = PackingProblem(3, ((Bundle(0b011, 10.0),), (Bundle(0b110, 10.0),),
+                           (Bundle(0b101, 10.0),)), starving=(0, 1, 2))
+    relax = _Relaxation(p)
+    n = len(relax.cols)
+    x, _ = relax.lp(np.zeros(n), np.ones(n))
+    assert x.sum() == 1.5
+    cut = relax.count_cut(x, None)
+    assert cut is not None and cut.rhs == 1 and cut.cols.tolist() == [0, 1, 2]
+    _assert_valid(cut, _feasible_points(p, relax.cols))
+    assert relax.count_cut(x, None) is None  # not tried again without new cuts
+    # Apps 1 and 2 alone are served 1/2 + 1/2 = 1 time at x: an integer, nothing to cut
+    assert relax.count_cut(x, 0) is None
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(problem=packing_problems(max_gpus=7, max_apps=4), data=st.data())
+def test_lpbb_is_exact_with_starving_apps_and_count_cuts(problem: PackingProblem,
+                                                         data: st.DataObject) -> None:
+    """The auction's lexicographic bonus on starving apps (a large constant added to
+    their gains) with count cuts: the optimum, with and without each app, is brute
+    force's, and every count cut is valid."""
+    from themis.arbiter.solvers.bruteforce import BruteForceSolver
+    from themis.arbiter.solvers.lpbb import LpBranchAndBound
+
+    starving = tuple(sorted(data.draw(st.sets(st.integers(0, len(problem.apps) - 1)))))
+    bonus = 1.0 + sum(max((b.gain for b in bs), default=0.0) for bs in problem.apps)
+    apps = tuple(tuple(Bundle(b.mask, b.gain + (bonus if i in starving else 0.0)) for b in bs)
+                 for i, bs in enumerate(problem.apps))
+    p = PackingProblem(problem.n_gpus, apps, starving)
+    solver = LpBranchAndBound()
+    excluded = [None, *range(len(apps))]
+    for e, sol in zip(excluded, solver.solve_many(p, excluded), strict=True):
+        assert abs(sol.objective - BruteForceSolver().solve(p, e).objective) <= 1e-9 * bonus
+    if p.n_bundles:
+        relax = solver._last[1] if solver._last is not None else None
+        assert relax is not None
+        points = _feasible_points(p, relax.cols)
+        for cut in relax.rows[relax.n_base_rows:]:
+            _assert_valid(cut, points)

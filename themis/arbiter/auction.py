@@ -114,7 +114,8 @@ def _gains(
     for t, rows in zip(tables, finite_part, strict=True):
         starving = math.isinf(t.rho_current)
         apps.append(tuple(Bundle(m, g + (big_m if starving else 0.0)) for m, g in rows))
-    return PackingProblem(len(index), tuple(apps)), origin
+    lexicographic = tuple(i for i, t in enumerate(tables) if math.isinf(t.rho_current))
+    return PackingProblem(len(index), tuple(apps), lexicographic), origin
 
 
 def keep_order(gpus: Sequence[Gpu]) -> list[Gpu]:
