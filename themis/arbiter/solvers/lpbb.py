@@ -10,6 +10,9 @@ bundles, and the LP mixes them (half-integral points, odd cycles of conflicts). 
   LP for the auction's other solves of the same problem (measured: the root LP closes
   the gap of most 256-GPU x 50-app auctions and of the symmetric 20-bidder rounds of
   ``bench_rounds``, where branching on columns alone needed thousands of LPs).
+  Plus a *count cut* on the starving apps of ``PackingProblem.starving``: the number of
+  them served is an integer, at most floor(v) for v the (certified) LP maximum of that
+  number (:meth:`_Relaxation.count_cut`).
 * **LP per node.** One HiGHS LP per problem, re-solved with changed column bounds
   (warm-started dual simplex). A node fixes some columns to 1 (their app's other columns
   and every column sharing a GPU with them are fixed to 0) and some to 0.
