@@ -13,7 +13,6 @@ from themis.arbiter.solvers.base import Bundle, PackingProblem
 from themis.arbiter.solvers.cuts import (
     Row,
     clique_cuts,
-    conflict_matrix,
     odd_cycle_cuts,
     separate,
     zero_half_cuts,
@@ -46,6 +45,16 @@ def _feasible_points(problem: PackingProblem, cols: list[tuple[int, int]]) -> li
     return points
 
 
+def _conflicts_by_enumeration(problem: PackingProblem, cols: list[tuple[int, int]]) -> np.ndarray:
+    n = len(cols)
+    out = np.zeros((n, n), dtype=bool)
+    for a, (i, j) in enumerate(cols):
+        for b, (k, m) in enumerate(cols):
+            if a != b and (i == k or problem.apps[i][j].mask & problem.apps[k][m].mask):
+                out[a, b] = True
+    return out
+
+
 def _assert_valid(cut: Row, points: list[np.ndarray]) -> None:
     for p in points:
         assert cut.activity(p) <= cut.rhs + 1e-9, (cut, p)
@@ -57,6 +66,7 @@ def test_cuts_separated_from_lp_points_are_valid_and_violated(problem: PackingPr
     if problem.n_bundles == 0:
         return
     relax = _Relaxation(problem)
+    assert (relax.conflict == _conflicts_by_enumeration(problem, relax.cols)).all()
     points = _feasible_points(problem, relax.cols)
     n = len(relax.cols)
     lo, hi = np.zeros(n), np.ones(n)
@@ -81,8 +91,10 @@ def _ring(n: int) -> PackingProblem:
 
 def test_an_odd_ring_is_cut_by_an_odd_cycle_not_by_a_clique() -> None:
     p = _ring(5)
-    cols = [(k, 0) for k in range(5)]
-    conflict = conflict_matrix(p, cols)
+    relax = _Relaxation(p)
+    cols = relax.cols
+    assert cols == [(k, 0) for k in range(5)]
+    conflict = relax.conflict
     x = np.full(5, 0.5)
     assert clique_cuts(x, conflict) == []
     cuts = odd_cycle_cuts(x, conflict)
@@ -93,8 +105,7 @@ def test_an_odd_ring_is_cut_by_an_odd_cycle_not_by_a_clique() -> None:
 
 def test_three_pairwise_conflicting_bundles_give_a_clique_cut() -> None:
     p = PackingProblem(3, ((Bundle(0b011, 1.0),), (Bundle(0b110, 1.0),), (Bundle(0b101, 1.0),)))
-    cols = [(0, 0), (1, 0), (2, 0)]
-    cuts = clique_cuts(np.full(3, 0.5), conflict_matrix(p, cols))
+    cuts = clique_cuts(np.full(3, 0.5), _Relaxation(p).conflict)
     assert len(cuts) == 1 and cuts[0].cols.tolist() == [0, 1, 2] and cuts[0].rhs == 1
 
 

@@ -34,8 +34,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from themis.arbiter.solvers.base import PackingProblem, bits
-
 TOL = 1e-6  # an x this close to 0 or 1 counts as integral; violations below it are ignored
 
 
@@ -51,14 +49,15 @@ class Row:
         return float(np.dot(self.coefs, x[self.cols]))
 
 
-def conflict_matrix(problem: PackingProblem, cols: Sequence[tuple[int, int]]) -> np.ndarray:
-    """Boolean matrix: ``C[a, b]`` iff columns a != b conflict (same app or shared GPU)."""
-    n = len(cols)
-    incidence = np.zeros((n, max(1, problem.n_gpus)), dtype=np.float32)
-    for c, (i, j) in enumerate(cols):
-        incidence[c, bits(problem.apps[i][j].mask)] = 1.0
-    app = np.fromiter((i for i, _ in cols), dtype=np.int64, count=n)
-    conflict: np.ndarray = (incidence @ incidence.T > 0.5) | (app[:, None] == app[None, :])
+def conflict_matrix(n_cols: int, row_of: np.ndarray, col_of: np.ndarray) -> np.ndarray:
+    """Boolean matrix: ``C[a, b]`` iff columns a != b conflict, from the LP's non-zeros
+    (``row_of[k]``, ``col_of[k]``): two columns conflict iff they share a row - the app
+    row (same app) or the row of a GPU that bundles of two apps name (a GPU named by one
+    app only links columns that its app row links already)."""
+    n_rows = int(row_of.max()) + 1 if len(row_of) else 0
+    incidence = np.zeros((n_rows, n_cols), dtype=np.float32)
+    incidence[row_of, col_of] = 1.0
+    conflict: np.ndarray = incidence.T @ incidence > 0.5
     np.fill_diagonal(conflict, False)
     return conflict
 

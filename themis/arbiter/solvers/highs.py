@@ -40,19 +40,22 @@ class PackingLp:
 
     def __init__(self, problem: PackingProblem) -> None:
         cols: list[tuple[int, int]] = []  # (app, bundle) per column
+        col_gpus: list[list[int]] = []  # GPU indices of each column's bundle
         gpu_apps: dict[int, set[int]] = {}
         for i, bundles in enumerate(problem.apps):
             for j, b in enumerate(bundles):
                 cols.append((i, j))
-                for g in bits(b.mask):
+                gs = bits(b.mask)
+                col_gpus.append(gs)
+                for g in gs:
                     gpu_apps.setdefault(g, set()).add(i)
         shared = sorted(g for g, apps in gpu_apps.items() if len(apps) > 1)
         gpu_row = {g: len(problem.apps) + r for r, g in enumerate(shared)}
         starts = [0]
         index: list[int] = []
-        for i, j in cols:
+        for (i, _), gs in zip(cols, col_gpus, strict=True):
             index.append(i)
-            index.extend(gpu_row[g] for g in bits(problem.apps[i][j].mask) if g in gpu_row)
+            index.extend(gpu_row[g] for g in gs if g in gpu_row)
             starts.append(len(index))
         n, m = len(cols), len(problem.apps) + len(shared)
         self.cols = cols

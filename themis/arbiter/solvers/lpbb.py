@@ -83,15 +83,16 @@ class _Relaxation:
             by_app.setdefault(i, []).append(c)
         self.app_cols = {i: np.array(cs, dtype=np.int32) for i, cs in by_app.items()}
         self.all_cols = np.arange(len(model.cols), dtype=np.int32)
-        self.conflict = conflict_matrix(problem, model.cols)
-        # The LP's rows (for the {0, 1/2}-cuts), the cuts' non-zeros (for the bound)
-        by_row: dict[int, list[int]] = {}
-        for c in range(len(model.cols)):
-            for r in model.index[model.starts[c] : model.starts[c + 1]].tolist():
-                by_row.setdefault(r, []).append(c)
         self.n_base_rows = model.lp.num_row_
-        self.rows = [Row(np.array(cs, dtype=np.int32), np.ones(len(cs), dtype=np.int64), 1)
-                     for _, cs in sorted(by_row.items())]
+        # the LP's rows (for the conflicts and the {0, 1/2}-cuts), from its columns
+        col_of = np.repeat(np.arange(len(model.cols)), np.diff(model.starts))
+        order = np.argsort(model.index, kind="stable")
+        bounds = np.searchsorted(model.index[order], np.arange(self.n_base_rows + 1))
+        members = col_of[order].astype(np.int32)
+        self.rows = [Row(members[a:b], np.ones(b - a, dtype=np.int64), 1)
+                     for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)
+                     if b > a]
+        self.conflict = conflict_matrix(len(model.cols), model.index, col_of)
         self.rhs = np.ones(self.n_base_rows)
         self.cut_cols = np.zeros(0, dtype=np.int64)
         self.cut_coefs = np.zeros(0)
