@@ -71,8 +71,8 @@ class PackingProblem:
     n_gpus: int
     apps: tuple[tuple[Bundle, ...], ...]  # apps[i] = candidate bundles of app i
     # Apps whose gains carry the auction's lexicographic bonus (starving apps, see
-    # themis.arbiter.auction): back-ends may use that how many of them are served is an
-    # integer (lpbb's count cuts). Informational: the gains alone define the optimum.
+    # themis.arbiter.auction). Back-ends may use the fact that the number of them served
+    # is an integer (lpbb's count cut); the gains alone define the optimum.
     starving: tuple[int, ...] = ()
 
     @property
