@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -173,3 +174,17 @@ def test_lpbb_is_exact_with_starving_apps_and_count_cuts(problem: PackingProblem
         points = _feasible_points(p, relax.cols)
         for cut in relax.rows[relax.n_base_rows:]:
             _assert_valid(cut, points)
+
+
+def test_rows_line_up_with_the_lp_rows_when_an_app_has_no_bundle() -> None:
+    """rows[r] is LP row r (the {0, 1/2}-cuts read tight rows from the LP's row values
+    by index): an app without bundles keeps its (empty) row."""
+    p = PackingProblem(2, ((), (Bundle(0b01, 1.0), Bundle(0b11, 2.0)), (Bundle(0b10, 1.0),)))
+    relax = _Relaxation(p)
+    assert len(relax.rows) == relax.n_base_rows
+    assert relax.rows[0].cols.tolist() == []
+    assert relax.rows[1].cols.tolist() == [0, 1] and relax.rows[2].cols.tolist() == [2]
+    n = len(relax.cols)
+    x, _ = relax.lp(np.zeros(n), np.ones(n))
+    for r, row in enumerate(relax.rows):
+        assert row.activity(x) == pytest.approx(relax.activity[r])

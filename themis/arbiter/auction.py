@@ -111,11 +111,13 @@ def _gains(
         bound += max((g for _, g in rows), default=0.0)
     big_m = 1.0 + bound
     apps = []
-    for t, rows in zip(tables, finite_part, strict=True):
+    lexicographic: list[int] = []  # the starving apps (gains carry big_m)
+    for i, (t, rows) in enumerate(zip(tables, finite_part, strict=True)):
         starving = math.isinf(t.rho_current)
+        if starving:
+            lexicographic.append(i)
         apps.append(tuple(Bundle(m, g + (big_m if starving else 0.0)) for m, g in rows))
-    lexicographic = tuple(i for i, t in enumerate(tables) if math.isinf(t.rho_current))
-    return PackingProblem(len(index), tuple(apps), lexicographic), origin
+    return PackingProblem(len(index), tuple(apps), tuple(lexicographic)), origin
 
 
 def keep_order(gpus: Sequence[Gpu]) -> list[Gpu]:

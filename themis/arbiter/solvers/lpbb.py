@@ -84,14 +84,15 @@ class _Relaxation:
         self.app_cols = {i: np.array(cs, dtype=np.int32) for i, cs in by_app.items()}
         self.all_cols = np.arange(len(model.cols), dtype=np.int32)
         self.n_base_rows = model.lp.num_row_
-        # the LP's rows (for the conflicts and the {0, 1/2}-cuts), from its columns
+        # the LP's rows (for the conflicts and the {0, 1/2}-cuts), from its columns; one
+        # per LP row, empty ones (apps without bundles) included, so that rows[r] is LP
+        # row r and lines up with the LP's row values
         col_of = np.repeat(np.arange(len(model.cols)), np.diff(model.starts))
         order = np.argsort(model.index, kind="stable")
         bounds = np.searchsorted(model.index[order], np.arange(self.n_base_rows + 1))
         members = col_of[order].astype(np.int32)
         self.rows = [Row(members[a:b], np.ones(b - a, dtype=np.int64), 1)
-                     for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)
-                     if b > a]
+                     for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)]
         self.conflict = conflict_matrix(len(model.cols), model.index, col_of)
         self.rhs = np.ones(self.n_base_rows)
         self.cut_cols = np.zeros(0, dtype=np.int64)
