@@ -41,7 +41,6 @@ from typing import Any
 log = logging.getLogger("themis.submarine_am.runner")
 
 
-
 def parse_event(line: str) -> dict[str, Any] | None:
     """The job event (a JSON object with an ``event`` key, themis.jobs.train) that a line
     of the job's output carries, else None."""
@@ -53,6 +52,7 @@ def parse_event(line: str) -> dict[str, Any] | None:
     except ValueError:
         return None
     return e if isinstance(e, dict) and "event" in e else None
+
 
 class Runner:
     def __init__(self, am_url: str, job_id: str, run_id: int, logdir: Path,
