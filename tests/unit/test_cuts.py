@@ -13,7 +13,9 @@ from hypothesis import strategies as st
 from themis.arbiter.solvers.base import Bundle, PackingProblem
 from themis.arbiter.solvers.cuts import (
     Row,
+    _solve_mod,
     clique_cuts,
+    mod_k_cuts,
     odd_cycle_cuts,
     separate,
     zero_half_cuts,
@@ -141,12 +143,84 @@ def test_count_cut_on_three_starving_apps_of_which_one_can_be_served() -> None:
     n = len(relax.cols)
     x, _ = relax.lp(np.zeros(n), np.ones(n))
     assert x.sum() == 1.5
-    cut = relax.count_cut(x, None)
+    cut = relax.count_cut(x, None, 0)
     assert cut is not None and cut.rhs == 1 and cut.cols.tolist() == [0, 1, 2]
     _assert_valid(cut, _feasible_points(p, relax.cols))
-    assert relax.count_cut(x, None) is None  # not tried again without new cuts
-    # Apps 1 and 2 alone are served 1/2 + 1/2 = 1 time at x: an integer, nothing to cut
-    assert relax.count_cut(x, 0) is None
+    # the count is not even looked at when x serves no more apps than the incumbent
+    assert relax.count_cut(x, None, 2) is None
+    # Apps 1 and 2 alone are served 1/2 + 1/2 = 1 time at x, and one can be: no cut
+    assert relax.count_cut(x, 0, 0) is None
+
+
+def test_count_cut_where_the_lp_serves_an_integral_number_too_many() -> None:
+    """Two triangles of starving apps (each app wants two of its triangle's three GPUs):
+    the LP serves 1.5 + 1.5 = 3 apps - an integer, so the LP's own maximum (3) cuts
+    nothing - but only 2 can be served; the exact count says so."""
+    tri = (0b011, 0b110, 0b101)
+    apps = tuple((Bundle(m << shift, 10.0),) for shift in (0, 3) for m in tri)
+    p = PackingProblem(6, apps, starving=tuple(range(6)))
+    relax = _Relaxation(p)
+    x = np.full(6, 0.5)
+    assert relax.max_served(None) == 2
+    cut = relax.count_cut(x, None, 0)
+    assert cut is not None and cut.rhs == 2 and cut.cols.tolist() == list(range(6))
+    _assert_valid(cut, _feasible_points(p, relax.cols))
+    # without app 0, still 2 (one per triangle); the LP serves 2.5 there: cut to 2
+    assert relax.max_served(0) == 2
+    cut0 = relax.count_cut(x, 0, 0)
+    assert cut0 is not None and cut0.rhs == 2 and cut0.cols.tolist() == [1, 2, 3, 4, 5]
+
+
+def test_solve_mod_finds_a_solution_or_proves_there_is_none() -> None:
+    system = np.array([[1, 2, 0], [0, 1, 1]])
+    u = _solve_mod(system, np.array([1, 2]), 3)
+    assert u is not None and ((system @ u - [1, 2]) % 3 == 0).all()
+    assert _solve_mod(np.array([[1, 1], [2, 2]]), np.array([1, 1]), 3) is None  # 2 != 2*1
+    u5 = _solve_mod(np.array([[3, 1]]), np.array([4]), 5)
+    assert u5 is not None and (np.array([[3, 1]]) @ u5 - 4) % 5 == 0
+
+
+def test_a_point_in_thirds_gets_a_mod_three_cut() -> None:
+    """Six apps over six GPUs whose LP optimum is in thirds: the {0, 1/3, 2/3}-cut from
+    the tight rows is violated by 1/3 there and holds for every feasible choice."""
+    p = PackingProblem(6, ((Bundle(0b101011, 1.0), Bundle(0b000111, 1.0)),
+                           (Bundle(0b110110, 1.0),),
+                           (Bundle(0b101000, 1.0), Bundle(0b011000, 1.0)),
+                           (Bundle(0b001111, 1.0),), (Bundle(0b100010, 1.0),),
+                           (Bundle(0b000011, 1.0), Bundle(0b010100, 1.0))))
+    relax = _Relaxation(p)
+    t = 1.0 / 3.0
+    x = np.array([0, t, 0, 2 * t, t, 0, t, t, 2 * t])
+    assert all(row.activity(x) <= row.rhs + 1e-9 for row in relax.rows)
+    assert zero_half_cuts(x, relax.rows, len(x)) == []
+    cuts = mod_k_cuts(x, relax.rows, len(x), 3)
+    assert len(cuts) == 1
+    assert cuts[0].activity(x) - cuts[0].rhs == pytest.approx(1.0 / 3.0)
+    _assert_valid(cuts[0], _feasible_points(p, relax.cols))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(problem=packing_problems(max_gpus=7, max_apps=5), k=st.sampled_from([3, 5, 7]))
+def test_mod_k_cuts_are_valid_and_violated(problem: PackingProblem, k: int) -> None:
+    """mod-k cuts separated from the LP points of a cutting loop (other families' cuts
+    added too, so the cut rows with coefficients > 1 take part) are valid and violated."""
+    if problem.n_bundles == 0:
+        return
+    relax = _Relaxation(problem)
+    points = _feasible_points(problem, relax.cols)
+    n = len(relax.cols)
+    lo, hi = np.zeros(n), np.ones(n)
+    x, _ = relax.lp(lo, hi)
+    for _ in range(6):
+        cuts = mod_k_cuts(x, relax.rows, n, k, relax.activity)
+        for cut in cuts:
+            assert cut.activity(x) > cut.rhs + 1e-7
+            _assert_valid(cut, points)
+        cuts += separate(x, relax.conflict, relax.rows, relax.activity)
+        if not cuts:
+            break
+        relax.add_cuts(cuts)
+        x, _ = relax.lp(lo, hi)
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

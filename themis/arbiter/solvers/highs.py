@@ -19,7 +19,6 @@ from themis.arbiter.solvers.base import (
     Solver,
     SolverError,
     SolverUnavailable,
-    bits,
 )
 
 try:  # pragma: no cover - import guard
@@ -39,29 +38,29 @@ class PackingLp:
     by the MILP back-end (which marks the columns integer) and the LP branch and bound."""
 
     def __init__(self, problem: PackingProblem) -> None:
-        cols: list[tuple[int, int]] = []  # (app, bundle) per column
-        col_gpus: list[list[int]] = []  # GPU indices of each column's bundle
-        gpu_apps: dict[int, set[int]] = {}
-        for i, bundles in enumerate(problem.apps):
-            for j, b in enumerate(bundles):
-                cols.append((i, j))
-                gs = bits(b.mask)
-                col_gpus.append(gs)
-                for g in gs:
-                    gpu_apps.setdefault(g, set()).add(i)
-        shared = sorted(g for g, apps in gpu_apps.items() if len(apps) > 1)
-        gpu_row = {g: len(problem.apps) + r for r, g in enumerate(shared)}
-        starts = [0]
-        index: list[int] = []
-        for (i, _), gs in zip(cols, col_gpus, strict=True):
-            index.append(i)
-            index.extend(gpu_row[g] for g in gs if g in gpu_row)
-            starts.append(len(index))
-        n, m = len(cols), len(problem.apps) + len(shared)
+        cols = [(i, j) for i, bundles in enumerate(problem.apps) for j in range(len(bundles))]
+        n_apps = len(problem.apps)
+        app_of = np.fromiter((i for i, _ in cols), dtype=np.int64, count=len(cols))
+        col_k, gpu_k = np.nonzero(mask_matrix([problem.apps[i][j].mask for i, j in cols],
+                                              problem.n_gpus))
+        # GPUs named by bundles of two or more apps get a row, in GPU order after the
+        # app rows; the rows of each column: its app row, then its shared GPUs in order
+        named = np.zeros((n_apps, problem.n_gpus), dtype=bool)
+        named[app_of[col_k], gpu_k] = True
+        shared = named.sum(axis=0) > 1
+        gpu_row = n_apps + np.cumsum(shared) - 1
+        keep = shared[gpu_k]
+        entry_col = np.concatenate([np.arange(len(cols)), col_k[keep]])
+        entry_row = np.concatenate([app_of, gpu_row[gpu_k[keep]]])
+        order = np.lexsort((entry_row, entry_col))
+        index = entry_row[order]
+        starts = np.zeros(len(cols) + 1, dtype=np.int64)
+        np.cumsum(np.bincount(entry_col, minlength=len(cols)), out=starts[1:])
+        n, m = len(cols), n_apps + int(shared.sum())
         self.cols = cols
         self.gain = np.array([problem.apps[i][j].gain for i, j in cols], dtype=np.float64)
-        self.starts = np.array(starts, dtype=np.int32)  # column starts, n + 1 entries
-        self.index = np.array(index, dtype=np.int32)  # row of each non-zero (all ones)
+        self.starts = starts.astype(np.int32)  # column starts, n + 1 entries
+        self.index = index.astype(np.int32)  # row of each non-zero (all ones)
         lp = highspy.HighsLp()
         lp.num_col_ = n
         lp.num_row_ = m
@@ -89,6 +88,16 @@ class PackingLp:
             h.setOptionValue("mip_abs_gap", 1e-9)
         h.passModel(self.lp)
         return h
+
+
+def mask_matrix(masks: Sequence[int], n_gpus: int) -> np.ndarray:
+    """Bundle masks (Python int bitsets) as a boolean matrix, one row per mask: entry
+    [k, g] is bit g of masks[k]."""
+    width = max(1, (n_gpus + 7) // 8)
+    raw = b"".join(m.to_bytes(width, "little") for m in masks)
+    packed = np.frombuffer(raw, dtype=np.uint8).reshape(len(masks), width)
+    out: np.ndarray = np.unpackbits(packed, axis=1, count=n_gpus, bitorder="little")
+    return out.astype(bool)
 
 
 def require_highs() -> None:

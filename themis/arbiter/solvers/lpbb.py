@@ -5,14 +5,17 @@ fractional on contested offers: menus list interchangeable placements of equally
 bundles, and the LP mixes them (half-integral points, odd cycles of conflicts). So:
 
 * **Cuts at the root of every solve** (:mod:`themis.arbiter.solvers.cuts`): clique,
-  odd-cycle and {0, 1/2}-cuts are separated and added to the LP until none is violated
-  or the bound stops moving. They are valid for every integer point, so they stay in the
-  LP for the auction's other solves of the same problem (measured: the root LP closes
-  the gap of most 256-GPU x 50-app auctions and of the symmetric 20-bidder rounds of
-  ``bench_rounds``, where branching on columns alone needed thousands of LPs).
+  {0, 1/2}-, odd-cycle and mod-k (k = 3, 5, 7) cuts are separated and added to the LP
+  until none is violated or the bound stops moving. They are valid for every integer
+  point, so they stay in the LP for the auction's other solves of the same problem
+  (measured: the root LP closes the gap of most 256-GPU x 50-app auctions and of the
+  symmetric 20-bidder rounds of ``bench_rounds``, where branching on columns alone
+  needed thousands of LPs).
   Plus a *count cut* on the starving apps of ``PackingProblem.starving``: the number of
-  them served is an integer, at most floor(v) for v the (certified) LP maximum of that
-  number (:meth:`_Relaxation.count_cut`).
+  them served is at most K, the exact maximum found by the combinatorial branch and
+  bound on the small cardinality problem (:meth:`_Relaxation.max_served`) - the LP can
+  serve all 20 starving apps of a round (an integral number) when the menus allow only
+  19 - or floor(v) for v the certified LP maximum when that search runs out of budget.
 * **LP per node.** One HiGHS LP per problem, re-solved with changed column bounds
   (warm-started dual simplex). A node fixes some columns to 1 (their app's other columns
   and every column sharing a GPU with them are fixed to 0) and some to 0.
@@ -39,6 +42,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from themis.arbiter.solvers.base import (
+    Bundle,
     PackingProblem,
     Solution,
     Solver,
@@ -48,6 +52,7 @@ from themis.arbiter.solvers.base import (
     node_budget,
     require_budget,
 )
+from themis.arbiter.solvers.bnb import BranchAndBoundSolver
 from themis.arbiter.solvers.cuts import Row, conflict_matrix, separate
 from themis.arbiter.solvers.highs import PackingLp, require_highs
 
@@ -57,6 +62,7 @@ ROOT_CUT_ROUNDS = 40  # separation rounds at the root of each solve
 NODE_CUT_ROUNDS = 0  # ... at the other nodes
 STALL_ROUNDS = 10  # stop separating after this many rounds that barely moved the bound
 STALL_GAIN = 1e-7  # "barely": by less than this (relative)
+COUNT_NODE_LIMIT = 20_000  # budget of the exact count of starving apps (max_served)
 
 
 def _branch_column(frac: np.ndarray, x: np.ndarray, gain: np.ndarray) -> int:
@@ -99,6 +105,10 @@ class _Relaxation:
         self.cut_coefs = np.zeros(0)
         self.cut_rows = np.zeros(0, dtype=np.int64)
         self.h = model.highs()
+        # A 0/1 matrix (cuts: small integers) needs no scaling, and a warm re-solve no
+        # presolve: both off made the auction's re-solves ~30% faster (bench/RESULTS.md).
+        self.h.setOptionValue("presolve", "off")
+        self.h.setOptionValue("simplex_scale_strategy", 0)
         import highspy  # available: require_highs() passed
 
         self.optimal = highspy.HighsModelStatus.kOptimal
@@ -106,8 +116,11 @@ class _Relaxation:
         self.activity = np.zeros(self.n_base_rows)  # row values of the last LP solved
         self.lp_solves = 0  # statistics: LPs solved, and of those re-solved from scratch
         self.restarts = 0
-        # per solve (excluded app): the number of cuts when its count cut was last tried
+        # per solve (excluded app): the number of cuts when its LP count limit was last
+        # tried; the exact maximum number of starving apps served (None: over budget)
         self.counted: dict[int | None, int] = {}
+        self.max_count: dict[int | None, int | None] = {}
+        self.count_choice: tuple[bool, ...] = ()  # the starving apps a largest choice serves
 
     def add_cuts(self, cuts: Sequence[Row]) -> None:
         """Add cut rows to the LP (kept for every later solve of this problem)."""
@@ -161,23 +174,87 @@ class _Relaxation:
         part = np.where(hi <= 0.0, 0.0, np.where(lo >= 1.0, d, np.maximum(0.0, d)))
         return float(np.dot(y, self.rhs) + part.sum())
 
-    def count_cut(self, x: np.ndarray, excluded: int | None) -> Row | None:
-        """The count cut of a solve (tried again only after other cuts were added since
-        the last try, which can lower the LP maximum): the starving apps but
-        ``excluded`` get a GPU in at most floor(v) of them, v the LP maximum of that
-        number (certified). Valid for every integer point of the whole problem (the
-        excluded app's columns do not count, so freeing them cannot raise the number),
-        hence kept like the other cuts. Returned only when it cuts x off: where the
-        auction's lexicographic bonus makes the LP serve a fractional number of starving
-        apps, e.g. 19.875 of 20 when only 19 can be served."""
-        if self.counted.get(excluded) == self.n_cuts:
-            return None
+    def count_cut(self, x: np.ndarray, excluded: int | None,
+                  incumbent_served: int) -> Row | None:
+        """The count cut of a solve: the starving apps but ``excluded`` get a GPU in at
+        most K of them. Valid for every integer point of the whole problem (the excluded
+        app's columns do not count, so freeing them cannot raise the number), hence kept
+        like the other cuts. Returned only when it cuts x off, i.e. where the auction's
+        lexicographic bonus makes the LP serve more starving apps than can be served:
+        19.875 of 20, or all 20 fractionally when only 19 can be served (the menus of
+        several apps name the same few GPUs: a pigeonhole the LP cannot see).
+
+        K is the exact maximum (:meth:`max_served`), computed only when the LP serves
+        more than the incumbent (``incumbent_served`` starving apps); when that solve
+        exceeds its budget, K = floor(v) for v the certified LP maximum of the number,
+        which only cuts a fractional number of apps served."""
         apps = [i for i in self.problem.starving if i != excluded and i in self.app_cols]
         if len(apps) < 2:
             return None
         cols = np.sort(np.concatenate([self.app_cols[i] for i in apps]))
         served = float(x[cols].sum())
-        if abs(served - round(served)) <= INTEGRAL_TOL:
+        if served <= incumbent_served + INTEGRAL_TOL:
+            return None
+        # the whole problem's maximum bounds every solve's (removing an app cannot
+        # raise it): try it first, it is computed once per auction
+        limit = self.max_served(None)
+        if excluded is not None and (limit is None or served <= limit + INTEGRAL_TOL):
+            limit = self.max_served(excluded)
+        if limit is None:
+            limit = self._lp_count_limit(cols, served, excluded)
+            if limit is None:
+                return None
+        if served <= limit + INTEGRAL_TOL:
+            return None
+        return Row(cols.astype(np.int32), np.ones(len(cols), dtype=np.int64), limit)
+
+    def max_served(self, excluded: int | None) -> int | None:
+        """The most starving apps (but ``excluded``) that can get a bundle at once, exact
+        (cached), or None when that search exceeds its budget. The cardinality problem
+        is small: only the starving apps, each bundle worth 1, so a bundle containing
+        another of the same app is dropped (mostly single GPUs remain). The
+        combinatorial branch and bound proves its pigeonhole bounds in milliseconds,
+        where the LP relaxation needs thousands of nodes (measured on bench_rounds'
+        rounds). Removing an app that a largest choice leaves out does not change the
+        maximum; the maxima without each app it serves are found in one call (the
+        branch and bound starts each from the largest choice minus that app)."""
+        starving = self.problem.starving
+        if None not in self.max_count:
+            self._count([None])
+        whole = self.max_count[None]
+        if whole is None or excluded is None or excluded not in starving:
+            return whole
+        if not self.count_choice[starving.index(excluded)]:
+            return whole
+        if excluded not in self.max_count:
+            self._count([starving[k] for k, c in enumerate(self.count_choice) if c])
+        return self.max_count[excluded]
+
+    def _count(self, keys: list[int | None]) -> None:
+        """Solve the cardinality problem without each of ``keys`` (None: without none)."""
+        starving = self.problem.starving
+        problem = PackingProblem(self.problem.n_gpus, tuple(
+            tuple(Bundle(b.mask, 1.0) for b in self.problem.apps[i]) for i in starving))
+        position = {i: k for k, i in enumerate(starving)}
+        try:
+            sols = BranchAndBoundSolver(COUNT_NODE_LIMIT).solve_many(
+                problem, [None if key is None else position[key] for key in keys])
+        except SolverUnavailable as exc:  # over budget: keep the maxima found before
+            sols = list(exc.done)
+            for key in keys[len(sols):]:
+                self.max_count[key] = None
+        for key, sol in zip(keys, sols, strict=False):
+            self.max_count[key] = round(sol.objective)
+            if key is None:
+                self.count_choice = tuple(c >= 0 for c in sol.choice)
+
+    def _lp_count_limit(self, cols: np.ndarray, served: float,
+                        excluded: int | None) -> int | None:
+        """floor(v), v the certified LP maximum of the number of starving apps served
+        (tried again only after other cuts were added since the last try, which can
+        lower v); None when ``served`` is integral or nothing new can be learnt."""
+        if abs(served - round(served)) <= INTEGRAL_TOL or \
+                self.counted.get(excluded) == self.n_cuts:
             return None
         self.counted[excluded] = self.n_cuts
         n = len(self.cols)
@@ -190,10 +267,7 @@ class _Relaxation:
             limit = self._certified(count, lo, hi)
         finally:
             self.h.changeColsCost(n, self.all_cols, self.gain)
-        rhs = int(np.floor(limit + 1e-9))
-        if served <= rhs + INTEGRAL_TOL:
-            return None
-        return Row(cols.astype(np.int32), np.ones(len(cols), dtype=np.int64), rhs)
+        return int(np.floor(limit + 1e-9))
 
     def conflicts(self, c: int) -> np.ndarray:
         """Columns that cannot be chosen together with column c."""
@@ -311,7 +385,8 @@ class LpBranchAndBound(Solver):
                 cuts: list[Row] = []
                 if cut_rounds > 0:
                     cuts = separate(x, relax.conflict, relax.rows, relax.activity)
-                    count = relax.count_cut(x, excluded)
+                    served = sum(1 for i in problem.starving if best_choice[i] >= 0)
+                    count = relax.count_cut(x, excluded, served)
                     if count is not None:
                         cuts.append(count)
                 if cuts and stalls < STALL_ROUNDS:
