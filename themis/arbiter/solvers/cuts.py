@@ -35,13 +35,15 @@ solves of the same problem (fixing columns to 0 only removes integer points).
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import connected_components, dijkstra
 
 MOD_K = (3, 5, 7)  # the mod-k cut families tried (in order) when the others find nothing
+_EDGE_FLOOR = 1e-12  # odd-cycle separation: added to every edge weight (see there)
 TOL = 1e-6  # an x this close to 0 or 1 counts as integral; violations below it are ignored
 
 
@@ -134,28 +136,36 @@ def odd_cycle_cuts(x: np.ndarray, conflict: np.ndarray, limit: int = 20,
     """Violated odd-cycle inequalities over the fractional support (GLS separation): a
     shortest odd closed walk in the double cover, with edge weights 1 - x_u - x_v, through
     each of the ``max_sources`` support columns closest to 1/2 (not yet on a cut's
-    cycle); a walk of weight < 1 holds a violated simple odd cycle."""
+    cycle); a walk of weight < 1 holds a violated simple odd cycle. One Dijkstra call
+    (SciPy's, compiled) from all the sources at once."""
     sup = _fractional(x)
     if len(sup) < 3:
         return []
-    sub = conflict[np.ix_(sup, sup)]
+    n = len(sup)
     xs = x[sup]
-    adj: list[list[tuple[int, float]]] = []
-    for a in range(len(sup)):
-        nb = np.nonzero(sub[a])[0]
-        w = np.maximum(0.0, 1.0 - xs[a] - xs[nb])
-        adj.append(list(zip(nb.tolist(), w.tolist(), strict=True)))
+    a, b = np.nonzero(np.triu(conflict[np.ix_(sup, sup)], 1))
+    # a zero weight would read as "no edge" in a sparse matrix: a tiny floor keeps it
+    w = np.maximum(0.0, 1.0 - xs[a] - xs[b]) + _EDGE_FLOOR
+    # double cover: vertex v (even side) and n + v (odd side); every edge changes sides
+    rows = np.concatenate([a, a + n, b, b + n])
+    cols = np.concatenate([b + n, b, a + n, a])
+    cover = csr_matrix((np.tile(w, 4), (rows, cols)), shape=(2 * n, 2 * n))
+    sources = np.argsort(np.abs(xs - 0.5), kind="stable")[:max_sources]
+    dist, pred = dijkstra(cover, directed=True, indices=sources, return_predecessors=True,
+                          limit=1.0 - TOL)
     cuts: list[Row] = []
     seen: set[tuple[int, ...]] = set()
     covered: set[int] = set()
-    for s in np.argsort(np.abs(xs - 0.5), kind="stable")[:max_sources].tolist():
-        if s in covered:
-            continue
-        walk = _shortest_odd_walk(adj, s)
-        if walk is None:
-            continue  # no odd closed walk of weight < 1 through s
+    for k, s in enumerate(sources.tolist()):
+        if s in covered or not dist[k, s + n] < 1.0 - TOL:
+            continue  # on a cycle cut already, or no odd closed walk of weight < 1
+        walk = []
+        node = s + n
+        while node != s:
+            walk.append(node % n)
+            node = int(pred[k, node])
         walk = _simple_odd_cycle(walk)
-        key = tuple(sorted(int(sup[k]) for k in walk))
+        key = tuple(sorted(int(sup[v]) for v in walk))
         if key in seen:
             continue
         seen.add(key)
@@ -183,37 +193,6 @@ def _simple_odd_cycle(walk: list[int]) -> list[int]:
                 break
         else:
             return walk
-
-
-def _shortest_odd_walk(adj: list[list[tuple[int, float]]], s: int) -> list[int] | None:
-    """Vertices of a shortest odd closed walk through s of weight < 1 (Dijkstra from
-    (s, even) to (s, odd) in the bipartite double cover), or None."""
-    dist = {(s, 0): 0.0}
-    prev: dict[tuple[int, int], tuple[int, int]] = {}
-    heap = [(0.0, s, 0)]
-    done: set[tuple[int, int]] = set()
-    while heap:
-        d, u, p = heapq.heappop(heap)
-        if (u, p) in done:
-            continue
-        done.add((u, p))
-        if d >= 1.0 - TOL:
-            return None
-        if (u, p) == (s, 1):
-            walk = []
-            node = (s, 1)
-            while node != (s, 0):
-                walk.append(node[0])
-                node = prev[node]
-            return walk
-        for v, w in adj[u]:
-            key = (v, 1 - p)
-            nd = d + w
-            if nd < dist.get(key, np.inf):
-                dist[key] = nd
-                prev[key] = (u, p)
-                heapq.heappush(heap, (nd, v, 1 - p))
-    return None
 
 
 def zero_half_cuts(x: np.ndarray, rows: Sequence[Row], n_cols: int,
@@ -312,18 +291,13 @@ def _rows_with_fractional(x: np.ndarray, owner: np.ndarray, cols: np.ndarray,
 
 def _linked(incidence: np.ndarray) -> np.ndarray:
     """Component label of each row of a boolean (rows x columns) matrix, rows being linked
-    when they share a column (label propagation through the columns)."""
-    n = incidence.shape[0]
-    labels = np.arange(n)
-    if incidence.shape[1] == 0:
-        return labels
-    big = n + 1
-    while True:
-        col_min = np.where(incidence, labels[:, None], big).min(axis=0)
-        new = np.minimum(labels, np.where(incidence, col_min[None, :], big).min(axis=1))
-        if np.array_equal(new, labels):
-            return labels
-        labels = new
+    when they share a column (connected components of the rows-columns graph)."""
+    n_rows, n_cols = incidence.shape
+    r, c = np.nonzero(incidence)
+    graph = csr_matrix((np.ones(len(r)), (r, n_rows + c)), shape=(n_rows + n_cols,) * 2)
+    _, labels = connected_components(graph, directed=False)
+    out: np.ndarray = labels[:n_rows]
+    return out
 
 
 def _combination(group: list[tuple[int, int]], target: int) -> list[int] | None:
