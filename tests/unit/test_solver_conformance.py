@@ -191,6 +191,22 @@ def test_fallback_keeps_finished_solves_and_hands_over_the_rest(budget: bool) ->
     assert chain.name == "f"
 
 
+def test_a_nested_chain_names_the_backend_that_finished() -> None:
+    """The open-fast chain nests one fallback in another: its name is the back-end that
+    finished the last call, however deep (the benchmarks report it)."""
+    from themis.arbiter.solvers import FallbackSolver
+
+    p = PackingProblem(1, ((Bundle(1, 1.0),), (Bundle(1, 1.0),)))
+    inner = FallbackSolver(_Recorder("lp", fail_on=0), _Recorder("milp"), quiet=True)
+    chain = FallbackSolver(_Recorder("bb", fail_on=1), inner, quiet=True)
+    chain.solve_many(p, [None, 0])
+    assert chain.name == "bb"
+    chain.solve_many(p, [None, 1])  # bb fails on 1, lp takes it
+    assert chain.name == "lp"
+    chain.solve_many(p, [1, 0])  # bb fails on 1, lp fails on 0, the MILP finishes
+    assert chain.name == "milp"
+
+
 @pytest.mark.parametrize("budgeted", ["bnb", "lpbb"])
 def test_a_zero_budget_for_large_models_hands_them_over_at_once(budgeted: str) -> None:
     from themis.arbiter.solvers.base import LARGE_MODEL_BUNDLES, SolverBudgetExceeded

@@ -30,11 +30,13 @@ class FallbackSolver(Solver):
         self.fallback = fallback
         self.quiet = quiet
         self._warned: set[str] = set()
-        self.last_used = fallback.name if primary is None else primary.name
+        self._used: Solver = fallback if primary is None else primary
 
     @property
     def name(self) -> str:  # type: ignore[override]
-        return self.last_used
+        """The back-end that finished the last call (for a nested chain: the one inside
+        it that did)."""
+        return self._used.name
 
     def _fall(self, exc: Exception) -> None:
         reason = str(exc)
@@ -42,7 +44,7 @@ class FallbackSolver(Solver):
             self._warned.add(reason)
             log.warning("solver %s unavailable (%s); using %s", self.primary_name, reason,
                         self.fallback.name)
-        self.last_used = self.fallback.name
+        self._used = self.fallback
 
     @property
     def primary_name(self) -> str:
@@ -58,12 +60,12 @@ class FallbackSolver(Solver):
         if self.primary is not None:
             try:
                 out = self.primary.solve_many(problem, excluded)
-                self.last_used = self.primary.name
+                self._used = self.primary
                 return out
             except SolverUnavailable as exc:
                 self._fall(exc)
                 done = exc.done[: len(excluded)]
-        self.last_used = self.fallback.name
+        self._used = self.fallback
         rest = list(excluded[len(done) :])
         return [*done, *(self.fallback.solve_many(problem, rest) if rest else [])]
 

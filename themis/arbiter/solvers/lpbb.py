@@ -62,6 +62,10 @@ ROOT_CUT_ROUNDS = 40  # separation rounds at the root of each solve
 NODE_CUT_ROUNDS = 0  # ... at the other nodes
 STALL_ROUNDS = 10  # stop separating after this many rounds that barely moved the bound
 STALL_GAIN = 1e-7  # "barely": by less than this (relative)
+# ... or, in an impatient solve, after this many rounds each closing less than this
+# fraction of the gap to the incumbent (a point the cuts only nibble at: branch)
+GAP_STALL_ROUNDS = 5
+GAP_STALL = 0.02
 COUNT_NODE_LIMIT = 20_000  # budget of the exact count of starving apps (max_served)
 
 
@@ -332,7 +336,15 @@ class LpBranchAndBound(Solver):
                 hint = None
                 if e is not None and best is not None:
                     hint = tuple(-1 if i == e else c for i, c in enumerate(best.choice))
-                sol = self._solve(relax, e, hint)
+                try:
+                    # a solve without a winner cuts while the cuts close its gap fast
+                    # and branches sooner; given the full cutting effort if it runs out
+                    # of nodes that way (measured: bench/RESULTS.md, session 5)
+                    sol = self._solve(relax, e, hint, patient=e is None)
+                except SolverBudgetExceeded:
+                    if e is None:
+                        raise
+                    sol = self._solve(relax, e, hint, patient=True)
                 if e is None:
                     best = sol
                 out.append(sol)
@@ -343,7 +355,11 @@ class LpBranchAndBound(Solver):
         return out
 
     def _solve(self, relax: _Relaxation, excluded: int | None,
-               hint: tuple[int, ...] | None) -> Solution:
+               hint: tuple[int, ...] | None, patient: bool = True) -> Solution:
+        """One solve. ``patient``: separate at the root until no cut is violated, the
+        rounds are used up or the bound has barely moved for STALL_ROUNDS rounds; else
+        also stop once GAP_STALL_ROUNDS rounds in a row each closed less than GAP_STALL
+        of the gap to the incumbent."""
         problem = relax.problem
         n = len(relax.cols)
         lo0, hi0 = np.zeros(n), np.ones(n)
@@ -389,14 +405,16 @@ class LpBranchAndBound(Solver):
                     count = relax.count_cut(x, excluded, served)
                     if count is not None:
                         cuts.append(count)
-                if cuts and stalls < STALL_ROUNDS:
+                if cuts and stalls < (STALL_ROUNDS if patient else GAP_STALL_ROUNDS):
                     cut_rounds -= 1
                     relax.add_cuts(cuts)
                     self.cuts += len(cuts)
                     before = bound
                     x, bound = relax.lp(lo, hi)
-                    stalls = stalls + 1 if before - bound <= STALL_GAIN * max(1.0, abs(bound)) \
-                        else 0
+                    slow = STALL_GAIN * max(1.0, abs(bound))
+                    if not patient:
+                        slow = max(slow, GAP_STALL * (before - best_val))
+                    stalls = stalls + 1 if before - bound <= slow else 0
                     continue
                 c = _branch_column(frac, x, relax.gain)
                 lo_out, hi_out = lo.copy(), hi.copy()
