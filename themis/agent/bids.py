@@ -23,6 +23,7 @@ import math
 import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 from themis.agent.fairness import FairnessContext, ideal_time, remaining_time
 from themis.agent.model import AppModel
@@ -89,19 +90,26 @@ class OfferIndex:
         self.size = len(self.gpus)
 
 
-_ORDER_CACHE: dict[tuple[Gpu, ...], list[Gpu]] = {}
+_ORDER_CACHE: dict[tuple[str, ...], list[Gpu]] = {}
 
 
 def _ordered(gpus: list[Gpu]) -> list[Gpu]:
     """:func:`_order_machine`, memoised on the machine's free GPUs (consecutive offers
-    mostly contain the same free sets); callers must not mutate the result."""
-    key = tuple(gpus)
+    mostly contain the same free sets; GPU ids are unique within a topology, and hashing
+    their strings is cheaper than the GPU records); callers must not mutate the result."""
+    key = tuple(g.id for g in gpus)
     got = _ORDER_CACHE.get(key)
     if got is None:
         if len(_ORDER_CACHE) >= 8192:
             _ORDER_CACHE.clear()
         got = _ORDER_CACHE[key] = _order_machine(gpus)
     return got
+
+
+@lru_cache(maxsize=1 << 16)
+def _tie(salt: str, name: str) -> int:
+    """A stable per-app hash of a machine or rack name (ties between equally good ones)."""
+    return zlib.crc32(f"{salt}/{name}".encode())
 
 
 class _OfferView:
@@ -146,7 +154,7 @@ class _OfferView:
         # Ties between equally good machines are broken per app (a stable hash of the
         # app id), so that apps' menus spread over the offer instead of all naming the
         # same few machines.
-        self.tie = {m: zlib.crc32(f"{salt}/{m}".encode()) for m in self.machines}
+        self.tie = {m: _tie(salt, m) for m in self.machines}
         racks: dict[str, list[str]] = {}
         for m in self.machines:
             racks.setdefault(rack_of[m], []).append(m)
@@ -161,7 +169,7 @@ class _OfferView:
         }
         self.rack_free = {r: sum(len(self.machines[m]) for m in ms) for r, ms in self.racks.items()}
         self.rack_affinity = {r: min(self.affinity[m] for m in ms) for r, ms in self.racks.items()}
-        self.rack_tie = {r: zlib.crc32(f"{salt}/{r}".encode()) for r in self.racks}
+        self.rack_tie = {r: _tie(salt, r) for r in self.racks}
         # Preference orders, computed once per (app, offer) rather than once per count.
         self.machine_order = sorted(
             self.machines, key=lambda m: (self.affinity[m], len(self.machines[m]), self.tie[m])

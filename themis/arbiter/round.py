@@ -16,11 +16,14 @@ import random
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from themis.agent.bids import BidTable
 from themis.arbiter.auction import AuctionResult, run_auction
 from themis.arbiter.solvers.base import Solver
 from themis.cluster.topology import Gpu
+
+_SLOT_THEN_ID = attrgetter("slot", "id")
 
 
 class RoundError(ValueError):
@@ -113,7 +116,10 @@ def distribute_leftover(
     # the rotation for good, so each turn costs O(1) (rooms only decrease).
     takers = deque(a for a in order if remaining[a] > 0)
     for chunk in chunks:
-        ids = [g.id for g in sorted(chunk, key=lambda g: (g.slot, g.id))]
+        if not takers:  # nobody left to take GPUs (``unused`` is sorted at the end)
+            unused.extend(g.id for g in chunk)
+            continue
+        ids = [g.id for g in sorted(chunk, key=_SLOT_THEN_ID)]
         pos = 0
         while pos < len(ids):
             if not takers:

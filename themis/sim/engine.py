@@ -196,7 +196,7 @@ class Simulator:
             if changed:
                 app.assign(self.topo, self.now, self.cfg.restart_s)
             for j in app.jobs:
-                if j.done and j.gpus:
+                if j.gpus and j.done:
                     j.gpus = ()
                     self._dirty.add(app.spec.id)
             excess = len(app.held) - app.demand_now()
@@ -240,7 +240,8 @@ class Simulator:
     def _round(self) -> None:
         t0 = time.perf_counter()
         active = sorted(self.apps.values(), key=lambda a: (a.spec.arrival, a.spec.id))
-        free = sorted((self.topo[g] for g in self.free), key=lambda g: self.topo.index(g.id))
+        topo = self.topo
+        free = [topo[g] for g in sorted(self.free, key=topo.index)]
         ctx = RoundContext(
             self.now,
             free,

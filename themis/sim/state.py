@@ -36,10 +36,14 @@ class JobState:
     gpus: tuple[str, ...] = ()
     paused_until: float = 0.0
     slowdown: float = 1.0
+    done_below: float = field(init=False)  # done when iters_left is at most this
+
+    def __post_init__(self) -> None:
+        self.done_below = _DONE_EPS * max(1.0, self.iters_phase)
 
     @property
     def done(self) -> bool:
-        return self.iters_left <= _DONE_EPS * max(1.0, self.iters_phase)
+        return self.iters_left <= self.done_below
 
 
 @dataclass(slots=True)
@@ -113,13 +117,18 @@ class AppState:
         dt = max(0.0, now - t0)
         n_held = len(self.held)
         self.gpu_time += n_held * dt
+        jobs = self.spec.jobs
         for j in self.jobs:
-            if j.gpus:
-                self.service += len(j.gpus) * dt
-                self.score_time += len(j.gpus) * dt / j.slowdown
-            eff = max(0.0, now - max(t0, j.paused_until))
-            if eff > 0 and j.gpus and not j.done:
-                step = min(j.iters_left, self.rate(j) * eff)
+            if not j.gpus:  # the hot loop of the simulator: jobs without GPUs do nothing
+                continue
+            n = len(j.gpus)
+            self.service += n * dt
+            self.score_time += n * dt / j.slowdown
+            eff = now - (t0 if t0 > j.paused_until else j.paused_until)
+            if eff > 0 and j.iters_left > j.done_below:
+                spec = jobs[j.index]  # rate(j), inlined
+                rate = min(n, spec.max_demand) / (spec.serial_iter_time * j.slowdown)
+                step = min(j.iters_left, rate * eff)
                 j.iters_left -= step
                 j.iters_done_total += step
                 self.iters_done[j.index] = j.iters_done_total
