@@ -402,17 +402,18 @@ def _solve_mod(system: np.ndarray, target: np.ndarray, k: int) -> np.ndarray | N
 
 
 def separate(x: np.ndarray, conflict: np.ndarray, rows: Sequence[Row],
-             activity: np.ndarray | None = None) -> list[Row]:
+             activity: np.ndarray | None = None,
+             mod_k: Sequence[int] = MOD_K) -> list[Row]:
     """Violated cuts at x: cliques and {0, 1/2}-cuts over ``rows`` (the LP's rows with the
     cuts so far; ``activity``: their values at x, when known); odd cycles when those find
-    none; {0, 1/3, 2/3}-cuts when nothing else is found. Measured on the 256-GPU x 50-app
-    instances, the symmetric bench_rounds instances and the simulator's hardest auctions,
-    this beat both "all families always" (odd-cycle separation is the costliest) and
-    "cheapest family first" (more rounds)."""
+    none; mod-k cuts (``mod_k``, in order) when nothing else is found. Measured on the
+    256-GPU x 50-app instances, the symmetric bench_rounds instances and the simulator's
+    hardest auctions, this beat both "all families always" (odd-cycle separation is the
+    costliest) and "cheapest family first" (more rounds)."""
     if len(_fractional(x)) == 0:
         return []
     cuts = [*clique_cuts(x, conflict), *zero_half_cuts(x, rows, len(x), activity)]
     cuts = cuts or odd_cycle_cuts(x, conflict)
-    for k in MOD_K:
+    for k in mod_k:
         cuts = cuts or mod_k_cuts(x, rows, len(x), k, activity)
     return cuts
