@@ -151,6 +151,22 @@ def test_lpbb_branches_on_a_fractional_relaxation() -> None:
     assert cutting.nodes == 1 and cutting.cuts >= 1
 
 
+def test_lpbb_retries_a_solve_without_a_winner_with_the_full_cutting_effort(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A solve without a winner stops cutting early (here: at once) and branches; when
+    that exceeds its node budget it is solved again with the full cutting effort, which
+    closes this odd triangle at the root, instead of giving up."""
+    import themis.arbiter.solvers.lpbb as lpbb
+
+    monkeypatch.setattr(lpbb, "GAP_STALL_ROUNDS", 0)
+    triangle = ((Bundle(0b011, 1.0),), (Bundle(0b110, 1.0),), (Bundle(0b101, 1.0),))
+    p = PackingProblem(4, (*triangle, (Bundle(0b1000, 1.0),)))  # app 3: a GPU of its own
+    solver = lpbb.LpBranchAndBound(node_limit=1)
+    (sol,) = solver.solve_many(p, [3])
+    assert sol.objective == pytest.approx(1.0) and sol.choice[3] == -1
+    assert solver.cuts >= 1
+
+
 class _Recorder(Solver):
     """A fake back-end that records what it was asked; optionally fails on one app."""
 
