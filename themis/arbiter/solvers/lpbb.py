@@ -66,6 +66,7 @@ STALL_GAIN = 1e-7  # "barely": by less than this (relative)
 # fraction of the gap to the incumbent (a point the cuts only nibble at: branch)
 GAP_STALL_ROUNDS = 5
 GAP_STALL = 0.02
+IMPATIENT_NODES = 25  # an impatient solve's node budget (then: patient, full budget)
 COUNT_NODE_LIMIT = 20_000  # budget of the exact count of starving apps (max_served)
 
 
@@ -359,9 +360,9 @@ class LpBranchAndBound(Solver):
         """One solve. ``patient``: separate at the root until no cut is violated, the
         rounds are used up or the bound has barely moved for STALL_ROUNDS rounds; else
         without the mod-k families (costly rounds that pay off where the points in thirds
-        persist, not on the simulator's many mid-size auctions: measured) and stopping
+        persist, not on the simulator's many mid-size auctions: measured), stopping
         once GAP_STALL_ROUNDS rounds in a row each closed less than GAP_STALL of the gap
-        to the incumbent."""
+        to the incumbent, and with at most IMPATIENT_NODES nodes."""
         problem = relax.problem
         n = len(relax.cols)
         lo0, hi0 = np.zeros(n), np.ones(n)
@@ -373,6 +374,8 @@ class LpBranchAndBound(Solver):
             best_choice = list(hint)
             best_val = sum(problem.apps[i][c].gain for i, c in enumerate(hint) if c >= 0)
         limit = node_budget(problem, self.node_limit, self.node_limit_large)
+        if not patient:
+            limit = min(limit, IMPATIENT_NODES)
         stack = [(lo0, hi0, self.root_cut_rounds)]
         nodes = 0
         while stack:
