@@ -90,14 +90,15 @@ class OfferIndex:
         self.size = len(self.gpus)
 
 
-_ORDER_CACHE: dict[tuple[str, ...], list[Gpu]] = {}
+_ORDER_CACHE: dict[tuple[Gpu, ...], list[Gpu]] = {}
 
 
 def _ordered(gpus: list[Gpu]) -> list[Gpu]:
     """:func:`_order_machine`, memoised on the machine's free GPUs (consecutive offers
-    mostly contain the same free sets; GPU ids are unique within a topology, and hashing
-    their strings is cheaper than the GPU records); callers must not mutate the result."""
-    key = tuple(g.id for g in gpus)
+    mostly contain the same free sets; keyed by the GPU records, not their ids, so that a
+    node that comes back with another layout is not served a stale order); callers must
+    not mutate the result."""
+    key = tuple(gpus)
     got = _ORDER_CACHE.get(key)
     if got is None:
         if len(_ORDER_CACHE) >= 8192:
