@@ -354,7 +354,9 @@ def mod_k_cuts(x: np.ndarray, rows: Sequence[Row], n_cols: int, k: int = 3,
         a[owner[keep], pos[cols[keep]]] = coefs[keep]
         labels = _linked(a > 0)
         cuts: list[Row] = []
-        for label in np.unique(labels[(rhs > 0) & with_frac]).tolist():
+        # parts with a row whose rhs is not divisible by k and a fractional column
+        parts = np.intersect1d(labels[rhs > 0], labels[with_frac])
+        for label in parts.tolist():
             members = np.nonzero(labels == label)[0]
             # unknowns u (one per member row): a^T u = 0 on the support, rhs.u = 1
             system = np.vstack([a[members].T, rhs[members][None, :]])
