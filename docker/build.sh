@@ -262,5 +262,9 @@ elif want yarn && "$DOCKER" image inspect themis/yarn-tf:latest >/dev/null 2>&1;
   say "NOTE: themis/yarn-tf is FROM the previous themis/yarn: rebuild it with '$0 --only tf' (or --with-tf)"
 fi
 
+# A rebuilt image leaves its predecessor untagged (2-3 GB for yarn-tf): remove the untagged
+# ones of this project (they inherit the base image's label), or repeated rebuilds fill the
+# disk. Other projects' images are not touched.
+"$DOCKER" image prune -f --filter label=themis.rootfs >/dev/null 2>&1 || true
 say "all done in $((SECONDS - T0))s"
 "$DOCKER" images --format '{{.Repository}}:{{.Tag}}\t{{.Size}}' | grep '^themis/' | sort >&2 || true
