@@ -117,7 +117,6 @@ class AppState:
         dt = max(0.0, now - t0)
         n_held = len(self.held)
         self.gpu_time += n_held * dt
-        jobs = self.spec.jobs
         for j in self.jobs:
             if not j.gpus:  # the hot loop of the simulator: jobs without GPUs do nothing
                 continue
@@ -126,9 +125,7 @@ class AppState:
             self.score_time += n * dt / j.slowdown
             eff = now - (t0 if t0 > j.paused_until else j.paused_until)
             if eff > 0 and j.iters_left > j.done_below:
-                spec = jobs[j.index]  # rate(j), inlined
-                rate = min(n, spec.max_demand) / (spec.serial_iter_time * j.slowdown)
-                step = min(j.iters_left, rate * eff)
+                step = min(j.iters_left, self.rate(j) * eff)
                 j.iters_left -= step
                 j.iters_done_total += step
                 self.iters_done[j.index] = j.iters_done_total

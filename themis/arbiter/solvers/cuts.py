@@ -248,17 +248,25 @@ def _zero_half_at(x: np.ndarray, rows: Sequence[Row], tight: np.ndarray, owner: 
         combo = _combination(group, 1 << k)
         if combo is None:
             continue
-        alpha = np.zeros(n_cols, dtype=np.int64)
-        rhs = 0
-        for r in combo:
-            np.add.at(alpha, rows[r].cols, rows[r].coefs)
-            rhs += rows[r].rhs
-        coef = alpha // 2
-        nz = np.nonzero(coef)[0]
-        cut = Row(nz.astype(np.int32), coef[nz], rhs // 2)
-        if cut.activity(x) > cut.rhs + TOL:
+        cut = _chvatal_gomory(x, rows, [(r, 1) for r in combo], 2, n_cols)
+        if cut is not None:
             cuts.append(cut)
     return cuts
+
+
+def _chvatal_gomory(x: np.ndarray, rows: Sequence[Row], multipliers: Sequence[tuple[int, int]],
+                    k: int, n_cols: int) -> Row | None:
+    """The cut ``sum(floor(u.A / k) x) <= floor(u.b / k)`` for the multipliers
+    (row index, u_r) - valid for every integer point - if it is violated at x, else None."""
+    alpha = np.zeros(n_cols, dtype=np.int64)
+    total = 0
+    for r, mult in multipliers:
+        np.add.at(alpha, rows[r].cols, mult * rows[r].coefs)
+        total += mult * rows[r].rhs
+    coef = alpha // k
+    nz = np.nonzero(coef)[0]
+    cut = Row(nz.astype(np.int32), coef[nz], total // k)
+    return cut if cut.activity(x) > cut.rhs + TOL else None
 
 
 def _tight_entries(x: np.ndarray, rows: Sequence[Row], activity: np.ndarray | None
@@ -365,16 +373,10 @@ def mod_k_cuts(x: np.ndarray, rows: Sequence[Row], n_cols: int, k: int = 3,
             u = _solve_mod(system, target, k)
             if u is None:
                 continue
-            alpha = np.zeros(n_cols, dtype=np.int64)
-            total = 0
-            for mult, r in zip(u.tolist(), tight[members].tolist(), strict=True):
-                if mult:
-                    np.add.at(alpha, rows[r].cols, mult * rows[r].coefs)
-                    total += mult * rows[r].rhs
-            coef = alpha // k
-            nz = np.nonzero(coef)[0]
-            cut = Row(nz.astype(np.int32), coef[nz], total // k)
-            if cut.activity(x) > cut.rhs + TOL:
+            multipliers = [(r, mult) for mult, r in
+                           zip(u.tolist(), tight[members].tolist(), strict=True) if mult]
+            cut = _chvatal_gomory(x, rows, multipliers, k, n_cols)
+            if cut is not None:
                 cuts.append(cut)
         if cuts:
             return cuts
