@@ -42,7 +42,6 @@ from collections.abc import Sequence
 import numpy as np
 
 from themis.arbiter.solvers.base import (
-    Bundle,
     PackingProblem,
     Solution,
     Solver,
@@ -52,7 +51,7 @@ from themis.arbiter.solvers.base import (
     node_budget,
     require_budget,
 )
-from themis.arbiter.solvers.bnb import BranchAndBoundSolver
+from themis.arbiter.solvers.cardinality import MaxServed
 from themis.arbiter.solvers.cuts import MOD_K, Row, conflict_matrix, separate
 from themis.arbiter.solvers.highs import PackingLp, require_highs
 
@@ -122,10 +121,9 @@ class _Relaxation:
         self.lp_solves = 0  # statistics: LPs solved, and of those re-solved from scratch
         self.restarts = 0
         # per solve (excluded app): the number of cuts when its LP count limit was last
-        # tried; the exact maximum number of starving apps served (None: over budget)
+        # tried; the exact maximum numbers of starving apps served (built when needed)
         self.counted: dict[int | None, int] = {}
-        self.max_count: dict[int | None, int | None] = {}
-        self.count_choice: tuple[bool, ...] = ()  # the starving apps a largest choice serves
+        self._served: MaxServed | None = None
 
     def add_cuts(self, cuts: Sequence[Row]) -> None:
         """Add cut rows to the LP (kept for every later solve of this problem)."""
@@ -215,43 +213,15 @@ class _Relaxation:
 
     def max_served(self, excluded: int | None) -> int | None:
         """The most starving apps (but ``excluded``) that can get a bundle at once, exact
-        (cached), or None when that search exceeds its budget. The cardinality problem
-        is small: only the starving apps, each bundle worth 1, so a bundle containing
-        another of the same app is dropped (mostly single GPUs remain). The
-        combinatorial branch and bound proves its pigeonhole bounds in milliseconds,
-        where the LP relaxation needs thousands of nodes (measured on bench_rounds'
-        rounds). Removing an app that a largest choice leaves out does not change the
-        maximum; the maxima without each app it serves are found in one call (the
-        branch and bound starts each from the largest choice minus that app)."""
+        (cached), or None when that search exceeds its budget (the combinatorial branch
+        and bound on the cardinality problem, see :mod:`themis.arbiter.solvers.cardinality`)."""
         starving = self.problem.starving
-        if None not in self.max_count:
-            self._count([None])
-        whole = self.max_count[None]
-        if whole is None or excluded is None or excluded not in starving:
-            return whole
-        if not self.count_choice[starving.index(excluded)]:
-            return whole
-        if excluded not in self.max_count:
-            self._count([starving[k] for k, c in enumerate(self.count_choice) if c])
-        return self.max_count[excluded]
-
-    def _count(self, keys: list[int | None]) -> None:
-        """Solve the cardinality problem without each of ``keys`` (None: without none)."""
-        starving = self.problem.starving
-        problem = PackingProblem(self.problem.n_gpus, tuple(
-            tuple(Bundle(b.mask, 1.0) for b in self.problem.apps[i]) for i in starving))
-        position = {i: k for k, i in enumerate(starving)}
-        try:
-            sols = BranchAndBoundSolver(COUNT_NODE_LIMIT).solve_many(
-                problem, [None if key is None else position[key] for key in keys])
-        except SolverUnavailable as exc:  # over budget: keep the maxima found before
-            sols = list(exc.done)
-            for key in keys[len(sols):]:
-                self.max_count[key] = None
-        for key, sol in zip(keys, sols, strict=False):
-            self.max_count[key] = round(sol.objective)
-            if key is None:
-                self.count_choice = tuple(c >= 0 for c in sol.choice)
+        if self._served is None:
+            self._served = MaxServed(self.problem.n_gpus, [
+                [b.mask for b in self.problem.apps[i]] for i in starving], COUNT_NODE_LIMIT)
+        if excluded is not None and excluded in starving:
+            return self._served.maximum(starving.index(excluded))
+        return self._served.maximum(None)
 
     def _lp_count_limit(self, cols: np.ndarray, served: float,
                         excluded: int | None) -> int | None:
