@@ -212,6 +212,38 @@ def test_late_bid_is_refused_and_app_is_non_bidder(arb: Any) -> None:
         srv.stop(0)
 
 
+def test_allocation_goes_to_offered_apps_and_leftover_takers_only() -> None:
+    cfg = ArbiterConfig(lease_s=30.0, bid_timeout_s=3.0, fairness_knob=0.5, solver="bnb",
+                        heartbeat_s=0.2, round_delay_s=0.05)
+    srv = ArbiterServer(uniform_cluster(2, 2), cfg, max_workers=16)
+    srv.start(0)
+    try:
+        ch, s = stub(srv.address)
+        sa = register(s, "a", rho=5.0)  # worst rho: the only bidder with f=0.5
+        sb = register(s, "b", rho=1.0)
+        st_a, st_b = Stream(s, "a", sa), Stream(s, "b", sb)
+        offer = st_a.next("offer")
+        every = ["m0-g0", "m0-g1", "m1-g0", "m1-g1"]
+        s.SubmitBid(pb.SubmitBidRequest(
+            credentials=creds("a", sa), round_id=offer.round_id,
+            table=pb.BidTable(rho_current=5.0, bundles=[pb.Bundle(gpu_ids=every, rho=1.0)])))
+        alloc = st_a.next("allocation")
+        assert alloc.was_bidder and alloc.round_id == offer.round_id
+        assert sorted(g for lease in alloc.leases for g in lease.gpu_ids) == every
+        out = srv.core.outcomes[-1]
+        assert out.nonbidders == ("b",) and not out.leftover.get("b")
+        # b was neither offered GPUs nor given any: its stream carries heartbeats only
+        seen: list[str] = []
+        while seen.count("heartbeat") < 3:
+            seen.append(st_b.events.get(timeout=2.0).WhichOneof("kind"))
+        assert "allocation" not in seen and "offer" not in seen, seen
+        st_a.close()
+        st_b.close()
+        ch.close()
+    finally:
+        srv.stop(0)
+
+
 def test_round_releases_and_unregister(server: ArbiterServer, arb: Any) -> None:
     sa, sb, st_a, offer = _open_round(server, arb)
     arb.SubmitBid(pb.SubmitBidRequest(

@@ -443,13 +443,25 @@ class ArbiterCore:
             times["closed"] = self.clock()
             return dict(r.tables)
 
-    def _announce(self, rid: int, grants: Sequence[LeaseGrant], outcome: RoundOutcome) -> None:
-        """Send every registered participant its allocation (caller holds the lock)."""
+    def _close_round(self, rid: int) -> frozenset[str]:
+        """Close the open round ``rid`` (caller holds the lock): the apps it offered GPUs."""
+        r, self._open = self._open, None
+        return r.bidders if r is not None and r.round_id == rid else frozenset()
+
+    def _announce(self, rid: int, grants: Sequence[LeaseGrant], outcome: RoundOutcome,
+                  offered: frozenset[str]) -> None:
+        """Send its allocation to every registered app that was offered GPUs (whether it bid
+        or not) or is granted some (leftover); the other apps of the round are not told -
+        nothing changed for them - which keeps a round's messages, and the rho reports that
+        answer them, to the bidders and leftover takers instead of every app (caller holds
+        the lock)."""
         auction = outcome.auction
         topo = self.backend.topology()
-        participants = sorted({*outcome.bidders, *outcome.nonbidders} & set(self._apps))
-        for a in participants:
-            mine = [g for g in grants if g.app_id == a]
+        by_app: dict[str, list[LeaseGrant]] = {}
+        for g in grants:
+            by_app.setdefault(g.app_id, []).append(g)
+        for a in sorted((offered | by_app.keys()) & self._apps.keys()):
+            mine = by_app.get(a, [])
             self._send(a, pb.Event(allocation=pb.Allocation(
                 round_id=rid,
                 leases=[lease_to_pb(g) for g in mine],
@@ -477,11 +489,11 @@ class ArbiterCore:
         return rid, self._collect(rid, offer, live, {})
 
     def announce_external(self, rid: int, outcome: RoundOutcome) -> None:
-        """Tell the registered participants of round ``rid`` what they were granted."""
+        """Tell the registered apps of round ``rid`` what they were granted (see _announce)."""
         with self._cond:
-            self._open = None
+            offered = self._close_round(rid)
             grants = [g for g in outcome.grants if g.app_id in self._apps]
-            self._announce(rid, grants, outcome)
+            self._announce(rid, grants, outcome, offered)
             self.outcomes.append(outcome)
             self._cond.notify_all()
 
@@ -507,7 +519,7 @@ class ArbiterCore:
                             lease_s=cfg.lease_s, now=now, solver=self._solver,
                             rng=self._rng, room=room)
         with self._cond:
-            self._open = None
+            offered = self._close_round(rid)
             # Apps that left during the round get nothing; their GPUs stay free.
             grants = [g for g in outcome.grants if g.app_id in self._apps]
             if len(grants) != len(outcome.grants):
@@ -515,7 +527,7 @@ class ArbiterCore:
             self.backend.apply(grants)
             for g in grants:
                 self._leases.add(g)
-            self._announce(rid, grants, outcome)
+            self._announce(rid, grants, outcome, offered)
             auction = outcome.auction
             done = self.clock()
             self.stats.append(RoundStats(
