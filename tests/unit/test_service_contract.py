@@ -10,6 +10,8 @@ import math
 import queue
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -181,9 +183,22 @@ def test_bid_errors_change_nothing(server: ArbiterServer, arb: Any) -> None:
     st_a.close()
 
 
-def test_late_bid_is_refused_and_app_is_non_bidder(arb: Any) -> None:
-    cfg = ArbiterConfig(lease_s=30.0, bid_timeout_s=0.3, fairness_knob=0.5, solver="bnb",
-                        heartbeat_s=0.5, round_delay_s=0.05)
+@dataclass
+class OneBidder:
+    """A 2 x 2-GPU arbiter with f = 0.5 and two apps: a (rho 5, the only bidder) and b."""
+
+    server: ArbiterServer
+    stub: Any
+    secret_a: str
+    stream_a: Stream
+    stream_b: Stream
+    offer: Any  # a's offer of the first round
+
+
+@contextmanager
+def one_bidder(bid_timeout_s: float, heartbeat_s: float) -> Iterator[OneBidder]:
+    cfg = ArbiterConfig(lease_s=30.0, bid_timeout_s=bid_timeout_s, fairness_knob=0.5,
+                        solver="bnb", heartbeat_s=heartbeat_s, round_delay_s=0.05)
     srv = ArbiterServer(uniform_cluster(2, 2), cfg, max_workers=16)
     srv.start(0)
     try:
@@ -191,57 +206,48 @@ def test_late_bid_is_refused_and_app_is_non_bidder(arb: Any) -> None:
         sa = register(s, "a", rho=5.0)  # worst rho: the only bidder with f=0.5
         sb = register(s, "b", rho=1.0)
         st_a, st_b = Stream(s, "a", sa), Stream(s, "b", sb)
-        offer = st_a.next("offer")
-        alloc_a = st_a.next("allocation", timeout=5.0)  # deadline passed, round closed
+        yield OneBidder(srv, s, sa, st_a, st_b, st_a.next("offer"))
+        st_a.close()
+        st_b.close()
+        ch.close()
+    finally:
+        srv.stop(0)
+
+
+def test_late_bid_is_refused_and_app_is_non_bidder() -> None:
+    with one_bidder(bid_timeout_s=0.3, heartbeat_s=0.5) as t:
+        alloc_a = t.stream_a.next("allocation", timeout=5.0)  # deadline passed, round closed
         assert not alloc_a.was_bidder
-        req = pb.SubmitBidRequest(credentials=creds("a", sa), round_id=offer.round_id,
+        req = pb.SubmitBidRequest(credentials=creds("a", t.secret_a),
+                                  round_id=t.offer.round_id,
                                   table=pb.BidTable(rho_current=5.0))
         with pytest.raises(grpc.RpcError) as info:
-            s.SubmitBid(req)
+            t.stub.SubmitBid(req)
         assert info.value.code() == SC.FAILED_PRECONDITION
-        out = srv.core.outcomes[-1]
+        out = t.server.core.outcomes[-1]
         assert out.bidders == () and "a" in out.nonbidders
         # As a non-bidder it shared the leftover GPUs with b.
         got = {g for g in out.allocation.get("a", ())}
         assert got and got == {g for lease in alloc_a.leases for g in lease.gpu_ids}
-        assert st_b.next("allocation").round_id == offer.round_id
-        st_a.close()
-        st_b.close()
-        ch.close()
-    finally:
-        srv.stop(0)
+        assert t.stream_b.next("allocation").round_id == t.offer.round_id
 
 
 def test_allocation_goes_to_offered_apps_and_leftover_takers_only() -> None:
-    cfg = ArbiterConfig(lease_s=30.0, bid_timeout_s=3.0, fairness_knob=0.5, solver="bnb",
-                        heartbeat_s=0.2, round_delay_s=0.05)
-    srv = ArbiterServer(uniform_cluster(2, 2), cfg, max_workers=16)
-    srv.start(0)
-    try:
-        ch, s = stub(srv.address)
-        sa = register(s, "a", rho=5.0)  # worst rho: the only bidder with f=0.5
-        sb = register(s, "b", rho=1.0)
-        st_a, st_b = Stream(s, "a", sa), Stream(s, "b", sb)
-        offer = st_a.next("offer")
+    with one_bidder(bid_timeout_s=3.0, heartbeat_s=0.2) as t:
         every = ["m0-g0", "m0-g1", "m1-g0", "m1-g1"]
-        s.SubmitBid(pb.SubmitBidRequest(
-            credentials=creds("a", sa), round_id=offer.round_id,
+        t.stub.SubmitBid(pb.SubmitBidRequest(
+            credentials=creds("a", t.secret_a), round_id=t.offer.round_id,
             table=pb.BidTable(rho_current=5.0, bundles=[pb.Bundle(gpu_ids=every, rho=1.0)])))
-        alloc = st_a.next("allocation")
-        assert alloc.was_bidder and alloc.round_id == offer.round_id
+        alloc = t.stream_a.next("allocation")
+        assert alloc.was_bidder and alloc.round_id == t.offer.round_id
         assert sorted(g for lease in alloc.leases for g in lease.gpu_ids) == every
-        out = srv.core.outcomes[-1]
+        out = t.server.core.outcomes[-1]
         assert out.nonbidders == ("b",) and not out.leftover.get("b")
         # b was neither offered GPUs nor given any: its stream carries heartbeats only
         seen: list[str] = []
         while seen.count("heartbeat") < 3:
-            seen.append(st_b.events.get(timeout=2.0).WhichOneof("kind"))
+            seen.append(t.stream_b.events.get(timeout=2.0).WhichOneof("kind"))
         assert "allocation" not in seen and "offer" not in seen, seen
-        st_a.close()
-        st_b.close()
-        ch.close()
-    finally:
-        srv.stop(0)
 
 
 def test_round_releases_and_unregister(server: ArbiterServer, arb: Any) -> None:
