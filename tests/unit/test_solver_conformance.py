@@ -207,6 +207,24 @@ def test_fallback_keeps_finished_solves_and_hands_over_the_rest(budget: bool) ->
     assert chain.name == "f"
 
 
+def test_a_primary_that_gave_up_on_a_problem_is_not_asked_about_it_again() -> None:
+    """The auction's second call (the solves without each winner) on a problem whose
+    proportional-fair solve the primary gave up on goes straight to the fallback; another
+    problem is the primary's again."""
+    from themis.arbiter.solvers import FallbackSolver
+
+    p = PackingProblem(1, tuple((Bundle(1, 1.0),) for _ in range(3)))
+    # the primary fails on the proportional-fair solve (excluded None), the fallback never
+    primary, fallback = _Recorder("p", fail_on=None), _Recorder("f", fail_on=-1)
+    chain = FallbackSolver(primary, fallback, quiet=True)
+    chain.solve_many(p, [None])
+    chain.solve_many(p, [0, 1])
+    assert primary.asked == [] and fallback.asked == [None, 0, 1]
+    q = PackingProblem(1, tuple((Bundle(1, 1.0),) for _ in range(3)))
+    chain.solve_many(q, [0])
+    assert primary.asked == [0] and chain.name == "p"
+
+
 def test_a_nested_chain_names_the_backend_that_finished() -> None:
     """The open-fast chain nests one fallback in another: its name is the back-end that
     finished the last call, however deep (the benchmarks report it)."""
