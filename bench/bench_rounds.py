@@ -6,8 +6,9 @@ a real :class:`AgentClient` with the default :class:`ModelBidder` (make_bid_tabl
 Hyperband-like app). Rounds are triggered by lease expiry (``--lease`` seconds).
 
 Latency of a round = (last allocation received by any agent) - (offers queued by the
-arbiter), same machine, same wall clock. Also reported: offer -> all bids in, and the
-auction solve time. The first round (registration burst) is excluded.
+arbiter), same machine, same wall clock. Also reported: offer -> all bids in, the
+auction solve time, and the allocations' delivery (queued by the arbiter -> last one
+received). The first round (registration burst) is excluded.
 
     python bench/bench_rounds.py --agents 10 100 500 --rounds 12
 """
@@ -104,6 +105,7 @@ def run(n_agents: int, rounds: int, procs: int, lease: float, knob: float,
     bids = [(s.bids_closed - s.offer_sent) * 1e3 for s in stats]
     solve = [s.solve_ms for s in stats]
     rpc = [a - b for a, b in zip(lat, solve, strict=True)]
+    delivery = [(recv[s.round_id] - s.allocation_sent) * 1e3 for s in stats]
     return {
         "agents": n_agents, "rounds": len(stats), "complete": ok,
         "bidders": statistics.median([s.bidders for s in stats]) if stats else 0,
@@ -115,6 +117,7 @@ def run(n_agents: int, rounds: int, procs: int, lease: float, knob: float,
         "solve_median_ms": statistics.median(solve) if solve else float("nan"),
         "rpc_median_ms": statistics.median(rpc) if rpc else float("nan"),
         "rpc_p95_ms": pct(rpc, 0.95) if rpc else float("nan"),
+        "delivery_median_ms": statistics.median(delivery) if delivery else float("nan"),
         "rejected_bids": rejected,
     }
 
@@ -131,15 +134,17 @@ def main() -> None:
     ap.add_argument("--solver", default="auto")
     args = ap.parse_args()
     print("| agents | rounds | bidders | bids in | GPUs offered | median ms | p95 ms "
-          "| offer->bids median ms | solve median ms | median ms excl. solve | p95 ms excl. solve |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "| offer->bids median ms | solve median ms | median ms excl. solve | p95 ms excl. solve "
+          "| allocations queued->received median ms |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for n in args.agents:
         r = run(n, args.rounds, args.procs, args.lease, args.knob, args.machines,
                 args.gpus_per_machine, args.solver)
         print(f"| {r['agents']} | {r['rounds']} | {r['bidders']:g} | {r['bids_in']:g} "
               f"| {r['gpus']:g} | {r['median_ms']:.1f} | {r['p95_ms']:.1f} "
               f"| {r['bids_median_ms']:.1f} | {r['solve_median_ms']:.1f} "
-              f"| {r['rpc_median_ms']:.1f} | {r['rpc_p95_ms']:.1f} |", flush=True)
+              f"| {r['rpc_median_ms']:.1f} | {r['rpc_p95_ms']:.1f} "
+              f"| {r['delivery_median_ms']:.1f} |", flush=True)
         if r["rejected_bids"]:
             print(f"  ({r['rejected_bids']} bids rejected)", flush=True)
 
