@@ -2,28 +2,18 @@
 
 from __future__ import annotations
 
-from itertools import product
-
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from themis.arbiter.solvers.base import Bundle, PackingProblem
+from themis.arbiter.solvers.bruteforce import BruteForceSolver
 from themis.arbiter.solvers.cardinality import MaxServed
 
 
 def brute(menus: list[list[int]], excluded: int | None) -> int:
-    best = 0
-    options = [[0] + ([] if a == excluded else list(m)) for a, m in enumerate(menus)]
-    for pick in product(*options):
-        used = 0
-        ok = True
-        for m in pick:
-            if used & m:
-                ok = False
-                break
-            used |= m
-        if ok:
-            best = max(best, sum(1 for m in pick if m))
-    return best
+    """The reference: the exhaustive back-end on the problem with every bundle worth 1."""
+    problem = PackingProblem(6, tuple(tuple(Bundle(m, 1.0) for m in ms) for ms in menus))
+    return round(BruteForceSolver().solve(problem, excluded).objective)
 
 
 def test_pigeonhole_three_apps_two_gpus() -> None:
