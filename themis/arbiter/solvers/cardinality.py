@@ -12,7 +12,7 @@ The maximum without app e follows from the maximum with everyone, K: it is K whe
 largest choice does not serve e, and K - 1 when K is every app with a bundle (the others
 are all served by that choice minus e; there are only K - 1 of them) - the case of every
 auction of the simulator's Workload-2 run captured with two or more starving apps (317 of
-317) and of 29 of 31 captured bench_rounds auctions. Otherwise the branch and bound
+317) and of 27 of 31 captured bench_rounds auctions. Otherwise the branch and bound
 searches again, starting from the largest choice minus e.
 """
 
