@@ -14,11 +14,13 @@ from themis.agent.bids import Bid, BidTable, make_bid_table
 from themis.agent.fairness import FairnessContext
 from themis.agent.model import AppModel, Job
 from themis.agent.placement import COMPUTE_INTENSIVE, NETWORK_INTENSIVE
-from themis.arbiter.auction import run_auction
+from themis.arbiter.auction import _gains, run_auction
 from themis.arbiter.errors import InvalidBid, InvalidOffer
 from themis.arbiter.round import distribute_leftover
 from themis.arbiter.solvers import make_solver
+from themis.arbiter.solvers.base import PackingProblem, Solution
 from themis.arbiter.solvers.bruteforce import BruteForceSolver
+from themis.arbiter.solvers.components import components
 from themis.cluster.topology import Gpu
 
 from ._instances import auctions
@@ -195,3 +197,65 @@ def test_every_gpu_allocated_when_nonbidders_exist(inst: tuple[list[Gpu], list[B
     assert unused == ()
     granted = [g for gs in grants.values() for g in gs]
     assert sorted(granted) == sorted(r.leftover)
+
+
+class _Recording(BruteForceSolver):
+    """The exhaustive back-end, recording the problems it is handed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.problems: list[PackingProblem] = []
+
+    def solve(self, problem: PackingProblem, excluded: int | None = None) -> Solution:
+        self.problems.append(problem)
+        return super().solve(problem, excluded)
+
+
+def _whole_problem_kept(gpus: list[Gpu], tables: list[BidTable], seed: int) -> dict[str, float]:
+    """c_i of Pseudocode 1 line 8 from N+1 solves of the whole problem (no parts),
+    tables in the order run_auction shuffles them to."""
+    tables = list(tables)
+    random.Random(seed).shuffle(tables)
+    problem, _ = _gains(tables, {g.id: i for i, g in enumerate(gpus)})
+    ref = BruteForceSolver()
+    pf = ref.solve(problem)
+    kept = {}
+    for i, t in enumerate(tables):
+        c = 1.0
+        if pf.choice[i] >= 0:
+            own = problem.apps[i][pf.choice[i]].gain
+            log_c = (pf.objective - own) - ref.solve(problem, i).objective
+            c = min(1.0, math.exp(min(0.0, log_c)))
+        kept[t.app_id] = c
+    return kept
+
+
+def test_independent_parts_are_solved_alone() -> None:
+    # two machines; apps a, b bid on machine 0 only and c, d on machine 1 only: two
+    # independent parts, each solved (and re-solved without its winners) on its own
+    gpus = [Gpu(f"m{m}g{i}", f"m{m}", "r") for m in range(2) for i in range(2)]
+    tables = [
+        BidTable("a", 4.0, (Bid(("m0g0",), 2.0), Bid(("m0g0", "m0g1"), 1.0))),
+        BidTable("b", 3.0, (Bid(("m0g0", "m0g1"), 1.5), Bid(("m0g1",), 2.5))),
+        BidTable("c", 5.0, (Bid(("m1g0",), 2.0),)),
+        BidTable("d", 5.0, (Bid(("m1g0", "m1g1"), 1.0),)),
+    ]
+    solver = _Recording()
+    r = run_auction(gpus, tables, solver, random.Random(3))
+    assert all(len(components(p)) == 1 and len(p.apps) == 2 for p in solver.problems)
+    # a (both GPUs of m0) and d (both of m1) win: per part one solve with everyone and
+    # one without its winner
+    assert len(solver.problems) == 4
+    assert r.proportional_fair == {"a": ("m0g0", "m0g1"), "d": ("m1g0", "m1g1")}
+    assert r.kept_fraction == pytest.approx(_whole_problem_kept(gpus, tables, 3))
+    assert r.kept_fraction == pytest.approx({"a": 0.5, "b": 1.0, "c": 1.0, "d": 0.4})
+
+
+@settings(max_examples=60, deadline=None)
+@given(inst=auctions())
+def test_kept_fractions_equal_those_of_the_whole_problem(
+    inst: tuple[list[Gpu], list[BidTable]],
+) -> None:
+    gpus, tables = inst
+    r = run_auction(gpus, tables, BruteForceSolver(), random.Random(5))
+    assert r.kept_fraction == pytest.approx(_whole_problem_kept(gpus, tables, 5), abs=1e-9)

@@ -85,7 +85,8 @@ def test_unknown_solver_lists_valid_names() -> None:
 
 
 def test_bnb_ties_go_to_the_earlier_bundle_and_parts_are_independent() -> None:
-    from themis.arbiter.solvers.bnb import BranchAndBoundSolver, components
+    from themis.arbiter.solvers.bnb import BranchAndBoundSolver
+    from themis.arbiter.solvers.components import components
 
     # app0: two equally good bundles, the later one on a higher mask; app1 and app2 form a
     # separate part (GPUs 4-5) that conflicts internally.
@@ -165,6 +166,32 @@ def test_lpbb_retries_a_solve_without_a_winner_with_the_full_cutting_effort(
     (sol,) = solver.solve_many(p, [3])
     assert sol.objective == pytest.approx(1.0) and sol.choice[3] == -1
     assert solver.cuts >= 1
+
+
+def test_lpbb_solves_the_rest_of_a_problem_patiently_after_one_ran_out_of_nodes(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Impatient solves that run out of nodes come in runs (the same fractional points
+    reappear without each winner): after the first, the problem's later solves get the
+    full cutting effort at once instead of first wasting their impatient budget."""
+    import themis.arbiter.solvers.lpbb as lpbb
+
+    monkeypatch.setattr(lpbb, "GAP_STALL_ROUNDS", 0)
+    triangle = ((Bundle(0b011, 1.0),), (Bundle(0b110, 1.0),), (Bundle(0b101, 1.0),))
+    own = ((Bundle(0b01000, 1.0),), (Bundle(0b10000, 1.0),))  # apps 3, 4: a GPU each
+    p = PackingProblem(5, (*triangle, *own))
+    calls: list[tuple[int | None, bool]] = []
+    solve = lpbb.LpBranchAndBound._solve
+
+    def recording(self: lpbb.LpBranchAndBound, relax: object, excluded: int | None,
+                  hint: object, patient: bool = True) -> Solution:
+        calls.append((excluded, patient))
+        return solve(self, relax, excluded, hint, patient)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(lpbb.LpBranchAndBound, "_solve", recording)
+    solver = lpbb.LpBranchAndBound(node_limit=1)
+    sols = solver.solve_many(p, [3, 4])
+    assert [s.objective for s in sols] == pytest.approx([2.0, 2.0])
+    assert calls == [(3, False), (3, True), (4, True)]
 
 
 class _Recorder(Solver):

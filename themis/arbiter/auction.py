@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from themis.agent.bids import BidTable
 from themis.arbiter.errors import InvalidBid, InvalidOffer
 from themis.arbiter.solvers.base import Bundle, PackingProblem, Solver
+from themis.arbiter.solvers.components import split
 from themis.cluster.topology import Gpu
 
 _EPS = 1e-12
@@ -132,6 +133,31 @@ def keep_order(gpus: Sequence[Gpu]) -> list[Gpu]:
     return ordered
 
 
+def _solve_parts(
+    problem: PackingProblem, solver: Solver
+) -> tuple[list[int], float, dict[int, float]]:
+    """Proportional-fair choice per app, its objective, and log c_i per winner i.
+
+    Each independent part (:mod:`themis.arbiter.solvers.components`) is solved on its
+    own and re-solved without each of its winners: removing app i changes only i's part,
+    so with OPT_p the optimum of i's part and OPT_p^-i the optimum without i,
+    log c_i = (OPT - g_i) - OPT^-i = (OPT_p - g_i) - OPT_p^-i (Pseudocode 1, line 8)."""
+    choice = [-1] * len(problem.apps)
+    objective = 0.0
+    log_kept: dict[int, float] = {}
+    for part in split(problem):
+        pf = solver.solve(part.problem)
+        objective += pf.objective
+        winners = [k for k, c in enumerate(pf.choice) if c >= 0]
+        without = solver.solve_many(part.problem, winners) if winners else []
+        for k, sol in zip(winners, without, strict=True):
+            own = part.problem.apps[k][pf.choice[k]].gain
+            log_kept[part.apps[k]] = (pf.objective - own) - sol.objective
+        for k, c in enumerate(pf.choice):
+            choice[part.apps[k]] = c
+    return choice, objective, log_kept
+
+
 def run_auction(
     offer: Sequence[Gpu],
     tables: Sequence[BidTable],
@@ -149,9 +175,7 @@ def run_auction(
     index = {gid: i for i, gid in enumerate(offer_ids)}
     problem, origin = _gains(tables, index)
     started = time.perf_counter()
-    pf = solver.solve(problem)
-    winners = [i for i, c in enumerate(pf.choice) if c >= 0]
-    without = solver.solve_many(problem, winners) if winners else []
+    choice, objective, log_kept = _solve_parts(problem, solver)
     solve_ms = (time.perf_counter() - started) * 1e3
 
     proportional_fair: dict[str, tuple[str, ...]] = {}
@@ -159,15 +183,10 @@ def run_auction(
     allocation: dict[str, tuple[str, ...]] = {}
     for i, t in enumerate(tables):
         kept_fraction[t.app_id] = 1.0
-        if pf.choice[i] < 0:
+        if choice[i] < 0:
             continue
-        proportional_fair[t.app_id] = tuple(sorted(t.bids[origin[i][pf.choice[i]]].gpus))
-    for i, sol in zip(winners, without, strict=True):
-        t = tables[i]
-        own = problem.apps[i][pf.choice[i]].gain
-        log_c = (pf.objective - own) - sol.objective
-        c = min(1.0, max(0.0, math.exp(min(0.0, log_c))))
-        kept_fraction[t.app_id] = c
+        proportional_fair[t.app_id] = tuple(sorted(t.bids[origin[i][choice[i]]].gpus))
+        kept_fraction[t.app_id] = min(1.0, max(0.0, math.exp(min(0.0, log_kept[i]))))
     for app in sorted(proportional_fair):
         bundle = [by_id[g] for g in proportional_fair[app]]
         c = kept_fraction[app]
@@ -187,5 +206,5 @@ def run_auction(
         leftover=leftover,
         solver=solver.name,
         solve_ms=solve_ms,
-        objective=pf.objective,
+        objective=objective,
     )

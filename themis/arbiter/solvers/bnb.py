@@ -37,37 +37,7 @@ from themis.arbiter.solvers.base import (
     node_budget,
     require_budget,
 )
-
-
-def components(problem: PackingProblem) -> list[list[int]]:
-    """Apps with at least one bundle, grouped into independent sub-problems."""
-    n = len(problem.apps)
-    parent = list(range(n))
-
-    def find(x: int) -> int:
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    owner: dict[int, int] = {}  # GPU bit -> first app naming it
-    for i, bundles in enumerate(problem.apps):
-        union = 0
-        for b in bundles:
-            union |= b.mask
-        while union:
-            low = union & -union
-            union ^= low
-            j = owner.setdefault(low, i)
-            if j != i:
-                ri, rj = find(i), find(j)
-                if ri != rj:
-                    parent[ri] = rj
-    groups: dict[int, list[int]] = {}
-    for i, bundles in enumerate(problem.apps):
-        if bundles:
-            groups.setdefault(find(i), []).append(i)
-    return list(groups.values())
+from themis.arbiter.solvers.components import components
 
 
 def capacity_bounds(
