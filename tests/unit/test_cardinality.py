@@ -54,3 +54,43 @@ def test_matches_brute_force(menus: list[list[int]]) -> None:
     assert ms.maximum(None) == brute(menus, None)
     for e in range(len(menus)):
         assert ms.maximum(e) == brute(menus, e)
+
+
+def test_identical_menus_are_searched_as_one_class() -> None:
+    # twelve apps with the same menu over 6 single GPUs and two pairs of them: six can be
+    # served. App by app, the search would try the apps' orders; as one class of 12 it
+    # proves the bound at once.
+    singles = [1 << g for g in range(6)]
+    menu = [*singles, 0b11, 0b1100, 0b111]  # the pairs and the triple contain singles
+    ms = MaxServed(6, [menu] * 12, 100)
+    assert ms.maximum(None) == 6
+    assert ms.maximum(3) == 6  # six others are left to serve
+    assert ms.nodes < 20
+    assert len(ms.bundles) == 1 and ms.size == [12]
+
+
+def test_a_class_one_app_short() -> None:
+    # two classes: three apps on GPUs {0, 1, 2}, one app on {2} alone. Everyone: 3 (the
+    # lone app takes GPU 2 or one of the three does). Without the lone app: 3; without one
+    # of the three: 3 (the other two on 0 and 1, the lone app on 2).
+    trio = [0b001, 0b010, 0b100]
+    ms = MaxServed(3, [trio, trio, trio, [0b100]], 1000)
+    assert ms.maximum(None) == 3
+    assert [ms.maximum(e) for e in range(4)] == [3, 3, 3, 3]
+    # with a fourth app in the trio's class nothing changes but who is left out
+    ms = MaxServed(3, [trio] * 4 + [[0b100]], 1000)
+    assert ms.maximum(None) == 3
+    assert [ms.maximum(e) for e in range(5)] == [3] * 5
+
+
+POOL = [[0b000011], [0b000001, 0b000110], [0b001100, 0b110000], [0b000100],
+        [0b010000, 0b100001], [0b111000]]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.sampled_from(POOL), min_size=1, max_size=6))
+def test_matches_brute_force_with_repeated_menus(menus: list[list[int]]) -> None:
+    ms = MaxServed(6, menus, 100_000)
+    assert ms.maximum(None) == brute(menus, None)
+    for e in range(len(menus)):
+        assert ms.maximum(e) == brute(menus, e)

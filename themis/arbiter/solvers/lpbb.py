@@ -12,10 +12,11 @@ bundles, and the LP mixes them (half-integral points, odd cycles of conflicts). 
   symmetric 20-bidder rounds of ``bench_rounds``, where branching on columns alone
   needed thousands of LPs).
   Plus a *count cut* on the starving apps of ``PackingProblem.starving``: the number of
-  them served is at most K, the exact maximum found by the combinatorial branch and
-  bound on the small cardinality problem (:meth:`_Relaxation.max_served`) - the LP can
-  serve all 20 starving apps of a round (an integral number) when the menus allow only
-  19 - or floor(v) for v the certified LP maximum when that search runs out of budget.
+  them served is at most K, the exact maximum of the small cardinality problem found by
+  a search over classes of apps with the same menu (:meth:`_Relaxation.max_served`) - the
+  LP can serve all 20 starving apps of a round (an integral number) when the menus allow
+  only 19 - or floor(v) for v the certified LP maximum when that search runs out of
+  budget.
 * **LP per node.** One HiGHS LP per problem, re-solved with changed column bounds
   (warm-started dual simplex). A node fixes some columns to 1 (their app's other columns
   and every column sharing a GPU with them are fixed to 0) and some to 0.
@@ -216,8 +217,8 @@ class _Relaxation:
 
     def max_served(self, excluded: int | None) -> int | None:
         """The most starving apps (but ``excluded``) that can get a bundle at once, exact
-        (cached), or None when that search exceeds its budget (the combinatorial branch
-        and bound on the cardinality problem, see :mod:`themis.arbiter.solvers.cardinality`)."""
+        (cached), or None when that search exceeds its budget (the search over classes of
+        interchangeable apps, see :mod:`themis.arbiter.solvers.cardinality`)."""
         starving = self.problem.starving
         if self._served is None:
             self._served = MaxServed(self.problem.n_gpus, [
