@@ -75,8 +75,9 @@ def main() -> int:
 
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--apps", type=int, default=2)
-    p.add_argument("--lease-ms", type=int, default=40000)
+    p.add_argument("--apps", type=int, default=2, help="apps submitted per wave (default 2)")
+    p.add_argument("--lease-ms", type=int, default=40000,
+                   help="the RM's Themis lease in milliseconds (default 40000)")
     p.add_argument("--timeout", type=float, default=1500, help="seconds per wave")
     p.add_argument("--repeat", type=int, default=1, help="waves of --apps apps, pooled")
     p.add_argument("--append", action="store_true", help="append to bench/RESULTS.md")

@@ -123,15 +123,25 @@ def run(n_agents: int, rounds: int, procs: int, lease: float, knob: float,
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--agents", type=int, nargs="+", default=[10, 100, 500])
-    ap.add_argument("--rounds", type=int, default=12)
-    ap.add_argument("--procs", type=int, default=2)
-    ap.add_argument("--lease", type=float, default=1.5)
-    ap.add_argument("--knob", type=float, default=0.8)
-    ap.add_argument("--machines", type=int, default=8)
-    ap.add_argument("--gpus-per-machine", type=int, default=8)
-    ap.add_argument("--solver", default="auto")
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--agents", type=int, nargs="+", default=[10, 100, 500],
+                    help="numbers of agents, one benchmark run each (default 10 100 500)")
+    ap.add_argument("--rounds", type=int, default=12,
+                    help="rounds measured per run, after the first (default 12)")
+    ap.add_argument("--procs", type=int, default=2,
+                    help="worker processes the agent threads are spread over (default 2)")
+    ap.add_argument("--lease", type=float, default=1.5,
+                    help="lease in seconds; every expiry triggers a round (default 1.5)")
+    ap.add_argument("--knob", type=float, default=0.8,
+                    help="fairness knob f: the worst-off (1-f) of the apps bid (default 0.8)")
+    ap.add_argument("--machines", type=int, default=8,
+                    help="machines of the static cluster (default 8)")
+    ap.add_argument("--gpus-per-machine", type=int, default=8,
+                    help="GPUs per machine (default 8)")
+    ap.add_argument("--solver", default="auto",
+                    help="auction solver chain or back-end, e.g. auto, auto-fast, open-fast, "
+                         "highs (default auto)")
     args = ap.parse_args()
     print("| agents | rounds | bidders | bids in | GPUs offered | median ms | p95 ms "
           "| offer->bids median ms | solve median ms | median ms excl. solve | p95 ms excl. solve "
