@@ -94,3 +94,16 @@ def test_matches_brute_force_with_repeated_menus(menus: list[list[int]]) -> None
     assert ms.maximum(None) == brute(menus, None)
     for e in range(len(menus)):
         assert ms.maximum(e) == brute(menus, e)
+
+
+def test_large_classes_do_not_enumerate_their_equivalent_choices() -> None:
+    # class A: 12 apps over 12 single GPUs; class B: 12 apps over singles 0-3 and the
+    # pairs {4, 5}, {6, 7}. At most 12 apps fit on 12 GPUs (A alone does it). The choices
+    # of 12 of A's bundles, or of n of B's, are many but equivalent for the last class
+    # searched.
+    singles = [1 << g for g in range(12)]
+    menus = [singles] * 12 + [[*singles[:4], 0b110000, 0b11000000]] * 12
+    ms = MaxServed(12, menus, 2_000)
+    assert ms.maximum(None) == 12
+    assert ms.nodes < 100  # 401 when every equivalent choice was visited
+    assert ms.maximum(0) == 12  # B's four singles and A's other eight GPUs
