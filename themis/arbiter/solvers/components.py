@@ -5,7 +5,8 @@ connected components of that relation are independent sub-problems: the optimum 
 sum of the components' optima, and removing app i changes only i's component. The
 auction (Pseudocode 1, lines 6-8) therefore solves each component on its own, and solves
 the component of each winner again without it - instead of the whole offer N+1 times
-(the symmetric rounds of ``bench_rounds`` split into two components of ~10 apps each).
+(the symmetric rounds of ``bench_rounds`` often split into two components of ~10 apps
+each).
 """
 
 from __future__ import annotations
