@@ -50,8 +50,7 @@ class MaxServed:
     with everyone (``maximum(None)``) and without app e (``maximum(e)``, e an index into
     ``menus``); None when a search exceeds ``node_limit`` nodes."""
 
-    def __init__(self, n_gpus: int, menus: Sequence[Sequence[int]], node_limit: int) -> None:
-        self.n_gpus = n_gpus
+    def __init__(self, menus: Sequence[Sequence[int]], node_limit: int) -> None:
         self.node_limit = node_limit
         self.nodes = 0  # statistics: nodes of every search so far
         reduced = [minimal(masks) for masks in menus]
@@ -104,13 +103,6 @@ class MaxServed:
         served = [0] * len(size)
         nodes = [0]
 
-        def free_bound(k: int, used: int) -> int:
-            total = 0
-            for c in order[k:]:
-                fits = sum(1 for m in self.bundles[c] if not m & used)
-                total += min(size[c], fits)
-            return total
-
         def visit(k: int, used: int, count: int) -> None:
             """Classes order[k:] left; ``count`` apps served so far."""
             nodes[0] += 1
@@ -121,11 +113,13 @@ class MaxServed:
                     best[0] = count
                     best_served[0] = list(served)
                 return
-            if count + free_bound(k, used) <= best[0]:
-                return
             c = order[k]
             fitting = [m for m in self.bundles[c] if not m & used]
-            rest = free_bound(k + 1, used)  # bounds the later classes after any choice
+            # bound of the later classes after any choice for c: min(m, bundles still free)
+            rest = sum(min(size[d], sum(1 for m in self.bundles[d] if not m & used))
+                       for d in order[k + 1:])
+            if count + min(size[c], len(fitting)) + rest <= best[0]:
+                return
             last = k + 1 == len(order)
             # choices for class c: sets of pairwise disjoint fitting bundles, at most
             # size[c] of them, larger sets first

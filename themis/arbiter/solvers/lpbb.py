@@ -221,8 +221,8 @@ class _Relaxation:
         interchangeable apps, see :mod:`themis.arbiter.solvers.cardinality`)."""
         starving = self.problem.starving
         if self._served is None:
-            self._served = MaxServed(self.problem.n_gpus, [
-                [b.mask for b in self.problem.apps[i]] for i in starving], COUNT_NODE_LIMIT)
+            self._served = MaxServed(
+                [[b.mask for b in self.problem.apps[i]] for i in starving], COUNT_NODE_LIMIT)
         if excluded is not None and excluded in starving:
             return self._served.maximum(starving.index(excluded))
         return self._served.maximum(None)
