@@ -21,12 +21,23 @@ from themis.arbiter.solvers.bruteforce import BruteForceSolver
 
 from ._instances import packing_problems
 
+# the LP branch and cut once per LP engine (themis.arbiter.solvers.lp_engines)
+_LP_ENGINE_VARIANTS = ("lpbb:highs", "lpbb:native")
+
+
+def _make(name: str) -> Solver:
+    if name in _LP_ENGINE_VARIANTS:
+        from themis.arbiter.solvers.lpbb import LpBranchAndBound
+
+        return LpBranchAndBound(lp_engine=name.split(":")[1])
+    return make_solver(name)
+
 
 def _backends() -> list[str]:
     names = []
-    for name in [*sorted(BACKENDS), *CHAINS]:
+    for name in [*sorted(BACKENDS), *CHAINS, *_LP_ENGINE_VARIANTS]:
         try:
-            make_solver(name)
+            _make(name)
         except SolverUnavailable:
             continue
         names.append(name)
@@ -35,11 +46,20 @@ def _backends() -> list[str]:
 
 @pytest.fixture(params=_backends())
 def solver(request: pytest.FixtureRequest) -> Solver:
-    return make_solver(request.param)
+    return _make(request.param)
 
 
 def test_open_source_backends_are_always_available() -> None:
-    assert {"highs", "bnb", "lpbb", "bruteforce", "open-fast"} <= set(_backends())
+    assert {"highs", "bnb", "lpbb", "bruteforce", "open-fast", "lpbb:highs"} <= set(_backends())
+
+
+def test_the_native_lp_engine_is_built() -> None:
+    """pip compiles it (setup.py); without it lpbb silently runs on HiGHS, ~3-9x slower
+    per LP - a build that lost it must not pass unnoticed."""
+    from themis.arbiter.solvers.lp_engines import NATIVE_AVAILABLE
+
+    assert NATIVE_AVAILABLE, "themis.arbiter.solvers._simplex was not built (C compiler?)"
+    assert "lpbb:native" in _backends()
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -55,6 +55,7 @@ from themis.arbiter.solvers.base import (
 from themis.arbiter.solvers.cardinality import MaxServed
 from themis.arbiter.solvers.cuts import MOD_K, Row, conflict_matrix, separate
 from themis.arbiter.solvers.highs import PackingLp, require_highs
+from themis.arbiter.solvers.lp_engines import ENGINES, make_engine
 
 INTEGRAL_TOL = 1e-6  # an LP value this close to 0 or 1 counts as integral
 RTOL = 1e-9  # optimality tolerance (relative), as the conformance suite's
@@ -81,7 +82,7 @@ class _Relaxation:
     """The LP relaxation of one problem (:class:`PackingLp`) with what the search needs,
     and the cuts added to it so far."""
 
-    def __init__(self, problem: PackingProblem) -> None:
+    def __init__(self, problem: PackingProblem, engine: str = "auto") -> None:
         model = PackingLp(problem)
         self.problem = problem
         self.cols = model.cols
@@ -109,18 +110,9 @@ class _Relaxation:
         self.cut_cols = np.zeros(0, dtype=np.int64)
         self.cut_coefs = np.zeros(0)
         self.cut_rows = np.zeros(0, dtype=np.int64)
-        self.h = model.highs()
-        # A 0/1 matrix (cuts: small integers) needs no scaling, and a warm re-solve no
-        # presolve: both off made the auction's re-solves ~30% faster (bench/RESULTS.md).
-        self.h.setOptionValue("presolve", "off")
-        self.h.setOptionValue("simplex_scale_strategy", 0)
-        import highspy  # available: require_highs() passed
-
-        self.optimal = highspy.HighsModelStatus.kOptimal
-        self.inf = highspy.kHighsInf
+        self.engine = make_engine(model, engine)
         self.activity = np.zeros(self.n_base_rows)  # row values of the last LP solved
-        self.lp_solves = 0  # statistics: LPs solved, and of those re-solved from scratch
-        self.restarts = 0
+        self.lp_solves = 0  # statistics: LPs solved
         # per solve (excluded app): the number of cuts when its LP count limit was last
         # tried; the exact maximum numbers of starving apps served (built when needed)
         self.counted: dict[int | None, int] = {}
@@ -133,8 +125,7 @@ class _Relaxation:
         """Add cut rows to the LP (kept for every later solve of this problem)."""
         for cut in cuts:
             r = len(self.rhs)
-            self.h.addRow(-self.inf, float(cut.rhs), len(cut.cols), cut.cols,
-                          cut.coefs.astype(np.float64))
+            self.engine.add_row(cut.cols, cut.coefs.astype(np.float64), float(cut.rhs))
             self.rows.append(cut)
             self.rhs = np.append(self.rhs, float(cut.rhs))
             self.cut_cols = np.concatenate([self.cut_cols, cut.cols.astype(np.int64)])
@@ -151,24 +142,11 @@ class _Relaxation:
         return x, self._certified(self.gain, lo, hi)
 
     def _run(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-        h = self.h
-        h.changeColsBounds(len(lo), self.all_cols, lo, hi)
-        h.run()
-        status = h.getModelStatus()
+        point = self.engine.solve(lo, hi)
         self.lp_solves += 1
-        if status != self.optimal:
-            self.restarts += 1
-            # The warm start can stall after cuts were added (status "Unknown", seen on
-            # the symmetric bench_rounds instances): solve once more from scratch.
-            h.clearSolver()
-            h.run()
-            status = h.getModelStatus()
-        if status != self.optimal:
-            raise SolverUnavailable(f"lpbb: LP status {h.modelStatusToString(status)}")
-        sol = h.getSolution()
-        self.activity = np.asarray(sol.row_value, dtype=np.float64)
-        self._dual = np.maximum(0.0, np.asarray(sol.row_dual, dtype=np.float64))
-        return np.asarray(sol.col_value, dtype=np.float64)
+        self.activity = point.activity
+        self._dual = np.maximum(0.0, point.dual)
+        return point.x
 
     def _certified(self, objective: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> float:
         """Weak-duality upper bound of max objective.x over the LP (bounds lo, hi) from
@@ -240,12 +218,12 @@ class _Relaxation:
         count = np.zeros(n)
         count[cols] = 1.0
         lo, hi = np.zeros(n), np.ones(n)
-        self.h.changeColsCost(n, self.all_cols, count)
+        self.engine.set_gain(count)
         try:
             self._run(lo, hi)
             limit = self._certified(count, lo, hi)
         finally:
-            self.h.changeColsCost(n, self.all_cols, self.gain)
+            self.engine.set_gain(self.gain)
         return int(np.floor(limit + 1e-9))
 
     def conflicts(self, c: int) -> np.ndarray:
@@ -277,8 +255,12 @@ class LpBranchAndBound(Solver):
 
     def __init__(self, node_limit: int = 100_000, node_limit_large: int | None = None,
                  root_cut_rounds: int = ROOT_CUT_ROUNDS,
-                 node_cut_rounds: int = NODE_CUT_ROUNDS) -> None:
+                 node_cut_rounds: int = NODE_CUT_ROUNDS, lp_engine: str = "auto") -> None:
         require_highs()
+        if lp_engine not in ENGINES:
+            raise SolverError(f"lpbb: unknown LP engine {lp_engine!r}; valid: "
+                              f"{', '.join(ENGINES)}")
+        self.lp_engine = lp_engine  # see themis.arbiter.solvers.lp_engines
         self.node_limit = node_limit
         self.node_limit_large = node_limit_large  # see base.node_budget
         self.root_cut_rounds = root_cut_rounds
@@ -304,7 +286,7 @@ class LpBranchAndBound(Solver):
         if self._last is not None and self._last[0] is problem:
             _, relax, best = self._last
         else:
-            relax, best = _Relaxation(problem), None
+            relax, best = _Relaxation(problem, self.lp_engine), None
         out: list[Solution] = []
         try:
             for e in excluded:

@@ -1,0 +1,153 @@
+"""The LP engines of lpbb: the native dual simplex agrees with HiGHS through sequences of
+bound changes, added rows and objective changes; its duals certify its optimum; bad
+input is refused; the fallback engine hands over to HiGHS with the rows kept."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from themis.arbiter.auction import _gains
+from themis.arbiter.instances import random_instance
+from themis.arbiter.solvers.base import PackingProblem, SolverUnavailable
+from themis.arbiter.solvers.highs import PackingLp
+from themis.arbiter.solvers.lp_engines import (
+    NATIVE_AVAILABLE,
+    FallbackEngine,
+    HighsEngine,
+    LpPoint,
+    NativeEngine,
+    make_engine,
+)
+
+from ._instances import packing_problems
+
+pytestmark = pytest.mark.skipif(not NATIVE_AVAILABLE, reason="native engine not built "
+                                "(test_solver_conformance fails for that)")
+
+
+def _auction_problem(n_gpus: int, n_apps: int, seed: int) -> PackingProblem:
+    inst = random_instance(n_gpus, n_apps, seed=seed)
+    problem, _ = _gains(inst.tables, {g.id: i for i, g in enumerate(inst.offer)})
+    return problem
+
+
+def _dense(model: PackingLp, rows: list[tuple[np.ndarray, np.ndarray, float]]) -> np.ndarray:
+    n = len(model.cols)
+    a = np.zeros((model.lp.num_row_ + len(rows), n))
+    for c in range(n):
+        a[model.index[model.starts[c]:model.starts[c + 1]], c] = 1.0
+    for r, (cols, coefs, _) in enumerate(rows):
+        a[model.lp.num_row_ + r, cols] = coefs
+    return a
+
+
+def _check_point(point: LpPoint, a: np.ndarray, rhs: np.ndarray, gain: np.ndarray,
+                 lo: np.ndarray, hi: np.ndarray) -> float:
+    """Feasible, activities right, and the duals certify the objective; returns it."""
+    x = point.x
+    assert np.all(x >= lo - 1e-9) and np.all(x <= hi + 1e-9)
+    assert np.allclose(point.activity, a @ x, atol=1e-9)
+    assert np.all(a @ x <= rhs + 1e-9)
+    y = np.maximum(0.0, point.dual)
+    d = gain - a.T @ y
+    bound = float(y @ rhs + np.where(d > 0, d * hi, d * lo).sum())
+    value = float(gain @ x)
+    assert bound == pytest.approx(value, rel=1e-9, abs=1e-9)
+    return value
+
+
+def _replay(problem: PackingProblem, seed: int, steps: int = 30) -> None:
+    """Random bound changes, cut-like rows and objective swaps on both engines."""
+    rng = random.Random(seed)
+    model = PackingLp(problem)
+    n = len(model.cols)
+    native, highs = NativeEngine(model), HighsEngine(model)
+    rows: list[tuple[np.ndarray, np.ndarray, float]] = []
+    lo, hi = np.zeros(n), np.ones(n)
+    gain = model.gain
+    for _ in range(steps):
+        r = rng.random()
+        if r < 0.35:
+            c = rng.randrange(n)
+            hi[c] = 1.0 - hi[c]
+            lo[c] = 0.0
+        elif r < 0.45:
+            lo[:], hi[:] = 0.0, 1.0
+        elif r < 0.55 and hi.sum() > 0:
+            c = rng.choice(np.nonzero(hi)[0].tolist())  # take a column: x_c = 1
+            lo[:] = 0.0
+            lo[c] = 1.0
+        elif r < 0.8:
+            cols = np.array(sorted(rng.sample(range(n), min(n, rng.randint(2, 10)))),
+                            dtype=np.int32)
+            coefs = np.array([float(rng.choice([1, 1, 2])) for _ in cols])
+            # rhs >= every coefficient: any single column still fits (the taken one)
+            rhs = float(max(coefs) + rng.randint(0, 2))
+            rows.append((cols, coefs, rhs))
+            native.add_row(cols, coefs, rhs)
+            highs.add_row(cols, coefs, rhs)
+        elif r < 0.88:
+            gain = rng.choice([model.gain, np.array([rng.random() for _ in range(n)])])
+            native.set_gain(gain)
+            highs.set_gain(gain)
+        a = _dense(model, rows)
+        rhs = np.array([1.0] * model.lp.num_row_ + [r for _, _, r in rows])
+        want = _check_point(highs.solve(lo, hi), a, rhs, gain, lo, hi)
+        got = _check_point(native.solve(lo, hi), a, rhs, gain, lo, hi)
+        assert got == pytest.approx(want, rel=1e-9, abs=1e-9)
+
+
+@settings(max_examples=60, deadline=None)
+@given(problem=packing_problems(), seed=st.integers(0, 10**6))
+def test_native_matches_highs_on_small_problems(problem: PackingProblem, seed: int) -> None:
+    if problem.n_bundles == 0:
+        return
+    _replay(problem, seed)
+
+
+@pytest.mark.parametrize(("size", "seed"), [((64, 10), 0), ((64, 10), 1), ((256, 50), 0),
+                                            ((256, 50), 5)])
+def test_native_matches_highs_on_auction_sized_problems(size: tuple[int, int],
+                                                        seed: int) -> None:
+    _replay(_auction_problem(*size, seed), seed, steps=25)
+
+
+def test_bad_input_is_refused_with_a_message() -> None:
+    model = PackingLp(_auction_problem(64, 10, 0))
+    n = len(model.cols)
+    engine = NativeEngine(model)
+    with pytest.raises(ValueError, match="out of range"):
+        engine.add_row(np.array([n], dtype=np.int32), np.array([1.0]), 1.0)
+    with pytest.raises(ValueError, match="lo <= hi"):
+        engine.solve(np.ones(n), np.zeros(n))
+    with pytest.raises(ValueError, match="expected"):
+        engine.solve(np.zeros(n - 1), np.ones(n - 1))
+    with pytest.raises(ValueError, match=">= 0"):
+        engine.set_gain(-np.ones(n))
+    # still usable afterwards
+    assert engine.solve(np.zeros(n), np.ones(n)).x.shape == (n,)
+
+
+def test_fallback_hands_over_to_highs_with_the_rows_added(monkeypatch: pytest.MonkeyPatch) -> None:
+    model = PackingLp(_auction_problem(64, 10, 1))
+    n = len(model.cols)
+    engine = make_engine(model)
+    assert isinstance(engine, FallbackEngine) and engine.name == "native"
+    cols = np.arange(min(n, 6), dtype=np.int32)
+    engine.add_row(cols, np.ones(len(cols)), 1.0)
+    lo, hi = np.zeros(n), np.ones(n)
+    before = float(model.gain @ engine.solve(lo, hi).x)
+
+    def broken(self: NativeEngine, lo: np.ndarray, hi: np.ndarray) -> LpPoint:
+        raise SolverUnavailable("lpbb: native LP numerical trouble")
+
+    monkeypatch.setattr(NativeEngine, "solve", broken)
+    after = engine.solve(lo, hi)
+    assert engine.name == "highs"
+    assert float(model.gain @ after.x) == pytest.approx(before, rel=1e-9)
+    assert after.activity.shape == (model.lp.num_row_ + 1,)  # the cut came along

@@ -1,0 +1,191 @@
+"""LP engines of the LP branch and cut (:mod:`themis.arbiter.solvers.lpbb`): the
+relaxation ``max gain.x, A x <= b, lo <= x <= hi`` of one packing problem, re-solved
+after cut rows are added and column bounds change.
+
+* :class:`NativeEngine`: the compiled warm-started bounded dual simplex of
+  ``_simplex.c`` (dense kernel of the basic columns, Harris ratio test with bound
+  flipping). Measured on the simulator's auctions and at 256 GPUs x 50 apps
+  (bench/RESULTS.md, session 8): a warm re-solve ~9x (simulator sizes) and ~3x
+  (256 x 50) faster than HiGHS, most of it HiGHS' fixed cost per run.
+* :class:`HighsEngine`: HiGHS' dual simplex through highspy (always installed).
+
+Neither is trusted for pruning: lpbb recomputes a weak-duality bound from the returned
+row duals (any duals >= 0 give a valid bound), so a wrong answer can only weaken a bound
+or an incumbent, never make a result wrong. :func:`make_engine` prefers the native
+engine when the extension was built (``pip install`` compiles it; a machine without a C
+compiler gets HiGHS) and hands over to HiGHS, with the rows added so far, the first time
+the native engine reports trouble (iteration limit, a drifting kernel).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from themis.arbiter.solvers.base import SolverUnavailable
+from themis.arbiter.solvers.highs import PackingLp
+
+try:  # pragma: no cover - depends on the build
+    from themis.arbiter.solvers import _simplex  # type: ignore[attr-defined]
+
+    NATIVE_AVAILABLE = True
+except ImportError:  # pragma: no cover
+    _simplex = None
+    NATIVE_AVAILABLE = False
+
+ENGINES = ("auto", "native", "highs")
+_NATIVE_STATUS = {1: "iteration limit", 2: "numerical trouble", 3: "infeasible"}
+
+
+@dataclass(frozen=True, slots=True)
+class LpPoint:
+    """An optimal LP solution: column values, row activities A x and row duals (of the
+    maximisation; not clipped, the caller clips them to >= 0)."""
+
+    x: np.ndarray
+    activity: np.ndarray
+    dual: np.ndarray
+
+
+class LpEngine(ABC):
+    """One packing LP, re-solved many times."""
+
+    name: str
+
+    @abstractmethod
+    def add_row(self, cols: np.ndarray, coefs: np.ndarray, rhs: float) -> None:
+        """Add the row ``coefs . x[cols] <= rhs`` (kept for every later solve)."""
+
+    @abstractmethod
+    def set_gain(self, gain: np.ndarray) -> None:
+        """Replace the objective (every entry >= 0)."""
+
+    @abstractmethod
+    def solve(self, lo: np.ndarray, hi: np.ndarray) -> LpPoint:
+        """Solve with column bounds ``lo <= x <= hi``; raise SolverUnavailable when the
+        engine cannot."""
+
+
+class HighsEngine(LpEngine):
+    name = "highs"
+
+    def __init__(self, model: PackingLp) -> None:
+        import highspy
+
+        self.h: Any = model.highs()
+        # A 0/1 matrix (cuts: small integers) needs no scaling, and a warm re-solve no
+        # presolve: both off made the auction's re-solves ~30% faster (bench/RESULTS.md).
+        self.h.setOptionValue("presolve", "off")
+        self.h.setOptionValue("simplex_scale_strategy", 0)
+        self._optimal = highspy.HighsModelStatus.kOptimal
+        self._inf = highspy.kHighsInf
+        self._all = np.arange(len(model.cols), dtype=np.int32)
+        self.restarts = 0  # re-solves from scratch after a stalled warm start
+
+    def add_row(self, cols: np.ndarray, coefs: np.ndarray, rhs: float) -> None:
+        self.h.addRow(-self._inf, float(rhs), len(cols), cols, coefs.astype(np.float64))
+
+    def set_gain(self, gain: np.ndarray) -> None:
+        self.h.changeColsCost(len(gain), self._all, gain)
+
+    def solve(self, lo: np.ndarray, hi: np.ndarray) -> LpPoint:
+        h = self.h
+        h.changeColsBounds(len(lo), self._all, lo, hi)
+        h.run()
+        status = h.getModelStatus()
+        if status != self._optimal:
+            self.restarts += 1
+            # The warm start can stall after cuts were added (status "Unknown", seen on
+            # the symmetric bench_rounds instances): solve once more from scratch.
+            h.clearSolver()
+            h.run()
+            status = h.getModelStatus()
+        if status != self._optimal:
+            raise SolverUnavailable(f"lpbb: LP status {h.modelStatusToString(status)}")
+        sol = h.getSolution()
+        return LpPoint(np.asarray(sol.col_value, dtype=np.float64),
+                       np.asarray(sol.row_value, dtype=np.float64),
+                       np.asarray(sol.row_dual, dtype=np.float64))
+
+
+class NativeEngine(LpEngine):
+    name = "native"
+
+    def __init__(self, model: PackingLp) -> None:
+        if _simplex is None:
+            raise SolverUnavailable("the native LP engine was not built (no C compiler when "
+                                    "the package was installed)")
+        self.lp = _simplex.Lp(model.lp.num_row_, model.starts.astype(np.int32),
+                              model.index.astype(np.int32), np.ones(len(model.index)),
+                              np.ascontiguousarray(model.gain, dtype=np.float64))
+        self.n = len(model.cols)
+
+    def add_row(self, cols: np.ndarray, coefs: np.ndarray, rhs: float) -> None:
+        self.lp.add_row(np.ascontiguousarray(cols, dtype=np.int32),
+                        np.ascontiguousarray(coefs, dtype=np.float64), float(rhs))
+
+    def set_gain(self, gain: np.ndarray) -> None:
+        self.lp.set_gain(np.ascontiguousarray(gain, dtype=np.float64))
+
+    def solve(self, lo: np.ndarray, hi: np.ndarray) -> LpPoint:
+        m = self.lp.num_row
+        x, activity, dual = np.empty(self.n), np.empty(m), np.empty(m)
+        status = self.lp.solve(np.ascontiguousarray(lo, dtype=np.float64),
+                               np.ascontiguousarray(hi, dtype=np.float64), x, activity, dual)
+        if status != 0:
+            raise SolverUnavailable(f"lpbb: native LP {_NATIVE_STATUS.get(status, status)}")
+        return LpPoint(x, activity, dual)
+
+
+class FallbackEngine(LpEngine):
+    """The native engine, replaced by HiGHS (with every row added so far and the current
+    objective) the first time it fails."""
+
+    def __init__(self, model: PackingLp) -> None:
+        self.model = model
+        self.engine: LpEngine = NativeEngine(model)
+        self.rows: list[tuple[np.ndarray, np.ndarray, float]] = []
+        self.gain = model.gain
+        self.fell_back = False
+
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        return self.engine.name
+
+    def add_row(self, cols: np.ndarray, coefs: np.ndarray, rhs: float) -> None:
+        self.rows.append((cols, coefs, rhs))
+        self.engine.add_row(cols, coefs, rhs)
+
+    def set_gain(self, gain: np.ndarray) -> None:
+        self.gain = gain
+        self.engine.set_gain(gain)
+
+    def solve(self, lo: np.ndarray, hi: np.ndarray) -> LpPoint:
+        try:
+            return self.engine.solve(lo, hi)
+        except SolverUnavailable:
+            if self.fell_back:
+                raise
+        self.fell_back = True
+        highs = HighsEngine(self.model)
+        for cols, coefs, rhs in self.rows:
+            highs.add_row(cols, coefs, rhs)
+        if self.gain is not self.model.gain:
+            highs.set_gain(self.gain)
+        self.engine = highs
+        return highs.solve(lo, hi)
+
+
+def make_engine(model: PackingLp, engine: str = "auto") -> LpEngine:
+    """``auto``: the native engine with HiGHS as its fallback when the extension is
+    built, else HiGHS; ``native`` or ``highs``: that engine alone (tests, benchmarks)."""
+    if engine == "auto":
+        return FallbackEngine(model) if NATIVE_AVAILABLE else HighsEngine(model)
+    if engine == "native":
+        return NativeEngine(model)
+    if engine == "highs":
+        return HighsEngine(model)
+    raise ValueError(f"unknown LP engine {engine!r}; valid: {', '.join(ENGINES)}")
