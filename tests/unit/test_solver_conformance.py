@@ -305,3 +305,15 @@ def test_a_zero_budget_for_large_models_hands_them_over_at_once(budgeted: str) -
     large = PackingProblem(n, tuple((Bundle(1 << k, 1.0),) for k in range(n)))
     with pytest.raises(SolverBudgetExceeded):
         make().solve(large)
+
+
+def test_bnb_declines_models_beyond_its_bundle_limit_before_searching() -> None:
+    from themis.arbiter.solvers.base import SolverBudgetExceeded
+    from themis.arbiter.solvers.bnb import BranchAndBoundSolver
+
+    p = PackingProblem(4, tuple((Bundle(1 << a, 1.0), Bundle(1 << (a + 1) % 4, 0.5))
+                                for a in range(4)))  # 8 bundles
+    with pytest.raises(SolverBudgetExceeded, match="8 bundles"):
+        BranchAndBoundSolver(1000, max_bundles=7).solve(p)
+    solver = BranchAndBoundSolver(1000, max_bundles=8)
+    assert solver.solve(p).objective == pytest.approx(BruteForceSolver().solve(p).objective)

@@ -131,6 +131,11 @@ FAST_LP_NODE_LIMIT = 200  # ... LP branch and cut budget (nodes per solve) befor
 # branch and cut, whose root cuts close most of these gaps, takes them - also before
 # Gurobi, which it beats there (bench/RESULTS.md), but not on smaller models.
 FAST_NODE_LIMIT_LARGE = 0
+# ... and so it does, in open-fast, beyond this many bundles: within its 100 nodes it
+# finished none of the simulator's captured auctions of more than 200 bundles and 2 of
+# 138 of 150-200, nor any bench_rounds auction of more than 100 (bench/RESULTS.md,
+# session 8); its failed attempts cost ~5 s of the Workload-2 simulation.
+FAST_BNB_MAX_BUNDLES = 150
 FAST_LP_NODE_LIMIT_LARGE = 200
 FAST_LP_NODE_LIMIT_LARGE_GUROBI = 50  # auto-fast: Gurobi takes the hard ones sooner
 
@@ -143,7 +148,8 @@ def _open_fast() -> Solver:
     lp_then_milp = FallbackSolver(
         LpBranchAndBound(FAST_LP_NODE_LIMIT, FAST_LP_NODE_LIMIT_LARGE),
         BACKENDS[OPEN_SOURCE_DEFAULT](), quiet=True)
-    return FallbackSolver(BranchAndBoundSolver(FAST_NODE_LIMIT_OPEN, FAST_NODE_LIMIT_LARGE),
+    return FallbackSolver(BranchAndBoundSolver(FAST_NODE_LIMIT_OPEN, FAST_NODE_LIMIT_LARGE,
+                                               FAST_BNB_MAX_BUNDLES),
                           lp_then_milp, quiet=True)
 
 

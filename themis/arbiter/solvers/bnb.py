@@ -91,9 +91,13 @@ def capacity_bounds(
 class BranchAndBoundSolver(Solver):
     name = "bnb"
 
-    def __init__(self, node_limit: int = 200_000, node_limit_large: int | None = None) -> None:
+    def __init__(self, node_limit: int = 200_000, node_limit_large: int | None = None,
+                 max_bundles: int | None = None) -> None:
         self.node_limit = node_limit
         self.node_limit_large = node_limit_large  # see base.node_budget
+        # models of more bundles are declined at once (SolverBudgetExceeded): a chain's
+        # next back-end takes them
+        self.max_bundles = max_bundles
         self.nodes = 0  # nodes explored by the last solve/solve_many (statistics)
         # The last problem solved, its components and their optima (problems are
         # immutable; the auction asks for the optimum, then for the solves without
@@ -111,6 +115,9 @@ class BranchAndBoundSolver(Solver):
         self.nodes = 0
         if excluded:
             require_budget("bnb", problem, self.node_limit, self.node_limit_large)
+            if self.max_bundles is not None and problem.n_bundles > self.max_bundles:
+                raise SolverBudgetExceeded(f"bnb: a model of {problem.n_bundles} bundles is "
+                                           f"beyond {self.max_bundles}")
         if self._last is not None and self._last[0] is problem:
             _, comps, base = self._last  # the auction's N+1 solves: reuse the optimum
         else:

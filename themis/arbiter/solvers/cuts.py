@@ -43,6 +43,11 @@ import numpy as np
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import dijkstra
 
+try:  # pragma: no cover - depends on the build
+    from themis.arbiter.solvers import _separation  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover
+    _separation = None
+
 MOD_K = (3, 5, 7)  # the mod-k cut families tried (in order) when the others find nothing
 _EDGE_FLOOR = 1e-12  # odd-cycle separation: added to every edge weight (see there)
 TOL = 1e-6  # an x this close to 0 or 1 counts as integral; violations below it are ignored
@@ -89,7 +94,19 @@ def _fractional(x: np.ndarray) -> np.ndarray:
 def clique_cuts(x: np.ndarray, conflict: np.ndarray, limit: int = 50) -> list[Row]:
     """Violated clique inequalities: from each fractional column (largest x first) not yet
     in a cut, a clique of support columns grown greedily by largest x, then extended to a
-    maximal clique with columns at 0 (a stronger cut for the next LPs)."""
+    maximal clique with columns at 0 (a stronger cut for the next LPs). Compiled
+    (``_separation.cliques``) when the extension was built; :func:`clique_cuts_py` is
+    the reference."""
+    if _separation is None:
+        return clique_cuts_py(x, conflict, limit)
+    found = _separation.cliques(np.ascontiguousarray(x, dtype=np.float64),
+                                conflict.view(np.uint8), limit, TOL)
+    return [Row(np.array(cols, dtype=np.int32), np.ones(len(cols), dtype=np.int64), 1)
+            for cols in found]
+
+
+def clique_cuts_py(x: np.ndarray, conflict: np.ndarray, limit: int = 50) -> list[Row]:
+    """:func:`clique_cuts` in Python (the reference of the compiled version)."""
     frac = _fractional(x)
     support = np.nonzero(x > TOL)[0]
     sub = conflict[np.ix_(support, support)]
@@ -233,25 +250,44 @@ def _zero_half_at(x: np.ndarray, rows: Sequence[Row], tight: np.ndarray, owner: 
     parity = np.zeros((len(tight), k + 1), dtype=bool)
     parity[owner[keep], pos[cols[keep]]] = True
     parity[:, k] = odd_rhs
-    nonzero = parity.any(axis=1)
-    labels = _linked(parity[:, :k])
-    packed = np.packbits(parity, axis=1, bitorder="little")
-    groups: dict[int, list[tuple[int, int]]] = {}
-    for t in np.nonzero(nonzero)[0].tolist():
-        mask = int.from_bytes(packed[t].tobytes(), "little")
-        groups.setdefault(int(labels[t]), []).append((mask, int(tight[t])))
-    useful = set(labels[with_frac].tolist())  # parts with a fractional column
     cuts: list[Row] = []
-    for label, group in groups.items():
-        if label not in useful:
-            continue
-        combo = _combination(group, 1 << k)
-        if combo is None:
-            continue
-        cut = _chvatal_gomory(x, rows, [(r, 1) for r in combo], 2, n_cols)
+    for combo in _combinations(parity, with_frac):
+        cut = _chvatal_gomory(x, rows, [(int(tight[t]), 1) for t in combo], 2, n_cols)
         if cut is not None:
             cuts.append(cut)
     return cuts
+
+
+def combinations_py(parity: np.ndarray, useful: np.ndarray) -> list[list[int]]:
+    """The GF(2) core of the {0, 1/2}-cuts in Python (the reference of ``_gf2.c``): for
+    each part of the rows (linked through shared support columns, ``parity[:, :k]``)
+    holding a ``useful`` row, the rows (positions) whose mod-2 sum is exactly
+    (0, ..., 0, 1) - even on the support, odd rhs - or nothing for that part."""
+    k = parity.shape[1] - 1
+    labels = _linked(parity[:, :k])
+    packed = np.packbits(parity, axis=1, bitorder="little")
+    groups: dict[int, list[tuple[int, int]]] = {}
+    for t in np.nonzero(parity.any(axis=1))[0].tolist():
+        mask = int.from_bytes(packed[t].tobytes(), "little")
+        groups.setdefault(int(labels[t]), []).append((mask, t))
+    wanted = set(labels[useful].tolist())
+    out = []
+    for label, group in groups.items():
+        if label in wanted:
+            combo = _combination(group, 1 << k)
+            if combo is not None:
+                out.append(combo)
+    return out
+
+
+def _combinations(parity: np.ndarray, useful: np.ndarray) -> list[list[int]]:
+    """:func:`combinations_py`, compiled when the extension was built (same rows, same
+    order)."""
+    if _separation is None:
+        return combinations_py(parity, useful)
+    result: list[list[int]] = _separation.zero_half_combinations(
+        parity.view(np.uint8), np.ascontiguousarray(useful).view(np.uint8))
+    return result
 
 
 def _chvatal_gomory(x: np.ndarray, rows: Sequence[Row], multipliers: Sequence[tuple[int, int]],

@@ -1,0 +1,366 @@
+/* Compiled cores of the cut separation (themis.arbiter.solvers.cuts); each returns what
+ * its pure-Python reference in cuts.py returns (the tests compare them).
+ *
+ * zero_half_combinations(parity, useful), the GF(2) core of zero_half_cuts, takes the tight rows' parity matrix (uint8, rows x
+ * (k + 1): the odd coefficients on the k support columns, then the parity of the rhs)
+ * and a flag per row (it has a fractional column). Rows are linked when they share a
+ * support column; for each linked part holding a flagged row, in the order of the part's
+ * first row, it returns the rows (ascending) whose mod-2 sum is exactly (0, ..., 0, 1) -
+ * even on every support column, odd rhs - found by Gaussian elimination (pivot: the
+ * highest set bit, rows taken in order), or skips the part when there is none. Rows that
+ * are all zero take no part. Same rows, same order as the pure-Python version
+ * (cuts._combination over cuts._linked parts), which stays the reference in the tests. */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int find(int *parent, int a) {
+    while (parent[a] != a) {
+        parent[a] = parent[parent[a]];
+        a = parent[a];
+    }
+    return a;
+}
+
+static int top_bit(const uint64_t *v, int words) {
+    for (int w = words - 1; w >= 0; w--)
+        if (v[w]) return w * 64 + 63 - __builtin_clzll(v[w]);
+    return -1;
+}
+
+static PyObject *zero_half_combinations(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *o_par, *o_use;
+    if (!PyArg_ParseTuple(args, "OO", &o_par, &o_use)) return NULL;
+    Py_buffer par, use;
+    if (PyObject_GetBuffer(o_par, &par, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_ND) < 0) return NULL;
+    if (par.ndim != 2 || par.itemsize != 1) {
+        PyBuffer_Release(&par);
+        PyErr_SetString(PyExc_ValueError, "parity: a 2-d uint8 or bool array");
+        return NULL;
+    }
+    int n_rows = (int)par.shape[0], width = (int)par.shape[1];
+    if (width < 1) {
+        PyBuffer_Release(&par);
+        PyErr_SetString(PyExc_ValueError, "parity: needs the rhs column");
+        return NULL;
+    }
+    if (PyObject_GetBuffer(o_use, &use, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        PyBuffer_Release(&par);
+        return NULL;
+    }
+    if (use.itemsize != 1 || use.len != n_rows) {
+        PyBuffer_Release(&par);
+        PyBuffer_Release(&use);
+        PyErr_SetString(PyExc_ValueError, "useful: one uint8 or bool per row");
+        return NULL;
+    }
+    const uint8_t *p = par.buf, *u = use.buf;
+    int k = width - 1, words = (width + 63) / 64;
+    PyObject *out = PyList_New(0);
+    int *parent = malloc((n_rows ? n_rows : 1) * sizeof(int));
+    int *col_first = malloc((k ? k : 1) * sizeof(int));
+    int *order = malloc((n_rows ? n_rows : 1) * sizeof(int));
+    int *part_of = malloc((n_rows ? n_rows : 1) * sizeof(int));
+    uint64_t *rows = calloc((size_t)(n_rows ? n_rows : 1) * words, sizeof(uint64_t));
+    if (!out || !parent || !col_first || !order || !part_of || !rows) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    for (int r = 0; r < n_rows; r++) parent[r] = r;
+    for (int c = 0; c < k; c++) col_first[c] = -1;
+    for (int r = 0; r < n_rows; r++) {
+        const uint8_t *row = p + (size_t)r * width;
+        for (int c = 0; c < width; c++) {
+            if (!row[c]) continue;
+            rows[(size_t)r * words + c / 64] |= (uint64_t)1 << (c % 64);
+            if (c == k) continue;
+            if (col_first[c] < 0) {
+                col_first[c] = r;
+            } else {
+                int a = find(parent, col_first[c]), b = find(parent, r);
+                if (a != b) parent[a < b ? b : a] = a < b ? a : b;
+            }
+        }
+    }
+    /* parts in the order of their first non-zero row; which have a flagged row */
+    int n_parts = 0;
+    int *root_part = malloc((n_rows ? n_rows : 1) * sizeof(int));
+    char *flag = calloc(n_rows ? n_rows : 1, 1);
+    if (!root_part || !flag) {
+        free(root_part);
+        free(flag);
+        PyErr_NoMemory();
+        goto fail;
+    }
+    for (int r = 0; r < n_rows; r++) root_part[r] = -1;
+    for (int r = 0; r < n_rows; r++) {
+        part_of[r] = -1;
+        int nz = 0;
+        for (int w = 0; w < words; w++) nz |= rows[(size_t)r * words + w] != 0;
+        if (!nz) continue;
+        int root = find(parent, r);
+        if (root_part[root] < 0) root_part[root] = n_parts++;
+        part_of[r] = root_part[root];
+    }
+    for (int r = 0; r < n_rows; r++)
+        if (u[r]) {
+            int root = find(parent, r);
+            if (root_part[root] >= 0) flag[root_part[root]] = 1;
+        }
+    free(root_part);
+    /* elimination per part */
+    uint64_t *basis = NULL, *combo = NULL, *m = NULL, *cm = NULL;
+    int *has = NULL;
+    int cwords_cap = 0;
+    for (int part = 0; part < n_parts; part++) {
+        if (!flag[part]) continue;
+        int g = 0;
+        for (int r = 0; r < n_rows; r++)
+            if (part_of[r] == part) order[g++] = r;
+        int cwords = (g + 63) / 64;
+        if (cwords > cwords_cap || !basis) {
+            free(basis); free(combo); free(m); free(cm); free(has);
+            cwords_cap = cwords;
+            basis = malloc((size_t)width * words * sizeof(uint64_t));
+            combo = malloc((size_t)width * cwords_cap * sizeof(uint64_t));
+            m = malloc(words * sizeof(uint64_t));
+            cm = malloc(cwords_cap * sizeof(uint64_t));
+            has = malloc(width * sizeof(int));
+            if (!basis || !combo || !m || !cm || !has) {
+                free(basis); free(combo); free(m); free(cm); free(has); free(flag);
+                PyErr_NoMemory();
+                goto fail;
+            }
+        }
+        for (int b = 0; b < width; b++) has[b] = 0;
+        for (int j = 0; j < g; j++) {
+            memcpy(m, rows + (size_t)order[j] * words, words * sizeof(uint64_t));
+            memset(cm, 0, cwords * sizeof(uint64_t));
+            cm[j / 64] |= (uint64_t)1 << (j % 64);
+            for (;;) {
+                int top = top_bit(m, words);
+                if (top < 0) break;
+                if (!has[top]) {
+                    has[top] = 1;
+                    memcpy(basis + (size_t)top * words, m, words * sizeof(uint64_t));
+                    memcpy(combo + (size_t)top * cwords_cap, cm, cwords * sizeof(uint64_t));
+                    break;
+                }
+                for (int w = 0; w < words; w++) m[w] ^= basis[(size_t)top * words + w];
+                for (int w = 0; w < cwords; w++) cm[w] ^= combo[(size_t)top * cwords_cap + w];
+            }
+        }
+        /* reduce the target e_k */
+        memset(m, 0, words * sizeof(uint64_t));
+        m[k / 64] |= (uint64_t)1 << (k % 64);
+        memset(cm, 0, cwords * sizeof(uint64_t));
+        int ok = 1;
+        for (;;) {
+            int top = top_bit(m, words);
+            if (top < 0) break;
+            if (!has[top]) {
+                ok = 0;
+                break;
+            }
+            for (int w = 0; w < words; w++) m[w] ^= basis[(size_t)top * words + w];
+            for (int w = 0; w < cwords; w++) cm[w] ^= combo[(size_t)top * cwords_cap + w];
+        }
+        if (!ok) continue;
+        PyObject *lst = PyList_New(0);
+        if (!lst) {
+            free(basis); free(combo); free(m); free(cm); free(has); free(flag);
+            goto fail;
+        }
+        for (int j = 0; j < g; j++)
+            if (cm[j / 64] >> (j % 64) & 1) {
+                PyObject *v = PyLong_FromLong(order[j]);
+                if (!v || PyList_Append(lst, v) < 0) {
+                    Py_XDECREF(v);
+                    Py_DECREF(lst);
+                    free(basis); free(combo); free(m); free(cm); free(has); free(flag);
+                    goto fail;
+                }
+                Py_DECREF(v);
+            }
+        if (PyList_Append(out, lst) < 0) {
+            Py_DECREF(lst);
+            free(basis); free(combo); free(m); free(cm); free(has); free(flag);
+            goto fail;
+        }
+        Py_DECREF(lst);
+    }
+    free(basis); free(combo); free(m); free(cm); free(has); free(flag);
+    free(parent); free(col_first); free(order); free(part_of); free(rows);
+    PyBuffer_Release(&par);
+    PyBuffer_Release(&use);
+    return out;
+fail:
+    Py_XDECREF(out);
+    free(parent); free(col_first); free(order); free(part_of); free(rows);
+    PyBuffer_Release(&par);
+    PyBuffer_Release(&use);
+    return NULL;
+}
+
+
+/* cliques(x, conflict, limit): the clique cuts of cuts.clique_cuts (see there): from each
+ * fractional column (largest x first; ties by index) not yet in a cut, a clique of
+ * support columns grown greedily by largest x (ties: smallest index), kept when its x
+ * sum exceeds 1 + tol, then extended with columns at 0 adjacent to every member, most
+ * conflicts among themselves first (ties: smallest index). Returns sorted column lists. */
+static const double *g_x;
+static int by_x_desc(const void *a, const void *b) {
+    int i = *(const int *)a, j = *(const int *)b;
+    if (g_x[i] > g_x[j]) return -1;
+    if (g_x[i] < g_x[j]) return 1;
+    return i - j;
+}
+static const int *g_key;
+static int by_key_desc(const void *a, const void *b) {
+    int i = *(const int *)a, j = *(const int *)b;
+    if (g_key[i] != g_key[j]) return g_key[i] > g_key[j] ? -1 : 1;
+    return i - j;
+}
+static int cmp_int(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
+
+static PyObject *cliques(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *o_x, *o_c;
+    int limit;
+    double tol;
+    if (!PyArg_ParseTuple(args, "OOid", &o_x, &o_c, &limit, &tol)) return NULL;
+    Py_buffer bx, bc;
+    if (PyObject_GetBuffer(o_x, &bx, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return NULL;
+    if (strcmp(bx.format, "d") != 0) {
+        PyBuffer_Release(&bx);
+        PyErr_SetString(PyExc_ValueError, "x: a float64 array");
+        return NULL;
+    }
+    int n = (int)(bx.len / 8);
+    if (PyObject_GetBuffer(o_c, &bc, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        PyBuffer_Release(&bx);
+        return NULL;
+    }
+    if (bc.itemsize != 1 || bc.len != (Py_ssize_t)n * n) {
+        PyBuffer_Release(&bx);
+        PyBuffer_Release(&bc);
+        PyErr_SetString(PyExc_ValueError, "conflict: an n x n uint8 or bool matrix");
+        return NULL;
+    }
+    const double *x = bx.buf;
+    const uint8_t *c = bc.buf;
+    PyObject *out = PyList_New(0);
+    int *frac = malloc((n ? n : 1) * sizeof(int));
+    int *sup = malloc((n ? n : 1) * sizeof(int));
+    int *clique = malloc((n ? n : 1) * sizeof(int));
+    int *rest = malloc((n ? n : 1) * sizeof(int));
+    int *key = malloc((n ? n : 1) * sizeof(int));
+    int *ord = malloc((n ? n : 1) * sizeof(int));
+    char *cand = malloc(n ? n : 1), *covered = calloc(n ? n : 1, 1), *keep = malloc(n ? n : 1);
+    if (!out || !frac || !sup || !clique || !rest || !key || !ord || !cand || !covered || !keep) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    int nf = 0, ns = 0;
+    for (int j = 0; j < n; j++) {
+        if (x[j] > tol) sup[ns++] = j;
+        if (x[j] > tol && x[j] < 1.0 - tol) frac[nf++] = j;
+    }
+    g_x = x;
+    qsort(frac, nf, sizeof(int), by_x_desc);
+    int found = 0;
+    for (int f = 0; f < nf && found < limit; f++) {
+        int s = frac[f];
+        if (covered[s]) continue;
+        int nq = 0;
+        clique[nq++] = s;
+        int any = 0;
+        for (int t = 0; t < ns; t++) any |= cand[t] = c[(size_t)s * n + sup[t]] != 0;
+        while (any) {
+            int best = -1;
+            for (int t = 0; t < ns; t++)
+                if (cand[t] && (best < 0 || x[sup[t]] > x[sup[best]])) best = t;
+            int v = sup[best];
+            clique[nq++] = v;
+            any = 0;
+            for (int t = 0; t < ns; t++) {
+                cand[t] = cand[t] && c[(size_t)v * n + sup[t]];
+                any |= cand[t];
+            }
+        }
+        double sum = 0.0;
+        for (int q = 0; q < nq; q++) sum += x[clique[q]];
+        if (sum <= 1.0 + tol) continue;
+        for (int q = 0; q < nq; q++) covered[clique[q]] = 1;
+        int nr = 0;
+        for (int j = 0; j < n; j++) {
+            if (x[j] > tol) continue;
+            int all = 1;
+            for (int q = 0; q < nq && all; q++) all = c[(size_t)clique[q] * n + j] != 0;
+            if (all) rest[nr++] = j;
+        }
+        int members = nq;
+        if (nr) {
+            for (int a = 0; a < nr; a++) {
+                int deg = 0;
+                for (int b = 0; b < nr; b++) deg += c[(size_t)rest[a] * n + rest[b]] != 0;
+                key[a] = deg;
+                ord[a] = a;
+                keep[a] = 1;
+            }
+            g_key = key;
+            qsort(ord, nr, sizeof(int), by_key_desc);
+            for (int o = 0; o < nr; o++) {
+                int a = ord[o];
+                if (!keep[a]) continue;
+                clique[members++] = rest[a];
+                for (int b = 0; b < nr; b++) keep[b] = keep[b] && c[(size_t)rest[a] * n + rest[b]];
+            }
+        }
+        qsort(clique, members, sizeof(int), cmp_int);
+        PyObject *lst = PyList_New(members);
+        if (!lst) goto fail;
+        for (int q = 0; q < members; q++) {
+            PyObject *v = PyLong_FromLong(clique[q]);
+            if (!v) {
+                Py_DECREF(lst);
+                goto fail;
+            }
+            PyList_SET_ITEM(lst, q, v);
+        }
+        if (PyList_Append(out, lst) < 0) {
+            Py_DECREF(lst);
+            goto fail;
+        }
+        Py_DECREF(lst);
+        found++;
+    }
+    goto done;
+fail:
+    Py_CLEAR(out);
+done:
+    free(frac); free(sup); free(clique); free(rest); free(key); free(ord);
+    free(cand); free(covered); free(keep);
+    PyBuffer_Release(&bx);
+    PyBuffer_Release(&bc);
+    return out;
+}
+
+static PyMethodDef methods[] = {
+    {"zero_half_combinations", zero_half_combinations, METH_VARARGS,
+     "zero_half_combinations(parity: uint8 (rows, k + 1), useful: uint8 (rows,)) -> row lists"},
+    {"cliques", cliques, METH_VARARGS,
+     "cliques(x: float64 (n,), conflict: uint8 (n, n), limit: int, tol: float) -> column lists"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_separation", "Compiled cores of the cut separation.", -1, methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__separation(void) { return PyModule_Create(&module); }
