@@ -100,7 +100,7 @@ def clique_cuts(x: np.ndarray, conflict: np.ndarray, limit: int = 50) -> list[Ro
     if _separation is None:
         return clique_cuts_py(x, conflict, limit)
     found = _separation.cliques(np.ascontiguousarray(x, dtype=np.float64),
-                                conflict.view(np.uint8), limit, TOL)
+                                np.ascontiguousarray(conflict).view(np.uint8), limit, TOL)
     return [Row(np.array(cols, dtype=np.int32), np.ones(len(cols), dtype=np.int64), 1)
             for cols in found]
 
@@ -286,7 +286,7 @@ def _combinations(parity: np.ndarray, useful: np.ndarray) -> list[list[int]]:
     if _separation is None:
         return combinations_py(parity, useful)
     result: list[list[int]] = _separation.zero_half_combinations(
-        parity.view(np.uint8), np.ascontiguousarray(useful).view(np.uint8))
+        np.ascontiguousarray(parity).view(np.uint8), np.ascontiguousarray(useful).view(np.uint8))
     return result
 
 
