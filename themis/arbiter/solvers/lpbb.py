@@ -1,4 +1,4 @@
-"""Exact LP-based branch and cut over the HiGHS LP relaxation (open source).
+"""Exact LP-based branch and cut over the LP relaxation (open source).
 
 The set-packing relaxation of the proportional-fair problem (x in [0, 1]) is tight but
 fractional on contested offers: menus list interchangeable placements of equally good
@@ -17,9 +17,10 @@ bundles, and the LP mixes them (half-integral points, odd cycles of conflicts). 
   LP can serve all 20 starving apps of a round (an integral number) when the menus allow
   only 19 - or floor(v) for v the certified LP maximum when that search runs out of
   budget.
-* **LP per node.** One HiGHS LP per problem, re-solved with changed column bounds
-  (warm-started dual simplex). A node fixes some columns to 1 (their app's other columns
-  and every column sharing a GPU with them are fixed to 0) and some to 0.
+* **LP per node.** One LP per problem, re-solved with changed column bounds
+  (warm-started dual simplex: our compiled engine, or HiGHS, see
+  :mod:`themis.arbiter.solvers.lp_engines`). A node fixes some columns to 1 (their app's
+  other columns and every column sharing a GPU with them are fixed to 0) and some to 0.
 * **Certified bounds.** The solver's numbers are never trusted for pruning: from the LP's
   row duals y (clipped to >= 0), weak duality gives our own upper bound of the node,
   ``sum(y * rhs) + sum over columns of max(d_c lo_c, d_c hi_c)`` with reduced gains
