@@ -259,7 +259,7 @@ def _zero_half_at(x: np.ndarray, rows: Sequence[Row], tight: np.ndarray, owner: 
 
 
 def combinations_py(parity: np.ndarray, useful: np.ndarray) -> list[list[int]]:
-    """The GF(2) core of the {0, 1/2}-cuts in Python (the reference of ``_gf2.c``): for
+    """The GF(2) core of the {0, 1/2}-cuts in Python (the reference of ``_separation.c``): for
     each part of the rows (linked through shared support columns, ``parity[:, :k]``)
     holding a ``useful`` row, the rows (positions) whose mod-2 sum is exactly
     (0, ..., 0, 1) - even on the support, odd rhs - or nothing for that part."""

@@ -95,7 +95,6 @@ class _Relaxation:
         for c, (i, _) in enumerate(model.cols):
             by_app.setdefault(i, []).append(c)
         self.app_cols = {i: np.array(cs, dtype=np.int32) for i, cs in by_app.items()}
-        self.all_cols = np.arange(len(model.cols), dtype=np.int32)
         self.n_base_rows = model.lp.num_row_
         # the LP's rows (for the conflicts and the {0, 1/2}-cuts), from its columns; one
         # per LP row, empty ones (apps without bundles) included, so that rows[r] is LP
