@@ -304,3 +304,78 @@ def test_compiled_clique_separation_matches_the_python_reference(data: st.DataOb
     got = cuts.clique_cuts(x, conflict, limit)
     assert [r.cols.tolist() for r in got] == [r.cols.tolist() for r in want]
     assert all(r.rhs == 1 and r.activity(x) > 1 + cuts.TOL for r in got)
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data())
+def test_compiled_conflict_matrix_matches_the_python_reference(data: st.DataObject) -> None:
+    from themis.arbiter.solvers import cuts
+
+    assert cuts._separation is not None, "themis.arbiter.solvers._separation was not built"
+    n = data.draw(st.integers(0, 80))
+    m = data.draw(st.integers(1, 40))
+    nnz = data.draw(st.integers(0, 300)) if n else 0
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**31)))
+    row_of = rng.integers(0, m, nnz)
+    col_of = rng.integers(0, max(n, 1), nnz)
+    want = cuts.conflict_matrix_py(n, row_of, col_of)
+    got = cuts.conflict_matrix(n, row_of, col_of)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    assert np.array_equal(got, want)
+
+
+def test_compiled_conflict_matrix_refuses_entries_out_of_range() -> None:
+    from themis.arbiter.solvers import cuts
+
+    with pytest.raises(ValueError, match="out of range"):
+        cuts.conflict_matrix(3, np.array([0, 1]), np.array([0, 3]))
+    with pytest.raises(ValueError, match="out of range"):
+        cuts.conflict_matrix(3, np.array([-1]), np.array([0]))
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(problem=packing_problems(max_gpus=9, max_apps=5), seed=st.integers(0, 2**31))
+def test_compiled_certified_bound_matches_the_numpy_reference(problem: PackingProblem,
+                                                              seed: int) -> None:
+    """The compiled weak-duality bound equals lpbb's numpy one (to rounding) for any
+    duals >= 0, bounds and cut rows - not only the LP's own duals."""
+    from themis.arbiter.solvers.lp_engines import weak_duality_bound
+
+    assert weak_duality_bound is not None, "themis.arbiter.solvers._simplex was not built"
+    if problem.n_bundles == 0:
+        return
+    rng = np.random.default_rng(seed)
+    relax = _Relaxation(problem)
+    n = len(relax.cols)
+    for _ in range(3):
+        cols = np.sort(rng.choice(n, size=min(n, int(rng.integers(1, 5))), replace=False))
+        relax.add_cuts([Row(cols.astype(np.int32), rng.integers(1, 3, len(cols)), 2)])
+    relax.lp(np.zeros(n), np.ones(n))
+    m = len(relax.rhs)
+    for _ in range(5):
+        relax._dual = rng.random(m) * (rng.random(m) < 0.7)
+        lo = (rng.random(n) < 0.2).astype(np.float64)
+        hi = np.maximum(lo, (rng.random(n) < 0.8).astype(np.float64))
+        objective = rng.random(n) * 3
+        want = relax._certified_py(objective, lo, hi)
+        assert relax._certified(objective, lo, hi) == pytest.approx(want, rel=1e-12, abs=1e-12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_compiled_solve_mod_matches_the_python_reference(data: st.DataObject) -> None:
+    from themis.arbiter.solvers import cuts
+
+    assert cuts._separation is not None, "themis.arbiter.solvers._separation was not built"
+    k = data.draw(st.sampled_from([2, 3, 5, 7]))
+    n_eq, n_var = data.draw(st.integers(1, 12)), data.draw(st.integers(0, 14))
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**31)))
+    system = rng.integers(-3 * k, 3 * k, (n_eq, n_var)) * (rng.random((n_eq, n_var)) < 0.5)
+    target = rng.integers(-k, k, n_eq)
+    want = cuts._solve_mod_py(system, target, k)
+    got = cuts._solve_mod(system, target, k)
+    if want is None:
+        assert got is None
+    else:
+        assert got is not None and got.tolist() == want.tolist()
+        assert not ((system @ got - target) % k).any()

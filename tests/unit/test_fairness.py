@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from themis.agent.contention import ContentionTracker
 from themis.agent.fairness import FairnessContext, phase_time, rho
@@ -111,3 +113,34 @@ def test_contention_tracker_time_weighted_average() -> None:
     assert t.n_avg("a", 40.0) == pytest.approx(50 / 40)
     with pytest.raises(ModelError, match="backwards"):
         t.arrive("c", 1.0)
+
+
+def _remaining_reference(app: AppModel, gpus: int) -> float:
+    """Eq. 2's sum of phase times, phase by phase through phase_time."""
+    current = phase_time(((j.work_left, j.max_demand) for j in app.jobs), gpus)
+    if not app.future_phases:
+        return current
+    median = app.median_iter_time()
+    d = app.job_demand_max
+    return current + sum(phase_time([(p.iters * median, d)] * p.jobs, gpus)
+                         for p in app.future_phases)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    jobs=st.lists(st.tuples(st.floats(0.01, 100.0), st.floats(0.0, 1e5), st.integers(1, 8)),
+                  min_size=1, max_size=12),
+    future=st.lists(st.tuples(st.integers(1, 40), st.floats(0.5, 1e5)), max_size=4),
+    gpus=st.lists(st.integers(0, 300), min_size=1, max_size=10),
+)
+def test_remaining_time_for_many_counts_is_bit_identical_to_phase_times(
+        jobs: list[tuple[float, float, int]], future: list[tuple[int, float]],
+        gpus: list[int]) -> None:
+    from themis.agent.fairness import RemainingTime
+
+    app = AppModel("a", 0.0, [Job(f"j{k}", t, it, d) for k, (t, it, d) in enumerate(jobs)],
+                   [FuturePhase(n, it) for n, it in future], AppKind.SUCCESSIVE_HALVING)
+    many = RemainingTime(app)
+    for g in gpus:
+        assert many(g) == _remaining_reference(app, g)  # exact, not approximate
+        assert many(g, 1.3) == 1.3 * _remaining_reference(app, g)

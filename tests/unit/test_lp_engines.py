@@ -38,11 +38,11 @@ def _auction_problem(n_gpus: int, n_apps: int, seed: int) -> PackingProblem:
 
 def _dense(model: PackingLp, rows: list[tuple[np.ndarray, np.ndarray, float]]) -> np.ndarray:
     n = len(model.cols)
-    a = np.zeros((model.lp.num_row_ + len(rows), n))
+    a = np.zeros((model.n_rows + len(rows), n))
     for c in range(n):
         a[model.index[model.starts[c]:model.starts[c + 1]], c] = 1.0
     for r, (cols, coefs, _) in enumerate(rows):
-        a[model.lp.num_row_ + r, cols] = coefs
+        a[model.n_rows + r, cols] = coefs
     return a
 
 
@@ -96,7 +96,7 @@ def _replay(problem: PackingProblem, seed: int, steps: int = 30) -> None:
             native.set_gain(gain)
             highs.set_gain(gain)
         a = _dense(model, rows)
-        rhs = np.array([1.0] * model.lp.num_row_ + [r for _, _, r in rows])
+        rhs = np.array([1.0] * model.n_rows + [r for _, _, r in rows])
         want = _check_point(highs.solve(lo, hi), a, rhs, gain, lo, hi)
         got = _check_point(native.solve(lo, hi), a, rhs, gain, lo, hi)
         assert got == pytest.approx(want, rel=1e-9, abs=1e-9)
@@ -150,4 +150,4 @@ def test_fallback_hands_over_to_highs_with_the_rows_added(monkeypatch: pytest.Mo
     after = engine.solve(lo, hi)
     assert engine.name == "highs"
     assert float(model.gain @ after.x) == pytest.approx(before, rel=1e-9)
-    assert after.activity.shape == (model.lp.num_row_ + 1,)  # the cut came along
+    assert after.activity.shape == (model.n_rows + 1,)  # the cut came along

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
-from themis.agent.fairness import FairnessContext, ideal_time, remaining_time
+from themis.agent.fairness import FairnessContext, RemainingTime, ideal_time
 from themis.agent.model import AppModel
 from themis.cluster.topology import Gpu, Locality
 
@@ -272,6 +272,7 @@ def make_bid_table(
     t_id = ideal_time(app, ctx)
     elapsed = max(0.0, ctx.now - app.start_time)
     cache: dict[int, float] = {}
+    remaining = RemainingTime(app)
     held_slots = {g.slot_key for g in held}
     held_machines = {g.machine for g in held}
     held_racks = {g.rack for g in held}
@@ -280,7 +281,7 @@ def make_bid_table(
         """rho of held + bundle (locality of the union, from the held GPUs' sets)."""
         n = len(held) + len(bundle)
         if n not in cache:
-            cache[n] = remaining_time(app, n)
+            cache[n] = remaining(n)
         racks = held_racks.union(g.rack for g in bundle)
         if len(racks) > 1:
             loc = Locality.CLUSTER

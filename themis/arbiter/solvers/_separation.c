@@ -350,11 +350,186 @@ done:
     return out;
 }
 
+/* conflict_fill(out, row_of, col_of): out is a zeroed n x n uint8 matrix; sets out[a, b]
+ * for every two columns a != b sharing a row, from the LP's non-zeros (row_of[k],
+ * col_of[k]); what cuts.conflict_matrix_py computes (the tests compare them). */
+static PyObject *conflict_fill(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *o_out, *o_row, *o_col;
+    if (!PyArg_ParseTuple(args, "OOO", &o_out, &o_row, &o_col)) return NULL;
+    Py_buffer bo, br, bcol;
+    if (PyObject_GetBuffer(o_out, &bo, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_ND) < 0)
+        return NULL;
+    if (bo.ndim != 2 || bo.itemsize != 1 || bo.shape[0] != bo.shape[1]) {
+        PyBuffer_Release(&bo);
+        PyErr_SetString(PyExc_ValueError, "out: an n x n uint8 or bool matrix");
+        return NULL;
+    }
+    if (PyObject_GetBuffer(o_row, &br, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        PyBuffer_Release(&bo);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(o_col, &bcol, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        PyBuffer_Release(&bo);
+        PyBuffer_Release(&br);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    int *count = NULL, *first = NULL, *members = NULL;
+    if (br.itemsize != 4 || bcol.itemsize != 4 || br.len != bcol.len) {
+        PyErr_SetString(PyExc_ValueError, "row_of, col_of: int32 arrays of the same length");
+        goto done;
+    }
+    Py_ssize_t n = bo.shape[0], nnz = br.len / 4;
+    const int32_t *row = br.buf, *col = bcol.buf;
+    uint8_t *out = bo.buf;
+    int32_t m = 0;
+    for (Py_ssize_t k = 0; k < nnz; k++) {
+        if (row[k] < 0 || col[k] < 0 || col[k] >= n) {
+            PyErr_SetString(PyExc_ValueError, "row_of, col_of: an entry out of range");
+            goto done;
+        }
+        if (row[k] + 1 > m) m = row[k] + 1;
+    }
+    count = calloc((size_t)m + 1, sizeof(int));
+    first = calloc((size_t)m + 1, sizeof(int));
+    members = malloc((nnz ? (size_t)nnz : 1) * sizeof(int));
+    if (!count || !first || !members) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t k = 0; k < nnz; k++) count[row[k] + 1]++;
+    for (int32_t r = 0; r < m; r++) count[r + 1] += count[r];  /* count[r]: start of row r */
+    memcpy(first, count, ((size_t)m + 1) * sizeof(int));
+    for (Py_ssize_t k = 0; k < nnz; k++) members[first[row[k]]++] = col[k];
+    for (int32_t r = 0; r < m; r++)
+        for (int a = count[r]; a < count[r + 1]; a++) {
+            uint8_t *line = out + (size_t)members[a] * n;
+            for (int b = count[r]; b < count[r + 1]; b++) line[members[b]] = 1;
+        }
+    for (Py_ssize_t a = 0; a < n; a++) out[a * n + a] = 0;
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    free(count); free(first); free(members);
+    PyBuffer_Release(&bo);
+    PyBuffer_Release(&br);
+    PyBuffer_Release(&bcol);
+    return result;
+}
+
+/* solve_mod(system, target, k): a solution u in {0..k-1}^n of system @ u = target (mod k),
+ * k prime, by Gauss-Jordan elimination (pivot: the first row at or below the current one
+ * with a non-zero in the column; free unknowns 0), as a list, or None when there is
+ * none; what cuts._solve_mod_py returns (the tests compare them). */
+static PyObject *solve_mod(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *o_sys, *o_tgt;
+    long long k;
+    if (!PyArg_ParseTuple(args, "OOL", &o_sys, &o_tgt, &k)) return NULL;
+    if (k < 2 || k > 1000) {
+        PyErr_SetString(PyExc_ValueError, "k: a prime between 2 and 1000");
+        return NULL;
+    }
+    Py_buffer bs, bt;
+    if (PyObject_GetBuffer(o_sys, &bs, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_ND) < 0) return NULL;
+    if (PyObject_GetBuffer(o_tgt, &bt, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        PyBuffer_Release(&bs);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    long long *aug = NULL;
+    int *pivots = NULL;
+    if (bs.ndim != 2 || bs.itemsize != 8 || bt.itemsize != 8 || bt.len / 8 != bs.shape[0]) {
+        PyErr_SetString(PyExc_ValueError, "system: int64 (equations, unknowns); target: int64 "
+                                          "(equations,)");
+        goto done;
+    }
+    Py_ssize_t n_eq = bs.shape[0], n_var = bs.shape[1], w = n_var + 1;
+    const long long *sys = bs.buf, *tgt = bt.buf;
+    aug = malloc((size_t)(n_eq ? n_eq : 1) * (size_t)w * sizeof(long long));
+    pivots = malloc((size_t)(n_var ? n_var : 1) * sizeof(int));
+    if (!aug || !pivots) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n_eq; i++) {
+        for (Py_ssize_t j = 0; j < n_var; j++) aug[i * w + j] = ((sys[i * n_var + j] % k) + k) % k;
+        aug[i * w + n_var] = ((tgt[i] % k) + k) % k;
+    }
+    Py_ssize_t r = 0;
+    int n_piv = 0;
+    for (Py_ssize_t c = 0; c < n_var && r < n_eq; c++) {
+        Py_ssize_t pick = -1;
+        for (Py_ssize_t i = r; i < n_eq; i++)
+            if (aug[i * w + c]) {
+                pick = i;
+                break;
+            }
+        if (pick < 0) continue;
+        if (pick != r)
+            for (Py_ssize_t j = 0; j < w; j++) {
+                long long t = aug[r * w + j];
+                aug[r * w + j] = aug[pick * w + j];
+                aug[pick * w + j] = t;
+            }
+        long long inv = 1, base = aug[r * w + c], e = k - 2;  /* Fermat: base^(k-2) mod k */
+        while (e > 0) {
+            if (e & 1) inv = inv * base % k;
+            base = base * base % k;
+            e >>= 1;
+        }
+        for (Py_ssize_t j = 0; j < w; j++) aug[r * w + j] = aug[r * w + j] * inv % k;
+        for (Py_ssize_t i = 0; i < n_eq; i++) {
+            long long f = aug[i * w + c];
+            if (i == r || !f) continue;
+            for (Py_ssize_t j = 0; j < w; j++)
+                aug[i * w + j] = (((aug[i * w + j] - f * aug[r * w + j]) % k) + k) % k;
+        }
+        pivots[n_piv++] = (int)c;
+        r++;
+    }
+    for (Py_ssize_t i = r; i < n_eq; i++)
+        if (aug[i * w + n_var]) {
+            result = Py_None;
+            Py_INCREF(result);
+            goto done;
+        }
+    result = PyList_New(n_var);
+    if (!result) goto done;
+    for (Py_ssize_t j = 0; j < n_var; j++) {
+        PyObject *v = PyLong_FromLong(0);
+        if (!v) {
+            Py_CLEAR(result);
+            goto done;
+        }
+        PyList_SET_ITEM(result, j, v);
+    }
+    for (int p = 0; p < n_piv; p++) {
+        PyObject *v = PyLong_FromLongLong(aug[(Py_ssize_t)p * w + n_var]);
+        if (!v) {
+            Py_CLEAR(result);
+            goto done;
+        }
+        Py_SETREF(PyList_GET_ITEM(result, pivots[p]), v);
+    }
+done:
+    free(aug);
+    free(pivots);
+    PyBuffer_Release(&bs);
+    PyBuffer_Release(&bt);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"zero_half_combinations", zero_half_combinations, METH_VARARGS,
      "zero_half_combinations(parity: uint8 (rows, k + 1), useful: uint8 (rows,)) -> row lists"},
     {"cliques", cliques, METH_VARARGS,
      "cliques(x: float64 (n,), conflict: uint8 (n, n), limit: int, tol: float) -> column lists"},
+    {"solve_mod", solve_mod, METH_VARARGS,
+     "solve_mod(system: int64 (equations, unknowns), target: int64, k: prime) -> list | None"},
+    {"conflict_fill", conflict_fill, METH_VARARGS,
+     "conflict_fill(out: zeroed uint8 (n, n), row_of: int32, col_of: int32) -> None"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,7 +1,7 @@
 /* A warm-started bounded dual simplex for the LP relaxation of the packing problem
  * (themis.arbiter.solvers.lpbb): maximise gain.x subject to A x <= b, lo <= x <= hi, with
  * lo, hi in [0, 1] and b >= 0, where rows are added (cuts) and column bounds change
- * between solves. See themis/arbiter/solvers/native.py for the Python side.
+ * between solves. See themis/arbiter/solvers/lp_engines.py for the Python side.
  *
  * Internally: minimise cost.x with cost = -gain, a slack s_r >= 0 per row (A x + s = b).
  * The basis holds k structural columns S and the slacks of the other rows; the rows R1
@@ -24,6 +24,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -840,9 +841,98 @@ static PyTypeObject LpType = {
     .tp_getset = Lp_getset,
 };
 
+/* weak_duality_bound(y, objective, starts, index, cut_rows, cut_cols, cut_coefs, rhs, lo,
+ * hi): for row duals y >= 0 of max objective.x s.t. A x <= rhs, lo <= x <= hi (A: the
+ * 0/1 base rows in CSC form, starts/index, then the cut rows as triplets), the bound
+ * y.rhs + sum_c (hi_c <= 0 ? 0 : lo_c >= 1 ? d_c : max(0, d_c)), d = objective - A^T y.
+ * Valid for any y >= 0: lpbb's certified bound (lpbb._Relaxation._certified_py is the
+ * reference). Independent of the Lp object: it reads the caller's copy of the rows. */
+static int get_vec(PyObject *o, Py_buffer *b, const char *fmt, Py_ssize_t len, const char *name) {
+    if (PyObject_GetBuffer(o, b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return -1;
+    const char *f = b->format;
+    if (f[0] == '<' || f[0] == '=' || f[0] == '@') f++;
+    int ok = strcmp(f, fmt) == 0 || (fmt[0] == 'q' && strcmp(f, "l") == 0 && b->itemsize == 8);
+    if (!ok || (len >= 0 && b->len / b->itemsize != len)) {
+        PyErr_Format(PyExc_ValueError, "%s: wrong dtype or length", name);
+        PyBuffer_Release(b);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *weak_duality_bound(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *o[10];
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6],
+                          &o[7], &o[8], &o[9]))
+        return NULL;
+    Py_buffer b[10];
+    int got = 0;
+    PyObject *result = NULL;
+    /* y, objective, starts, index, cut_rows, cut_cols, cut_coefs, rhs, lo, hi */
+    static const char *fmt[10] = {"d", "d", "i", "i", "q", "q", "d", "d", "d", "d"};
+    static const char *name[10] = {"y", "objective", "starts", "index", "cut_rows", "cut_cols",
+                                   "cut_coefs", "rhs", "lo", "hi"};
+    for (; got < 10; got++)
+        if (get_vec(o[got], &b[got], fmt[got], -1, name[got]) < 0) goto done;
+    Py_ssize_t m = b[0].len / 8, n = b[1].len / 8, nnz = b[3].len / 4, nc = b[4].len / 8;
+    if (b[2].len / 4 != n + 1 || b[5].len / 8 != nc || b[6].len / 8 != nc || b[7].len / 8 != m ||
+        b[8].len / 8 != n || b[9].len / 8 != n) {
+        PyErr_SetString(PyExc_ValueError, "weak_duality_bound: inconsistent lengths");
+        goto done;
+    }
+    const double *y = b[0].buf, *obj = b[1].buf, *coef = b[6].buf, *rhs = b[7].buf;
+    const double *lo = b[8].buf, *hi = b[9].buf;
+    const int32_t *starts = b[2].buf, *index = b[3].buf;
+    const int64_t *crow = b[4].buf, *ccol = b[5].buf;
+    double *d = malloc((n ? (size_t)n : 1) * sizeof(double));
+    if (!d) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    int bad = 0;
+    for (Py_ssize_t c = 0; c < n && !bad; c++) {
+        double s = 0.0;
+        if (starts[c] < 0 || starts[c + 1] < starts[c] || starts[c + 1] > nnz) bad = 1;
+        for (int32_t k = starts[c]; k < starts[c + 1] && !bad; k++) {
+            if (index[k] < 0 || index[k] >= m) bad = 1;
+            else s += y[index[k]];
+        }
+        d[c] = obj[c] - s;
+    }
+    for (Py_ssize_t k = 0; k < nc && !bad; k++) {
+        if (crow[k] < 0 || crow[k] >= m || ccol[k] < 0 || ccol[k] >= n) bad = 1;
+        else d[ccol[k]] -= coef[k] * y[crow[k]];
+    }
+    if (bad) {
+        free(d);
+        PyErr_SetString(PyExc_ValueError, "weak_duality_bound: an index out of range");
+        goto done;
+    }
+    double bound = 0.0;
+    for (Py_ssize_t r = 0; r < m; r++) bound += y[r] * rhs[r];
+    for (Py_ssize_t c = 0; c < n; c++) {
+        if (hi[c] <= 0.0) continue;
+        bound += lo[c] >= 1.0 ? d[c] : (d[c] > 0.0 ? d[c] : 0.0);
+    }
+    free(d);
+    result = PyFloat_FromDouble(bound);
+done:
+    for (int i = 0; i < got; i++) PyBuffer_Release(&b[i]);
+    return result;
+}
+
+static PyMethodDef module_methods[] = {
+    {"weak_duality_bound", weak_duality_bound, METH_VARARGS,
+     "weak_duality_bound(y, objective, starts, index, cut_rows, cut_cols, cut_coefs, rhs, lo, "
+     "hi) -> float"},
+    {NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_simplex",
-    "Warm-started bounded dual simplex for the packing LP (see native.py).", -1, NULL,
+    "Warm-started bounded dual simplex for the packing LP (see lp_engines.py).", -1,
+    module_methods,
 };
 
 PyMODINIT_FUNC PyInit__simplex(void) {

@@ -69,7 +69,20 @@ def conflict_matrix(n_cols: int, row_of: np.ndarray, col_of: np.ndarray) -> np.n
     """Boolean matrix: ``C[a, b]`` iff columns a != b conflict, from the LP's non-zeros
     (``row_of[k]``, ``col_of[k]``): two columns conflict iff they share a row - the app
     row (same app) or the row of a GPU that bundles of two apps name (a GPU named by one
-    app only links columns that its app row links already)."""
+    app only links columns that its app row links already). Compiled
+    (``_separation.conflict_fill``, ~10x faster at the simulator's sizes) when the
+    extension was built; :func:`conflict_matrix_py` is the reference."""
+    if _separation is None:
+        return conflict_matrix_py(n_cols, row_of, col_of)
+    conflict = np.zeros((n_cols, n_cols), dtype=bool)
+    _separation.conflict_fill(conflict.view(np.uint8),
+                              np.ascontiguousarray(row_of, dtype=np.int32),
+                              np.ascontiguousarray(col_of, dtype=np.int32))
+    return conflict
+
+
+def conflict_matrix_py(n_cols: int, row_of: np.ndarray, col_of: np.ndarray) -> np.ndarray:
+    """:func:`conflict_matrix` with numpy (the reference of the compiled version)."""
     conflict = np.zeros((n_cols, n_cols), dtype=bool)
     if len(row_of):
         # every ordered pair of non-zeros in one row, without a Python loop: the entries
@@ -421,7 +434,18 @@ def mod_k_cuts(x: np.ndarray, rows: Sequence[Row], n_cols: int, k: int = 3,
 
 def _solve_mod(system: np.ndarray, target: np.ndarray, k: int) -> np.ndarray | None:
     """A solution u in {0, ..., k - 1}^n of ``system @ u = target (mod k)``, k prime
-    (Gauss-Jordan elimination; free unknowns 0), or None when there is none."""
+    (Gauss-Jordan elimination; free unknowns 0), or None when there is none. Compiled
+    (``_separation.solve_mod``) when the extension was built; :func:`_solve_mod_py` is
+    the reference (same solution)."""
+    if _separation is None:
+        return _solve_mod_py(system, target, k)
+    u = _separation.solve_mod(np.ascontiguousarray(system, dtype=np.int64),
+                              np.ascontiguousarray(target, dtype=np.int64), k)
+    return None if u is None else np.array(u, dtype=np.int64)
+
+
+def _solve_mod_py(system: np.ndarray, target: np.ndarray, k: int) -> np.ndarray | None:
+    """:func:`_solve_mod` with numpy."""
     aug = np.concatenate([system % k, (target % k)[:, None]], axis=1)
     n_eq, n_var = system.shape
     pivots: list[int] = []

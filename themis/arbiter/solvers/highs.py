@@ -56,25 +56,34 @@ class PackingLp:
         index = entry_row[order]
         starts = np.zeros(len(cols) + 1, dtype=np.int64)
         np.cumsum(np.bincount(entry_col, minlength=len(cols)), out=starts[1:])
-        n, m = len(cols), n_apps + int(shared.sum())
         self.cols = cols
+        self.n_rows = n_apps + int(shared.sum())
         self.gain = np.array([problem.apps[i][j].gain for i, j in cols], dtype=np.float64)
         self.starts = starts.astype(np.int32)  # column starts, n + 1 entries
         self.index = index.astype(np.int32)  # row of each non-zero (all ones)
-        lp = highspy.HighsLp()
-        lp.num_col_ = n
-        lp.num_row_ = m
-        lp.col_cost_ = self.gain
-        lp.col_lower_ = np.zeros(n)
-        lp.col_upper_ = np.ones(n)
-        lp.row_lower_ = np.full(m, -highspy.kHighsInf)
-        lp.row_upper_ = np.ones(m)
-        lp.sense_ = highspy.ObjSense.kMaximize
-        lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
-        lp.a_matrix_.start_ = self.starts
-        lp.a_matrix_.index_ = self.index
-        lp.a_matrix_.value_ = np.ones(len(index))
-        self.lp = lp
+        self._lp: Any = None
+
+    @property
+    def lp(self) -> Any:
+        """The model as a ``highspy.HighsLp``, built on first use (the native LP engine
+        of lpbb reads the arrays above and never needs it)."""
+        if self._lp is None:
+            n, m = len(self.cols), self.n_rows
+            lp = highspy.HighsLp()
+            lp.num_col_ = n
+            lp.num_row_ = m
+            lp.col_cost_ = self.gain
+            lp.col_lower_ = np.zeros(n)
+            lp.col_upper_ = np.ones(n)
+            lp.row_lower_ = np.full(m, -highspy.kHighsInf)
+            lp.row_upper_ = np.ones(m)
+            lp.sense_ = highspy.ObjSense.kMaximize
+            lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+            lp.a_matrix_.start_ = self.starts
+            lp.a_matrix_.index_ = self.index
+            lp.a_matrix_.value_ = np.ones(len(self.index))
+            self._lp = lp
+        return self._lp
 
     def highs(self, threads: int = 1, integer: bool = False) -> Any:
         """A quiet HiGHS instance holding this model (as a MILP with ``integer``)."""

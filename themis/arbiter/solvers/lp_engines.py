@@ -37,6 +37,11 @@ except ImportError:  # pragma: no cover
     _simplex = None
     NATIVE_AVAILABLE = False
 
+# lpbb's certified bound from row duals, compiled (None without the extension; lpbb then
+# uses its numpy reference): weak_duality_bound(y, objective, starts, index, cut_rows,
+# cut_cols, cut_coefs, rhs, lo, hi) -> float, see _simplex.c
+weak_duality_bound: Any = None if _simplex is None else _simplex.weak_duality_bound
+
 ENGINES = ("auto", "native", "highs")
 _NATIVE_STATUS = {1: "iteration limit", 2: "numerical trouble", 3: "infeasible"}
 
@@ -119,7 +124,7 @@ class NativeEngine(LpEngine):
         if _simplex is None:
             raise SolverUnavailable("the native LP engine was not built (no C compiler when "
                                     "the package was installed)")
-        self.lp = _simplex.Lp(model.lp.num_row_, model.starts.astype(np.int32),
+        self.lp = _simplex.Lp(model.n_rows, model.starts.astype(np.int32),
                               model.index.astype(np.int32), np.ones(len(model.index)),
                               np.ascontiguousarray(model.gain, dtype=np.float64))
         self.n = len(model.cols)

@@ -56,7 +56,7 @@ from themis.arbiter.solvers.base import (
 from themis.arbiter.solvers.cardinality import MaxServed
 from themis.arbiter.solvers.cuts import MOD_K, Row, conflict_matrix, separate
 from themis.arbiter.solvers.highs import PackingLp, require_highs
-from themis.arbiter.solvers.lp_engines import ENGINES, make_engine
+from themis.arbiter.solvers.lp_engines import ENGINES, make_engine, weak_duality_bound
 
 INTEGRAL_TOL = 1e-6  # an LP value this close to 0 or 1 counts as integral
 RTOL = 1e-9  # optimality tolerance (relative), as the conformance suite's
@@ -89,13 +89,14 @@ class _Relaxation:
         self.cols = model.cols
         self.masks = [problem.apps[i][j].mask for i, j in model.cols]
         self.gain = model.gain
+        self.col_starts = np.ascontiguousarray(model.starts, dtype=np.int32)
         self.starts = model.starts[:-1].astype(np.int64)
-        self.index = model.index
+        self.index = np.ascontiguousarray(model.index, dtype=np.int32)
         by_app: dict[int, list[int]] = {}
         for c, (i, _) in enumerate(model.cols):
             by_app.setdefault(i, []).append(c)
         self.app_cols = {i: np.array(cs, dtype=np.int32) for i, cs in by_app.items()}
-        self.n_base_rows = model.lp.num_row_
+        self.n_base_rows = model.n_rows
         # the LP's rows (for the conflicts and the {0, 1/2}-cuts), from its columns; one
         # per LP row, empty ones (apps without bundles) included, so that rows[r] is LP
         # row r and lines up with the LP's row values
@@ -150,7 +151,16 @@ class _Relaxation:
 
     def _certified(self, objective: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> float:
         """Weak-duality upper bound of max objective.x over the LP (bounds lo, hi) from
-        the last LP's row duals (clipped to >= 0)."""
+        the last LP's row duals (clipped to >= 0); compiled when the extension was built
+        (it reads this object's rows, not the engine's), else :meth:`_certified_py`."""
+        if weak_duality_bound is None:
+            return self._certified_py(objective, lo, hi)
+        return float(weak_duality_bound(self._dual, objective, self.col_starts, self.index,
+                                        self.cut_rows, self.cut_cols, self.cut_coefs,
+                                        self.rhs, lo, hi))
+
+    def _certified_py(self, objective: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> float:
+        """:meth:`_certified` with numpy (the reference of the compiled version)."""
         y = self._dual
         d = objective - np.add.reduceat(y[self.index], self.starts)
         if len(self.cut_cols):
