@@ -23,7 +23,7 @@ from themis.arbiter.solvers.bruteforce import BruteForceSolver
 from themis.arbiter.solvers.components import components
 from themis.cluster.topology import Gpu
 
-from ._instances import auctions
+from ._instances import auctions, packing_problems
 
 SOLVER = make_solver("highs")
 
@@ -259,3 +259,31 @@ def test_kept_fractions_equal_those_of_the_whole_problem(
     gpus, tables = inst
     r = run_auction(gpus, tables, BruteForceSolver(), random.Random(5))
     assert r.kept_fraction == pytest.approx(_whole_problem_kept(gpus, tables, 5), abs=1e-9)
+
+
+def _components_by_search(problem: PackingProblem) -> list[list[int]]:
+    """Connected components of "two apps name a common GPU", by graph search."""
+    named = [0] * len(problem.apps)
+    for i, bundles in enumerate(problem.apps):
+        for b in bundles:
+            named[i] |= b.mask
+    left = [i for i, bundles in enumerate(problem.apps) if bundles]
+    out = []
+    while left:
+        part, todo = {left[0]}, [left[0]]
+        while todo:
+            i = todo.pop()
+            for j in left:
+                if j not in part and named[i] & named[j]:
+                    part.add(j)
+                    todo.append(j)
+        out.append(sorted(part))
+        left = [i for i in left if i not in part]
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(problem=packing_problems(max_gpus=10, max_apps=8))
+def test_components_are_the_connected_parts_in_order_of_their_first_app(
+        problem: PackingProblem) -> None:
+    assert components(problem) == _components_by_search(problem)

@@ -23,7 +23,7 @@ import math
 import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+from operator import attrgetter
 
 from themis.agent.fairness import FairnessContext, RemainingTime, ideal_time
 from themis.agent.model import AppModel
@@ -77,16 +77,22 @@ class OfferIndex:
     rack of each machine. Build it once per offer and pass it to every bidder's
     :func:`make_bid_table` (``index=``); building it is O(G log G)."""
 
-    __slots__ = ("gpus", "ids", "machines", "rack_of", "size")
+    __slots__ = ("by_id", "gpus", "ids", "machines", "rack_free", "rack_of", "racks", "size")
 
     def __init__(self, offer: Sequence[Gpu]) -> None:
         self.gpus = tuple(offer)
-        self.ids = frozenset(g.id for g in self.gpus)
+        self.by_id = {g.id: g for g in self.gpus}
+        self.ids = self.by_id.keys()
         machines: dict[str, list[Gpu]] = {}
         for g in self.gpus:
             machines.setdefault(g.machine, []).append(g)
         self.machines = {m: _ordered(gs) for m, gs in machines.items()}
         self.rack_of = {m: gs[0].rack for m, gs in self.machines.items()}
+        self.racks: dict[str, list[str]] = {}  # rack -> its machines, in offer order
+        for m, r in self.rack_of.items():
+            self.racks.setdefault(r, []).append(m)
+        self.rack_free = {r: sum(len(self.machines[m]) for m in ms)
+                          for r, ms in self.racks.items()}
         self.size = len(self.gpus)
 
 
@@ -107,16 +113,33 @@ def _ordered(gpus: list[Gpu]) -> list[Gpu]:
     return got
 
 
-@lru_cache(maxsize=1 << 16)
-def _tie(salt: str, name: str) -> int:
-    """A stable per-app hash of a machine or rack name (ties between equally good ones)."""
-    return zlib.crc32(f"{salt}/{name}".encode())
+_ID, _RACK, _MACHINE, _SLOT_KEY = (attrgetter(a) for a in ("id", "rack", "machine", "slot_key"))
+_TIES: dict[str, dict[str, int]] = {}
+
+
+def _ties(salt: str) -> dict[str, int]:
+    """Per app (``salt``): a stable hash of each machine or rack name, filled on demand by
+    :func:`_tie_of` (ties between equally good ones; cached, asked for every offer)."""
+    got = _TIES.get(salt)
+    if got is None:
+        if len(_TIES) >= 4096:
+            _TIES.clear()
+        got = _TIES[salt] = {}
+    return got
+
+
+def _tie_of(ties: dict[str, int], salt: str, name: str) -> int:
+    got = ties.get(name)
+    if got is None:
+        got = ties[name] = zlib.crc32(f"{salt}/{name}".encode())
+    return got
 
 
 class _OfferView:
     """The offer grouped for bundle construction, relative to the GPUs an app holds (and
     the GPUs whose lease it just lost, ``previous``: preferred like held machines, and
-    first within their machine, so that a renewal names the same GPUs)."""
+    first within their machine, so that a renewal names the same GPUs). The per-rack
+    orders are built on first use: most menus are filled from single machines."""
 
     def __init__(
         self,
@@ -126,59 +149,69 @@ class _OfferView:
         previous: Iterable[str] = (),
     ) -> None:
         index = offer if isinstance(offer, OfferIndex) else OfferIndex(offer)
-        self.machines = dict(index.machines)
-        self.rack_of = index.rack_of
+        self.index = index
+        self.machines = index.machines  # copied below before it is changed
+        self.rack_of = rack_of = index.rack_of
+        self.salt = salt
         prev_slots: set[tuple[str, str]] = set()
-        prev_ids: set[str] = set()
-        for gid in previous:
-            if gid in index.ids:
-                prev_ids.add(gid)
+        by_id = index.by_id
+        prev_ids = {gid for gid in previous if gid in by_id}
         if prev_ids:
-            for m, gs in self.machines.items():
-                if any(g.id in prev_ids for g in gs):
-                    prev_slots.update(g.slot_key for g in gs if g.id in prev_ids)
-                    self.machines[m] = sorted(
-                        gs, key=lambda g: (g.slot_key not in prev_slots, g.id not in prev_ids)
-                    )  # stable: otherwise the usual fill order
+            self.machines = dict(index.machines)
+            for m in {by_id[gid].machine for gid in prev_ids}:
+                gs = self.machines[m]
+                prev_slots.update(g.slot_key for g in gs if g.id in prev_ids)
+                self.machines[m] = sorted(
+                    gs, key=lambda g: (g.slot_key not in prev_slots, g.id not in prev_ids)
+                )  # stable: otherwise the usual fill order
         held_machines = {g.machine for g in held}
         held_machines.update(m for m, _ in prev_slots)
         held_racks = {g.rack for g in held}
-        held_racks.update(self.rack_of[m] for m, _ in prev_slots)
-        rack_of = self.rack_of
-
-        def affinity(m: str) -> int:
-            if m in held_machines:
-                return 0
-            return 1 if rack_of[m] in held_racks else 2
-
-        self.affinity = {m: affinity(m) for m in self.machines}
+        held_racks.update(rack_of[m] for m, _ in prev_slots)
+        machines = self.machines
+        if held_machines or held_racks:
+            self.affinity = {m: 0 if m in held_machines else 1 if rack_of[m] in held_racks
+                             else 2 for m in machines}
+        else:
+            self.affinity = dict.fromkeys(machines, 2)
         # Ties between equally good machines are broken per app (a stable hash of the
         # app id), so that apps' menus spread over the offer instead of all naming the
         # same few machines.
-        self.tie = {m: _tie(salt, m) for m in self.machines}
-        racks: dict[str, list[str]] = {}
-        for m in self.machines:
-            racks.setdefault(rack_of[m], []).append(m)
-        # Within a rack, fill from the machines we like most, then the largest ones.
-        self.racks = {
-            r: sorted(ms, key=lambda m: (self.affinity[m], -len(self.machines[m]), self.tie[m]))
-            for r, ms in racks.items()
-        }
-        self.racks_small_first = {
-            r: sorted(ms, key=lambda m: (self.affinity[m], len(self.machines[m])))
-            for r, ms in self.racks.items()
-        }
-        self.rack_free = {r: sum(len(self.machines[m]) for m in ms) for r, ms in self.racks.items()}
-        self.rack_affinity = {r: min(self.affinity[m] for m in ms) for r, ms in self.racks.items()}
-        self.rack_tie = {r: _tie(salt, r) for r in self.racks}
-        # Preference orders, computed once per (app, offer) rather than once per count.
+        ties = self.ties = _ties(salt)
+        for m in machines:
+            if m not in ties:
+                _tie_of(ties, salt, m)
+        affinity = self.affinity
+        # Preference order, computed once per (app, offer) rather than once per count.
         self.machine_order = sorted(
-            self.machines, key=lambda m: (self.affinity[m], len(self.machines[m]), self.tie[m])
+            machines, key=lambda m: (affinity[m], len(machines[m]), ties[m])
         )
-        self.rack_order = sorted(
-            self.racks, key=lambda r: (self.rack_affinity[r], self.rack_free[r], self.rack_tie[r])
-        )
+        self.rack_free = index.rack_free
         self.size = index.size
+        self._by_rack: tuple[dict[str, list[str]], dict[str, list[str]], list[str]] | None = None
+
+    def _rack_orders(self) -> tuple[dict[str, list[str]], dict[str, list[str]], list[str]]:
+        """Per rack, its machines from the ones we like most then the largest (a tight
+        fill) and from the ones we like most then the smallest (uses fragments); and the
+        racks in preference order."""
+        if self._by_rack is None:
+            affinity, machines, ties = self.affinity, self.machines, self.ties
+            racks = {
+                r: sorted(ms, key=lambda m: (affinity[m], -len(machines[m]), ties[m]))
+                for r, ms in self.index.racks.items()
+            }
+            small_first = {
+                r: sorted(ms, key=lambda m: (affinity[m], len(machines[m])))
+                for r, ms in racks.items()
+            }
+            self.rack_affinity = {r: min(affinity[m] for m in ms) for r, ms in racks.items()}
+            for r in racks:
+                _tie_of(ties, self.salt, r)
+            order = sorted(
+                racks, key=lambda r: (self.rack_affinity[r], self.rack_free[r], ties[r])
+            )
+            self._by_rack = (racks, small_first, order)
+        return self._by_rack
 
     def single_machine(self, k: int, limit: int) -> list[list[Gpu]]:
         """Up to ``limit`` machine-local bundles of k GPUs: the aligned blocks (consecutive
@@ -206,20 +239,23 @@ class _OfferView:
         """Rack-local bundles: per rack, a fill from the largest machines (tight) and one
         from the smallest (uses fragments and leaves big machines whole for others)."""
         out: list[list[Gpu]] = []
-        for r in self.rack_order:
+        racks, small_first, order = self._rack_orders()
+        for r in order:
             if self.rack_free[r] < k:
                 continue
-            out.append(self._fill(self.racks[r], k))
-            out.append(self._fill(self.racks_small_first[r], k))
+            out.append(self._fill(racks[r], k))
+            out.append(self._fill(small_first[r], k))
             if len(out) >= limit:
                 break
         return out[:limit]
 
     def whole_offer(self, k: int) -> list[Gpu]:
-        racks = sorted(
-            self.racks, key=lambda r: (self.rack_affinity[r], -self.rack_free[r], self.rack_tie[r])
+        racks, _, _ = self._rack_orders()
+        ties = self.ties
+        order = sorted(
+            racks, key=lambda r: (self.rack_affinity[r], -self.rack_free[r], ties[r])
         )
-        return self._fill((m for r in racks for m in self.racks[r]), k)
+        return self._fill((m for r in order for m in racks[r]), k)
 
 
 def candidate_bundles(
@@ -244,7 +280,7 @@ def candidate_bundles(
         if not options:
             options = [view.whole_offer(k)]
         for b in options:
-            key = frozenset(g.id for g in b)
+            key = frozenset(map(id, b))  # an offer has one Gpu object per GPU
             if len(b) == k and key not in seen:
                 seen.add(key)
                 menu.append(b)
@@ -282,12 +318,11 @@ def make_bid_table(
         n = len(held) + len(bundle)
         if n not in cache:
             cache[n] = remaining(n)
-        racks = held_racks.union(g.rack for g in bundle)
-        if len(racks) > 1:
+        if len(held_racks.union(map(_RACK, bundle))) > 1:
             loc = Locality.CLUSTER
-        elif len(held_machines.union(g.machine for g in bundle)) > 1:
+        elif len(held_machines.union(map(_MACHINE, bundle))) > 1:
             loc = Locality.RACK
-        elif len(held_slots.union(g.slot_key for g in bundle)) > 1:
+        elif len(held_slots.union(map(_SLOT_KEY, bundle))) > 1:
             loc = Locality.MACHINE
         else:
             loc = Locality.SLOT
@@ -313,5 +348,5 @@ def make_bid_table(
         if value >= best_below:
             continue  # a smaller bundle already does at least as well
         best = min(best, value)
-        bids.append(Bid(tuple(sorted(g.id for g in bundle)), value))
+        bids.append(Bid(tuple(sorted(map(_ID, bundle))), value))
     return BidTable(app.id, rho_current, tuple(bids))

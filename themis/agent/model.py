@@ -51,13 +51,14 @@ class Job:
     def __post_init__(self) -> None:
         if not self.id:
             raise ModelError("job id must be non-empty")
-        _check_positive(f"job {self.id!r}", "serial_iter_time", self.serial_iter_time)
-        _check_positive(f"job {self.id!r}", "iters_left", self.iters_left, allow_zero=True)
+        owner = f"job {self.id!r}"
+        _check_positive(owner, "serial_iter_time", self.serial_iter_time)
+        _check_positive(owner, "iters_left", self.iters_left, allow_zero=True)
         if not isinstance(self.max_demand, int) or self.max_demand < 1:
             raise ModelError(f"job {self.id!r}: max_demand={self.max_demand!r} must be an int >= 1")
         if self.iters_total == 0.0:
             self.iters_total = self.iters_left
-        _check_positive(f"job {self.id!r}", "iters_total", self.iters_total, allow_zero=True)
+        _check_positive(owner, "iters_total", self.iters_total, allow_zero=True)
 
     @property
     def work_left(self) -> float:

@@ -75,11 +75,12 @@ def validate_tables(offer_ids: Sequence[str], tables: Sequence[BidTable]) -> Non
                 raise InvalidBid(t.app_id, f"rho {r!r} must be a finite positive number", k)
             if not bid.gpus:
                 raise InvalidBid(t.app_id, "empty bundle (the empty bundle is rho_current)", k)
-            if len(set(bid.gpus)) != len(bid.gpus):
+            gpus = set(bid.gpus)
+            if len(gpus) != len(bid.gpus):
                 raise InvalidBid(t.app_id, "a GPU appears twice in the bundle", k)
-            for g in bid.gpus:
-                if g not in offered:
-                    raise InvalidBid(t.app_id, f"GPU {g!r} is not in the offer", k)
+            if not gpus <= offered:
+                g = next(g for g in bid.gpus if g not in offered)
+                raise InvalidBid(t.app_id, f"GPU {g!r} is not in the offer", k)
 
 
 def _gains(
@@ -87,6 +88,7 @@ def _gains(
 ) -> tuple[PackingProblem, list[list[int]]]:
     """The packing problem in gain form, and for each app the bid index of each bundle
     (bids that do not improve on the empty bundle are dropped: never worth GPUs)."""
+    bit = {gid: 1 << i for gid, i in index.items()}
     finite_rhos = [b.rho for t in tables for b in t.bids]
     rho_ref = max(finite_rhos, default=1.0)
     # Finite part of each app's best gain bounds any sum of finite gains.
@@ -102,10 +104,8 @@ def _gains(
             else:
                 g = math.log(t.rho_current / b.rho)
             if g > _EPS or math.isinf(t.rho_current):
-                mask = 0
-                for gid in b.gpus:
-                    mask |= 1 << index[gid]
-                rows.append((mask, g))
+                # the bundle's GPUs as a bitset: a sum of distinct bits (validated)
+                rows.append((sum(map(bit.__getitem__, b.gpus)), g))
                 kept.append(k)
         finite_part.append(rows)
         origin.append(kept)

@@ -195,11 +195,14 @@ class Simulator:
                 continue
             if changed:
                 app.assign(self.topo, self.now, self.cfg.restart_s)
+            demand = 0  # app.demand_now(), in the same pass (a hot loop)
             for j in app.jobs:
-                if j.gpus and j.done:
+                if j.iters_left > j.done_below:  # not j.done
+                    demand += j.demand
+                elif j.gpus:
                     j.gpus = ()
                     self._dirty.add(app.spec.id)
-            excess = len(app.held) - app.demand_now()
+            excess = len(app.held) - demand
             if excess > 0:
                 for g in app.surplus(excess)[:excess]:
                     del app.held[g]

@@ -36,6 +36,8 @@ class JobState:
     gpus: tuple[str, ...] = ()
     paused_until: float = 0.0
     slowdown: float = 1.0
+    demand: int = 1  # the job's max GPU demand (from its spec; read in the hot loops)
+    iter_time: float = 1.0  # its serial iteration time (ditto)
     done_below: float = field(init=False)  # done when iters_left is at most this
 
     def __post_init__(self) -> None:
@@ -62,16 +64,25 @@ class AppState:
     version: int = 0
     restarts: int = 0
     last_scheduled: float = -1.0  # Tiresias: start time / last time it held GPUs
+    # per phase: (jobs, the median job's iterations - the upper median), what model()
+    # reports for a future phase (computed once: model() runs every round)
+    medians: list[tuple[int, float]] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
+        self.medians = []
+        for ph in self.spec.phases:
+            its = sorted(it for _, it in ph)
+            self.medians.append((len(ph), its[len(its) // 2]))
         self.last_progress = self.spec.arrival
         self._start_phase(0, self.spec.arrival)
 
     # --- phases ---------------------------------------------------------------------
     def _start_phase(self, p: int, now: float) -> None:
         self.phase = p
+        jobs = self.spec.jobs
         self.jobs = [
-            JobState(i, it, it, self.iters_done.get(i, 0.0), paused_until=now)
+            JobState(i, it, it, self.iters_done.get(i, 0.0), paused_until=now,
+                     demand=jobs[i].max_demand, iter_time=jobs[i].serial_iter_time)
             for i, it in self.spec.phases[p]
         ]
 
@@ -86,7 +97,7 @@ class AppState:
 
     @property
     def phase_done(self) -> bool:
-        return all(j.done for j in self.jobs)
+        return all(j.iters_left <= j.done_below for j in self.jobs)  # j.done, inlined
 
     @property
     def profile(self) -> PlacementProfile:
@@ -95,7 +106,7 @@ class AppState:
     # --- demand ---------------------------------------------------------------------
     def demand_now(self) -> int:
         """GPUs the running phase can use right now."""
-        return sum(self.spec.jobs[j.index].max_demand for j in self.jobs if not j.done)
+        return sum([j.demand for j in self.jobs if j.iters_left > j.done_below])  # not done
 
     def room(self) -> int:
         return max(0, self.demand_now() - len(self.held))
@@ -105,9 +116,7 @@ class AppState:
         """Iterations per second (Eq. 1: n / (serial_iter_time * S)), capped by demand."""
         if not j.gpus:
             return 0.0
-        spec = self.spec.jobs[j.index]
-        n = min(len(j.gpus), spec.max_demand)
-        return n / (spec.serial_iter_time * j.slowdown)
+        return min(len(j.gpus), j.demand) / (j.iter_time * j.slowdown)
 
     def progress(self, now: float) -> None:
         """Advance every job to ``now`` (allocation constant since ``last_progress``)."""
@@ -125,7 +134,8 @@ class AppState:
             self.score_time += n * dt / j.slowdown
             eff = now - (t0 if t0 > j.paused_until else j.paused_until)
             if eff > 0 and j.iters_left > j.done_below:
-                step = min(j.iters_left, self.rate(j) * eff)
+                rate = min(n, j.demand) / (j.iter_time * j.slowdown)  # self.rate(j), inlined
+                step = min(j.iters_left, rate * eff)
                 j.iters_left -= step
                 j.iters_done_total += step
                 self.iters_done[j.index] = j.iters_done_total
@@ -196,10 +206,7 @@ class AppState:
             )
             for j in self.jobs
         ]
-        future = []
-        for ph in self.spec.phases[self.phase + 1 :]:
-            its = sorted(it for _, it in ph)
-            future.append(FuturePhase(len(ph), its[len(its) // 2] * f))
+        future = [FuturePhase(n, median * f) for n, median in self.medians[self.phase + 1 :]]
         kind = {
             "single-job": AppKind.SINGLE_JOB,
             "multi-job": AppKind.CURVE_STOPPING,

@@ -27,35 +27,26 @@ class Part:
 
 
 def components(problem: PackingProblem) -> list[list[int]]:
-    """Apps with at least one bundle, grouped into independent sub-problems (union-find
-    over the GPUs each app names), in order of their first app."""
-    n = len(problem.apps)
-    parent = list(range(n))
-
-    def find(x: int) -> int:
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    owner: dict[int, int] = {}  # GPU bit -> first app naming it
+    """Apps with at least one bundle, grouped into independent sub-problems (apps linked
+    through the GPUs they name), members ascending, in order of their first app."""
+    parts: list[tuple[int, list[int]]] = []  # (GPUs named, apps), each part disjoint
     for i, bundles in enumerate(problem.apps):
+        if not bundles:
+            continue
         union = 0
         for b in bundles:
             union |= b.mask
-        while union:
-            low = union & -union
-            union ^= low
-            j = owner.setdefault(low, i)
-            if j != i:
-                ri, rj = find(i), find(j)
-                if ri != rj:
-                    parent[ri] = rj
-    groups: dict[int, list[int]] = {}
-    for i, bundles in enumerate(problem.apps):
-        if bundles:
-            groups.setdefault(find(i), []).append(i)
-    return list(groups.values())
+        members = [i]
+        rest = []
+        for mask, apps in parts:
+            if mask & union:  # i links this part: merge it
+                union |= mask
+                members.extend(apps)
+            else:
+                rest.append((mask, apps))
+        rest.append((union, members))
+        parts = rest
+    return sorted((sorted(apps) for _, apps in parts), key=lambda apps: apps[0])
 
 
 def subproblem(problem: PackingProblem, members: Sequence[int]) -> PackingProblem:
