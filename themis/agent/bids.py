@@ -270,7 +270,7 @@ def candidate_bundles(
     (the app id) breaks ties between equally good machines; ``previous`` (GPU ids whose
     lease the app just lost) are preferred like the machines the app holds."""
     view = _OfferView(offer, held, salt, previous)
-    seen: set[frozenset[str]] = set()
+    seen: set[frozenset[int]] = set()
     menu: list[list[Gpu]] = []
     per_k = 1 + max(0, alternatives)
     for k in useful_counts(min(max_new, view.size)):
