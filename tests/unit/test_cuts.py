@@ -379,3 +379,34 @@ def test_compiled_solve_mod_matches_the_python_reference(data: st.DataObject) ->
     else:
         assert got is not None and got.tolist() == want.tolist()
         assert not ((system @ got - target) % k).any()
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(problem=packing_problems(max_gpus=9, max_apps=6), seed=st.integers(0, 2**31))
+def test_compiled_zero_half_separation_matches_the_python_reference(problem: PackingProblem,
+                                                                    seed: int) -> None:
+    """Same cuts, same order, at LP points of random problems with cut rows of both
+    integer widths (int32 and int64 columns) among the rows."""
+    from themis.arbiter.solvers import cuts
+
+    assert cuts._separation is not None, "themis.arbiter.solvers._separation was not built"
+    if problem.n_bundles == 0:
+        return
+    rng = np.random.default_rng(seed)
+    relax = _Relaxation(problem)
+    n = len(relax.cols)
+    for _ in range(int(rng.integers(0, 4))):
+        cols = np.sort(rng.choice(n, size=min(n, int(rng.integers(1, 5))), replace=False))
+        dtype = np.int32 if rng.random() < 0.5 else np.int64
+        relax.add_cuts([Row(cols.astype(dtype), rng.integers(1, 3, len(cols)), 2)])
+    for _ in range(3):
+        relax.engine.set_gain(rng.random(n) * 2)
+        lo = np.zeros(n)
+        hi = (rng.random(n) < 0.9).astype(np.float64)
+        x = relax._run(lo, hi)
+        for free_below in ((0.0, 0.1, 0.25), (0.3,)):
+            want = cuts.zero_half_cuts_py(x, relax.rows, n, relax.activity, free_below)
+            got = cuts.zero_half_cuts(x, relax.rows, n, relax.activity, free_below,
+                                      rhs=relax.rhs)
+            assert [(r.cols.tolist(), r.coefs.tolist(), r.rhs) for r in got] == \
+                [(r.cols.tolist(), r.coefs.tolist(), r.rhs) for r in want]

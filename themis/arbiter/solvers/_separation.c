@@ -31,6 +31,8 @@ static int top_bit(const uint64_t *v, int words) {
     return -1;
 }
 
+static PyObject *combinations_core(const uint8_t *p, const uint8_t *u, int n_rows, int width);
+
 static PyObject *zero_half_combinations(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *o_par, *o_use;
@@ -58,7 +60,14 @@ static PyObject *zero_half_combinations(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "useful: one uint8 or bool per row");
         return NULL;
     }
-    const uint8_t *p = par.buf, *u = use.buf;
+    PyObject *out = combinations_core(par.buf, use.buf, n_rows, width);
+    PyBuffer_Release(&par);
+    PyBuffer_Release(&use);
+    return out;
+}
+
+/* The GF(2) core on a parity matrix in memory (rows x width, the rhs parity last). */
+static PyObject *combinations_core(const uint8_t *p, const uint8_t *u, int n_rows, int width) {
     int k = width - 1, words = (width + 63) / 64;
     PyObject *out = PyList_New(0);
     int *parent = malloc((n_rows ? n_rows : 1) * sizeof(int));
@@ -195,14 +204,10 @@ static PyObject *zero_half_combinations(PyObject *self, PyObject *args) {
     }
     free(basis); free(combo); free(m); free(cm); free(has); free(flag);
     free(parent); free(col_first); free(order); free(part_of); free(rows);
-    PyBuffer_Release(&par);
-    PyBuffer_Release(&use);
     return out;
 fail:
     Py_XDECREF(out);
     free(parent); free(col_first); free(order); free(part_of); free(rows);
-    PyBuffer_Release(&par);
-    PyBuffer_Release(&use);
     return NULL;
 }
 
@@ -521,11 +526,214 @@ done:
     return result;
 }
 
+/* A row's integer arrays (cols or coefs): int32 or int64, read as long long. */
+typedef struct {
+    Py_buffer buf;
+    int wide; /* itemsize 8 */
+} IntVec;
+
+static int intvec_get(PyObject *row, const char *attr, IntVec *v) {
+    PyObject *a = PyObject_GetAttrString(row, attr);
+    if (!a) return -1;
+    int rc = PyObject_GetBuffer(a, &v->buf, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT);
+    Py_DECREF(a);
+    if (rc < 0) return -1;
+    const char *f = v->buf.format;
+    if (f[0] == '<' || f[0] == '=' || f[0] == '@') f++;
+    if (!((v->buf.itemsize == 4 || v->buf.itemsize == 8) && strchr("ilq", f[0]) && f[1] == 0)) {
+        PyBuffer_Release(&v->buf);
+        PyErr_Format(PyExc_ValueError, "row.%s: an int32 or int64 array", attr);
+        return -1;
+    }
+    v->wide = v->buf.itemsize == 8;
+    return 0;
+}
+
+static inline long long intvec_at(const IntVec *v, Py_ssize_t i) {
+    return v->wide ? ((const int64_t *)v->buf.buf)[i] : ((const int32_t *)v->buf.buf)[i];
+}
+
+/* zero_half_cuts(x, rows, rhs, activity, thresholds, tol): cuts.zero_half_cuts_py compiled
+ * (same cuts, same order; the tests compare them): the rows tight at x (rhs[r] -
+ * activity[r] <= tol; rows: Row objects, rhs: their right-hand sides as floats), for each
+ * threshold in turn the parity matrix of their odd coefficients on the columns with x
+ * above it, the GF(2) combinations of combinations_core, and per combination the
+ * Chvatal-Gomory cut floor(sum / 2) when x violates it by more than tol; returns the cuts
+ * of the first threshold that gives any, as (cols, coefs, rhs) tuples of lists. */
+static PyObject *zero_half_cuts(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *o_x, *o_rows, *o_rhs, *o_act, *o_th;
+    double tol;
+    if (!PyArg_ParseTuple(args, "OOOOOd", &o_x, &o_rows, &o_rhs, &o_act, &o_th, &tol)) return NULL;
+    Py_buffer bx, brhs, bact;
+    PyObject *rows = NULL, *ths = NULL, *out = NULL, *combos = NULL;
+    IntVec *cv = NULL, *kv = NULL;
+    int *tight = NULL, *pos = NULL;
+    long long *trhs = NULL, *alpha = NULL;
+    uint8_t *with_frac = NULL, *parity = NULL;
+    int got_x = 0, got_rhs = 0, got_act = 0, nt = 0, n_vec = 0;
+    if (PyObject_GetBuffer(o_x, &bx, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) goto done;
+    got_x = 1;
+    if (PyObject_GetBuffer(o_rhs, &brhs, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) goto done;
+    got_rhs = 1;
+    if (PyObject_GetBuffer(o_act, &bact, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) goto done;
+    got_act = 1;
+    if (strcmp(bx.format, "d") || strcmp(brhs.format, "d") || strcmp(bact.format, "d")) {
+        PyErr_SetString(PyExc_ValueError, "x, rhs, activity: float64 arrays");
+        goto done;
+    }
+    rows = PySequence_Fast(o_rows, "rows: a sequence of Row");
+    if (!rows) goto done;
+    ths = PySequence_Fast(o_th, "thresholds: a sequence of floats");
+    if (!ths) goto done;
+    Py_ssize_t n = bx.len / 8, m = PySequence_Fast_GET_SIZE(rows);
+    if (brhs.len / 8 != m || bact.len / 8 < m) {
+        PyErr_SetString(PyExc_ValueError, "rhs: one per row; activity: at least one per row");
+        goto done;
+    }
+    const double *x = bx.buf, *rhs = brhs.buf, *act = bact.buf;
+    out = PyList_New(0);
+    tight = malloc((m ? m : 1) * sizeof(int));
+    cv = calloc(m ? m : 1, sizeof(IntVec));
+    kv = calloc(m ? m : 1, sizeof(IntVec));
+    trhs = malloc((m ? m : 1) * sizeof(long long));
+    with_frac = calloc(m ? m : 1, 1);
+    pos = malloc((n ? n : 1) * sizeof(int));
+    alpha = calloc(n ? n : 1, sizeof(long long));
+    if (!out || !tight || !cv || !kv || !trhs || !with_frac || !pos || !alpha) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    for (Py_ssize_t r = 0; r < m; r++)
+        if (rhs[r] - act[r] <= tol) tight[nt++] = (int)r;
+    for (int t = 0; t < nt; t++) {
+        PyObject *row = PySequence_Fast_GET_ITEM(rows, tight[t]);
+        if (intvec_get(row, "cols", &cv[t]) < 0) goto fail;
+        if (intvec_get(row, "coefs", &kv[t]) < 0) {
+            PyBuffer_Release(&cv[t].buf);
+            goto fail;
+        }
+        n_vec++;
+        if (cv[t].buf.len / cv[t].buf.itemsize != kv[t].buf.len / kv[t].buf.itemsize) {
+            PyErr_SetString(PyExc_ValueError, "row: cols and coefs differ in length");
+            goto fail;
+        }
+        PyObject *o = PyObject_GetAttrString(row, "rhs");
+        if (!o) goto fail;
+        trhs[t] = PyLong_AsLongLong(o);
+        Py_DECREF(o);
+        if (trhs[t] == -1 && PyErr_Occurred()) goto fail;
+        Py_ssize_t len = cv[t].buf.len / cv[t].buf.itemsize;
+        for (Py_ssize_t e = 0; e < len; e++) {
+            long long c = intvec_at(&cv[t], e);
+            if (c < 0 || c >= n) {
+                PyErr_SetString(PyExc_ValueError, "row: a column out of range");
+                goto fail;
+            }
+            with_frac[t] |= x[c] > tol && x[c] < 1.0 - tol;
+        }
+    }
+    if (nt == 0) goto done;
+    Py_ssize_t n_th = PySequence_Fast_GET_SIZE(ths);
+    for (Py_ssize_t h = 0; h < n_th; h++) {
+        double th = PyFloat_AsDouble(PySequence_Fast_GET_ITEM(ths, h));
+        if (th == -1.0 && PyErr_Occurred()) goto fail;
+        if (th < tol) th = tol;
+        int k = 0;
+        for (Py_ssize_t c = 0; c < n; c++) pos[c] = x[c] > th ? k++ : -1;
+        int width = k + 1;
+        free(parity);
+        parity = calloc((size_t)nt * width, 1);
+        if (!parity) {
+            PyErr_NoMemory();
+            goto fail;
+        }
+        for (int t = 0; t < nt; t++) {
+            uint8_t *line = parity + (size_t)t * width;
+            Py_ssize_t len = cv[t].buf.len / cv[t].buf.itemsize;
+            for (Py_ssize_t e = 0; e < len; e++) {
+                int p = pos[intvec_at(&cv[t], e)];
+                if (p >= 0 && (intvec_at(&kv[t], e) & 1)) line[p] = 1;
+            }
+            line[k] = trhs[t] & 1;
+        }
+        Py_XDECREF(combos);
+        combos = combinations_core(parity, with_frac, nt, width);
+        if (!combos) goto fail;
+        for (Py_ssize_t q = 0; q < PyList_GET_SIZE(combos); q++) {
+            PyObject *combo = PyList_GET_ITEM(combos, q);
+            long long total = 0;
+            for (Py_ssize_t i = 0; i < PyList_GET_SIZE(combo); i++) {
+                int t = (int)PyLong_AsLong(PyList_GET_ITEM(combo, i));
+                Py_ssize_t len = cv[t].buf.len / cv[t].buf.itemsize;
+                for (Py_ssize_t e = 0; e < len; e++)
+                    alpha[intvec_at(&cv[t], e)] += intvec_at(&kv[t], e);
+                total += trhs[t];
+            }
+            PyObject *cols = PyList_New(0), *coefs = PyList_New(0);
+            if (!cols || !coefs) {
+                Py_XDECREF(cols);
+                Py_XDECREF(coefs);
+                goto fail;
+            }
+            double activity = 0.0;
+            int bad = 0;
+            for (Py_ssize_t c = 0; c < n; c++) {
+                long long a = alpha[c];
+                alpha[c] = 0;
+                if (a / 2 == 0 || bad) continue;
+                activity += (double)(a / 2) * x[c];
+                PyObject *vc = PyLong_FromSsize_t(c), *vk = PyLong_FromLongLong(a / 2);
+                if (!vc || !vk || PyList_Append(cols, vc) < 0 || PyList_Append(coefs, vk) < 0)
+                    bad = 1;
+                Py_XDECREF(vc);
+                Py_XDECREF(vk);
+            }
+            if (bad) {
+                Py_DECREF(cols);
+                Py_DECREF(coefs);
+                goto fail;
+            }
+            if (activity > (double)(total / 2) + tol) {
+                PyObject *cut = Py_BuildValue("(NNL)", cols, coefs, total / 2);
+                if (!cut || PyList_Append(out, cut) < 0) {
+                    Py_XDECREF(cut);
+                    goto fail;
+                }
+                Py_DECREF(cut);
+            } else {
+                Py_DECREF(cols);
+                Py_DECREF(coefs);
+            }
+        }
+        if (PyList_GET_SIZE(out) > 0) break;
+    }
+    goto done;
+fail:
+    Py_CLEAR(out);
+done:
+    for (int t = 0; t < n_vec; t++) {
+        PyBuffer_Release(&cv[t].buf);
+        PyBuffer_Release(&kv[t].buf);
+    }
+    free(cv); free(kv); free(tight); free(pos); free(trhs); free(alpha); free(with_frac);
+    free(parity);
+    Py_XDECREF(combos);
+    Py_XDECREF(rows);
+    Py_XDECREF(ths);
+    if (got_x) PyBuffer_Release(&bx);
+    if (got_rhs) PyBuffer_Release(&brhs);
+    if (got_act) PyBuffer_Release(&bact);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"zero_half_combinations", zero_half_combinations, METH_VARARGS,
      "zero_half_combinations(parity: uint8 (rows, k + 1), useful: uint8 (rows,)) -> row lists"},
     {"cliques", cliques, METH_VARARGS,
      "cliques(x: float64 (n,), conflict: uint8 (n, n), limit: int, tol: float) -> column lists"},
+    {"zero_half_cuts", zero_half_cuts, METH_VARARGS,
+     "zero_half_cuts(x, rows, rhs, activity, thresholds, tol) -> [(cols, coefs, rhs)]"},
     {"solve_mod", solve_mod, METH_VARARGS,
      "solve_mod(system: int64 (equations, unknowns), target: int64, k: prime) -> list | None"},
     {"conflict_fill", conflict_fill, METH_VARARGS,

@@ -228,13 +228,33 @@ def _simple_odd_cycle(walk: list[int]) -> list[int]:
 
 def zero_half_cuts(x: np.ndarray, rows: Sequence[Row], n_cols: int,
                    activity: np.ndarray | None = None,
-                   free_below: Sequence[float] = (0.0, 0.1, 0.25)) -> list[Row]:
+                   free_below: Sequence[float] = (0.0, 0.1, 0.25),
+                   rhs: np.ndarray | None = None) -> list[Row]:
     """{0, 1/2}-cuts: an odd-rhs set S of tight rows gives
     ``sum(floor(alpha / 2) x) <= floor(rhs_S / 2)`` with alpha the sum of S's rows. At x
     it is violated by (1 - sum of x_c over the columns with an odd alpha_c) / 2, so S is
     sought (GF(2) elimination) with even coefficients on every column with x above a
     threshold - 0 first (violated by 1/2), then the larger ``free_below`` values (columns
-    with small x may stay odd). ``activity``: the rows' values at x, when known."""
+    with small x may stay odd). ``activity``: the rows' values at x, when known; ``rhs``:
+    the rows' right-hand sides as floats, when at hand. Compiled
+    (``_separation.zero_half_cuts``) when the extension was built and ``activity`` is
+    given; :func:`zero_half_cuts_py` is the reference (same cuts, same order)."""
+    if _separation is None or activity is None or len(x) != n_cols:
+        return zero_half_cuts_py(x, rows, n_cols, activity, free_below)
+    if rhs is None:
+        rhs = np.fromiter((row.rhs for row in rows), dtype=np.float64, count=len(rows))
+    found = _separation.zero_half_cuts(
+        np.ascontiguousarray(x, dtype=np.float64), rows,
+        np.ascontiguousarray(rhs[: len(rows)], dtype=np.float64),
+        np.ascontiguousarray(activity, dtype=np.float64), tuple(free_below), TOL)
+    return [Row(np.array(cols, dtype=np.int32), np.array(coefs, dtype=np.int64), int(b))
+            for cols, coefs, b in found]
+
+
+def zero_half_cuts_py(x: np.ndarray, rows: Sequence[Row], n_cols: int,
+                      activity: np.ndarray | None = None,
+                      free_below: Sequence[float] = (0.0, 0.1, 0.25)) -> list[Row]:
+    """:func:`zero_half_cuts` in Python and numpy."""
     got = _tight_entries(x, rows, activity)
     if got is None:
         return []
@@ -475,16 +495,17 @@ def _solve_mod_py(system: np.ndarray, target: np.ndarray, k: int) -> np.ndarray 
 
 def separate(x: np.ndarray, conflict: np.ndarray, rows: Sequence[Row],
              activity: np.ndarray | None = None,
-             mod_k: Sequence[int] = MOD_K) -> list[Row]:
+             mod_k: Sequence[int] = MOD_K, rhs: np.ndarray | None = None) -> list[Row]:
     """Violated cuts at x: cliques and {0, 1/2}-cuts over ``rows`` (the LP's rows with the
     cuts so far; ``activity``: their values at x, when known); odd cycles when those find
     none; mod-k cuts (``mod_k``, in order) when nothing else is found. Measured on the
     256-GPU x 50-app instances, the symmetric bench_rounds instances and the simulator's
     hardest auctions, this beat both "all families always" (odd-cycle separation is the
-    costliest) and "cheapest family first" (more rounds)."""
+    costliest) and "cheapest family first" (more rounds). ``rhs``: the rows' right-hand
+    sides as floats, when at hand (lpbb keeps them)."""
     if len(_fractional(x)) == 0:
         return []
-    cuts = [*clique_cuts(x, conflict), *zero_half_cuts(x, rows, len(x), activity)]
+    cuts = [*clique_cuts(x, conflict), *zero_half_cuts(x, rows, len(x), activity, rhs=rhs)]
     cuts = cuts or odd_cycle_cuts(x, conflict)
     for k in mod_k:
         cuts = cuts or mod_k_cuts(x, rows, len(x), k, activity)

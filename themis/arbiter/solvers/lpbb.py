@@ -375,7 +375,7 @@ class LpBranchAndBound(Solver):
                 cuts: list[Row] = []
                 if cut_rounds > 0:
                     cuts = separate(x, relax.conflict, relax.rows, relax.activity,
-                                    MOD_K if patient else ())
+                                    MOD_K if patient else (), rhs=relax.rhs)
                     served = sum(1 for i in problem.starving if best_choice[i] >= 0)
                     count = relax.count_cut(x, excluded, served)
                     if count is not None:
