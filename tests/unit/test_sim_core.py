@@ -86,3 +86,24 @@ def test_synthetic_run_all_apps_finish_with_invariants() -> None:
     r = Simulator(default_cluster(0.125), w, make_policy("themis"), SimConfig(seed=1)).run()
     assert len(r.apps) == 12
     assert all(a.rho > 0 and a.finish >= a.arrival for a in r.apps)
+
+
+def test_the_reported_model_equals_one_built_with_job_checks() -> None:
+    """AppState.model skips Job's validation (values from the checked spec): the model
+    must equal the one the checked constructor gives, and a bad error is refused."""
+    from themis.agent.model import Job, ModelError
+    from themis.sim.state import AppState
+
+    jobs = tuple(JobSpec(f"j{i}", 0.5 + i, 1 + i % 3, 100.0 * (i + 1)) for i in range(4))
+    phases = (tuple((i, 40.0 + i) for i in range(4)), ((0, 80.0), (2, 90.0)))
+    state = AppState(AppSpec("sh", 0.0, jobs, phases, "compute"))
+    state.jobs[1].iters_left = 12.5
+    for error in (0.0, 0.2, -0.3):
+        m = state.model(error)
+        f = 1.0 + error
+        want = [Job(f"j{j.index}", jobs[j.index].serial_iter_time, max(0.0, j.iters_left) * f,
+                    jobs[j.index].max_demand, max(j.iters_phase * f, 1e-9))
+                for j in state.jobs]
+        assert m.jobs == want
+    with pytest.raises(ModelError, match="estimate error"):
+        state.model(-1.0)

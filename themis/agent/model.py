@@ -60,6 +60,19 @@ class Job:
             self.iters_total = self.iters_left
         _check_positive(owner, "iters_total", self.iters_total, allow_zero=True)
 
+    @classmethod
+    def checked_elsewhere(cls, id: str, serial_iter_time: float, iters_left: float,
+                          max_demand: int, iters_total: float) -> Job:
+        """A Job from values its caller has already validated (the simulator builds one
+        per job per round from checked specs): the same object, without the checks."""
+        job = object.__new__(cls)
+        job.id = id
+        job.serial_iter_time = serial_iter_time
+        job.iters_left = iters_left
+        job.max_demand = max_demand
+        job.iters_total = iters_total
+        return job
+
     @property
     def work_left(self) -> float:
         """Serial GPU-seconds left in the current phase."""

@@ -13,7 +13,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from themis.agent.model import AppKind, AppModel, FuturePhase, Job
+from themis.agent.model import AppKind, AppModel, FuturePhase, Job, ModelError
 from themis.agent.placement import PlacementProfile
 from themis.cluster.topology import Gpu, Topology, locality_of
 from themis.sim.errors import InvariantError
@@ -196,12 +196,16 @@ class AppState:
         """The AppModel the agent reports (section 4.3); ``error`` scales iteration
         estimates by (1 + error) (Fig. 17), ``profile`` overrides slowdowns (Fig. 18)."""
         f = 1.0 + error
+        if not (math.isfinite(f) and f > 0):
+            raise ModelError(f"app {self.spec.id!r}: estimate error {error!r} must be > -1")
+        # iteration times and demands come from the validated spec, the iteration counts
+        # are clamped here: no need for Job's checks (this runs for every job every round)
         jobs = [
-            Job(
+            Job.checked_elsewhere(
                 f"j{j.index}",
-                self.spec.jobs[j.index].serial_iter_time,
+                j.iter_time,
                 max(0.0, j.iters_left) * f,
-                self.spec.jobs[j.index].max_demand,
+                j.demand,
                 max(j.iters_phase * f, 1e-9),
             )
             for j in self.jobs
