@@ -89,8 +89,7 @@ class _Relaxation:
         self.cols = model.cols
         self.masks = [problem.apps[i][j].mask for i, j in model.cols]
         self.gain = model.gain
-        self.col_starts = np.ascontiguousarray(model.starts, dtype=np.int32)
-        self.starts = model.starts[:-1].astype(np.int64)
+        self.col_starts = np.ascontiguousarray(model.starts, dtype=np.int32)  # n + 1
         self.index = np.ascontiguousarray(model.index, dtype=np.int32)
         by_app: dict[int, list[int]] = {}
         for c, (i, _) in enumerate(model.cols):
@@ -162,7 +161,7 @@ class _Relaxation:
     def _certified_py(self, objective: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> float:
         """:meth:`_certified` with numpy (the reference of the compiled version)."""
         y = self._dual
-        d = objective - np.add.reduceat(y[self.index], self.starts)
+        d = objective - np.add.reduceat(y[self.index], self.col_starts[:-1])
         if len(self.cut_cols):
             d -= np.bincount(self.cut_cols, weights=self.cut_coefs * y[self.cut_rows],
                              minlength=len(d))
