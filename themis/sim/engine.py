@@ -196,12 +196,16 @@ class Simulator:
             if changed:
                 app.assign(self.topo, self.now, self.cfg.restart_s)
             demand = 0  # app.demand_now(), in the same pass (a hot loop)
+            cleared = False
             for j in app.jobs:
                 if j.iters_left > j.done_below:  # not j.done
                     demand += j.demand
                 elif j.gpus:
                     j.gpus = ()
-                    self._dirty.add(app.spec.id)
+                    cleared = True
+            if cleared:
+                app.set_busy()
+                self._dirty.add(app.spec.id)
             excess = len(app.held) - demand
             if excess > 0:
                 for g in app.surplus(excess)[:excess]:

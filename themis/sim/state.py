@@ -67,6 +67,9 @@ class AppState:
     # per phase: (jobs, the median job's iterations - the upper median), what model()
     # reports for a future phase (computed once: model() runs every round)
     medians: list[tuple[int, float]] = field(init=False, repr=False)
+    # the running phase's jobs that hold GPUs, in job order (the only ones progress()
+    # advances); kept by set_busy() wherever a job's GPU set changes
+    busy: list[JobState] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.medians = []
@@ -85,6 +88,11 @@ class AppState:
                      demand=jobs[i].max_demand, iter_time=jobs[i].serial_iter_time)
             for i, it in self.spec.phases[p]
         ]
+        self.busy = []
+
+    def set_busy(self) -> None:
+        """Recompute ``busy`` after jobs' GPU sets changed."""
+        self.busy = [j for j in self.jobs if j.gpus]
 
     def advance_phase(self, now: float) -> bool:
         """Called when every job of the phase is done: next phase (True) or app done."""
@@ -126,9 +134,7 @@ class AppState:
         dt = max(0.0, now - t0)
         n_held = len(self.held)
         self.gpu_time += n_held * dt
-        for j in self.jobs:
-            if not j.gpus:  # the hot loop of the simulator: jobs without GPUs do nothing
-                continue
+        for j in self.busy:  # the hot loop of the simulator: jobs without GPUs do nothing
             n = len(j.gpus)
             self.service += n * dt
             self.score_time += n * dt / j.slowdown
@@ -176,6 +182,7 @@ class AppState:
                 if j.gpus:
                     j.paused_until = max(j.paused_until, now + restart_s)
                     self.restarts += 1
+        self.set_busy()
         self.version += 1
 
     def _work_left(self, j: JobState) -> float:
@@ -271,6 +278,8 @@ def check_owners(apps: Mapping[str, AppState], free: set[str], topo: Topology) -
             if g not in topo:
                 raise InvariantError(f"GPU {g!r} held by {a.spec.id!r} is not in the cluster")
             seen[g] = a.spec.id
+        if [id(j) for j in a.busy] != [id(j) for j in a.jobs if j.gpus]:
+            raise InvariantError(f"app {a.spec.id!r}: busy jobs out of date")
         used: set[str] = set()
         for j in a.jobs:
             if len(j.gpus) > a.spec.jobs[j.index].max_demand:
