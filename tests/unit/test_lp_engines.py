@@ -151,3 +151,49 @@ def test_fallback_hands_over_to_highs_with_the_rows_added(monkeypatch: pytest.Mo
     assert engine.name == "highs"
     assert float(model.gain @ after.x) == pytest.approx(before, rel=1e-9)
     assert after.activity.shape == (model.n_rows + 1,)  # the cut came along
+
+
+def _structure_inputs(problem: PackingProblem) -> tuple[list[int], np.ndarray, int, int]:
+    masks = [b.mask for bundles in problem.apps for b in bundles]
+    app_of = np.repeat(np.arange(len(problem.apps), dtype=np.int32),
+                       [len(bundles) for bundles in problem.apps])
+    return masks, app_of, len(problem.apps), problem.n_gpus
+
+
+def _same_structure(problem: PackingProblem) -> None:
+    from themis.arbiter.solvers import highs
+
+    assert highs._simplex is not None, "themis.arbiter.solvers._simplex was not built"
+    got = highs.packing_structure(*_structure_inputs(problem))
+    want = highs.packing_structure_py(*_structure_inputs(problem))
+    assert got[2] == want[2]
+    for g, w in zip(got[:2] + got[3:], want[:2] + want[3:], strict=True):
+        assert g.dtype == w.dtype == np.int32
+        assert g.tolist() == w.tolist()
+
+
+@settings(max_examples=200, deadline=None)
+@given(problem=packing_problems(max_gpus=20, max_apps=6))
+def test_compiled_packing_structure_matches_the_numpy_reference(problem: PackingProblem) -> None:
+    _same_structure(problem)
+
+
+@pytest.mark.parametrize(("size", "seed"), [((64, 10), 0), ((256, 50), 5), ((1024, 200), 1)])
+def test_compiled_packing_structure_matches_on_auction_sized_problems(
+        size: tuple[int, int], seed: int) -> None:
+    _same_structure(_auction_problem(*size, seed))
+
+
+def test_compiled_packing_structure_refuses_bad_input() -> None:
+    from themis.arbiter.solvers import highs
+
+    if highs._simplex is None:
+        pytest.skip("themis.arbiter.solvers._simplex was not built")
+    with pytest.raises(ValueError, match="non-decreasing"):
+        highs.packing_structure([1, 2], np.array([1, 0], dtype=np.int32), 2, 4)
+    with pytest.raises(ValueError, match="non-decreasing"):
+        highs.packing_structure([1], np.array([3], dtype=np.int32), 2, 4)
+    with pytest.raises(ValueError, match=">= n_gpus"):
+        highs.packing_structure([1 << 5], np.array([0], dtype=np.int32), 1, 4)
+    with pytest.raises(ValueError, match="wrong dtype"):
+        highs.packing_structure([1], np.array([0], dtype=np.int64), 1, 4)

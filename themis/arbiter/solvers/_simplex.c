@@ -922,10 +922,144 @@ done:
     return result;
 }
 
+/* packing_structure(masks, width, app_of, n_apps, n_gpus) -> (starts, index, n_rows,
+ * row_starts, members): the packing LP's sparse structure (PackingLp in highs.py; its numpy
+ * reference is packing_structure_py there). masks: bytes, the columns' GPU bitsets of
+ * ``width`` little-endian bytes each; app_of: int32, the app of each column, non-decreasing.
+ * Rows: one per app, then one per GPU named by columns of two or more apps, in GPU order.
+ * A column's entries: its app row, then the rows of its shared GPUs in GPU order. Returned
+ * as bytearrays of int32: column starts (n + 1), the row of each entry, row starts
+ * (n_rows + 1) and each row's columns in ascending order. */
+static PyObject *packing_structure(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer mb, ab;
+    PyObject *apps;
+    Py_ssize_t width, n_apps, n_gpus;
+    if (!PyArg_ParseTuple(args, "y*nOnn", &mb, &width, &apps, &n_apps, &n_gpus)) return NULL;
+    PyObject *result = NULL;
+    int *last = NULL, *named = NULL, *gpu_row = NULL, *rcount = NULL, *fill = NULL;
+    PyObject *starts_o = NULL, *index_o = NULL, *rstarts_o = NULL, *members_o = NULL;
+    if (get_vec(apps, &ab, "i", -1, "app_of") < 0) {
+        PyBuffer_Release(&mb);
+        return NULL;
+    }
+    Py_ssize_t n = ab.len / 4;
+    const int32_t *app_of = ab.buf;
+    const unsigned char *bits = mb.buf;
+    if (width < 1 || n_apps < 0 || n_gpus < 0 || width * 8 < n_gpus || mb.len != n * width) {
+        PyErr_SetString(PyExc_ValueError, "packing_structure: inconsistent sizes");
+        goto done;
+    }
+    for (Py_ssize_t c = 0; c < n; c++) {
+        if (app_of[c] < 0 || app_of[c] >= n_apps || (c && app_of[c] < app_of[c - 1])) {
+            PyErr_SetString(PyExc_ValueError,
+                            "packing_structure: app_of must be non-decreasing app indices");
+            goto done;
+        }
+    }
+    size_t g_cap = n_gpus ? (size_t)n_gpus : 1;
+    last = malloc(g_cap * sizeof(int));
+    named = calloc(g_cap, sizeof(int));
+    gpu_row = malloc(g_cap * sizeof(int));
+    if (!last || !named || !gpu_row) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t g = 0; g < n_gpus; g++) last[g] = -1;
+    /* pass 1: how many apps name each GPU (columns come grouped by app) */
+    for (Py_ssize_t c = 0; c < n; c++) {
+        const unsigned char *row = bits + c * width;
+        for (Py_ssize_t byte = 0; byte < width; byte++) {
+            unsigned v = row[byte];
+            while (v) {
+                Py_ssize_t g = byte * 8 + __builtin_ctz(v);
+                v &= v - 1;
+                if (g >= n_gpus) {
+                    PyErr_SetString(PyExc_ValueError, "packing_structure: a GPU bit >= n_gpus");
+                    goto done;
+                }
+                if (last[g] != app_of[c]) {
+                    last[g] = app_of[c];
+                    named[g]++;
+                }
+            }
+        }
+    }
+    Py_ssize_t m = n_apps;
+    for (Py_ssize_t g = 0; g < n_gpus; g++) gpu_row[g] = named[g] > 1 ? (int)m++ : -1;
+    /* pass 2: the columns' entries (CSC) and the rows' sizes */
+    Py_ssize_t nnz = n;
+    for (Py_ssize_t c = 0; c < n; c++) {
+        const unsigned char *row = bits + c * width;
+        for (Py_ssize_t byte = 0; byte < width; byte++)
+            for (unsigned v = row[byte]; v; v &= v - 1)
+                if (gpu_row[byte * 8 + __builtin_ctz(v)] >= 0) nnz++;
+    }
+    if (nnz > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "packing_structure: too many entries");
+        goto done;
+    }
+    starts_o = PyByteArray_FromStringAndSize(NULL, (n + 1) * 4);
+    index_o = PyByteArray_FromStringAndSize(NULL, (nnz ? nnz : 0) * 4);
+    rstarts_o = PyByteArray_FromStringAndSize(NULL, (m + 1) * 4);
+    members_o = PyByteArray_FromStringAndSize(NULL, (nnz ? nnz : 0) * 4);
+    rcount = calloc((size_t)m + 1, sizeof(int));
+    fill = malloc(((size_t)m + 1) * sizeof(int));
+    if (!starts_o || !index_o || !rstarts_o || !members_o || !rcount || !fill) {
+        if (!PyErr_Occurred()) PyErr_NoMemory();
+        goto done;
+    }
+    int32_t *starts = (int32_t *)PyByteArray_AS_STRING(starts_o);
+    int32_t *index = (int32_t *)PyByteArray_AS_STRING(index_o);
+    int32_t *rstarts = (int32_t *)PyByteArray_AS_STRING(rstarts_o);
+    int32_t *members = (int32_t *)PyByteArray_AS_STRING(members_o);
+    int32_t k = 0;
+    for (Py_ssize_t c = 0; c < n; c++) {
+        starts[c] = k;
+        index[k++] = app_of[c];
+        rcount[app_of[c]]++;
+        const unsigned char *row = bits + c * width;
+        for (Py_ssize_t byte = 0; byte < width; byte++)
+            for (unsigned v = row[byte]; v; v &= v - 1) {
+                int r = gpu_row[byte * 8 + __builtin_ctz(v)];
+                if (r >= 0) {
+                    index[k++] = r;
+                    rcount[r]++;
+                }
+            }
+    }
+    starts[n] = k;
+    /* the rows (CSR): columns in ascending order, as they come */
+    rstarts[0] = 0;
+    for (Py_ssize_t r = 0; r < m; r++) {
+        rstarts[r + 1] = rstarts[r] + rcount[r];
+        fill[r] = rstarts[r];
+    }
+    for (Py_ssize_t c = 0; c < n; c++)
+        for (int32_t e = starts[c]; e < starts[c + 1]; e++) members[fill[index[e]]++] = (int32_t)c;
+    result = Py_BuildValue("OOnOO", starts_o, index_o, m, rstarts_o, members_o);
+done:
+    Py_XDECREF(starts_o);
+    Py_XDECREF(index_o);
+    Py_XDECREF(rstarts_o);
+    Py_XDECREF(members_o);
+    free(last);
+    free(named);
+    free(gpu_row);
+    free(rcount);
+    free(fill);
+    PyBuffer_Release(&ab);
+    PyBuffer_Release(&mb);
+    return result;
+}
+
 static PyMethodDef module_methods[] = {
     {"weak_duality_bound", weak_duality_bound, METH_VARARGS,
      "weak_duality_bound(y, objective, starts, index, cut_rows, cut_cols, cut_coefs, rhs, lo, "
      "hi) -> float"},
+    {"packing_structure", packing_structure, METH_VARARGS,
+     "packing_structure(masks, width, app_of, n_apps, n_gpus) -> (starts, index, n_rows, "
+     "row_starts, members)"},
     {NULL, NULL, 0, NULL},
 };
 

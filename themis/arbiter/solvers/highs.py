@@ -30,6 +30,11 @@ except ImportError as _exc:  # pragma: no cover
     _HAVE_HIGHS = False
     _IMPORT_ERROR = str(_exc)
 
+try:  # the compiled LP parts (optional, see setup.py)
+    from themis.arbiter.solvers import _simplex  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover - built without a C compiler
+    _simplex = None
+
 
 class PackingLp:
     """The packing problem as a HiGHS LP (x in [0, 1]): a column per (app, bundle) with its
@@ -38,29 +43,20 @@ class PackingLp:
     by the MILP back-end (which marks the columns integer) and the LP branch and bound."""
 
     def __init__(self, problem: PackingProblem) -> None:
-        cols = [(i, j) for i, bundles in enumerate(problem.apps) for j in range(len(bundles))]
-        n_apps = len(problem.apps)
-        app_of = np.fromiter((i for i, _ in cols), dtype=np.int64, count=len(cols))
-        col_k, gpu_k = np.nonzero(mask_matrix([problem.apps[i][j].mask for i, j in cols],
-                                              problem.n_gpus))
-        # GPUs named by bundles of two or more apps get a row, in GPU order after the
-        # app rows; the rows of each column: its app row, then its shared GPUs in order
-        named = np.zeros((n_apps, problem.n_gpus), dtype=bool)
-        named[app_of[col_k], gpu_k] = True
-        shared = named.sum(axis=0) > 1
-        gpu_row = n_apps + np.cumsum(shared) - 1
-        keep = shared[gpu_k]
-        entry_col = np.concatenate([np.arange(len(cols)), col_k[keep]])
-        entry_row = np.concatenate([app_of, gpu_row[gpu_k[keep]]])
-        order = np.lexsort((entry_row, entry_col))
-        index = entry_row[order]
-        starts = np.zeros(len(cols) + 1, dtype=np.int64)
-        np.cumsum(np.bincount(entry_col, minlength=len(cols)), out=starts[1:])
+        apps = problem.apps
+        cols = [(i, j) for i, bundles in enumerate(apps) for j in range(len(bundles))]
+        self.sizes = [len(bundles) for bundles in apps]  # columns per app, in column order
+        self.masks = [b.mask for bundles in apps for b in bundles]  # per column
+        starts, index, n_rows, row_starts, members = packing_structure(
+            self.masks, np.repeat(np.arange(len(apps), dtype=np.int32), self.sizes),
+            len(apps), problem.n_gpus)
         self.cols = cols
-        self.n_rows = n_apps + int(shared.sum())
-        self.gain = np.array([problem.apps[i][j].gain for i, j in cols], dtype=np.float64)
-        self.starts = starts.astype(np.int32)  # column starts, n + 1 entries
-        self.index = index.astype(np.int32)  # row of each non-zero (all ones)
+        self.n_rows = n_rows
+        self.gain = np.array([b.gain for bundles in apps for b in bundles], dtype=np.float64)
+        self.starts = starts  # column starts, n + 1 entries (int32)
+        self.index = index  # row of each non-zero (all ones; int32)
+        self.row_starts = row_starts  # the rows: starts (n_rows + 1) ...
+        self.members = members  # ... and their columns, ascending (int32)
         self._lp: Any = None
 
     @property
@@ -97,6 +93,53 @@ class PackingLp:
             h.setOptionValue("mip_abs_gap", 1e-9)
         h.passModel(self.lp)
         return h
+
+
+def packing_structure(
+    masks: Sequence[int], app_of: np.ndarray, n_apps: int, n_gpus: int
+) -> tuple[np.ndarray, np.ndarray, int, np.ndarray, np.ndarray]:
+    """The packing LP's sparse structure from the columns' GPU masks and apps (``app_of``,
+    int32, non-decreasing): (column starts, row of each entry, number of rows, row starts,
+    each row's columns ascending), all int32. Rows: one per app, then one per GPU named by
+    bundles of two or more apps (one app's bundles already exclude each other through its
+    app row), in GPU order; a column's entries are its app row, then its shared GPUs' rows
+    in GPU order. Compiled (``_simplex.packing_structure``) when the extension was built,
+    else :func:`packing_structure_py`."""
+    if _simplex is None:
+        return packing_structure_py(masks, app_of, n_apps, n_gpus)
+    width = max(1, (n_gpus + 7) // 8)
+    raw = b"".join([m.to_bytes(width, "little") for m in masks])
+    got = _simplex.packing_structure(raw, width, app_of, n_apps, n_gpus)
+    starts, index, n_rows, row_starts, members = got
+    return (np.frombuffer(starts, dtype=np.int32), np.frombuffer(index, dtype=np.int32),
+            int(n_rows), np.frombuffer(row_starts, dtype=np.int32),
+            np.frombuffer(members, dtype=np.int32))
+
+
+def packing_structure_py(
+    masks: Sequence[int], app_of: np.ndarray, n_apps: int, n_gpus: int
+) -> tuple[np.ndarray, np.ndarray, int, np.ndarray, np.ndarray]:
+    """:func:`packing_structure` with numpy (the reference of the compiled version)."""
+    n = len(masks)
+    app_of = app_of.astype(np.int64)
+    col_k, gpu_k = np.nonzero(mask_matrix(masks, n_gpus))
+    named = np.zeros((n_apps, n_gpus), dtype=bool)
+    named[app_of[col_k], gpu_k] = True
+    shared = named.sum(axis=0) > 1
+    gpu_row = n_apps + np.cumsum(shared) - 1
+    keep = shared[gpu_k]
+    entry_col = np.concatenate([np.arange(n), col_k[keep]])
+    entry_row = np.concatenate([app_of, gpu_row[gpu_k[keep]]])
+    order = np.lexsort((entry_row, entry_col))
+    index = entry_row[order]
+    starts = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(entry_col, minlength=n), out=starts[1:])
+    n_rows = n_apps + int(shared.sum())
+    col_of = np.repeat(np.arange(n), np.diff(starts))
+    by_row = np.argsort(index, kind="stable")
+    row_starts = np.searchsorted(index[by_row], np.arange(n_rows + 1))
+    return (starts.astype(np.int32), index.astype(np.int32), n_rows,
+            row_starts.astype(np.int32), col_of[by_row].astype(np.int32))
 
 
 def mask_matrix(masks: Sequence[int], n_gpus: int) -> np.ndarray:

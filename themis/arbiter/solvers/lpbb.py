@@ -40,6 +40,7 @@ of the solves to a MILP back-end.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import pairwise
 
 import numpy as np
 
@@ -87,24 +88,28 @@ class _Relaxation:
         model = PackingLp(problem)
         self.problem = problem
         self.cols = model.cols
-        self.masks = [problem.apps[i][j].mask for i, j in model.cols]
+        self.masks = model.masks
         self.gain = model.gain
         self.col_starts = np.ascontiguousarray(model.starts, dtype=np.int32)  # n + 1
         self.index = np.ascontiguousarray(model.index, dtype=np.int32)
-        by_app: dict[int, list[int]] = {}
-        for c, (i, _) in enumerate(model.cols):
-            by_app.setdefault(i, []).append(c)
-        self.app_cols = {i: np.array(cs, dtype=np.int32) for i, cs in by_app.items()}
+        self.app_cols: dict[int, np.ndarray] = {}  # app -> its columns (consecutive)
+        first = 0
+        for i, size in enumerate(model.sizes):
+            if size:
+                self.app_cols[i] = np.arange(first, first + size, dtype=np.int32)
+            first += size
         self.n_base_rows = model.n_rows
         # the LP's rows (for the conflicts and the {0, 1/2}-cuts), from its columns; one
         # per LP row, empty ones (apps without bundles) included, so that rows[r] is LP
-        # row r and lines up with the LP's row values
-        col_of = np.repeat(np.arange(len(model.cols)), np.diff(model.starts))
-        order = np.argsort(model.index, kind="stable")
-        bounds = np.searchsorted(model.index[order], np.arange(self.n_base_rows + 1))
-        members = col_of[order].astype(np.int32)
-        self.rows = [Row(members[a:b], np.ones(b - a, dtype=np.int64), 1)
-                     for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)]
+        # row r and lines up with the LP's row values; all-ones coefficients are views of
+        # one read-only array
+        bounds = model.row_starts.tolist()
+        members = model.members
+        ones = np.ones(max(bounds[-1], 1), dtype=np.int64)
+        ones.flags.writeable = False
+        self.rows = [Row(members[a:b], ones[: b - a], 1)
+                     for a, b in pairwise(bounds)]
+        col_of = np.repeat(np.arange(len(model.cols), dtype=np.int32), np.diff(model.starts))
         self.conflict = conflict_matrix(len(model.cols), model.index, col_of)
         self.rhs = np.ones(self.n_base_rows)
         self.cut_cols = np.zeros(0, dtype=np.int64)
