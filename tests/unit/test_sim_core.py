@@ -107,3 +107,23 @@ def test_the_reported_model_equals_one_built_with_job_checks() -> None:
         assert m.jobs == want
     with pytest.raises(ModelError, match="estimate error"):
         state.model(-1.0)
+
+
+def test_run_restores_the_gc_thresholds() -> None:
+    import gc
+
+    from themis.sim import engine
+
+    before = gc.get_threshold()
+    seen: list[tuple[int, ...]] = []
+
+    class Spy(engine.Simulator):
+        def _run(self, progress):  # type: ignore[no-untyped-def]
+            seen.append(gc.get_threshold())
+            raise RuntimeError("stop")
+
+    sim = Spy.__new__(Spy)
+    with pytest.raises(RuntimeError, match="stop"):
+        sim.run()
+    assert seen[0][0] >= engine.GC_YOUNG_THRESHOLD
+    assert gc.get_threshold() == before

@@ -135,8 +135,14 @@ class AppModel:
     @property
     def app_demand_max(self) -> int:
         """Most GPUs the app can use at once over its remaining plan (Eq. 2)."""
-        d = self.job_demand_max
-        current = sum(j.max_demand for j in self.jobs if j.iters_left > 0)
+        d = 0  # job_demand_max and demand_now in one pass (rho asks for it every round)
+        current = 0
+        for j in self.jobs:
+            if j.max_demand > d:
+                d = j.max_demand
+            if j.iters_left > 0:
+                current += j.max_demand
+        d = d or 1
         future = max((p.jobs * d for p in self.future_phases), default=0)
         return max(current, future, 1)
 

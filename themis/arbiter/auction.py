@@ -98,12 +98,11 @@ def _gains(
     for t in tables:
         rows = []
         kept: list[int] = []
+        starving = math.isinf(t.rho_current)
+        top = rho_ref if starving else t.rho_current
         for k, b in enumerate(t.bids):
-            if math.isinf(t.rho_current):
-                g = math.log(rho_ref / b.rho)
-            else:
-                g = math.log(t.rho_current / b.rho)
-            if g > _EPS or math.isinf(t.rho_current):
+            g = math.log(top / b.rho)
+            if g > _EPS or starving:
                 # the bundle's GPUs as a bitset: a sum of distinct bits (validated)
                 rows.append((sum(map(bit.__getitem__, b.gpus)), g))
                 kept.append(k)

@@ -90,6 +90,7 @@ class _Relaxation:
         self.cols = model.cols
         self.masks = model.masks
         self.gain = model.gain
+        self.gain_list: list[float] = model.gain.tolist()
         self.col_starts = np.ascontiguousarray(model.starts, dtype=np.int32)  # n + 1
         self.index = np.ascontiguousarray(model.index, dtype=np.int32)
         self.app_cols: dict[int, np.ndarray] = {}  # app -> its columns (consecutive)
@@ -128,14 +129,18 @@ class _Relaxation:
 
     def add_cuts(self, cuts: Sequence[Row]) -> None:
         """Add cut rows to the LP (kept for every later solve of this problem)."""
+        if not cuts:
+            return
+        first = len(self.rhs)
         for cut in cuts:
-            r = len(self.rhs)
             self.engine.add_row(cut.cols, cut.coefs.astype(np.float64), float(cut.rhs))
-            self.rows.append(cut)
-            self.rhs = np.append(self.rhs, float(cut.rhs))
-            self.cut_cols = np.concatenate([self.cut_cols, cut.cols.astype(np.int64)])
-            self.cut_coefs = np.concatenate([self.cut_coefs, cut.coefs.astype(np.float64)])
-            self.cut_rows = np.concatenate([self.cut_rows, np.full(len(cut.cols), r)])
+        self.rows.extend(cuts)
+        self.rhs = np.concatenate([self.rhs, [float(cut.rhs) for cut in cuts]])
+        self.cut_cols = np.concatenate([self.cut_cols, *(c.cols.astype(np.int64) for c in cuts)])
+        self.cut_coefs = np.concatenate([self.cut_coefs,
+                                         *(c.coefs.astype(np.float64) for c in cuts)])
+        self.cut_rows = np.concatenate([self.cut_rows, np.repeat(
+            np.arange(first, first + len(cuts), dtype=np.int64), [len(c.cols) for c in cuts])])
 
     @property
     def n_cuts(self) -> int:
@@ -252,15 +257,16 @@ class _Relaxation:
         choice = [-1] * len(self.problem.apps)
         used = 0
         value = 0.0
-        for c in np.argsort(-x, kind="stable"):
-            if x[c] <= INTEGRAL_TOL:
-                break
-            i, j = self.cols[c]
-            if hi[c] <= 0.0 or choice[i] >= 0 or self.masks[c] & used:
+        cand = np.flatnonzero(x > INTEGRAL_TOL)
+        order = cand[np.argsort(-x[cand], kind="stable")]  # as a stable sort of all of -x
+        cols, masks, gain = self.cols, self.masks, self.gain_list
+        for c, allowed in zip(order.tolist(), (hi[order] > 0.0).tolist(), strict=True):
+            i, j = cols[c]
+            if not allowed or choice[i] >= 0 or masks[c] & used:
                 continue
             choice[i] = j
-            used |= self.masks[c]
-            value += float(self.gain[c])
+            used |= masks[c]
+            value += gain[c]
         return choice, value
 
 

@@ -56,10 +56,11 @@ class ThemisPolicy(Policy):
         active = [a for a in ctx.apps if a.room() > 0]
         models = {a.spec.id: self._model(a) for a in active}
         held = {a.spec.id: a.held_gpus(topo) for a in active}
+        fairness = {a.spec.id: ctx.fairness(a.spec.id) for a in active}
         rho_now: dict[str, float] = {}
         for a in active:
             m = models[a.spec.id]
-            r = rho(m, len(held[a.spec.id]), locality_of(held[a.spec.id]), ctx.fairness(a.spec.id))
+            r = rho(m, len(held[a.spec.id]), locality_of(held[a.spec.id]), fairness[a.spec.id])
             rho_now[a.spec.id] = r if not math.isnan(r) else math.inf
         if not rho_now:
             return {}
@@ -78,7 +79,7 @@ class ThemisPolicy(Policy):
             for b in bidders:
                 t0 = time.perf_counter()
                 out[b] = make_bid_table(
-                    models[b], held[b], index, ctx.fairness(b), previous=previous.get(b, ())
+                    models[b], held[b], index, fairness[b], previous=previous.get(b, ())
                 )
                 self.bid_ms.append((time.perf_counter() - t0 + setup) * 1e3)
             return out
