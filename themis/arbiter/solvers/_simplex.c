@@ -206,6 +206,7 @@ static int refactor(Lp *lp) {
 static void compute_primal(Lp *lp) {
     int n = lp->n, m = lp->m, k = lp->k;
     for (int r = 0; r < m; r++) {
+        if (lp->r1pos[r] < 0) continue; /* h is read on the rows of R1 only */
         double v = lp->b[r];
         for (int e = lp->rstart[r]; e < lp->rstart[r + 1]; e++) {
             int j = lp->rind[e];
