@@ -209,12 +209,10 @@ class Simulator:
                 continue
             if changed:
                 app.assign(self.topo, self.now, self.cfg.restart_s)
-            demand = 0  # app.demand_now(), in the same pass (a hot loop)
+            demand = app.open_demand  # app.demand_now()
             cleared = False
-            for j in app.jobs:
-                if j.iters_left > j.done_below:  # not j.done
-                    demand += j.demand
-                elif j.gpus:
+            for j in app.busy:  # done jobs give their GPUs back (only busy ones hold some)
+                if j.iters_left <= j.done_below:  # j.done
                     j.gpus = ()
                     cleared = True
             if cleared:

@@ -70,6 +70,10 @@ class AppState:
     # the running phase's jobs that hold GPUs, in job order (the only ones progress()
     # advances); kept by set_busy() wherever a job's GPU set changes
     busy: list[JobState] = field(init=False, repr=False)
+    # the running phase's jobs not done yet and the sum of their demands, kept by
+    # _start_phase() and progress() (the only places iters_left changes)
+    open_jobs: int = field(init=False, repr=False)
+    open_demand: int = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.medians = []
@@ -89,6 +93,9 @@ class AppState:
             for i, it in self.spec.phases[p]
         ]
         self.busy = []
+        running = [j for j in self.jobs if j.iters_left > j.done_below]  # not j.done
+        self.open_jobs = len(running)
+        self.open_demand = sum([j.demand for j in running])
 
     def set_busy(self) -> None:
         """Recompute ``busy`` after jobs' GPU sets changed."""
@@ -105,7 +112,7 @@ class AppState:
 
     @property
     def phase_done(self) -> bool:
-        return all(j.iters_left <= j.done_below for j in self.jobs)  # j.done, inlined
+        return self.open_jobs == 0
 
     @property
     def profile(self) -> PlacementProfile:
@@ -114,7 +121,7 @@ class AppState:
     # --- demand ---------------------------------------------------------------------
     def demand_now(self) -> int:
         """GPUs the running phase can use right now."""
-        return sum([j.demand for j in self.jobs if j.iters_left > j.done_below])  # not done
+        return self.open_demand
 
     def room(self) -> int:
         return max(0, self.demand_now() - len(self.held))
@@ -145,12 +152,15 @@ class AppState:
                 j.iters_left -= step
                 j.iters_done_total += step
                 self.iters_done[j.index] = j.iters_done_total
+                if j.iters_left <= j.done_below:  # just finished
+                    self.open_jobs -= 1
+                    self.open_demand -= j.demand
         # Idle held GPUs (not given to any job) still count as service held.
         self.last_progress = now
 
     def next_completion(self, now: float) -> float:
         best = math.inf
-        for j in self.jobs:
+        for j in self.busy:  # the others do not progress
             r = self.rate(j)
             if r > 0 and not j.done:
                 best = min(best, max(now, j.paused_until) + j.iters_left / r)
@@ -192,7 +202,7 @@ class AppState:
         """``excess`` held GPUs to release: unused ones first, then those of the jobs with
         the least work left."""
         used: dict[str, float] = {}
-        for j in self.jobs:
+        for j in self.busy:  # the jobs holding GPUs
             for g in j.gpus:
                 used[g] = j.iters_left * self.spec.jobs[j.index].serial_iter_time
         order = sorted(self.held, key=lambda g: (g in used, used.get(g, 0.0), g))
@@ -280,6 +290,9 @@ def check_owners(apps: Mapping[str, AppState], free: set[str], topo: Topology) -
             seen[g] = a.spec.id
         if [id(j) for j in a.busy] != [id(j) for j in a.jobs if j.gpus]:
             raise InvariantError(f"app {a.spec.id!r}: busy jobs out of date")
+        running = [j for j in a.jobs if not j.done]
+        if (a.open_jobs, a.open_demand) != (len(running), sum(j.demand for j in running)):
+            raise InvariantError(f"app {a.spec.id!r}: open job count or demand out of date")
         used: set[str] = set()
         for j in a.jobs:
             if len(j.gpus) > a.spec.jobs[j.index].max_demand:
