@@ -15,6 +15,13 @@ is exponential, so the agent bids on a bounded *menu*:
 
 rho is computed for the app's whole allocation (GPUs held + bundle), see
 :mod:`themis.agent.fairness`.
+
+The menu and the bid loop run compiled (``themis/agent/_menu.c``) when the extension was
+built: :func:`candidate_bundles` and :func:`make_bid_table` then return exactly what their
+pure-Python references :func:`candidate_bundles_py` and :func:`make_bid_table_py` return
+(same bundles in the same order, same Gpu objects, same rho), which the tests check. (The
+reference's memo of machine fill orders may hand out equal Gpu records of an earlier offer;
+the compiled core always hands out the offer's own.)
 """
 
 from __future__ import annotations
@@ -27,7 +34,12 @@ from operator import attrgetter
 
 from themis.agent.fairness import FairnessContext, RemainingTime, ideal_time
 from themis.agent.model import AppModel
-from themis.cluster.topology import Gpu, Locality
+from themis.cluster.topology import Gpu, Locality, locality_of
+
+try:  # pragma: no cover - depends on the build
+    from themis.agent import _menu
+except ImportError:  # pragma: no cover
+    _menu = None  # type: ignore[assignment]
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,18 +85,39 @@ def _order_machine(gpus: list[Gpu]) -> list[Gpu]:
 
 
 class OfferIndex:
-    """The app-independent part of an offer: GPUs grouped by machine in fill order, the
-    rack of each machine. Build it once per offer and pass it to every bidder's
-    :func:`make_bid_table` (``index=``); building it is O(G log G)."""
+    """The app-independent part of an offer. Build it once per offer and pass it to every
+    bidder's :func:`make_bid_table` (``index=``); building it is O(G log G).
 
-    __slots__ = ("by_id", "gpus", "ids", "machines", "rack_free", "rack_of", "racks", "size")
+    ``native`` is the offer indexed by the compiled menu core (None when the extension is
+    not built, or when two GPUs share an id: the pure-Python reference is used then);
+    ``groups`` is the reference's grouping, built on first use."""
+
+    __slots__ = ("_groups", "gpus", "native", "size")
 
     def __init__(self, offer: Sequence[Gpu]) -> None:
         self.gpus = tuple(offer)
-        self.by_id = {g.id: g for g in self.gpus}
-        self.ids = self.by_id.keys()
+        self.size = len(self.gpus)
+        self.native = None if _menu is None else _menu.offer(self.gpus)
+        self._groups: OfferGroups | None = None
+
+    @property
+    def groups(self) -> OfferGroups:
+        if self._groups is None:
+            self._groups = OfferGroups(self.gpus)
+        return self._groups
+
+
+class OfferGroups:
+    """The offer's GPUs grouped by machine in fill order, the rack of each machine (that
+    of its first GPU in fill order), each rack's machines and free GPUs: the input of the
+    pure-Python menu (:class:`_OfferView`)."""
+
+    __slots__ = ("by_id", "machines", "rack_free", "rack_of", "racks")
+
+    def __init__(self, gpus: Sequence[Gpu]) -> None:
+        self.by_id = {g.id: g for g in gpus}
         machines: dict[str, list[Gpu]] = {}
-        for g in self.gpus:
+        for g in gpus:
             machines.setdefault(g.machine, []).append(g)
         self.machines = {m: _ordered(gs) for m, gs in machines.items()}
         self.rack_of = {m: gs[0].rack for m, gs in self.machines.items()}
@@ -93,7 +126,6 @@ class OfferIndex:
             self.racks.setdefault(r, []).append(m)
         self.rack_free = {r: sum(len(self.machines[m]) for m in ms)
                           for r, ms in self.racks.items()}
-        self.size = len(self.gpus)
 
 
 _ORDER_CACHE: dict[tuple[Gpu, ...], list[Gpu]] = {}
@@ -149,15 +181,15 @@ class _OfferView:
         previous: Iterable[str] = (),
     ) -> None:
         index = offer if isinstance(offer, OfferIndex) else OfferIndex(offer)
-        self.index = index
-        self.machines = index.machines  # copied below before it is changed
-        self.rack_of = rack_of = index.rack_of
+        self.groups = groups = index.groups
+        self.machines = groups.machines  # copied below before it is changed
+        self.rack_of = rack_of = groups.rack_of
         self.salt = salt
         prev_slots: set[tuple[str, str]] = set()
-        by_id = index.by_id
+        by_id = groups.by_id
         prev_ids = {gid for gid in previous if gid in by_id}
         if prev_ids:
-            self.machines = dict(index.machines)
+            self.machines = dict(groups.machines)
             for m in {by_id[gid].machine for gid in prev_ids}:
                 gs = self.machines[m]
                 prev_slots.update(g.slot_key for g in gs if g.id in prev_ids)
@@ -186,7 +218,7 @@ class _OfferView:
         self.machine_order = sorted(
             machines, key=lambda m: (affinity[m], len(machines[m]), ties[m])
         )
-        self.rack_free = index.rack_free
+        self.rack_free = groups.rack_free
         self.size = index.size
         self._by_rack: tuple[dict[str, list[str]], dict[str, list[str]], list[str]] | None = None
 
@@ -198,7 +230,7 @@ class _OfferView:
             affinity, machines, ties = self.affinity, self.machines, self.ties
             racks = {
                 r: sorted(ms, key=lambda m: (affinity[m], -len(machines[m]), ties[m]))
-                for r, ms in self.index.racks.items()
+                for r, ms in self.groups.racks.items()
             }
             small_first = {
                 r: sorted(ms, key=lambda m: (affinity[m], len(machines[m])))
@@ -268,7 +300,25 @@ def candidate_bundles(
 ) -> list[list[Gpu]]:
     """The menu of bundles (without rho), best-placed first for each count. ``salt``
     (the app id) breaks ties between equally good machines; ``previous`` (GPU ids whose
-    lease the app just lost) are preferred like the machines the app holds."""
+    lease the app just lost) are preferred like the machines the app holds. Compiled
+    (``_menu.menu``) when the extension was built; :func:`candidate_bundles_py` is the
+    reference."""
+    index = offer if isinstance(offer, OfferIndex) else OfferIndex(offer)
+    if _menu is None or index.native is None:
+        return candidate_bundles_py(index, held, max_new, alternatives, salt, previous)
+    return _menu.menu(index.native, held, previous, max_new, 1 + max(0, alternatives),
+                      _ties(salt), salt, _tie_of)
+
+
+def candidate_bundles_py(
+    offer: Sequence[Gpu] | OfferIndex,
+    held: Sequence[Gpu],
+    max_new: int,
+    alternatives: int = 2,
+    salt: str = "",
+    previous: Iterable[str] = (),
+) -> list[list[Gpu]]:
+    """:func:`candidate_bundles` in pure Python (the reference of the compiled menu)."""
     view = _OfferView(offer, held, salt, previous)
     seen: set[frozenset[int]] = set()
     menu: list[list[Gpu]] = []
@@ -304,7 +354,42 @@ def make_bid_table(
     Bundles are capped at what the app's running jobs can use *now*
     (:attr:`AppModel.demand_now`; the next phase's demand between phases): a GPU beyond
     that would idle until the lease ends (section 3.3.2: leases are re-auctioned, so GPUs
-    for a later phase are bid for when that phase runs)."""
+    for a later phase are bid for when that phase runs).
+
+    Compiled (``_menu.bids``: menu, locality and rho of each bundle, the bid rows) when the
+    extension was built; :func:`make_bid_table_py` is the reference."""
+    index = offer if isinstance(offer, OfferIndex) else OfferIndex(offer)
+    if _menu is None or index.native is None:
+        return make_bid_table_py(app, held, index, ctx, alternatives=alternatives,
+                                 previous=previous)
+    t_id = ideal_time(app, ctx)
+    elapsed = max(0.0, ctx.now - app.start_time)
+    remaining = RemainingTime(app)
+    slowdown = app.placement.slowdown
+    slowdowns = (slowdown(Locality.SLOT), slowdown(Locality.MACHINE),
+                 slowdown(Locality.RACK), slowdown(Locality.CLUSTER))
+    rho_current = (elapsed + slowdowns[locality_of(held)] * remaining(len(held))) / t_id
+    demand_max = app.app_demand_max
+    usable = app.demand_now or demand_max  # between phases: the next phase's
+    room = min(demand_max, usable) - len(held)
+    if app.finished or room <= 0:
+        return BidTable(app.id, rho_current, ())
+    bids = _menu.bids(index.native, held, previous, room, 1 + max(0, alternatives),
+                      _ties(app.id), app.id, _tie_of, remaining.parts, slowdowns, elapsed,
+                      t_id, rho_current, Bid)
+    return BidTable(app.id, rho_current, bids)
+
+
+def make_bid_table_py(
+    app: AppModel,
+    held: Sequence[Gpu],
+    offer: Sequence[Gpu] | OfferIndex,
+    ctx: FairnessContext,
+    *,
+    alternatives: int = 2,
+    previous: Iterable[str] = (),
+) -> BidTable:
+    """:func:`make_bid_table` in pure Python (the reference of the compiled bid loop)."""
     t_id = ideal_time(app, ctx)
     elapsed = max(0.0, ctx.now - app.start_time)
     cache: dict[int, float] = {}
@@ -334,7 +419,7 @@ def make_bid_table(
     room = min(app.app_demand_max, usable) - len(held)
     if app.finished or room <= 0:
         return BidTable(app.id, rho_current, ())
-    menu = candidate_bundles(offer, held, room, alternatives, app.id, previous)
+    menu = candidate_bundles_py(offer, held, room, alternatives, app.id, previous)
     bids: list[Bid] = []
     best = math.inf  # best rho of any smaller bundle kept so far
     size = 0

@@ -93,6 +93,16 @@ class RemainingTime:
                     phase_total += work
                 self._future.append((phase_total, work, cap))
 
+    @property
+    def parts(
+        self,
+    ) -> tuple[float, tuple[tuple[int, float], ...], tuple[tuple[float, float, int], ...]]:
+        """What :meth:`__call__` evaluates: the current phase's total work, (cap, largest
+        work among the jobs of that cap) pairs, and per future phase (its total work, one
+        job's work, its cap). The compiled bid loop (``themis/agent/_menu.c``) evaluates
+        the same expression from them, operation for operation."""
+        return self._total, self._longest, tuple(self._future)
+
     def __call__(self, gpus: int, slowdown: float = 1.0) -> float:
         """Time to finish the app's remaining plan on ``gpus`` GPUs with slowdown S."""
         if self._total == 0:
