@@ -187,12 +187,14 @@ static int refactor(Lp *lp) {
                 a[c * w2 + q] = a[piv * w2 + q];
                 a[piv * w2 + q] = t;
             }
+        /* columns before c of the pivot row are zero by now (eliminated): the row
+         * operations start at c (the values are those of full-width operations) */
         double inv = 1.0 / a[c * w2 + c];
-        for (size_t q = 0; q < w2; q++) a[c * w2 + q] *= inv;
+        for (size_t q = c; q < w2; q++) a[c * w2 + q] *= inv;
         for (size_t r = 0; r < kk; r++) {
             double f = a[r * w2 + c];
             if (r == c || f == 0.0) continue;
-            for (size_t q = 0; q < w2; q++) a[r * w2 + q] -= f * a[c * w2 + q];
+            for (size_t q = c; q < w2; q++) a[r * w2 + q] -= f * a[c * w2 + q];
         }
     }
     /* [I | M^-1]: row c of M^-1 belongs to column c of M, i.e. S position c */
