@@ -337,6 +337,17 @@ def candidate_bundles_py(
     return menu
 
 
+def _room(app: AppModel, held: Sequence[Gpu]) -> int:
+    """How many more GPUs the app bids for: what its running jobs can use now (the next
+    phase's demand between phases), capped by app_demand_max, minus what it holds; 0 for
+    a finished app (see :func:`make_bid_table`)."""
+    if app.finished:
+        return 0
+    demand_max = app.app_demand_max
+    usable = app.demand_now or demand_max  # between phases: the next phase's
+    return min(demand_max, usable) - len(held)
+
+
 def make_bid_table(
     app: AppModel,
     held: Sequence[Gpu],
@@ -369,10 +380,8 @@ def make_bid_table(
     slowdowns = (slowdown(Locality.SLOT), slowdown(Locality.MACHINE),
                  slowdown(Locality.RACK), slowdown(Locality.CLUSTER))
     rho_current = (elapsed + slowdowns[locality_of(held)] * remaining(len(held))) / t_id
-    demand_max = app.app_demand_max
-    usable = app.demand_now or demand_max  # between phases: the next phase's
-    room = min(demand_max, usable) - len(held)
-    if app.finished or room <= 0:
+    room = _room(app, held)
+    if room <= 0:
         return BidTable(app.id, rho_current, ())
     bids = _menu.bids(index.native, held, previous, room, 1 + max(0, alternatives),
                       _ties(app.id), app.id, _tie_of, remaining.parts, slowdowns, elapsed,
@@ -415,9 +424,8 @@ def make_bid_table_py(
         return (elapsed + s * cache[n]) / t_id
 
     rho_current = rho_for(())
-    usable = app.demand_now or app.app_demand_max  # between phases: the next phase's
-    room = min(app.app_demand_max, usable) - len(held)
-    if app.finished or room <= 0:
+    room = _room(app, held)
+    if room <= 0:
         return BidTable(app.id, rho_current, ())
     menu = candidate_bundles_py(offer, held, room, alternatives, app.id, previous)
     bids: list[Bid] = []
