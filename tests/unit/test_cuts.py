@@ -338,7 +338,8 @@ def test_compiled_conflict_matrix_refuses_entries_out_of_range() -> None:
 def test_compiled_certified_bound_matches_the_numpy_reference(problem: PackingProblem,
                                                               seed: int) -> None:
     """The compiled weak-duality bound equals lpbb's numpy one (to rounding) for any
-    duals >= 0, bounds and cut rows - not only the LP's own duals."""
+    duals >= 0, bounds and cut rows - not only the LP's own duals; so do the reduced
+    gains it leaves for reduced-cost fixing."""
     from themis.arbiter.solvers.lp_engines import weak_duality_bound
 
     assert weak_duality_bound is not None, "themis.arbiter.solvers._simplex was not built"
@@ -357,8 +358,16 @@ def test_compiled_certified_bound_matches_the_numpy_reference(problem: PackingPr
         lo = (rng.random(n) < 0.2).astype(np.float64)
         hi = np.maximum(lo, (rng.random(n) < 0.8).astype(np.float64))
         objective = rng.random(n) * 3
-        want = relax._certified_py(objective, lo, hi)
-        assert relax._certified(objective, lo, hi) == pytest.approx(want, rel=1e-12, abs=1e-12)
+        want_d, got_d = np.full(n, np.nan), np.full(n, np.nan)
+        want = relax._certified_py(objective, lo, hi, want_d)
+        got = relax._certified(objective, lo, hi, got_d)
+        assert got == pytest.approx(want, rel=1e-12, abs=1e-12)
+        np.testing.assert_allclose(got_d, want_d, rtol=1e-12, atol=1e-12)
+        y = relax._dual  # and they are the reduced gains: objective - A^T y
+        a = np.zeros((m, n))
+        for r, row in enumerate(relax.rows):
+            a[r, row.cols] = row.coefs
+        np.testing.assert_allclose(got_d, objective - a.T @ y, rtol=1e-12, atol=1e-12)
 
 
 @settings(max_examples=300, deadline=None)
@@ -410,3 +419,27 @@ def test_compiled_zero_half_separation_matches_the_python_reference(problem: Pac
                                       rhs=relax.rhs)
             assert [(r.cols.tolist(), r.coefs.tolist(), r.rhs) for r in got] == \
                 [(r.cols.tolist(), r.coefs.tolist(), r.rhs) for r in want]
+
+
+@pytest.mark.parametrize(("size", "seed"), [((64, 10), s) for s in range(6)] +
+                         [((128, 20), s) for s in range(3)])
+def test_lpbb_solves_without_each_winner_match_highs_on_auction_instances(
+        size: tuple[int, int], seed: int) -> None:
+    """On contested offers (fractional roots, so reduced-cost fixing and the restored
+    root basis come into play) lpbb's optimum and its solves without each winner have
+    HiGHS' MILP values."""
+    from themis.arbiter.auction import _gains
+    from themis.arbiter.instances import random_instance
+    from themis.arbiter.solvers.highs import HighsSolver
+    from themis.arbiter.solvers.lpbb import LpBranchAndBound
+
+    inst = random_instance(*size, seed=seed)
+    problem, _ = _gains(inst.tables, {g.id: i for i, g in enumerate(inst.offer)})
+    solver = LpBranchAndBound()
+    best = solver.solve(problem)
+    winners = [i for i, c in enumerate(best.choice) if c >= 0]
+    got = [best, *solver.solve_many(problem, winners)]
+    highs = HighsSolver()
+    for e, sol in zip([None, *winners], got, strict=True):
+        want = highs.solve(problem, e).objective
+        assert sol.objective == pytest.approx(want, rel=1e-9, abs=1e-9), e

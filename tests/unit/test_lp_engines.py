@@ -62,7 +62,8 @@ def _check_point(point: LpPoint, a: np.ndarray, rhs: np.ndarray, gain: np.ndarra
 
 
 def _replay(problem: PackingProblem, seed: int, steps: int = 30) -> None:
-    """Random bound changes, cut-like rows and objective swaps on both engines."""
+    """Random bound changes, cut-like rows and objective swaps on both engines, and on the
+    native one saved bases restored (with rows added and bounds changed since)."""
     rng = random.Random(seed)
     model = PackingLp(problem)
     n = len(model.cols)
@@ -70,7 +71,11 @@ def _replay(problem: PackingProblem, seed: int, steps: int = 30) -> None:
     rows: list[tuple[np.ndarray, np.ndarray, float]] = []
     lo, hi = np.zeros(n), np.ones(n)
     gain = model.gain
+    assert native.restore_basis() is False  # none saved
+    saved = False  # a basis saved since the last objective change
     for _ in range(steps):
+        if rng.random() < 0.3:
+            assert native.restore_basis() is saved
         r = rng.random()
         if r < 0.35:
             c = rng.randrange(n)
@@ -95,11 +100,15 @@ def _replay(problem: PackingProblem, seed: int, steps: int = 30) -> None:
             gain = rng.choice([model.gain, np.array([rng.random() for _ in range(n)])])
             native.set_gain(gain)
             highs.set_gain(gain)
+            saved = False  # set_gain drops the saved basis
         a = _dense(model, rows)
         rhs = np.array([1.0] * model.n_rows + [r for _, _, r in rows])
         want = _check_point(highs.solve(lo, hi), a, rhs, gain, lo, hi)
         got = _check_point(native.solve(lo, hi), a, rhs, gain, lo, hi)
         assert got == pytest.approx(want, rel=1e-9, abs=1e-9)
+        if rng.random() < 0.3:
+            native.save_basis()
+            saved = True
 
 
 @settings(max_examples=60, deadline=None)

@@ -66,6 +66,13 @@ typedef struct {
     double *cratio, *cbound, *cabs;
     long iterations; /* of the last solve */
     long total_iterations;
+    /* a saved basis (save_basis / restore_basis): its rows then, kernel size, basic
+     * columns S and kernel rows R1, the statuses of the n + saved_m variables, W */
+    int saved, saved_m, saved_k, saved_updates;
+    int *saved_S, *saved_R1;
+    signed char *saved_status;
+    double *saved_W; /* saved_k x saved_k */
+    int *nzt; /* work: kernel positions t with a non-zero right-hand side */
 } Lp;
 
 static int grow_int(int **p, size_t n) {
@@ -88,7 +95,7 @@ static int reserve_rows(Lp *lp, int m_new) {
     while (cap < m_new) cap *= 2;
     size_t nv = (size_t)lp->n + cap;
     if (grow_int(&lp->rstart, cap + 1) || grow_dbl(&lp->b, cap) || grow_int(&lp->R1, cap) ||
-        grow_int(&lp->r1pos, cap) || grow_dbl(&lp->x, nv) || grow_dbl(&lp->d, nv) ||
+        grow_int(&lp->r1pos, cap) || grow_int(&lp->nzt, cap) || grow_dbl(&lp->x, nv) || grow_dbl(&lp->d, nv) ||
         grow_dbl(&lp->rho, cap) || grow_dbl(&lp->alpha, nv) || grow_dbl(&lp->zR, cap) ||
         grow_dbl(&lp->acc, cap) || grow_dbl(&lp->h, cap) || grow_int(&lp->cand, nv) ||
         grow_int(&lp->flip, nv) || grow_dbl(&lp->cratio, nv) || grow_dbl(&lp->cbound, nv) ||
@@ -421,10 +428,16 @@ static int dual_simplex(Lp *lp) {
                 lp->x[j] += dx;
                 for (int e = lp->cstart[j]; e < lp->cstart[j + 1]; e++) db[lp->cind[e]] += lp->cval[e] * dx;
             }
+            /* z = W db[R1]: db is non-zero on the few rows of the passed columns, and
+             * the terms are summed in the same order (t ascending) as the dense product,
+             * zeros left out (adding w * 0 changes no sum but for the sign of a zero) */
+            int nt = 0;
+            for (int t = 0; t < k; t++)
+                if (db[lp->R1[t]] != 0.0) lp->nzt[nt++] = t;
             for (int i = 0; i < k; i++) {
                 double v = 0.0;
                 const double *w = &WAT(lp, i, 0);
-                for (int t = 0; t < k; t++) v += w[t] * db[lp->R1[t]];
+                for (int u = 0; u < nt; u++) v += w[lp->nzt[u]] * db[lp->R1[lp->nzt[u]]];
                 z[i] = v;
                 lp->x[lp->S[i]] -= v;
             }
@@ -578,6 +591,8 @@ static void Lp_dealloc(Lp *lp) {
     free(lp->S); free(lp->R1); free(lp->spos); free(lp->r1pos); free(lp->W);
     free(lp->rho); free(lp->alpha); free(lp->zS); free(lp->zR); free(lp->acc); free(lp->h);
     free(lp->cand); free(lp->flip); free(lp->cratio); free(lp->cbound); free(lp->cabs);
+    free(lp->saved_S); free(lp->saved_R1); free(lp->saved_status); free(lp->saved_W);
+    free(lp->nzt);
     Py_TYPE(lp)->tp_free((PyObject *)lp);
 }
 
@@ -736,8 +751,10 @@ static PyObject *Lp_set_gain(Lp *lp, PyObject *args) {
         lp->cost[j] = -gv[j];
     }
     PyBuffer_Release(&g);
-    /* the old basis need not be dual feasible for the new costs: start from the slacks */
+    /* the old basis need not be dual feasible for the new costs: start from the slacks
+     * (and so may a saved one: drop it) */
     slack_basis(lp);
+    lp->saved = 0;
     Py_RETURN_NONE;
 }
 
@@ -805,6 +822,60 @@ static PyObject *Lp_solve(Lp *lp, PyObject *args) {
     return PyLong_FromLong(status);
 }
 
+/* Save the current basis (after an optimal solve) for restore_basis. */
+static PyObject *Lp_save_basis(Lp *lp, PyObject *noargs) {
+    (void)noargs;
+    int k = lp->k, nv = lp->n + lp->m;
+    size_t kk = (size_t)(k ? k : 1);
+    int *S = realloc(lp->saved_S, kk * sizeof(int));
+    if (S) lp->saved_S = S;
+    int *R1 = realloc(lp->saved_R1, kk * sizeof(int));
+    if (R1) lp->saved_R1 = R1;
+    signed char *st = realloc(lp->saved_status, (size_t)(nv ? nv : 1));
+    if (st) lp->saved_status = st;
+    double *W = realloc(lp->saved_W, kk * kk * sizeof(double));
+    if (W) lp->saved_W = W;
+    if (!S || !R1 || !st || !W) {
+        lp->saved = 0;
+        return PyErr_NoMemory();
+    }
+    memcpy(S, lp->S, k * sizeof(int));
+    memcpy(R1, lp->R1, k * sizeof(int));
+    memcpy(st, lp->status, nv);
+    for (int i = 0; i < k; i++) memcpy(W + (size_t)i * k, &WAT(lp, i, 0), k * sizeof(double));
+    lp->saved = 1;
+    lp->saved_m = lp->m;
+    lp->saved_k = k;
+    lp->saved_updates = lp->updates;
+    Py_RETURN_NONE;
+}
+
+/* Make the saved basis current again; the slacks of rows added since are basic (as when
+ * they were added), so the kernel W is unchanged. The reduced costs are recomputed from
+ * the current costs; a new objective (set_gain) drops the saved basis. */
+static PyObject *Lp_restore_basis(Lp *lp, PyObject *noargs) {
+    (void)noargs;
+    if (!lp->saved) Py_RETURN_FALSE;
+    int k = lp->saved_k, n = lp->n;
+    if (reserve_kernel(lp, k) < 0 || build_csc(lp) < 0) return PyErr_NoMemory();
+    for (int j = 0; j < n; j++) lp->spos[j] = -1;
+    for (int r = 0; r < lp->m; r++) lp->r1pos[r] = -1;
+    memcpy(lp->status, lp->saved_status, n + lp->saved_m);
+    for (int r = lp->saved_m; r < lp->m; r++) lp->status[n + r] = BASIC;
+    lp->k = k;
+    for (int i = 0; i < k; i++) {
+        lp->S[i] = lp->saved_S[i];
+        lp->spos[lp->S[i]] = i;
+        lp->R1[i] = lp->saved_R1[i];
+        lp->r1pos[lp->R1[i]] = i;
+        memcpy(&WAT(lp, i, 0), lp->saved_W + (size_t)i * k, k * sizeof(double));
+    }
+    lp->updates = lp->saved_updates;
+    lp->fresh = 0;
+    compute_duals(lp);
+    Py_RETURN_TRUE;
+}
+
 static PyObject *Lp_get_m(Lp *lp, void *c) { (void)c; return PyLong_FromLong(lp->m); }
 static PyObject *Lp_get_n(Lp *lp, void *c) { (void)c; return PyLong_FromLong(lp->n); }
 static PyObject *Lp_get_it(Lp *lp, void *c) { (void)c; return PyLong_FromLong(lp->iterations); }
@@ -825,6 +896,11 @@ static PyMethodDef Lp_methods[] = {
      "add_row(cols: int32 array, coefs: float64 array, rhs: float): a row coefs.x[cols] <= rhs"},
     {"set_gain", (PyCFunction)Lp_set_gain, METH_VARARGS,
      "set_gain(gain: float64 array >= 0): new objective; the next solve starts from the slacks"},
+    {"save_basis", (PyCFunction)Lp_save_basis, METH_NOARGS,
+     "save_basis(): remember the current basis (call after an optimal solve)"},
+    {"restore_basis", (PyCFunction)Lp_restore_basis, METH_NOARGS,
+     "restore_basis() -> bool: make the saved basis current (False: none saved, or the "
+     "objective changed since); the next solve starts from it"},
     {"solve", (PyCFunction)Lp_solve, METH_VARARGS,
      "solve(lo, hi, x_out, activity_out, dual_out) -> status (0 optimal, 1 iteration limit, "
      "2 numerical trouble, 3 infeasible); the outputs are written only when 0"},
@@ -849,7 +925,8 @@ static PyTypeObject LpType = {
  * 0/1 base rows in CSC form, starts/index, then the cut rows as triplets), the bound
  * y.rhs + sum_c (hi_c <= 0 ? 0 : lo_c >= 1 ? d_c : max(0, d_c)), d = objective - A^T y.
  * Valid for any y >= 0: lpbb's certified bound (lpbb._Relaxation._certified_py is the
- * reference). Independent of the Lp object: it reads the caller's copy of the rows. */
+ * reference). Independent of the Lp object: it reads the caller's copy of the rows.
+ * Optional 11th argument: a float64 array of n that receives the reduced gains d. */
 static int get_vec(PyObject *o, Py_buffer *b, const char *fmt, Py_ssize_t len, const char *name) {
     if (PyObject_GetBuffer(o, b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return -1;
     const char *f = b->format;
@@ -865,12 +942,12 @@ static int get_vec(PyObject *o, Py_buffer *b, const char *fmt, Py_ssize_t len, c
 
 static PyObject *weak_duality_bound(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *o[10];
-    if (!PyArg_ParseTuple(args, "OOOOOOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6],
-                          &o[7], &o[8], &o[9]))
+    PyObject *o[10], *o_d = NULL;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOO|O", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6],
+                          &o[7], &o[8], &o[9], &o_d))
         return NULL;
-    Py_buffer b[10];
-    int got = 0;
+    Py_buffer b[10], bd;
+    int got = 0, got_d = 0;
     PyObject *result = NULL;
     /* y, objective, starts, index, cut_rows, cut_cols, cut_coefs, rhs, lo, hi */
     static const char *fmt[10] = {"d", "d", "i", "i", "q", "q", "d", "d", "d", "d"};
@@ -888,8 +965,12 @@ static PyObject *weak_duality_bound(PyObject *self, PyObject *args) {
     const double *lo = b[8].buf, *hi = b[9].buf;
     const int32_t *starts = b[2].buf, *index = b[3].buf;
     const int64_t *crow = b[4].buf, *ccol = b[5].buf;
-    double *d = malloc((n ? (size_t)n : 1) * sizeof(double));
-    if (!d) {
+    double *d;
+    if (o_d != NULL && o_d != Py_None) {
+        if (get_buf(o_d, &bd, "d", n, 1, "reduced") < 0) goto done;
+        got_d = 1;
+        d = bd.buf;
+    } else if (!(d = malloc((n ? (size_t)n : 1) * sizeof(double)))) {
         PyErr_NoMemory();
         goto done;
     }
@@ -908,7 +989,7 @@ static PyObject *weak_duality_bound(PyObject *self, PyObject *args) {
         else d[ccol[k]] -= coef[k] * y[crow[k]];
     }
     if (bad) {
-        free(d);
+        if (!got_d) free(d);
         PyErr_SetString(PyExc_ValueError, "weak_duality_bound: an index out of range");
         goto done;
     }
@@ -918,10 +999,11 @@ static PyObject *weak_duality_bound(PyObject *self, PyObject *args) {
         if (hi[c] <= 0.0) continue;
         bound += lo[c] >= 1.0 ? d[c] : (d[c] > 0.0 ? d[c] : 0.0);
     }
-    free(d);
+    if (!got_d) free(d);
     result = PyFloat_FromDouble(bound);
 done:
     for (int i = 0; i < got; i++) PyBuffer_Release(&b[i]);
+    if (got_d) PyBuffer_Release(&bd);
     return result;
 }
 
@@ -1059,7 +1141,7 @@ done:
 static PyMethodDef module_methods[] = {
     {"weak_duality_bound", weak_duality_bound, METH_VARARGS,
      "weak_duality_bound(y, objective, starts, index, cut_rows, cut_cols, cut_coefs, rhs, lo, "
-     "hi) -> float"},
+     "hi[, reduced_out]) -> float"},
     {"packing_structure", packing_structure, METH_VARARGS,
      "packing_structure(masks, width, app_of, n_apps, n_gpus) -> (starts, index, n_rows, "
      "row_starts, members)"},

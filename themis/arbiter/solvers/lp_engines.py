@@ -39,7 +39,7 @@ except ImportError:  # pragma: no cover
 
 # lpbb's certified bound from row duals, compiled (None without the extension; lpbb then
 # uses its numpy reference): weak_duality_bound(y, objective, starts, index, cut_rows,
-# cut_cols, cut_coefs, rhs, lo, hi) -> float, see _simplex.c
+# cut_cols, cut_coefs, rhs, lo, hi[, reduced_out]) -> float, see _simplex.c
 weak_duality_bound: Any = None if _simplex is None else _simplex.weak_duality_bound
 
 ENGINES = ("auto", "native", "highs")
@@ -73,6 +73,15 @@ class LpEngine(ABC):
     def solve(self, lo: np.ndarray, hi: np.ndarray) -> LpPoint:
         """Solve with column bounds ``lo <= x <= hi``; raise SolverUnavailable when the
         engine cannot."""
+
+    def save_basis(self) -> None:  # noqa: B027 - optional: engines without it ignore it
+        """Remember the current (optimal) basis for :meth:`restore_basis`."""
+
+    def restore_basis(self) -> bool:
+        """Start the next solve from the basis saved last (rows added since have basic
+        slacks); False when there is none (never saved, or the objective changed since)
+        or the engine cannot, and the next solve starts where the last one ended."""
+        return False
 
 
 class HighsEngine(LpEngine):
@@ -145,6 +154,12 @@ class NativeEngine(LpEngine):
             raise SolverUnavailable(f"lpbb: native LP {_NATIVE_STATUS.get(status, status)}")
         return LpPoint(x, activity, dual)
 
+    def save_basis(self) -> None:
+        self.lp.save_basis()
+
+    def restore_basis(self) -> bool:
+        return bool(self.lp.restore_basis())
+
 
 class FallbackEngine(LpEngine):
     """The native engine, replaced by HiGHS (with every row added so far and the current
@@ -168,6 +183,12 @@ class FallbackEngine(LpEngine):
     def set_gain(self, gain: np.ndarray) -> None:
         self.gain = gain
         self.engine.set_gain(gain)
+
+    def save_basis(self) -> None:
+        self.engine.save_basis()
+
+    def restore_basis(self) -> bool:
+        return self.engine.restore_basis()
 
     def solve(self, lo: np.ndarray, hi: np.ndarray) -> LpPoint:
         try:

@@ -118,6 +118,8 @@ class _Relaxation:
         self.cut_rows = np.zeros(0, dtype=np.int64)
         self.engine = make_engine(model, engine)
         self.activity = np.zeros(self.n_base_rows)  # row values of the last LP solved
+        # reduced gains d = gain - A^T y of the last certified bound (reduced-cost fixing)
+        self.reduced = np.zeros(len(model.cols))
         self.lp_solves = 0  # statistics: LPs solved
         # per solve (excluded app): the number of cuts when its LP count limit was last
         # tried; the exact maximum numbers of starving apps served (built when needed)
@@ -147,9 +149,10 @@ class _Relaxation:
         return len(self.rhs) - self.n_base_rows
 
     def lp(self, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, float]:
-        """Solve the node's LP: (x, certified upper bound of the node)."""
+        """Solve the node's LP: (x, certified upper bound of the node); its reduced gains
+        are left in ``reduced``."""
         x = self._run(lo, hi)
-        return x, self._certified(self.gain, lo, hi)
+        return x, self._certified(self.gain, lo, hi, self.reduced)
 
     def _run(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         point = self.engine.solve(lo, hi)
@@ -158,23 +161,28 @@ class _Relaxation:
         self._dual = np.maximum(0.0, point.dual)
         return point.x
 
-    def _certified(self, objective: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> float:
+    def _certified(self, objective: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                   reduced: np.ndarray | None = None) -> float:
         """Weak-duality upper bound of max objective.x over the LP (bounds lo, hi) from
         the last LP's row duals (clipped to >= 0); compiled when the extension was built
-        (it reads this object's rows, not the engine's), else :meth:`_certified_py`."""
+        (it reads this object's rows, not the engine's), else :meth:`_certified_py`.
+        ``reduced``: an array that receives the reduced gains ``objective - A^T y``."""
         if weak_duality_bound is None:
-            return self._certified_py(objective, lo, hi)
+            return self._certified_py(objective, lo, hi, reduced)
         return float(weak_duality_bound(self._dual, objective, self.col_starts, self.index,
                                         self.cut_rows, self.cut_cols, self.cut_coefs,
-                                        self.rhs, lo, hi))
+                                        self.rhs, lo, hi, reduced))
 
-    def _certified_py(self, objective: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> float:
+    def _certified_py(self, objective: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                      reduced: np.ndarray | None = None) -> float:
         """:meth:`_certified` with numpy (the reference of the compiled version)."""
         y = self._dual
         d = objective - np.add.reduceat(y[self.index], self.col_starts[:-1])
         if len(self.cut_cols):
             d -= np.bincount(self.cut_cols, weights=self.cut_coefs * y[self.cut_rows],
                              minlength=len(d))
+        if reduced is not None:
+            reduced[:] = d
         part = np.where(hi <= 0.0, 0.0, np.where(lo >= 1.0, d, np.maximum(0.0, d)))
         return float(np.dot(y, self.rhs) + part.sum())
 
@@ -357,6 +365,10 @@ class LpBranchAndBound(Solver):
             limit = min(limit, IMPATIENT_NODES)
         stack = [(lo0, hi0, self.root_cut_rounds)]
         nodes = 0
+        if excluded is not None:
+            # start from the optimum's root basis (saved below): only app ``excluded``'s
+            # columns change, where the last solve's basis had another app excluded
+            relax.engine.restore_basis()
         while stack:
             lo, hi, cut_rounds = stack.pop()
             nodes += 1
@@ -375,6 +387,16 @@ class LpBranchAndBound(Solver):
                     tol = RTOL * max(1.0, abs(best_val))
                     if bound <= best_val + tol:
                         break
+                if excluded is not None:
+                    # reduced-cost fixing: the certified bound with x_c = 1 forced is
+                    # bound + d_c for a free column (d_c < 0), so a column with
+                    # bound + d_c <= best_val + tol is 0 in every point of this node the
+                    # pruning rule would keep; the node's children inherit hi. Only in
+                    # the solves without a winner, whose value alone is used: in the
+                    # optimum's it would change which of equally good allocations is
+                    # kept (measured: same values, 6 of 1,005 simulator auctions with
+                    # other GPUs), and the allocation is the search's first found
+                    hi[(relax.reduced <= best_val + tol - bound) & (lo <= 0.0)] = 0.0
                 frac = np.nonzero((x > INTEGRAL_TOL) & (x < 1.0 - INTEGRAL_TOL))[0]
                 if len(frac) == 0:
                     # integral LP optimum: rounding took exactly it; it must meet the bound
@@ -410,6 +432,8 @@ class LpBranchAndBound(Solver):
                 stack.append((lo_out, hi_out, self.node_cut_rounds))
                 stack.append((lo_in, hi_in, self.node_cut_rounds))  # explored first
                 break
+            if nodes == 1 and excluded is None:
+                relax.engine.save_basis()  # the root LP with every cut of this solve
         total = 0.0
         used = 0
         for i, c in enumerate(best_choice):
