@@ -406,8 +406,11 @@ class LpBranchAndBound(Solver):
                     # the solves without a winner, whose value alone is used: in the
                     # optimum's it would change which of equally good allocations is
                     # kept (measured: same values, 6 of 1,005 simulator auctions with
-                    # other GPUs), and the allocation is the search's first found
-                    hi[(relax.reduced <= best_val + tol - bound) & (lo <= 0.0)] = 0.0
+                    # other GPUs), and the allocation is the search's first found. Only
+                    # columns at 0 in x: a basic column's d_c is 0 but for rounding, and
+                    # one fixed while fractional could be branched on (lo 1 > hi 0)
+                    hi[(relax.reduced <= best_val + tol - bound) & (lo <= 0.0)
+                       & (x <= INTEGRAL_TOL)] = 0.0
                 frac = np.nonzero((x > INTEGRAL_TOL) & (x < 1.0 - INTEGRAL_TOL))[0]
                 if len(frac) == 0:
                     # integral LP optimum: rounding took exactly it; it must meet the bound
