@@ -34,9 +34,10 @@ bundles, and the LP mixes them (half-integral points, odd cycles of conflicts). 
   the excluded app's columns change - not also the previous solve's app. And they fix
   columns by reduced cost: with the certified bound U of a node and its reduced gains d
   (both from the same duals y >= 0), forcing a free column c to 1 bounds the node by
-  U + d_c, so a column with U + d_c <= incumbent (+ the pruning tolerance) is set to 0
-  in that node and its subtree. Not in the optimum's solve: there it would change which
-  of equally good allocations is kept (its value alone matters in the other solves).
+  U + d_c, so a column at 0 in the node's LP point with U + d_c <= incumbent (+ the
+  pruning tolerance) is set to 0 in that node and its subtree. Not in the optimum's
+  solve: there it would change which of equally good allocations is kept (its value
+  alone matters in the other solves).
 * **Branching** on the fractional column with the largest min(x, 1 - x) * gain; the
   "take it" child first (depth first).
 
