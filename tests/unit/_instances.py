@@ -5,6 +5,8 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from themis.agent.bids import Bid, BidTable
+from themis.arbiter.auction import _gains
+from themis.arbiter.instances import random_instance
 from themis.arbiter.solvers.base import Bundle, PackingProblem
 from themis.cluster.topology import Gpu
 
@@ -38,3 +40,10 @@ def auctions(draw: st.DrawFn, max_gpus: int = 6, max_apps: int = 4) -> tuple[lis
             bids.append(Bid(tuple(sorted(ids)), draw(st.floats(0.05, top))))
         tables.append(BidTable(f"a{a}", r0, tuple(bids)))
     return gpus, tables
+
+
+def auction_problem(n_gpus: int, n_apps: int, seed: int) -> PackingProblem:
+    """The packing problem of a random auction instance (real agents' bid tables)."""
+    inst = random_instance(n_gpus, n_apps, seed=seed)
+    problem, _ = _gains(inst.tables, {g.id: i for i, g in enumerate(inst.offer)})
+    return problem

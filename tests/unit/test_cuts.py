@@ -22,7 +22,7 @@ from themis.arbiter.solvers.cuts import (
 )
 from themis.arbiter.solvers.lpbb import _Relaxation
 
-from ._instances import packing_problems
+from ._instances import auction_problem, packing_problems
 
 
 def _feasible_points(problem: PackingProblem, cols: list[tuple[int, int]]) -> list[np.ndarray]:
@@ -428,13 +428,10 @@ def test_lpbb_solves_without_each_winner_match_highs_on_auction_instances(
     """On contested offers (fractional roots, so reduced-cost fixing and the restored
     root basis come into play) lpbb's optimum and its solves without each winner have
     HiGHS' MILP values."""
-    from themis.arbiter.auction import _gains
-    from themis.arbiter.instances import random_instance
     from themis.arbiter.solvers.highs import HighsSolver
     from themis.arbiter.solvers.lpbb import LpBranchAndBound
 
-    inst = random_instance(*size, seed=seed)
-    problem, _ = _gains(inst.tables, {g.id: i for i, g in enumerate(inst.offer)})
+    problem = auction_problem(*size, seed=seed)
     solver = LpBranchAndBound()
     best = solver.solve(problem)
     winners = [i for i, c in enumerate(best.choice) if c >= 0]

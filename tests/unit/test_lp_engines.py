@@ -11,8 +11,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from themis.arbiter.auction import _gains
-from themis.arbiter.instances import random_instance
 from themis.arbiter.solvers.base import PackingProblem, SolverUnavailable
 from themis.arbiter.solvers.highs import PackingLp
 from themis.arbiter.solvers.lp_engines import (
@@ -24,16 +22,10 @@ from themis.arbiter.solvers.lp_engines import (
     make_engine,
 )
 
-from ._instances import packing_problems
+from ._instances import auction_problem, packing_problems
 
 pytestmark = pytest.mark.skipif(not NATIVE_AVAILABLE, reason="native engine not built "
                                 "(test_solver_conformance fails for that)")
-
-
-def _auction_problem(n_gpus: int, n_apps: int, seed: int) -> PackingProblem:
-    inst = random_instance(n_gpus, n_apps, seed=seed)
-    problem, _ = _gains(inst.tables, {g.id: i for i, g in enumerate(inst.offer)})
-    return problem
 
 
 def _dense(model: PackingLp, rows: list[tuple[np.ndarray, np.ndarray, float]]) -> np.ndarray:
@@ -123,11 +115,11 @@ def test_native_matches_highs_on_small_problems(problem: PackingProblem, seed: i
                                             ((256, 50), 5)])
 def test_native_matches_highs_on_auction_sized_problems(size: tuple[int, int],
                                                         seed: int) -> None:
-    _replay(_auction_problem(*size, seed), seed, steps=25)
+    _replay(auction_problem(*size, seed), seed, steps=25)
 
 
 def test_bad_input_is_refused_with_a_message() -> None:
-    model = PackingLp(_auction_problem(64, 10, 0))
+    model = PackingLp(auction_problem(64, 10, 0))
     n = len(model.cols)
     engine = NativeEngine(model)
     with pytest.raises(ValueError, match="out of range"):
@@ -143,7 +135,7 @@ def test_bad_input_is_refused_with_a_message() -> None:
 
 
 def test_fallback_hands_over_to_highs_with_the_rows_added(monkeypatch: pytest.MonkeyPatch) -> None:
-    model = PackingLp(_auction_problem(64, 10, 1))
+    model = PackingLp(auction_problem(64, 10, 1))
     n = len(model.cols)
     engine = make_engine(model)
     assert isinstance(engine, FallbackEngine) and engine.name == "native"
@@ -190,7 +182,7 @@ def test_compiled_packing_structure_matches_the_numpy_reference(problem: Packing
 @pytest.mark.parametrize(("size", "seed"), [((64, 10), 0), ((256, 50), 5), ((1024, 200), 1)])
 def test_compiled_packing_structure_matches_on_auction_sized_problems(
         size: tuple[int, int], seed: int) -> None:
-    _same_structure(_auction_problem(*size, seed))
+    _same_structure(auction_problem(*size, seed))
 
 
 def test_compiled_packing_structure_refuses_bad_input() -> None:
