@@ -95,8 +95,8 @@ static int reserve_rows(Lp *lp, int m_new) {
     while (cap < m_new) cap *= 2;
     size_t nv = (size_t)lp->n + cap;
     if (grow_int(&lp->rstart, cap + 1) || grow_dbl(&lp->b, cap) || grow_int(&lp->R1, cap) ||
-        grow_int(&lp->r1pos, cap) || grow_int(&lp->nzt, cap) || grow_dbl(&lp->x, nv) || grow_dbl(&lp->d, nv) ||
-        grow_dbl(&lp->rho, cap) || grow_dbl(&lp->alpha, nv) || grow_dbl(&lp->zR, cap) ||
+        grow_int(&lp->r1pos, cap) || grow_int(&lp->nzt, cap) || grow_dbl(&lp->x, nv) ||
+        grow_dbl(&lp->d, nv) || grow_dbl(&lp->rho, cap) || grow_dbl(&lp->alpha, nv) || grow_dbl(&lp->zR, cap) ||
         grow_dbl(&lp->acc, cap) || grow_dbl(&lp->h, cap) || grow_int(&lp->cand, nv) ||
         grow_int(&lp->flip, nv) || grow_dbl(&lp->cratio, nv) || grow_dbl(&lp->cbound, nv) ||
         grow_dbl(&lp->cabs, nv))
