@@ -1,0 +1,59 @@
+"""HiGHS' MILP back-end starts each solve without a winner from the optimum without that
+app (a feasible point: a lower bound from the outset)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from themis.arbiter.solvers import highs as highs_module
+from themis.arbiter.solvers.highs import HighsSolver, PackingLp, _mip_start
+
+from ._instances import auction_problem
+
+
+@pytest.mark.parametrize("seed", [1, 3])
+def test_highs_accepts_the_optimum_without_the_app_as_its_start(seed: int) -> None:
+    problem = auction_problem(64, 10, seed)
+    best = HighsSolver().solve(problem)
+    for e in [i for i, c in enumerate(best.choice) if c >= 0][:3]:
+        model = PackingLp(problem)
+        h = model.highs(integer=True)
+        idx = np.array([c for c, (i, _) in enumerate(model.cols) if i == e], dtype=np.int32)
+        h.changeColsBounds(len(idx), idx, np.zeros(len(idx)), np.zeros(len(idx)))
+        # no search of its own: whatever it reports is the start it accepted
+        h.setOptionValue("mip_max_nodes", 0)
+        h.setOptionValue("mip_heuristic_effort", 0.0)
+        h.setOptionValue("presolve", "off")
+        _mip_start(h, model.cols, best.choice, e)
+        h.run()
+        want = best.objective - problem.apps[e][best.choice[e]].gain
+        assert h.getInfo().objective_function_value == pytest.approx(want, rel=1e-12)
+
+
+def test_the_solves_without_each_winner_start_from_the_optimum_and_stay_exact(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    problem = auction_problem(128, 20, 4)
+    plain = HighsSolver()
+    monkeypatch.setattr(highs_module, "_mip_start", lambda *a: None)
+    best = plain.solve(problem)
+    winners = [i for i, c in enumerate(best.choice) if c >= 0]
+    want = [s.objective for s in plain.solve_many(problem, winners)]
+    monkeypatch.undo()
+    starts: list[tuple[tuple[int, ...], int]] = []
+
+    def spy(h: object, cols: object, choice: tuple[int, ...], excluded: int) -> None:
+        starts.append((tuple(choice), excluded))
+        _mip_start(h, cols, choice, excluded)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(highs_module, "_mip_start", spy)
+    solver = HighsSolver()
+    assert solver.solve(problem).objective == pytest.approx(best.objective, rel=1e-12)
+    got = solver.solve_many(problem, winners)
+    assert starts == [(best.choice, e) for e in winners]
+    assert [s.objective for s in got] == pytest.approx(want, rel=1e-9)
+    # a new problem forgets the old optimum: no start before its own is known
+    other = auction_problem(64, 10, 2)
+    starts.clear()
+    solver.solve_many(other, [0])
+    assert starts == []
