@@ -144,7 +144,8 @@ def test_fallback_hands_over_to_highs_with_the_rows_added(monkeypatch: pytest.Mo
     lo, hi = np.zeros(n), np.ones(n)
     before = float(model.gain @ engine.solve(lo, hi).x)
 
-    def broken(self: NativeEngine, lo: np.ndarray, hi: np.ndarray) -> LpPoint:
+    def broken(self: NativeEngine, lo: np.ndarray, hi: np.ndarray,
+               cutoff: float | None = None) -> LpPoint:
         raise SolverUnavailable("lpbb: native LP numerical trouble")
 
     monkeypatch.setattr(NativeEngine, "solve", broken)

@@ -203,9 +203,10 @@ def test_lpbb_solves_the_rest_of_a_problem_patiently_after_one_ran_out_of_nodes(
     solve = lpbb.LpBranchAndBound._solve
 
     def recording(self: lpbb.LpBranchAndBound, relax: object, excluded: int | None,
-                  hint: object, patient: bool = True) -> Solution:
+                  hint: object, goals: Sequence[float] = (),
+                  patient: bool = True) -> Solution:
         calls.append((excluded, patient))
-        return solve(self, relax, excluded, hint, patient)  # type: ignore[arg-type]
+        return solve(self, relax, excluded, hint, goals, patient)  # type: ignore[arg-type]
 
     monkeypatch.setattr(lpbb.LpBranchAndBound, "_solve", recording)
     solver = lpbb.LpBranchAndBound(node_limit=1)

@@ -8,7 +8,8 @@ Input::
      "nonbidders": ["b", ...], "seed": 0, "solver": "auto"}
 
 Output: allocation (final grant per app, leftover included), proportional_fair,
-kept_fraction (c_i), leftover (per non-bidder), unallocated, solver, solve_ms.
+kept_fraction (c_i, exact; with --no-exact-payments, as the arbiter computes it: a c_i
+giving the same GPUs kept), leftover (per non-bidder), unallocated, solver, solve_ms.
 Bad input exits with status 2 and one line naming the app, the bid and the problem.
 """
 
@@ -130,11 +131,12 @@ def parse_input(doc: Any) -> tuple[list[Gpu], list[BidTable], list[str], int, st
     return offer, tables, list(nonbidders), seed, solver
 
 
-def run(doc: Any, solver_override: str | None = None) -> dict[str, Any]:
+def run(doc: Any, solver_override: str | None = None,
+        exact_payments: bool = True) -> dict[str, Any]:
     offer, tables, nonbidders, seed, solver_name = parse_input(doc)
     solver = make_solver(solver_override or solver_name)
     rng = random.Random(seed)
-    result = run_auction(offer, tables, solver, rng)
+    result = run_auction(offer, tables, solver, rng, exact_payments=exact_payments)
     left_ids = set(result.leftover)
     leftover, unallocated = distribute_leftover(
         [g for g in offer if g.id in left_ids], nonbidders, rng
@@ -169,6 +171,15 @@ def add_parser(sub: Any) -> None:
         "cpsat, bruteforce (docs/mechanism.md); overrides the input's 'solver' field",
     )
     p.add_argument("--indent", type=int, default=2, help="JSON indentation (0: one line)")
+    p.add_argument(
+        "--exact-payments",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="compute every hidden payment c_i exactly (default); --no-exact-payments "
+        "does what the arbiter does: each solve without a winner stops once the number of "
+        "GPUs the winner keeps is settled (the same allocation, faster; kept_fraction is "
+        "then a c_i giving that number)",
+    )
     p.set_defaults(func=main)
 
 
@@ -186,7 +197,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"themis auction: {args.input}: invalid JSON: {exc}", file=sys.stderr)
         return 2
     try:
-        out = run(doc, args.solver)
+        out = run(doc, args.solver, args.exact_payments)
     except (InputError, InvalidBid, InvalidOffer, SolverError) as exc:
         print(f"themis auction: {exc}", file=sys.stderr)
         return 2

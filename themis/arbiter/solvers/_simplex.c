@@ -38,7 +38,7 @@
 #define REFACTOR_EVERY 64
 #define MAX_ITER_FACTOR 50
 
-enum { OK = 0, ITERATION_LIMIT = 1, NUMERICAL = 2, INFEASIBLE = 3 };
+enum { OK = 0, ITERATION_LIMIT = 1, NUMERICAL = 2, INFEASIBLE = 3, CUTOFF = 4 };
 
 typedef struct {
     PyObject_HEAD
@@ -299,8 +299,10 @@ static int fresh_start(Lp *lp) {
     return 0;
 }
 
-/* One dual simplex solve from the current basis. */
-static int dual_simplex(Lp *lp) {
+/* One dual simplex solve from the current basis; CUTOFF (the basis kept, dual feasible)
+ * once the objective of the basic solution - the max form's dual objective, an upper
+ * bound of the LP while the basis is dual feasible - is at most ``cutoff``. */
+static int dual_simplex(Lp *lp, double cutoff) {
     int n = lp->n, m = lp->m;
     long limit = (long)MAX_ITER_FACTOR * (n + m) + 1000;
     lp->iterations = 0;
@@ -324,6 +326,11 @@ static int dual_simplex(Lp *lp) {
             if (v < -worst) worst = -v, p = n + r, delta = v;
         }
         if (p < 0) return OK;
+        if (cutoff > -INFINITY) {
+            double obj = 0.0; /* max form: -cost . x */
+            for (int j = 0; j < n; j++) obj -= lp->cost[j] * lp->x[j];
+            if (obj <= cutoff) return CUTOFF;
+        }
         if (++lp->iterations > limit) return ITERATION_LIMIT;
         /* row of B^-1 for p, over the rows (rho), and the pivot row alpha */
         int k = lp->k;
@@ -760,7 +767,9 @@ static PyObject *Lp_set_gain(Lp *lp, PyObject *args) {
 
 static PyObject *Lp_solve(Lp *lp, PyObject *args) {
     PyObject *o_lo, *o_hi, *o_x, *o_act, *o_dual;
-    if (!PyArg_ParseTuple(args, "OOOOO", &o_lo, &o_hi, &o_x, &o_act, &o_dual)) return NULL;
+    double cutoff = -INFINITY;
+    if (!PyArg_ParseTuple(args, "OOOOO|d", &o_lo, &o_hi, &o_x, &o_act, &o_dual, &cutoff))
+        return NULL;
     Py_buffer lo, hi, x, act, dual;
     if (get_buf(o_lo, &lo, "d", lp->n, 0, "lo") < 0) return NULL;
     if (get_buf(o_hi, &hi, "d", lp->n, 0, "hi") < 0) { PyBuffer_Release(&lo); return NULL; }
@@ -800,11 +809,11 @@ static PyObject *Lp_solve(Lp *lp, PyObject *args) {
         }
         if (status == 0) {
             Py_BEGIN_ALLOW_THREADS
-            status = dual_simplex(lp);
+            status = dual_simplex(lp, cutoff);
             Py_END_ALLOW_THREADS
         }
         lp->total_iterations += lp->iterations;
-        if (status == OK) {
+        if (status == OK || status == CUTOFF) {
             double *xo = x.buf, *ao = act.buf, *yo = dual.buf;
             for (int j = 0; j < lp->n; j++) xo[j] = lp->x[j];
             for (int r = 0; r < lp->m; r++) ao[r] = lp->b[r] - (lp->r1pos[r] >= 0 ? 0.0 : lp->x[lp->n + r]);
@@ -902,8 +911,9 @@ static PyMethodDef Lp_methods[] = {
      "restore_basis() -> bool: make the saved basis current (False: none saved, or the "
      "objective changed since); the next solve starts from it"},
     {"solve", (PyCFunction)Lp_solve, METH_VARARGS,
-     "solve(lo, hi, x_out, activity_out, dual_out) -> status (0 optimal, 1 iteration limit, "
-     "2 numerical trouble, 3 infeasible); the outputs are written only when 0"},
+     "solve(lo, hi, x_out, activity_out, dual_out[, cutoff]) -> status (0 optimal, 1 "
+     "iteration limit, 2 numerical trouble, 3 infeasible, 4 stopped at a dual-feasible basis "
+     "whose objective is <= cutoff); the outputs are written only when 0 or 4"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -12,6 +12,7 @@ from themis.arbiter.solvers.base import (
     Solver,
     SolverError,
     SolverUnavailable,
+    require_aligned,
 )
 
 log = logging.getLogger("themis.arbiter.solvers")
@@ -62,10 +63,26 @@ class FallbackSolver(Solver):
     def solve_many(
         self, problem: PackingProblem, excluded: Sequence[int | None]
     ) -> list[Solution]:
+        return self._chain(problem, excluded, None)
+
+    def bracket_many(
+        self, problem: PackingProblem, excluded: Sequence[int | None],
+        thresholds: Sequence[Sequence[float]],
+    ) -> list[Solution]:
+        require_aligned(excluded, thresholds)
+        return self._chain(problem, excluded, thresholds)
+
+    def _chain(
+        self, problem: PackingProblem, excluded: Sequence[int | None],
+        thresholds: Sequence[Sequence[float]] | None,
+    ) -> list[Solution]:
+        """:meth:`solve_many` (``thresholds`` None) or :meth:`bracket_many` down the
+        chain: the primary, then the fallback for the solves the primary did not finish."""
         done: tuple[Solution, ...] = ()
         if self.primary is not None and problem is not self._gave_up:
             try:
-                out = self.primary.solve_many(problem, excluded)
+                out = (self.primary.solve_many(problem, excluded) if thresholds is None
+                       else self.primary.bracket_many(problem, excluded, thresholds))
                 self._used = self.primary
                 return out
             except SolverUnavailable as exc:
@@ -74,7 +91,11 @@ class FallbackSolver(Solver):
                 done = exc.done[: len(excluded)]
         self._used = self.fallback
         rest = list(excluded[len(done) :])
-        return [*done, *(self.fallback.solve_many(problem, rest) if rest else [])]
+        if not rest:
+            return list(done)
+        if thresholds is None:
+            return [*done, *self.fallback.solve_many(problem, rest)]
+        return [*done, *self.fallback.bracket_many(problem, rest, thresholds[len(done) :])]
 
 
 def _highs() -> Solver:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 
 class SolverError(RuntimeError):
@@ -60,8 +61,10 @@ def require_budget(tag: str, problem: PackingProblem, node_limit: int,
     return budget
 
 
-@dataclass(frozen=True, slots=True)
-class Bundle:
+class Bundle(NamedTuple):
+    """One candidate bundle (a named tuple: an auction builds ~700 of them per 256-GPU
+    offer, ~3x faster than a frozen dataclass)."""
+
     mask: int  # bit g set <=> GPU index g is in the bundle
     gain: float  # log(rho_empty / rho_bundle) (plus the starvation term), > 0
 
@@ -126,3 +129,25 @@ class Solver(ABC):
         """Solve the problem once per entry of ``excluded`` (the N+1 solves of the
         auction). Back-ends may override to reuse work across the solves."""
         return [self.solve(problem, e) for e in excluded]
+
+    def bracket_many(
+        self, problem: PackingProblem, excluded: Sequence[int | None],
+        thresholds: Sequence[Sequence[float]],
+    ) -> list[Solution]:
+        """Like :meth:`solve_many`, but each solve only has to *bracket* its optimum OPT
+        among its ``thresholds`` (ascending): the returned choice is feasible (app
+        ``excluded`` gets nothing) and its objective v satisfies: no threshold lies in
+        (v, OPT], up to the 1e-9 relative tolerance - so v and OPT have the same number of
+        thresholds above them. The auction's randomized rounding only needs that number
+        (:func:`themis.arbiter.auction.run_auction`). An exact solve brackets every
+        threshold list, hence this default; a back-end may stop a solve early instead
+        (``lpbb``)."""
+        require_aligned(excluded, thresholds)
+        return self.solve_many(problem, excluded)
+
+
+def require_aligned(excluded: Sequence[int | None],
+                    thresholds: Sequence[Sequence[float]]) -> None:
+    """Raise SolverError unless there is one threshold list per solve."""
+    if len(thresholds) != len(excluded):
+        raise SolverError(f"{len(thresholds)} threshold lists for {len(excluded)} solves")

@@ -20,6 +20,7 @@ the native engine reports trouble (iteration limit, a drifting kernel).
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
@@ -44,16 +45,20 @@ weak_duality_bound: Any = None if _simplex is None else _simplex.weak_duality_bo
 
 ENGINES = ("auto", "native", "highs")
 _NATIVE_STATUS = {1: "iteration limit", 2: "numerical trouble", 3: "infeasible"}
+_CUT_OFF = 4  # the native solve stopped at its cutoff
 
 
 @dataclass(frozen=True, slots=True)
 class LpPoint:
     """An optimal LP solution: column values, row activities A x and row duals (of the
-    maximisation; not clipped, the caller clips them to >= 0)."""
+    maximisation; not clipped, the caller clips them to >= 0). ``cut_off``: the solve
+    stopped before the optimum, at a dual-feasible basis whose objective is at most the
+    cutoff asked for (x is then not a feasible point; the duals still bound the LP)."""
 
     x: np.ndarray
     activity: np.ndarray
     dual: np.ndarray
+    cut_off: bool = False
 
 
 class LpEngine(ABC):
@@ -70,9 +75,11 @@ class LpEngine(ABC):
         """Replace the objective (every entry >= 0)."""
 
     @abstractmethod
-    def solve(self, lo: np.ndarray, hi: np.ndarray) -> LpPoint:
+    def solve(self, lo: np.ndarray, hi: np.ndarray, cutoff: float | None = None) -> LpPoint:
         """Solve with column bounds ``lo <= x <= hi``; raise SolverUnavailable when the
-        engine cannot."""
+        engine cannot. With a ``cutoff``, an engine may stop as soon as its dual bound is
+        at most the cutoff (``LpPoint.cut_off``) - the caller only needs to know that the
+        LP cannot beat it."""
 
     def save_basis(self) -> None:  # noqa: B027 - optional: engines without it ignore it
         """Remember the current (optimal) basis for :meth:`restore_basis`."""
@@ -106,7 +113,7 @@ class HighsEngine(LpEngine):
     def set_gain(self, gain: np.ndarray) -> None:
         self.h.changeColsCost(len(gain), self._all, gain)
 
-    def solve(self, lo: np.ndarray, hi: np.ndarray) -> LpPoint:
+    def solve(self, lo: np.ndarray, hi: np.ndarray, cutoff: float | None = None) -> LpPoint:
         h = self.h
         h.changeColsBounds(len(lo), self._all, lo, hi)
         h.run()
@@ -145,14 +152,15 @@ class NativeEngine(LpEngine):
     def set_gain(self, gain: np.ndarray) -> None:
         self.lp.set_gain(np.ascontiguousarray(gain, dtype=np.float64))
 
-    def solve(self, lo: np.ndarray, hi: np.ndarray) -> LpPoint:
+    def solve(self, lo: np.ndarray, hi: np.ndarray, cutoff: float | None = None) -> LpPoint:
         m = self.lp.num_row
         x, activity, dual = np.empty(self.n), np.empty(m), np.empty(m)
         status = self.lp.solve(np.ascontiguousarray(lo, dtype=np.float64),
-                               np.ascontiguousarray(hi, dtype=np.float64), x, activity, dual)
-        if status != 0:
+                               np.ascontiguousarray(hi, dtype=np.float64), x, activity, dual,
+                               -math.inf if cutoff is None else float(cutoff))
+        if status not in (0, _CUT_OFF):
             raise SolverUnavailable(f"lpbb: native LP {_NATIVE_STATUS.get(status, status)}")
-        return LpPoint(x, activity, dual)
+        return LpPoint(x, activity, dual, status == _CUT_OFF)
 
     def save_basis(self) -> None:
         self.lp.save_basis()
@@ -190,9 +198,9 @@ class FallbackEngine(LpEngine):
     def restore_basis(self) -> bool:
         return self.engine.restore_basis()
 
-    def solve(self, lo: np.ndarray, hi: np.ndarray) -> LpPoint:
+    def solve(self, lo: np.ndarray, hi: np.ndarray, cutoff: float | None = None) -> LpPoint:
         try:
-            return self.engine.solve(lo, hi)
+            return self.engine.solve(lo, hi, cutoff)
         except SolverUnavailable:
             if self.fell_back:
                 raise

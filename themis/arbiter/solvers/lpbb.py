@@ -48,6 +48,8 @@ of the solves to a MILP back-end.
 
 from __future__ import annotations
 
+import math
+from bisect import bisect_right
 from collections.abc import Sequence
 from itertools import pairwise
 
@@ -61,6 +63,7 @@ from themis.arbiter.solvers.base import (
     SolverError,
     SolverUnavailable,
     node_budget,
+    require_aligned,
     require_budget,
 )
 from themis.arbiter.solvers.cardinality import MaxServed
@@ -83,6 +86,16 @@ GAP_STALL = 0.02
 # 10.0 s with 25, 7.8 s with 100, same results; 256 x 50 unchanged (bench/RESULTS.md)
 IMPATIENT_NODES = 100
 COUNT_NODE_LIMIT = 20_000  # budget of the exact count of starving apps (max_served)
+
+
+def _target(goals: Sequence[float], value: float) -> float:
+    """What a node's bound must beat to matter: the incumbent ``value`` in an exact solve
+    (no ``goals``), else the first goal above it (+inf when none is: every value from the
+    incumbent up is bracketed alike). Goals ascending."""
+    if not goals:
+        return value
+    k = bisect_right(goals, value)
+    return goals[k] if k < len(goals) else math.inf
 
 
 def _branch_column(frac: np.ndarray, x: np.ndarray, gain: np.ndarray) -> int:
@@ -133,6 +146,7 @@ class _Relaxation:
         # reduced gains d = gain - A^T y of the last certified bound (reduced-cost fixing)
         self.reduced = np.zeros(len(model.cols))
         self.lp_solves = 0  # statistics: LPs solved
+        self.cut_off = False  # the last LP stopped at its cutoff (see lp)
         # per solve (excluded app): the number of cuts when its LP count limit was last
         # tried; the exact maximum numbers of starving apps served (built when needed)
         self.counted: dict[int | None, int] = {}
@@ -140,6 +154,9 @@ class _Relaxation:
         # cutting effort, and so (measured) do the problem's other solves
         self.stubborn = False
         self._served: MaxServed | None = None
+        # the row duals of the optimum's root LP, cuts in (bracketing solves' bound
+        # without LP); set by the optimum's solve
+        self.root_dual: np.ndarray | None = None
 
     def add_cuts(self, cuts: Sequence[Row]) -> None:
         """Add cut rows to the LP (kept for every later solve of this problem)."""
@@ -160,35 +177,51 @@ class _Relaxation:
     def n_cuts(self) -> int:
         return len(self.rhs) - self.n_base_rows
 
-    def lp(self, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, float]:
+    def lp(self, lo: np.ndarray, hi: np.ndarray,
+           cutoff: float | None = None) -> tuple[np.ndarray, float]:
         """Solve the node's LP: (x, certified upper bound of the node); its reduced gains
-        are left in ``reduced``."""
-        x = self._run(lo, hi)
+        are left in ``reduced``. With a ``cutoff`` the engine may stop once its dual bound
+        is at most the cutoff (``cut_off`` set; x is then no LP point)."""
+        x = self._run(lo, hi, cutoff)
         return x, self._certified(self.gain, lo, hi, self.reduced)
 
-    def _run(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-        point = self.engine.solve(lo, hi)
+    def _run(self, lo: np.ndarray, hi: np.ndarray, cutoff: float | None = None) -> np.ndarray:
+        point = self.engine.solve(lo, hi, cutoff)
+        self.cut_off = point.cut_off
         self.lp_solves += 1
         self.activity = point.activity
-        self._dual = np.maximum(0.0, point.dual)
+        self._dual: np.ndarray = np.maximum(0.0, point.dual)
         return point.x
 
+    @property
+    def dual(self) -> np.ndarray:
+        """The last LP's row duals, clipped to >= 0."""
+        return self._dual
+
+    def certified_by(self, y: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> float:
+        """The weak-duality upper bound of the gains over the LP (bounds lo, hi) given by
+        row duals ``y`` >= 0 (one per row, cuts included) - valid for any such y."""
+        return self._certified(self.gain, lo, hi, y=y)
+
     def _certified(self, objective: np.ndarray, lo: np.ndarray, hi: np.ndarray,
-                   reduced: np.ndarray | None = None) -> float:
+                   reduced: np.ndarray | None = None, y: np.ndarray | None = None) -> float:
         """Weak-duality upper bound of max objective.x over the LP (bounds lo, hi) from
-        the last LP's row duals (clipped to >= 0); compiled when the extension was built
-        (it reads this object's rows, not the engine's), else :meth:`_certified_py`.
-        ``reduced``: an array that receives the reduced gains ``objective - A^T y``."""
+        row duals ``y`` (default: the last LP's, clipped to >= 0); compiled when the
+        extension was built (it reads this object's rows, not the engine's), else
+        :meth:`_certified_py`. ``reduced``: an array that receives the reduced gains
+        ``objective - A^T y``."""
+        y = self._dual if y is None else y
         if weak_duality_bound is None:
-            return self._certified_py(objective, lo, hi, reduced)
-        return float(weak_duality_bound(self._dual, objective, self.col_starts, self.index,
+            return self._certified_py(objective, lo, hi, reduced, y)
+        return float(weak_duality_bound(y, objective, self.col_starts, self.index,
                                         self.cut_rows, self.cut_cols, self.cut_coefs,
                                         self.rhs, lo, hi, reduced))
 
     def _certified_py(self, objective: np.ndarray, lo: np.ndarray, hi: np.ndarray,
-                      reduced: np.ndarray | None = None) -> float:
+                      reduced: np.ndarray | None = None,
+                      y: np.ndarray | None = None) -> float:
         """:meth:`_certified` with numpy (the reference of the compiled version)."""
-        y = self._dual
+        y = self._dual if y is None else y
         d = objective - np.add.reduceat(y[self.index], self.col_starts[:-1])
         if len(self.cut_cols):
             d -= np.bincount(self.cut_cols, weights=self.cut_coefs * y[self.cut_rows],
@@ -317,6 +350,23 @@ class LpBranchAndBound(Solver):
     def solve_many(
         self, problem: PackingProblem, excluded: Sequence[int | None]
     ) -> list[Solution]:
+        return self._solve_many(problem, excluded, None)
+
+    def bracket_many(
+        self, problem: PackingProblem, excluded: Sequence[int | None],
+        thresholds: Sequence[Sequence[float]],
+    ) -> list[Solution]:
+        """Solves that stop once their optimum is bracketed (:meth:`Solver.bracket_many`):
+        a node is pruned when its certified bound cannot reach the first threshold above
+        the incumbent (rather than the incumbent itself), and a solve without a winner
+        whose bound from the optimum's root duals already can't needs no LP at all."""
+        require_aligned(excluded, thresholds)
+        return self._solve_many(problem, excluded, thresholds)
+
+    def _solve_many(
+        self, problem: PackingProblem, excluded: Sequence[int | None],
+        thresholds: Sequence[Sequence[float]] | None,
+    ) -> list[Solution]:
         self.nodes = 0
         self.cuts = 0
         if excluded:
@@ -329,7 +379,8 @@ class LpBranchAndBound(Solver):
             relax, best = _Relaxation(problem, self.lp_engine), None
         out: list[Solution] = []
         try:
-            for e in excluded:
+            for k, e in enumerate(excluded):
+                goals = sorted(thresholds[k]) if thresholds is not None else []
                 hint = None
                 if e is not None and best is not None:
                     hint = tuple(-1 if i == e else c for i, c in enumerate(best.choice))
@@ -339,12 +390,13 @@ class LpBranchAndBound(Solver):
                     # of nodes that way (measured: bench/RESULTS.md, session 5), and so
                     # are the problem's later solves: such failures come in runs (the
                     # points in thirds of bench_rounds; session 7)
-                    sol = self._solve(relax, e, hint, patient=e is None or relax.stubborn)
+                    sol = self._solve(relax, e, hint, goals,
+                                      patient=e is None or relax.stubborn)
                 except SolverBudgetExceeded:
                     if e is None or relax.stubborn:
                         raise
                     relax.stubborn = True
-                    sol = self._solve(relax, e, hint, patient=True)
+                    sol = self._solve(relax, e, hint, goals, patient=True)
                 if e is None:
                     best = sol
                 out.append(sol)
@@ -354,14 +406,28 @@ class LpBranchAndBound(Solver):
             self._last = (problem, relax, best)
         return out
 
+    @staticmethod
+    def _cutoff(excluded: int | None, goals: Sequence[float], value: float) -> float | None:
+        """The LP cutoff of a node: in a solve without a winner (whose value alone is
+        used), an LP that cannot beat the target (:func:`_target`) prunes its node, so
+        its solve may stop once its dual bound shows that; none in the optimum's solve,
+        whose LP points decide which of equally good allocations is kept."""
+        if excluded is None:
+            return None
+        return _target(goals, value) + RTOL * max(1.0, abs(value))
+
     def _solve(self, relax: _Relaxation, excluded: int | None,
-               hint: tuple[int, ...] | None, patient: bool = True) -> Solution:
-        """One solve. ``patient``: separate at the root until no cut is violated, the
-        rounds are used up or the bound has barely moved for STALL_ROUNDS rounds; else
-        without the mod-k families (costly rounds that pay off where the points in thirds
-        persist, not on the simulator's many mid-size auctions: measured), stopping
-        once GAP_STALL_ROUNDS rounds in a row each closed less than GAP_STALL of the gap
-        to the incumbent, and with at most IMPATIENT_NODES nodes."""
+               hint: tuple[int, ...] | None, goals: Sequence[float] = (),
+               patient: bool = True) -> Solution:
+        """One solve, exact, or bracketing its optimum among ``goals`` (ascending; see
+        :meth:`bracket_many`): then the search only has to show that no point beats the
+        first goal above the incumbent, :func:`_target`. ``patient``: separate at the
+        root until no cut is violated, the rounds are used up or the bound has barely
+        moved for STALL_ROUNDS rounds; else without the mod-k families (costly rounds
+        that pay off where the points in thirds persist, not on the simulator's many
+        mid-size auctions: measured), stopping once GAP_STALL_ROUNDS rounds in a row each
+        closed less than GAP_STALL of the gap to the incumbent, and with at most
+        IMPATIENT_NODES nodes."""
         problem = relax.problem
         n = len(relax.cols)
         lo0, hi0 = np.zeros(n), np.ones(n)
@@ -375,6 +441,16 @@ class LpBranchAndBound(Solver):
         limit = node_budget(problem, self.node_limit, self.node_limit_large)
         if not patient:
             limit = min(limit, IMPATIENT_NODES)
+        if goals and excluded is not None and hint is not None and \
+                relax.root_dual is not None:
+            # the optimum's root duals, with the excluded app's row freed (any y >= 0
+            # gives a valid bound): often enough to bracket the value without an LP
+            y = np.zeros(len(relax.rhs))
+            y[: len(relax.root_dual)] = relax.root_dual
+            y[excluded] = 0.0  # app rows come first (highs.packing_structure)
+            bound = relax.certified_by(y, lo0, hi0)
+            if bound <= _target(goals, best_val) + RTOL * max(1.0, abs(best_val)):
+                return Solution(tuple(best_choice), best_val)
         stack = [(lo0, hi0, self.root_cut_rounds)]
         nodes = 0
         if excluded is not None:
@@ -387,22 +463,27 @@ class LpBranchAndBound(Solver):
             self.nodes += 1
             if nodes > limit:
                 raise SolverBudgetExceeded(f"lpbb: node limit {limit} reached")
-            x, bound = relax.lp(lo, hi)
+            x, bound = relax.lp(lo, hi, self._cutoff(excluded, goals, best_val))
             stalls = 0
             while True:
                 tol = RTOL * max(1.0, abs(best_val))
-                if bound <= best_val + tol:
+                target = _target(goals, best_val)
+                if bound <= target + tol:
                     break
+                if relax.cut_off:  # stopped early, yet not certified below: finish it
+                    x, bound = relax.lp(lo, hi)
+                    continue
                 choice, value = relax.round(x, hi)
                 if value > best_val:
                     best_choice, best_val = choice, value
                     tol = RTOL * max(1.0, abs(best_val))
-                    if bound <= best_val + tol:
+                    target = _target(goals, best_val)
+                    if bound <= target + tol:
                         break
                 if excluded is not None:
                     # reduced-cost fixing: the certified bound with x_c = 1 forced is
                     # bound + d_c for a free column (d_c < 0), so a column with
-                    # bound + d_c <= best_val + tol is 0 in every point of this node the
+                    # bound + d_c <= target + tol is 0 in every point of this node the
                     # pruning rule would keep; the node's children inherit hi. Only in
                     # the solves without a winner, whose value alone is used: in the
                     # optimum's it would change which of equally good allocations is
@@ -410,7 +491,7 @@ class LpBranchAndBound(Solver):
                     # other GPUs), and the allocation is the search's first found. Only
                     # columns at 0 in x: a basic column's d_c is 0 but for rounding, and
                     # one fixed while fractional could be branched on (lo 1 > hi 0)
-                    hi[(relax.reduced <= best_val + tol - bound) & (lo <= 0.0)
+                    hi[(relax.reduced <= target + tol - bound) & (lo <= 0.0)
                        & (x <= INTEGRAL_TOL)] = 0.0
                 frac = np.nonzero((x > INTEGRAL_TOL) & (x < 1.0 - INTEGRAL_TOL))[0]
                 if len(frac) == 0:
@@ -432,7 +513,7 @@ class LpBranchAndBound(Solver):
                     relax.add_cuts(cuts)
                     self.cuts += len(cuts)
                     before = bound
-                    x, bound = relax.lp(lo, hi)
+                    x, bound = relax.lp(lo, hi, self._cutoff(excluded, goals, best_val))
                     slow = STALL_GAIN * max(1.0, abs(bound))
                     if not patient:
                         slow = max(slow, GAP_STALL * (before - best_val))
@@ -449,6 +530,7 @@ class LpBranchAndBound(Solver):
                 break
             if nodes == 1 and excluded is None:
                 relax.engine.save_basis()  # the root LP with every cut of this solve
+                relax.root_dual = relax.dual.copy()
         total = 0.0
         used = 0
         for i, c in enumerate(best_choice):

@@ -1,0 +1,165 @@
+"""Payments only as exact as the allocation needs (themis.arbiter.auction, point 4):
+the rounding thresholds, lpbb's bracketing solves, the chain forwarding them, and the
+auction granting exactly the GPUs of the exact payments."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from themis.arbiter.auction import rounding_thresholds, run_auction
+from themis.arbiter.instances import random_instance
+from themis.arbiter.solvers import FallbackSolver, make_solver
+from themis.arbiter.solvers.base import (
+    PackingProblem,
+    Solution,
+    Solver,
+    SolverBudgetExceeded,
+    SolverError,
+    evaluate,
+)
+from themis.arbiter.solvers.highs import HighsSolver
+from themis.arbiter.solvers.lpbb import LpBranchAndBound
+
+from ._instances import auction_problem
+
+
+def _kept(base: float, value: float, n: int, u: float) -> int:
+    """The auction's rounding (run_auction) of c = exp(min(0, base - value))."""
+    exact = min(1.0, math.exp(min(0.0, base - value))) * n
+    keep = math.floor(exact)
+    return keep + (1 if u < exact - keep else 0)
+
+
+@given(base=st.floats(-50, 50), loss=st.floats(0, 5), n=st.integers(1, 16),
+       u=st.floats(0, 1, exclude_max=True))
+def test_the_kept_count_is_the_number_of_thresholds_above_the_value(
+    base: float, loss: float, n: int, u: float
+) -> None:
+    value = base + loss  # OPT^-i >= OPT - g_i always (the optimum minus app i)
+    ts = rounding_thresholds(base, n, u)
+    assert ts == sorted(ts) and len(ts) == n
+    above = sum(1 for t in ts if t > value)
+    # away from a threshold (ties are a measure-zero tolerance question)
+    if all(abs(t - value) > 1e-9 * max(1.0, abs(value)) for t in ts):
+        assert _kept(base, value, n, u) == above
+
+
+def _brackets(thresholds: Sequence[float], v: float, exact: float) -> bool:
+    tol = 1e-9 * max(1.0, abs(exact))
+    return v <= exact + tol and not any(v + tol < t < exact - tol for t in thresholds)
+
+
+def _instance_solves(n_gpus: int, n_apps: int, seed: int) -> tuple[
+        PackingProblem, Solution, list[int], list[list[float]]]:
+    problem = auction_problem(n_gpus, n_apps, seed)
+    opt = HighsSolver().solve(problem)
+    winners = [i for i, c in enumerate(opt.choice) if c >= 0]
+    rng = random.Random(seed)
+    thresholds = []
+    for i in winners:
+        b = problem.apps[i][opt.choice[i]]
+        thresholds.append(rounding_thresholds(opt.objective - b.gain, b.mask.bit_count(),
+                                              rng.random()))
+    return problem, opt, winners, thresholds
+
+
+@pytest.mark.parametrize("size", [(64, 10), (128, 20)])
+@pytest.mark.parametrize("seed", range(4))
+def test_lpbb_brackets_each_optimum_without_a_winner(size: tuple[int, int], seed: int) -> None:
+    """Every value lpbb returns is feasible, below the exact optimum without the winner
+    and in the same bracket of thresholds; some solves stop short of the optimum (else
+    the test would not exercise the early stop)."""
+    problem, _, winners, thresholds = _instance_solves(*size, seed)
+    exact = HighsSolver().solve_many(problem, winners)
+    solver = LpBranchAndBound()
+    solver.solve(problem)
+    got = solver.bracket_many(problem, winners, thresholds)
+    for e, ts, sol, ref in zip(winners, thresholds, got, exact, strict=True):
+        assert sol.choice[e] == -1
+        assert evaluate(problem, sol.choice) == pytest.approx(sol.objective, abs=1e-9)
+        assert _brackets(ts, sol.objective, ref.objective), (e, sol.objective, ref.objective, ts)
+
+
+def test_some_bracketing_solves_stop_short_of_the_optimum() -> None:
+    short = 0
+    for seed in range(4):
+        problem, _, winners, thresholds = _instance_solves(128, 20, seed)
+        exact = HighsSolver().solve_many(problem, winners)
+        solver = LpBranchAndBound()
+        solver.solve(problem)
+        got = solver.bracket_many(problem, winners, thresholds)
+        short += sum(1 for s, r in zip(got, exact, strict=True)
+                     if s.objective < r.objective - 1e-6)
+    assert short > 0
+
+
+def test_dense_thresholds_make_the_bracketing_solve_exact() -> None:
+    """With a threshold between every two achievable values, bracketing is solving."""
+    problem, _, winners, _ = _instance_solves(64, 10, 1)
+    exact = HighsSolver().solve_many(problem, winners)
+    solver = LpBranchAndBound()
+    solver.solve(problem)
+    dense = [[r.objective + k * 1e-4 for k in range(-200, 200)] for r in exact]
+    got = solver.bracket_many(problem, winners, dense)
+    assert [s.objective for s in got] == pytest.approx([r.objective for r in exact], abs=1e-4)
+
+
+def test_bracket_many_rejects_misaligned_thresholds() -> None:
+    problem, _, winners, thresholds = _instance_solves(64, 10, 0)
+    for solver in (LpBranchAndBound(), HighsSolver(), make_solver("open-fast")):
+        with pytest.raises(SolverError, match="threshold lists"):
+            solver.bracket_many(problem, winners, thresholds[:-1])
+
+
+class _Bracketer(Solver):
+    """Records the threshold lists it is given; gives up (budget) on ``fail_on``."""
+
+    def __init__(self, fail_on: int | None = None) -> None:
+        self.fail_on = fail_on
+        self.seen: list[tuple[int | None, tuple[float, ...]]] = []
+
+    def solve(self, problem: PackingProblem, excluded: int | None = None) -> Solution:
+        return Solution((-1,) * len(problem.apps), 0.0)
+
+    def bracket_many(self, problem: PackingProblem, excluded: Sequence[int | None],
+                     thresholds: Sequence[Sequence[float]]) -> list[Solution]:
+        done: list[Solution] = []
+        for e, ts in zip(excluded, thresholds, strict=True):
+            if e == self.fail_on:
+                raise SolverBudgetExceeded("too hard", done)
+            self.seen.append((e, tuple(ts)))
+            done.append(self.solve(problem, e))
+        return done
+
+
+def test_the_chain_hands_the_rest_of_the_thresholds_to_the_fallback() -> None:
+    p = auction_problem(64, 10, 0)
+    primary, fallback = _Bracketer(fail_on=2), _Bracketer()
+    chain = FallbackSolver(primary, fallback, quiet=True)
+    out = chain.bracket_many(p, [0, 1, 2, 3], [[0.0], [1.0], [2.0], [3.0]])
+    assert len(out) == 4
+    assert primary.seen == [(0, (0.0,)), (1, (1.0,))]
+    assert fallback.seen == [(2, (2.0,)), (3, (3.0,))]
+
+
+@settings(deadline=None, max_examples=12)
+@given(seed=st.integers(0, 10_000), size=st.sampled_from([(32, 6), (64, 10), (128, 20)]))
+def test_the_auction_grants_exactly_the_gpus_of_the_exact_payments(
+    seed: int, size: tuple[int, int]
+) -> None:
+    inst = random_instance(*size, seed=seed)
+    exact = run_auction(inst.offer, inst.tables, make_solver("open-fast"),
+                        random.Random(seed), exact_payments=True)
+    fast = run_auction(inst.offer, inst.tables, make_solver("open-fast"), random.Random(seed))
+    assert fast.allocation == exact.allocation
+    assert fast.proportional_fair == exact.proportional_fair
+    assert fast.leftover == exact.leftover
+    for app, c in fast.kept_fraction.items():
+        assert 0.0 <= c <= 1.0
+        assert c >= exact.kept_fraction[app] - 1e-9  # from a value <= OPT^-i
