@@ -163,3 +163,64 @@ def test_the_auction_grants_exactly_the_gpus_of_the_exact_payments(
     for app, c in fast.kept_fraction.items():
         assert 0.0 <= c <= 1.0
         assert c >= exact.kept_fraction[app] - 1e-9  # from a value <= OPT^-i
+
+
+class _GivesUpOnOptimum(_Bracketer):
+    """A primary that gives up on every proportional-fair solve (excluded None) and
+    records what it adopts."""
+
+    def __init__(self) -> None:
+        super().__init__(fail_on=None)
+        self.adopted: list[Solution] = []
+        self.exact_calls = 0
+
+    def solve_many(self, problem: PackingProblem,
+                   excluded: Sequence[int | None]) -> list[Solution]:
+        self.exact_calls += 1
+        raise SolverBudgetExceeded("too hard")
+
+    def adopt(self, problem: PackingProblem, optimum: Solution) -> bool:
+        self.adopted.append(optimum)
+        return True
+
+
+def test_a_primary_that_adopted_the_fallbacks_optimum_brackets_the_rest() -> None:
+    p = auction_problem(64, 10, 0)
+    primary, fallback = _GivesUpOnOptimum(), _Bracketer()
+    chain = FallbackSolver(primary, fallback, quiet=True)
+    opt = chain.solve(p)
+    assert primary.adopted == [opt]
+    chain.bracket_many(p, [0, 1], [[1.0], [2.0]])
+    assert primary.seen == [(0, (1.0,)), (1, (2.0,))] and fallback.seen == []
+    # exact solves without a winner still go straight to the fallback
+    chain.solve_many(p, [0])
+    assert primary.exact_calls == 1
+
+
+def test_lpbb_brackets_from_an_adopted_optimum_where_it_cannot_find_one() -> None:
+    """The 256 x 50 benchmark's p95 auction (seed 5): lpbb gives up on the optimum,
+    HiGHS finds it, lpbb adopts it and brackets every solve without a winner."""
+    from themis.arbiter.auction import _gains
+    from themis.arbiter.solvers.components import split
+
+    inst = random_instance(256, 50, seed=5)
+    problem, _ = _gains(inst.tables, {g.id: i for i, g in enumerate(inst.offer)})
+    part = max(split(problem), key=lambda q: q.problem.n_bundles).problem
+    lp = LpBranchAndBound(200, 200)
+    with pytest.raises(SolverBudgetExceeded):
+        lp.solve(part)
+    opt = HighsSolver().solve(part)
+    assert lp.adopt(part, opt)
+    assert not lp.adopt(auction_problem(64, 10, 0), opt)  # not the problem it gave up on
+    winners = [i for i, c in enumerate(opt.choice) if c >= 0][:8]
+    rng = random.Random(0)
+    thresholds = [rounding_thresholds(opt.objective - part.apps[i][opt.choice[i]].gain,
+                                      part.apps[i][opt.choice[i]].mask.bit_count(),
+                                      rng.random()) for i in winners]
+    got = lp.bracket_many(part, winners, thresholds)
+    exact = HighsSolver().solve_many(part, winners)
+    for e, ts, sol, ref in zip(winners, thresholds, got, exact, strict=True):
+        assert sol.choice[e] == -1
+        assert _brackets(ts, sol.objective, ref.objective)
+        # the adopted optimum minus the winner is the first incumbent: c_i <= 1
+        assert sol.objective >= opt.objective - part.apps[e][opt.choice[e]].gain - 1e-9

@@ -29,7 +29,9 @@ class FallbackSolver(Solver):
     solves without each winner, goes straight to the fallback): the branch and bound,
     having run out of nodes on the proportional-fair solve, would repeat that solve and
     fail again (measured on the Workload-2 simulation: 2,868 such repeats, 5 s of its
-    108 s of auctions)."""
+    108 s of auctions) - unless the primary took over the fallback's optimum
+    (:meth:`Solver.adopt`): then it is asked first for the problem's bracketing solves
+    (:meth:`Solver.bracket_many`), which need no optimum of its own."""
 
     def __init__(self, primary: Solver | None, fallback: Solver, quiet: bool = False) -> None:
         self.primary = primary
@@ -38,6 +40,9 @@ class FallbackSolver(Solver):
         self._warned: set[str] = set()
         self._used: Solver = fallback if primary is None else primary
         self._gave_up: PackingProblem | None = None  # the last problem the primary gave up on
+        # ... whose optimum (found by the fallback) the primary took over (Solver.adopt):
+        # it is asked again for that problem's bracketing solves
+        self._adopted: PackingProblem | None = None
 
     @property
     def name(self) -> str:  # type: ignore[override]
@@ -79,7 +84,8 @@ class FallbackSolver(Solver):
         """:meth:`solve_many` (``thresholds`` None) or :meth:`bracket_many` down the
         chain: the primary, then the fallback for the solves the primary did not finish."""
         done: tuple[Solution, ...] = ()
-        if self.primary is not None and problem is not self._gave_up:
+        retry = thresholds is not None and problem is self._adopted
+        if self.primary is not None and (problem is not self._gave_up or retry):
             try:
                 out = (self.primary.solve_many(problem, excluded) if thresholds is None
                        else self.primary.bracket_many(problem, excluded, thresholds))
@@ -88,14 +94,19 @@ class FallbackSolver(Solver):
             except SolverUnavailable as exc:
                 self._fall(exc)
                 self._gave_up = problem
+                self._adopted = None
                 done = exc.done[: len(excluded)]
         self._used = self.fallback
         rest = list(excluded[len(done) :])
         if not rest:
             return list(done)
-        if thresholds is None:
-            return [*done, *self.fallback.solve_many(problem, rest)]
-        return [*done, *self.fallback.bracket_many(problem, rest, thresholds[len(done) :])]
+        if thresholds is not None:
+            return [*done, *self.fallback.bracket_many(problem, rest, thresholds[len(done):])]
+        out = self.fallback.solve_many(problem, rest)
+        if self.primary is not None and problem is self._gave_up and not retry and \
+                None in rest and self.primary.adopt(problem, out[rest.index(None)]):
+            self._adopted = problem
+        return [*done, *out]
 
 
 def _highs() -> Solver:

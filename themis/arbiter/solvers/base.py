@@ -145,6 +145,12 @@ class Solver(ABC):
         require_aligned(excluded, thresholds)
         return self.solve_many(problem, excluded)
 
+    def adopt(self, problem: PackingProblem, optimum: Solution) -> bool:
+        """Take ``optimum``, the problem's optimum found by another back-end (after this
+        one gave up on it), as the starting point of the problem's later solves without a
+        winner; True when this back-end will use it (default: it will not)."""
+        return False
+
 
 def require_aligned(excluded: Sequence[int | None],
                     thresholds: Sequence[Sequence[float]]) -> None:
