@@ -63,7 +63,7 @@ def require_budget(tag: str, problem: PackingProblem, node_limit: int,
 
 class Bundle(NamedTuple):
     """One candidate bundle (a named tuple: an auction builds ~700 of them per 256-GPU
-    offer, ~3x faster than a frozen dataclass)."""
+    offer; measured 1.3-1.5x cheaper to build than the frozen dataclass it replaced)."""
 
     mask: int  # bit g set <=> GPU index g is in the bundle
     gain: float  # log(rho_empty / rho_bundle) (plus the starvation term), > 0
