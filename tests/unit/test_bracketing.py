@@ -21,6 +21,7 @@ from themis.arbiter.solvers.base import (
     Solver,
     SolverBudgetExceeded,
     SolverError,
+    SolverUnavailable,
     evaluate,
 )
 from themis.arbiter.solvers.highs import HighsSolver
@@ -118,20 +119,23 @@ def test_bracket_many_rejects_misaligned_thresholds() -> None:
 
 
 class _Bracketer(Solver):
-    """Records the threshold lists it is given; gives up (budget) on ``fail_on``."""
+    """Records the threshold lists it is given; gives up (budget) on the solves without
+    the apps of ``fail_on``."""
 
-    def __init__(self, fail_on: int | None = None) -> None:
-        self.fail_on = fail_on
+    def __init__(self, fail_on: Sequence[int] = ()) -> None:
+        self.fail_on = set(fail_on)
         self.seen: list[tuple[int | None, tuple[float, ...]]] = []
+        self.calls = 0
 
     def solve(self, problem: PackingProblem, excluded: int | None = None) -> Solution:
         return Solution((-1,) * len(problem.apps), 0.0)
 
     def bracket_many(self, problem: PackingProblem, excluded: Sequence[int | None],
                      thresholds: Sequence[Sequence[float]]) -> list[Solution]:
+        self.calls += 1
         done: list[Solution] = []
         for e, ts in zip(excluded, thresholds, strict=True):
-            if e == self.fail_on:
+            if e in self.fail_on:
                 raise SolverBudgetExceeded("too hard", done)
             self.seen.append((e, tuple(ts)))
             done.append(self.solve(problem, e))
@@ -140,12 +144,87 @@ class _Bracketer(Solver):
 
 def test_the_chain_hands_the_rest_of_the_thresholds_to_the_fallback() -> None:
     p = auction_problem(64, 10, 0)
-    primary, fallback = _Bracketer(fail_on=2), _Bracketer()
+    primary, fallback = _Bracketer(fail_on=[2]), _Bracketer()
     chain = FallbackSolver(primary, fallback, quiet=True)
     out = chain.bracket_many(p, [0, 1, 2, 3], [[0.0], [1.0], [2.0], [3.0]])
     assert len(out) == 4
     assert primary.seen == [(0, (0.0,)), (1, (1.0,))]
     assert fallback.seen == [(2, (2.0,)), (3, (3.0,))]
+
+
+class _Resuming(_Bracketer):
+    """A primary whose budget failures are per bracketing solve (like lpbb)."""
+
+    resumes_brackets = True
+
+
+def test_a_resuming_primary_hands_over_only_the_solves_it_fails() -> None:
+    p = auction_problem(64, 10, 0)
+    primary, fallback = _Resuming(fail_on=[1, 2, 4]), _Bracketer()
+    chain = FallbackSolver(primary, fallback, quiet=True)
+    th = [[float(e)] for e in range(6)]
+    out = chain.bracket_many(p, list(range(6)), th)
+    assert len(out) == 6
+    assert primary.seen == [(0, (0.0,)), (3, (3.0,)), (5, (5.0,))]
+    assert fallback.seen == [(1, (1.0,)), (2, (2.0,)), (4, (4.0,))]
+    assert primary.calls == 4  # the first call, then once after each handed-over solve
+    assert chain.name == primary.name  # the primary finished the call
+
+
+def test_a_primary_that_becomes_unavailable_hands_over_the_whole_rest() -> None:
+    class _Unavailable(_Resuming):
+        def bracket_many(self, problem: PackingProblem, excluded: Sequence[int | None],
+                         thresholds: Sequence[Sequence[float]]) -> list[Solution]:
+            if self.calls:
+                self.calls += 1
+                raise SolverUnavailable("licence gone")
+            return super().bracket_many(problem, excluded, thresholds)
+
+    p = auction_problem(64, 10, 0)
+    primary, fallback = _Unavailable(fail_on=[1]), _Bracketer()
+    chain = FallbackSolver(primary, fallback, quiet=True)
+    out = chain.bracket_many(p, [0, 1, 2, 3], [[0.0], [1.0], [2.0], [3.0]])
+    assert len(out) == 4
+    assert primary.seen == [(0, (0.0,))]
+    assert fallback.seen == [(1, (1.0,)), (2, (2.0,)), (3, (3.0,))]
+
+
+def test_lpbb_resumes_brackets_and_bnb_does_not() -> None:
+    from themis.arbiter.solvers.bnb import BranchAndBoundSolver
+
+    assert LpBranchAndBound.resumes_brackets and not BranchAndBoundSolver.resumes_brackets
+    assert not HighsSolver.resumes_brackets
+
+
+@pytest.mark.parametrize("bracketing", [True, False])
+def test_a_failed_bracketing_solve_does_not_make_the_later_ones_patient(
+    bracketing: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After an impatient bracketing solve runs out of nodes, only that solve is retried
+    with the full cutting effort (session 14); an exact one makes the later ones patient
+    too (session 7)."""
+    from themis.arbiter.solvers import lpbb as lpbb_mod
+
+    problem, _, winners, thresholds = _instance_solves(64, 10, 0)
+    lp = LpBranchAndBound()
+    lp.solve(problem)
+    calls: list[tuple[int | None, bool]] = []
+    real = lpbb_mod.LpBranchAndBound._solve
+
+    def spy(self: LpBranchAndBound, relax: object, excluded: int | None, hint: object,
+            goals: Sequence[float] = (), patient: bool = True) -> Solution:
+        calls.append((excluded, patient))
+        if excluded == winners[0] and not patient:
+            raise SolverBudgetExceeded("impatient solve out of nodes")
+        return real(self, relax, excluded, hint, goals, patient)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(lpbb_mod.LpBranchAndBound, "_solve", spy)
+    if bracketing:
+        lp.bracket_many(problem, winners, thresholds)
+    else:
+        lp.solve_many(problem, winners)
+    assert calls[:2] == [(winners[0], False), (winners[0], True)]
+    assert [patient for _, patient in calls[2:]] == [not bracketing] * (len(winners) - 1)
 
 
 @settings(deadline=None, max_examples=12)
@@ -170,7 +249,7 @@ class _GivesUpOnOptimum(_Bracketer):
     records what it adopts."""
 
     def __init__(self) -> None:
-        super().__init__(fail_on=None)
+        super().__init__()
         self.adopted: list[Solution] = []
         self.exact_calls = 0
 

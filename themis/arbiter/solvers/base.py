@@ -118,6 +118,10 @@ class Solver(ABC):
     """One proportional-fair MILP back-end."""
 
     name: str = "abstract"
+    # After SolverBudgetExceeded in one solve of a bracket_many call, a fallback chain
+    # may hand that solve alone to its fallback and ask this back-end again for the rest
+    # (True where budget failures of bracketing solves are per solve, not per problem).
+    resumes_brackets: bool = False
 
     @abstractmethod
     def solve(self, problem: PackingProblem, excluded: int | None = None) -> Solution:
