@@ -38,8 +38,9 @@ bundles, and the LP mixes them (half-integral points, odd cycles of conflicts). 
   pruning tolerance) is set to 0 in that node and its subtree. Not in the optimum's
   solve: there it would change which of equally good allocations is kept (its value
   alone matters in the other solves).
-* **Branching** on the fractional column with the largest min(x, 1 - x) * gain; the
-  "take it" child first (depth first).
+* **Branching** on pseudo-costs learnt over the problem's solves (the fractional column
+  whose branches are expected to drop the bound most, :mod:`branching`); the "take it"
+  child first (depth first).
 
 A node budget (and an integral LP optimum that the dual bound cannot certify, a numerical
 corner case) raise :class:`SolverUnavailable`, so that the automatic chain hands the rest
@@ -66,6 +67,7 @@ from themis.arbiter.solvers.base import (
     require_aligned,
     require_budget,
 )
+from themis.arbiter.solvers.branching import PseudoCosts
 from themis.arbiter.solvers.cardinality import MaxServed
 from themis.arbiter.solvers.cuts import MOD_K, Row, conflict_matrix, separate
 from themis.arbiter.solvers.highs import PackingLp, require_highs
@@ -102,13 +104,6 @@ def _prune_level(goals: Sequence[float], value: float) -> float:
     """A node whose certified bound is at most this is pruned: the target plus the
     optimality tolerance."""
     return _target(goals, value) + RTOL * max(1.0, abs(value))
-
-
-def _branch_column(frac: np.ndarray, x: np.ndarray, gain: np.ndarray) -> int:
-    """The fractional column to branch on: largest min(x, 1 - x) * gain (fractional and
-    worth much; measured on the 256-GPU x 50-app instances: 3x fewer nodes than the
-    column closest to 0.5)."""
-    return int(frac[np.argmax(np.minimum(x[frac], 1.0 - x[frac]) * gain[frac])])
 
 
 class _Relaxation:
@@ -163,6 +158,7 @@ class _Relaxation:
         # the row duals of the optimum's root LP, cuts in (bracketing solves' bound
         # without LP); set by the optimum's solve
         self.root_dual: np.ndarray | None = None
+        self.pseudo = PseudoCosts(len(model.cols))  # learnt over the problem's solves
 
     def add_cuts(self, cuts: Sequence[Row]) -> None:
         """Add cut rows to the LP (kept for every later solve of this problem)."""
@@ -469,19 +465,24 @@ class LpBranchAndBound(Solver):
             y[excluded] = 0.0  # app rows come first (highs.packing_structure)
             if relax.certified_by(y, lo0, hi0) <= _prune_level(goals, best_val):
                 return Solution(tuple(best_choice), best_val)
-        stack = [(lo0, hi0, self.root_cut_rounds)]
+        # (lo, hi, cut rounds, and for a child: its parent's bound, the column branched
+        # on, up or down, the change of x there)
+        stack: list[tuple[np.ndarray, np.ndarray, int, float, int, bool, float]] = [
+            (lo0, hi0, self.root_cut_rounds, math.nan, -1, False, 0.0)]
         nodes = 0
         if excluded is not None:
             # start from the optimum's root basis (saved below): only app ``excluded``'s
             # columns change, where the last solve's basis had another app excluded
             relax.engine.restore_basis()
         while stack:
-            lo, hi, cut_rounds = stack.pop()
+            lo, hi, cut_rounds, parent, col, up, change = stack.pop()
             nodes += 1
             self.nodes += 1
             if nodes > limit:
                 raise SolverBudgetExceeded(f"lpbb: node limit {limit} reached")
             x, bound = relax.lp(lo, hi, self._cutoff(excluded, goals, best_val))
+            if col >= 0:
+                relax.pseudo.observe(col, up, change, parent - bound, relax.gain_list[col])
             stalls = 0
             while True:
                 tol = RTOL * max(1.0, abs(best_val))
@@ -537,14 +538,17 @@ class LpBranchAndBound(Solver):
                         slow = max(slow, GAP_STALL * (before - best_val))
                     stalls = stalls + 1 if before - bound <= slow else 0
                     continue
-                c = _branch_column(frac, x, relax.gain)
+                # pseudo-costs, learnt over this problem's solves (branching module)
+                c = relax.pseudo.choose(frac, x, relax.gain)
+                xc = float(x[c])
                 lo_out, hi_out = lo.copy(), hi.copy()
                 hi_out[c] = 0.0
                 lo_in, hi_in = lo.copy(), hi.copy()
                 lo_in[c] = 1.0
                 hi_in[relax.conflicts(c)] = 0.0
-                stack.append((lo_out, hi_out, self.node_cut_rounds))
-                stack.append((lo_in, hi_in, self.node_cut_rounds))  # explored first
+                stack.append((lo_out, hi_out, self.node_cut_rounds, bound, c, False, xc))
+                stack.append((lo_in, hi_in, self.node_cut_rounds, bound, c, True,
+                              1.0 - xc))  # explored first
                 break
             if nodes == 1 and excluded is None:
                 relax.engine.save_basis()  # the root LP with every cut of this solve
