@@ -186,6 +186,36 @@ def test_compiled_packing_structure_matches_on_auction_sized_problems(
     _same_structure(auction_problem(*size, seed))
 
 
+def test_a_gpu_row_implied_by_another_is_left_out() -> None:
+    from themis.arbiter.solvers.base import Bundle
+
+    # app 0: GPUs 0-3; app 1: GPUs 0-3 or 0-1. GPU 1's row equals GPU 0's (the first is
+    # kept); GPUs 2 and 3 are named only where GPU 0 is: their rows are implied
+    problem = PackingProblem(4, ((Bundle(0b1111, 1.0),),
+                                 (Bundle(0b1111, 1.0), Bundle(0b0011, 0.5))))
+    model = PackingLp(problem)
+    assert model.n_rows == 3
+    rows = [model.members[a:b].tolist()
+            for a, b in zip(model.row_starts[:-1], model.row_starts[1:], strict=True)]
+    assert rows == [[0], [1, 2], [0, 1, 2]]
+
+
+@settings(max_examples=150, deadline=None)
+@given(problem=packing_problems(max_gpus=20, max_apps=6))
+def test_the_rows_kept_still_separate_every_conflicting_pair(problem: PackingProblem) -> None:
+    """Leaving implied rows out keeps the polytope: two columns of different apps whose
+    bundles share a GPU still share a row."""
+    model = PackingLp(problem)
+    rows_of: list[set[int]] = [set() for _ in model.cols]
+    for r, (a, b) in enumerate(zip(model.row_starts[:-1], model.row_starts[1:], strict=True)):
+        for c in model.members[a:b].tolist():
+            rows_of[c].add(r)
+    for c, (i, _) in enumerate(model.cols):
+        for d, (k, _) in enumerate(model.cols):
+            if d > c and i != k and model.masks[c] & model.masks[d]:
+                assert rows_of[c] & rows_of[d], (c, d)
+
+
 def test_compiled_packing_structure_refuses_bad_input() -> None:
     from themis.arbiter.solvers import highs
 

@@ -1021,7 +1021,11 @@ done:
  * row_starts, members): the packing LP's sparse structure (PackingLp in highs.py; its numpy
  * reference is packing_structure_py there). masks: bytes, the columns' GPU bitsets of
  * ``width`` little-endian bytes each; app_of: int32, the app of each column, non-decreasing.
- * Rows: one per app, then one per GPU named by columns of two or more apps, in GPU order.
+ * Rows: one per app, then one per GPU named by columns of two or more apps, in GPU order,
+ * but for GPUs whose row is implied by another's: GPU g's row is left out when every
+ * column naming g also names a GPU h whose columns are not all g's (a strict superset:
+ * g's row is implied by h's, x >= 0) or are exactly g's with h < g (equal rows, the first
+ * kept).
  * A column's entries: its app row, then the rows of its shared GPUs in GPU order. Returned
  * as bytearrays of int32: column starts (n + 1), the row of each entry, row starts
  * (n_rows + 1) and each row's columns in ascending order. */
@@ -1033,6 +1037,7 @@ static PyObject *packing_structure(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "y*nOnn", &mb, &width, &apps, &n_apps, &n_gpus)) return NULL;
     PyObject *result = NULL;
     int *last = NULL, *named = NULL, *gpu_row = NULL, *rcount = NULL, *fill = NULL;
+    unsigned char *within = NULL; /* per GPU: the GPUs named by every column naming it */
     PyObject *starts_o = NULL, *index_o = NULL, *rstarts_o = NULL, *members_o = NULL;
     if (get_vec(apps, &ab, "i", -1, "app_of") < 0) {
         PyBuffer_Release(&mb);
@@ -1056,11 +1061,13 @@ static PyObject *packing_structure(PyObject *self, PyObject *args) {
     last = malloc(g_cap * sizeof(int));
     named = calloc(g_cap, sizeof(int));
     gpu_row = malloc(g_cap * sizeof(int));
-    if (!last || !named || !gpu_row) {
+    within = malloc(g_cap * (size_t)width);
+    if (!last || !named || !gpu_row || !within) {
         PyErr_NoMemory();
         goto done;
     }
     for (Py_ssize_t g = 0; g < n_gpus; g++) last[g] = -1;
+    memset(within, 0xff, g_cap * (size_t)width);
     /* pass 1: how many apps name each GPU (columns come grouped by app) */
     for (Py_ssize_t c = 0; c < n; c++) {
         const unsigned char *row = bits + c * width;
@@ -1077,11 +1084,23 @@ static PyObject *packing_structure(PyObject *self, PyObject *args) {
                     last[g] = app_of[c];
                     named[g]++;
                 }
+                unsigned char *w = within + g * width;
+                for (Py_ssize_t q = 0; q < width; q++) w[q] &= row[q];
             }
         }
     }
     Py_ssize_t m = n_apps;
-    for (Py_ssize_t g = 0; g < n_gpus; g++) gpu_row[g] = named[g] > 1 ? (int)m++ : -1;
+    for (Py_ssize_t g = 0; g < n_gpus; g++) {
+        int implied = 0;
+        const unsigned char *w = within + g * width;
+        for (Py_ssize_t h = 0; named[g] > 1 && h < n_gpus && !implied; h++) {
+            if (h == g || !(w[h >> 3] & (1u << (h & 7)))) continue;
+            /* columns(g) within columns(h); equal when g is named by every column of h */
+            int equal = (within[h * width + (g >> 3)] >> (g & 7)) & 1;
+            implied = !equal || h < g;
+        }
+        gpu_row[g] = named[g] > 1 && !implied ? (int)m++ : -1;
+    }
     /* pass 2: the columns' entries (CSC) and the rows' sizes */
     Py_ssize_t nnz = n;
     for (Py_ssize_t c = 0; c < n; c++) {
@@ -1141,6 +1160,7 @@ done:
     free(last);
     free(named);
     free(gpu_row);
+    free(within);
     free(rcount);
     free(fill);
     PyBuffer_Release(&ab);
