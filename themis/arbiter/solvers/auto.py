@@ -32,7 +32,9 @@ class FallbackSolver(Solver):
     fail again (measured on the Workload-2 simulation: 2,868 such repeats, 5 s of its
     108 s of auctions) - unless the primary took over the fallback's optimum
     (:meth:`Solver.adopt`): then it is asked first for the problem's bracketing solves
-    (:meth:`Solver.bracket_many`), which need no optimum of its own."""
+    (:meth:`Solver.bracket_many`), which need no optimum of its own. In bracketing calls,
+    a primary whose budget failures are per solve (:attr:`Solver.resumes_brackets`) hands
+    over only the solve it failed and is asked again for the next (:meth:`_resume`)."""
 
     def __init__(self, primary: Solver | None, fallback: Solver, quiet: bool = False) -> None:
         self.primary = primary
