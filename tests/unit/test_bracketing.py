@@ -276,6 +276,24 @@ def test_a_primary_that_adopted_the_fallbacks_optimum_brackets_the_rest() -> Non
     assert primary.exact_calls == 1
 
 
+def test_the_optimums_solve_gets_a_larger_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seed 101 of the 256 x 50 benchmark (in app order): lpbb proves its optimum in
+    319 nodes, within twice its per-solve budget of 200 (OPTIMUM_BUDGET_FACTOR: HiGHS'
+    MILP would take 100+ ms), but not within the budget itself."""
+    from themis.arbiter.auction import _gains
+    from themis.arbiter.solvers import lpbb as lpbb_mod
+    from themis.arbiter.solvers.components import split
+
+    inst = random_instance(256, 50, seed=101)
+    problem, _ = _gains(inst.tables, {g.id: i for i, g in enumerate(inst.offer)})
+    part = max(split(problem), key=lambda q: q.problem.n_bundles).problem
+    assert lpbb_mod.OPTIMUM_BUDGET_FACTOR == 2
+    LpBranchAndBound(200, 200).solve(part)
+    monkeypatch.setattr(lpbb_mod, "OPTIMUM_BUDGET_FACTOR", 1)
+    with pytest.raises(SolverBudgetExceeded):
+        LpBranchAndBound(200, 200).solve(part)
+
+
 def test_lpbb_brackets_from_an_adopted_optimum_where_it_cannot_find_one() -> None:
     """One of the 256 x 50 benchmark's hardest auctions (seed 99, in app order): lpbb
     gives up on the optimum, HiGHS finds it, lpbb adopts it and brackets the solves

@@ -78,12 +78,13 @@ def test_lpbb_learns_the_costs_and_finds_an_optimum_the_first_rule_cannot() -> N
     from themis.arbiter.instances import random_instance
     from themis.arbiter.solvers.components import split
     from themis.arbiter.solvers.highs import HighsSolver
-    from themis.arbiter.solvers.lpbb import LpBranchAndBound
+    from themis.arbiter.solvers.lpbb import OPTIMUM_BUDGET_FACTOR, LpBranchAndBound
 
     inst = random_instance(256, 50, seed=5)
     problem, _ = _gains(inst.tables, {g.id: i for i, g in enumerate(inst.offer)})
     part = max(split(problem), key=lambda q: q.problem.n_bundles).problem
-    lp = LpBranchAndBound(200, 200)
+    per_solve = 200 // OPTIMUM_BUDGET_FACTOR  # 200 nodes for the optimum's solve
+    lp = LpBranchAndBound(per_solve, per_solve)
     got = lp.solve(part)
     assert abs(got.objective - HighsSolver().solve(part).objective) <= 1e-9 * got.objective
     assert lp._last is not None and lp._last[1].pseudo.observations > 0

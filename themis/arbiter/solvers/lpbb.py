@@ -87,6 +87,10 @@ GAP_STALL = 0.02
 # fixing made branching cheaper - measured then: the simulator's 165 heaviest auctions
 # 10.0 s with 25, 7.8 s with 100, same results; 256 x 50 unchanged (bench/RESULTS.md)
 IMPATIENT_NODES = 100
+# The optimum's solve gets this many times the per-solve budget: when lpbb gives up on
+# it, HiGHS' MILP takes 50-350 ms at 256 x 50, where lpbb's nodes cost 0.2-0.5 ms
+# (bench/RESULTS.md, session 14)
+OPTIMUM_BUDGET_FACTOR = 2
 COUNT_NODE_LIMIT = 20_000  # budget of the exact count of starving apps (max_served)
 
 
@@ -454,6 +458,8 @@ class LpBranchAndBound(Solver):
             best_choice = list(hint)
             best_val = sum(problem.apps[i][c].gain for i, c in enumerate(hint) if c >= 0)
         limit = node_budget(problem, self.node_limit, self.node_limit_large)
+        if excluded is None:
+            limit *= OPTIMUM_BUDGET_FACTOR
         if not patient:
             limit = min(limit, IMPATIENT_NODES)
         if goals and excluded is not None and hint is not None and \
