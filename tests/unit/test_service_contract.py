@@ -150,7 +150,15 @@ def _open_round(server: ArbiterServer, arb: Any) -> tuple[str, str, Stream, Any]
     st_a = Stream(arb, "a", sa)
     st_b = Stream(arb, "b", sb)
     offer = st_a.next("offer")
-    assert st_b.next("offer").round_id == offer.round_id
+    other = st_b.next("offer", timeout=10.0)
+    # On a loaded machine b's stream may open after a first round started without it
+    # (round_delay_s is 10 ms): that round ends at its bid timeout and the next one offers
+    # both apps (seen once in CI-like runs: a had round 1, b round 2).
+    while offer.round_id < other.round_id:
+        offer = st_a.next("offer", timeout=10.0)
+    while other.round_id < offer.round_id:
+        other = st_b.next("offer", timeout=10.0)
+    assert other.round_id == offer.round_id
     assert len(offer.gpus) == 4 and offer.cluster_gpus == 4
     return sa, sb, st_a, offer
 
