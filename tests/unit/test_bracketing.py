@@ -25,6 +25,7 @@ from themis.arbiter.solvers.base import (
     evaluate,
 )
 from themis.arbiter.solvers.highs import HighsSolver
+from themis.arbiter.solvers.lp_engines import NATIVE_AVAILABLE
 from themis.arbiter.solvers.lpbb import LpBranchAndBound
 
 from ._instances import auction_problem
@@ -276,6 +277,7 @@ def test_a_primary_that_adopted_the_fallbacks_optimum_brackets_the_rest() -> Non
     assert primary.exact_calls == 1
 
 
+@pytest.mark.skipif(not NATIVE_AVAILABLE, reason="node counts of the native LP engine")
 def test_the_optimums_solve_gets_a_larger_budget(monkeypatch: pytest.MonkeyPatch) -> None:
     """Seed 101 of the 256 x 50 benchmark (in app order): lpbb proves its optimum in
     319 nodes, within twice its per-solve budget of 200 (OPTIMUM_BUDGET_FACTOR: HiGHS'

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from themis.arbiter.solvers.branching import PseudoCosts, first_choice
+from themis.arbiter.solvers.lp_engines import NATIVE_AVAILABLE
 
 
 def test_before_any_observation_the_first_rule_chooses() -> None:
@@ -70,6 +72,7 @@ def test_no_change_no_observation_and_negative_drops_count_as_zero() -> None:
     assert pc.observations == 1 and pc.total[1, 0] == 0.0
 
 
+@pytest.mark.skipif(not NATIVE_AVAILABLE, reason="node counts of the native LP engine")
 def test_lpbb_learns_the_costs_and_finds_an_optimum_the_first_rule_cannot() -> None:
     """The 256 x 50 benchmark's seed 5 (in app order): with the first rule alone, lpbb
     gave up on its optimum after 200 nodes (HiGHS' MILP took it over); with the costs
