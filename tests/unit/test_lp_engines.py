@@ -65,9 +65,12 @@ def _replay(problem: PackingProblem, seed: int, steps: int = 30) -> None:
     gain = model.gain
     assert native.restore_basis() is False  # none saved
     saved = False  # a basis saved since the last objective change
+    snaps: list[bytes] = []  # snapshots taken since the last objective change
     for _ in range(steps):
         if rng.random() < 0.3:
             assert native.restore_basis() is saved
+        elif snaps and rng.random() < 0.3:
+            native.restore(rng.choice(snaps))
         r = rng.random()
         if r < 0.35:
             c = rng.randrange(n)
@@ -93,6 +96,7 @@ def _replay(problem: PackingProblem, seed: int, steps: int = 30) -> None:
             native.set_gain(gain)
             highs.set_gain(gain)
             saved = False  # set_gain drops the saved basis
+            snaps.clear()  # ... and a snapshot is of a basis for the old objective
         a = _dense(model, rows)
         rhs = np.array([1.0] * model.n_rows + [r for _, _, r in rows])
         want = _check_point(highs.solve(lo, hi), a, rhs, gain, lo, hi)
@@ -101,6 +105,10 @@ def _replay(problem: PackingProblem, seed: int, steps: int = 30) -> None:
         if rng.random() < 0.3:
             native.save_basis()
             saved = True
+        if rng.random() < 0.3:
+            snap = native.snapshot()
+            assert snap is not None
+            snaps.append(snap)
 
 
 @settings(max_examples=60, deadline=None)
@@ -116,6 +124,31 @@ def test_native_matches_highs_on_small_problems(problem: PackingProblem, seed: i
 def test_native_matches_highs_on_auction_sized_problems(size: tuple[int, int],
                                                         seed: int) -> None:
     _replay(auction_problem(*size, seed), seed, steps=25)
+
+
+def test_a_restored_snapshot_is_the_optimal_basis_again() -> None:
+    model = PackingLp(auction_problem(256, 50, 1))
+    n = len(model.cols)
+    engine = NativeEngine(model)
+    lo, hi = np.zeros(n), np.ones(n)
+    first = engine.solve(lo, hi)
+    snap = engine.snapshot()
+    assert snap is not None
+    hi2 = hi.copy()
+    hi2[np.argsort(-first.x)[:5]] = 0.0  # a different optimum, reached by pivots
+    engine.solve(lo, hi2)
+    assert engine.lp.iterations > 0
+    # a row added since, which the snapshot's point satisfies (columns at 0 there)
+    zeros = np.flatnonzero(first.x <= 0.0)[:3].astype(np.int32)
+    engine.add_row(zeros, np.ones(len(zeros)), 1.0)
+    engine.restore(snap)
+    again = engine.solve(lo, hi)
+    assert engine.lp.iterations == 0  # the snapshot's basis is optimal again at once
+    assert float(model.gain @ again.x) == pytest.approx(float(model.gain @ first.x), rel=1e-12)
+    with pytest.raises(ValueError, match="not a snapshot"):
+        engine.restore(snap[:-8])
+    with pytest.raises(ValueError, match="not a snapshot"):
+        engine.restore(b"\x00" * 3)
 
 
 def test_bad_input_is_refused_with_a_message() -> None:

@@ -885,6 +885,68 @@ static PyObject *Lp_restore_basis(Lp *lp, PyObject *noargs) {
     Py_RETURN_TRUE;
 }
 
+/* snapshot() -> bytes: the current basis (after an optimal solve), for restore(). Layout:
+ * int32 m, k, updates; int32 S[k], R1[k]; int8 status[n + m]; double W[k * k]. */
+static PyObject *Lp_snapshot(Lp *lp, PyObject *noargs) {
+    (void)noargs;
+    int k = lp->k, nv = lp->n + lp->m;
+    Py_ssize_t size = 3 * 4 + (Py_ssize_t)k * 8 + nv + (Py_ssize_t)k * k * 8;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, size);
+    if (!out) return NULL;
+    char *p = PyBytes_AS_STRING(out);
+    int32_t head[3] = {lp->m, k, lp->updates};
+    memcpy(p, head, sizeof head);
+    p += sizeof head;
+    for (int i = 0; i < k; i++, p += 4) memcpy(p, &lp->S[i], 4);
+    for (int i = 0; i < k; i++, p += 4) memcpy(p, &lp->R1[i], 4);
+    memcpy(p, lp->status, nv);
+    p += nv;
+    /* W after the status bytes: copied through memcpy (no alignment assumed) */
+    for (int i = 0; i < k; i++, p += (size_t)k * 8) memcpy(p, &WAT(lp, i, 0), (size_t)k * 8);
+    return out;
+}
+
+/* restore(snapshot): make a snapshot's basis current; the slacks of rows added since are
+ * basic (as when they were added), the reduced costs recomputed. */
+static PyObject *Lp_restore(Lp *lp, PyObject *args) {
+    const char *p;
+    Py_ssize_t size;
+    if (!PyArg_ParseTuple(args, "y#", &p, &size)) return NULL;
+    int32_t head[3];
+    if (size < (Py_ssize_t)sizeof head) goto bad;
+    memcpy(head, p, sizeof head);
+    int m0 = head[0], k = head[1], n = lp->n;
+    if (m0 < 0 || m0 > lp->m || k < 0 || k > m0 ||
+        size != 3 * 4 + (Py_ssize_t)k * 8 + n + m0 + (Py_ssize_t)k * k * 8)
+        goto bad;
+    p += sizeof head;
+    if (reserve_kernel(lp, k) < 0 || build_csc(lp) < 0) return PyErr_NoMemory();
+    for (int j = 0; j < n; j++) lp->spos[j] = -1;
+    for (int r = 0; r < lp->m; r++) lp->r1pos[r] = -1;
+    lp->k = k;
+    for (int i = 0; i < k; i++, p += 4) memcpy(&lp->S[i], p, 4);
+    for (int i = 0; i < k; i++, p += 4) memcpy(&lp->R1[i], p, 4);
+    for (int i = 0; i < k; i++) {
+        if (lp->S[i] < 0 || lp->S[i] >= n || lp->R1[i] < 0 || lp->R1[i] >= m0) {
+            slack_basis(lp);
+            goto bad;
+        }
+        lp->spos[lp->S[i]] = i;
+        lp->r1pos[lp->R1[i]] = i;
+    }
+    memcpy(lp->status, p, n + m0);
+    p += n + m0;
+    for (int r = m0; r < lp->m; r++) lp->status[n + r] = BASIC;
+    for (int i = 0; i < k; i++, p += (size_t)k * 8) memcpy(&WAT(lp, i, 0), p, (size_t)k * 8);
+    lp->updates = head[2];
+    lp->fresh = 0;
+    compute_duals(lp);
+    Py_RETURN_NONE;
+bad:
+    PyErr_SetString(PyExc_ValueError, "restore: not a snapshot of this LP");
+    return NULL;
+}
+
 static PyObject *Lp_get_m(Lp *lp, void *c) { (void)c; return PyLong_FromLong(lp->m); }
 static PyObject *Lp_get_n(Lp *lp, void *c) { (void)c; return PyLong_FromLong(lp->n); }
 static PyObject *Lp_get_it(Lp *lp, void *c) { (void)c; return PyLong_FromLong(lp->iterations); }
@@ -907,6 +969,10 @@ static PyMethodDef Lp_methods[] = {
      "set_gain(gain: float64 array >= 0): new objective; the next solve starts from the slacks"},
     {"save_basis", (PyCFunction)Lp_save_basis, METH_NOARGS,
      "save_basis(): remember the current basis (call after an optimal solve)"},
+    {"snapshot", (PyCFunction)Lp_snapshot, METH_NOARGS,
+     "snapshot() -> bytes: the current basis (call after an optimal solve), for restore()"},
+    {"restore", (PyCFunction)Lp_restore, METH_VARARGS,
+     "restore(snapshot): make that basis current; the next solve starts from it"},
     {"restore_basis", (PyCFunction)Lp_restore_basis, METH_NOARGS,
      "restore_basis() -> bool: make the saved basis current (False: none saved, or the "
      "objective changed since); the next solve starts from it"},

@@ -90,6 +90,15 @@ class LpEngine(ABC):
         or the engine cannot, and the next solve starts where the last one ended."""
         return False
 
+    def snapshot(self) -> bytes | None:
+        """The current (optimal) basis as a value for :meth:`restore`, or None when the
+        engine cannot (lpbb keeps one per branch-and-bound node left to explore)."""
+        return None
+
+    def restore(self, snap: bytes) -> None:  # noqa: B027 - optional, as snapshot
+        """Start the next solve from a :meth:`snapshot` of this LP (rows added since have
+        basic slacks; the objective must be the same)."""
+
 
 class HighsEngine(LpEngine):
     name = "highs"
@@ -165,6 +174,13 @@ class NativeEngine(LpEngine):
     def save_basis(self) -> None:
         self.lp.save_basis()
 
+    def snapshot(self) -> bytes | None:
+        snap: bytes = self.lp.snapshot()
+        return snap
+
+    def restore(self, snap: bytes) -> None:
+        self.lp.restore(snap)
+
     def restore_basis(self) -> bool:
         return bool(self.lp.restore_basis())
 
@@ -197,6 +213,14 @@ class FallbackEngine(LpEngine):
 
     def restore_basis(self) -> bool:
         return self.engine.restore_basis()
+
+    def snapshot(self) -> bytes | None:
+        return self.engine.snapshot()
+
+    def restore(self, snap: bytes) -> None:
+        # a native snapshot means nothing to HiGHS once the LP moved there: ignored
+        if isinstance(self.engine, NativeEngine):
+            self.engine.restore(snap)
 
     def solve(self, lo: np.ndarray, hi: np.ndarray, cutoff: float | None = None) -> LpPoint:
         try:
