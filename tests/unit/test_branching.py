@@ -91,3 +91,31 @@ def test_lpbb_learns_the_costs_and_finds_an_optimum_the_first_rule_cannot() -> N
     got = lp.solve(part)
     assert abs(got.objective - HighsSolver().solve(part).objective) <= 1e-9 * got.objective
     assert lp._last is not None and lp._last[1].pseudo.observations > 0
+
+
+@pytest.mark.skipif(not NATIVE_AVAILABLE, reason="snapshots of the native LP engine")
+@pytest.mark.parametrize("cap", [0, 64 << 20])
+def test_leave_it_children_restart_from_their_parents_basis_within_the_cap(
+    cap: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from themis.arbiter.solvers import lpbb as lpbb_mod
+    from themis.arbiter.solvers.highs import HighsSolver
+    from themis.arbiter.solvers.lp_engines import NativeEngine
+
+    from ._instances import auction_problem
+
+    restored: list[int] = []
+    real = NativeEngine.restore
+
+    def spy(self: NativeEngine, snap: bytes) -> None:
+        restored.append(len(snap))
+        real(self, snap)
+
+    monkeypatch.setattr(NativeEngine, "restore", spy)
+    monkeypatch.setattr(lpbb_mod, "SNAPSHOT_BYTES", cap)
+    problem = auction_problem(256, 50, 5)
+    lp = lpbb_mod.LpBranchAndBound()
+    got = lp.solve(problem)
+    assert lp.nodes > 1  # it branched
+    assert abs(got.objective - HighsSolver().solve(problem).objective) <= 1e-9 * got.objective
+    assert (len(restored) > 0) == (cap > 0)

@@ -91,6 +91,10 @@ IMPATIENT_NODES = 100
 # it, HiGHS' MILP takes 50-350 ms at 256 x 50, where lpbb's nodes cost 0.2-0.5 ms
 # (bench/RESULTS.md, session 14)
 OPTIMUM_BUDGET_FACTOR = 2
+# Basis snapshots (one per node on the stack, ~8 k^2 bytes for k basic columns: up to
+# ~1.2 MB at 1024 GPUs x 200 apps) are kept up to this many bytes per solve; past it, a
+# node starts from the current basis
+SNAPSHOT_BYTES = 64 << 20
 COUNT_NODE_LIMIT = 20_000  # budget of the exact count of starving apps (max_served)
 
 
@@ -479,6 +483,7 @@ class LpBranchAndBound(Solver):
                 return Solution(tuple(best_choice), best_val)
         stack: list[_Node] = [(lo0, hi0, self.root_cut_rounds, math.nan, -1, False, 0.0, None)]
         nodes = 0
+        held = 0  # bytes of the basis snapshots on the stack
         if excluded is not None:
             # start from the optimum's root basis (saved below): only app ``excluded``'s
             # columns change, where the last solve's basis had another app excluded
@@ -486,6 +491,7 @@ class LpBranchAndBound(Solver):
         while stack:
             lo, hi, cut_rounds, parent, col, up, change, snap = stack.pop()
             if snap is not None:
+                held -= len(snap)
                 relax.engine.restore(snap)
             nodes += 1
             self.nodes += 1
@@ -560,7 +566,8 @@ class LpBranchAndBound(Solver):
                 # the "leave it" child restarts from this node's basis, not from wherever
                 # the "take it" subtree ended (seeds 0-299 of the 256 x 50 benchmark:
                 # 21% fewer pivots, bench/RESULTS.md session 14)
-                snap = relax.engine.snapshot()
+                snap = relax.engine.snapshot() if held < SNAPSHOT_BYTES else None
+                held += len(snap) if snap is not None else 0
                 stack.append((lo_out, hi_out, self.node_cut_rounds, bound, c, False, xc, snap))
                 stack.append((lo_in, hi_in, self.node_cut_rounds, bound, c, True,
                               1.0 - xc, None))  # explored first
