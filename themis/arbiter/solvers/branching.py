@@ -34,7 +34,11 @@ class PseudoCosts:
         self.all_total = [0.0, 0.0]  # ... per unit of gain, over every column (the
         # estimate of the columns not yet observed)
         self.all_count = [0, 0]
-        self.observations = 0
+
+    @property
+    def observations(self) -> int:
+        """Observations so far, both directions."""
+        return self.all_count[0] + self.all_count[1]
 
     def observe(self, column: int, up: bool, change: float, drop: float,
                 gain: float = 1.0) -> None:
@@ -49,7 +53,6 @@ class PseudoCosts:
         self.count[k, column] += 1
         self.all_total[k] += unit / gain if gain > 0 else 0.0
         self.all_count[k] += 1
-        self.observations += 1
 
     def choose(self, frac: np.ndarray, x: np.ndarray, gain: np.ndarray) -> int:
         """The fractional column (of ``frac``, indices into ``x`` and ``gain``) to branch

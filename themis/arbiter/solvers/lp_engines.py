@@ -97,7 +97,8 @@ class LpEngine(ABC):
 
     def restore(self, snap: bytes) -> None:  # noqa: B027 - optional, as snapshot
         """Start the next solve from a :meth:`snapshot` of this LP (rows added since have
-        basic slacks; the objective must be the same)."""
+        basic slacks; the objective must be the same); an engine without snapshots
+        ignores it."""
 
 
 class HighsEngine(LpEngine):
@@ -218,9 +219,8 @@ class FallbackEngine(LpEngine):
         return self.engine.snapshot()
 
     def restore(self, snap: bytes) -> None:
-        # a native snapshot means nothing to HiGHS once the LP moved there: ignored
-        if isinstance(self.engine, NativeEngine):
-            self.engine.restore(snap)
+        # once the LP moved to HiGHS, its restore (the base class's) ignores the snapshot
+        self.engine.restore(snap)
 
     def solve(self, lo: np.ndarray, hi: np.ndarray, cutoff: float | None = None) -> LpPoint:
         try:
