@@ -218,7 +218,8 @@ build_yarn() {
   else
     say "no plugin jar: the RM will run the stock CapacityScheduler"
   fi
-  # Python package: wheels built on the host (pip cache makes rebuilds fast), installed offline.
+  # Python package: wheels built on the host (pip cache makes rebuilds fast), installed offline,
+  # at the versions of requirements/lock.txt (the image holds only those wheels).
   local py
   py=$(host_python)
   say "building wheels for the themis package and its dependencies with $py"
@@ -229,7 +230,9 @@ build_yarn() {
   for f in README.md LICENSE setup.py setup.cfg MANIFEST.in; do [[ -e $ROOT/$f ]] && cp -a "$ROOT/$f" "$src/"; done
   [[ -e $src/README.md ]] || echo "# themis-yarn" >"$src/README.md"
   find "$src" -name __pycache__ -prune -exec rm -rf {} +
-  "$py" -m pip wheel -q --wheel-dir "$ctx/wheels" "$src" 2>"$CACHE/pip-wheel.log" \
+  # THEMIS_SKIP_JARS=1: no Maven in the copy; the image carries the plugin jar in
+  # /opt/themis/plugin and the AM jar is uploaded by the submitting client.
+  THEMIS_SKIP_JARS=1 "$py" -m pip wheel -q -c "$ROOT/requirements/lock.txt" --wheel-dir "$ctx/wheels" "$src" 2>"$CACHE/pip-wheel.log" \
     || { tail -n 20 "$CACHE/pip-wheel.log" >&2; die "pip wheel failed (log: $CACHE/pip-wheel.log)"; }
   cp "$HERE/yarn/Dockerfile" "$ctx/Dockerfile"
   "$DOCKER" build -q -t themis/yarn:latest "$ctx" >/dev/null || die "docker build themis/yarn failed"
@@ -242,8 +245,9 @@ build_tf() {
   py=$(host_python)
   rm -rf "$ctx"; mkdir -p "$ctx/wheels"
   say "building/fetching wheels for $TF_SPEC (large: ~600 MB)"
-  # + what the training jobs and the AM use besides TensorFlow (the package's "train" extra)
-  "$py" -m pip wheel -q --wheel-dir "$ctx/wheels" "$TF_SPEC" $TF_EXTRAS 2>"$CACHE/pip-wheel-tf.log" \
+  # + what the training jobs and the AM use besides TensorFlow (the package's "train" extra),
+  # at the versions of requirements/lock.txt
+  "$py" -m pip wheel -q -c "$ROOT/requirements/lock.txt" --wheel-dir "$ctx/wheels" "$TF_SPEC" $TF_EXTRAS 2>"$CACHE/pip-wheel-tf.log" \
     || { tail -n 20 "$CACHE/pip-wheel-tf.log" >&2; die "pip wheel $TF_SPEC failed"; }
   cp "$HERE/yarn-tf/Dockerfile" "$ctx/Dockerfile"
   "$DOCKER" build -q -t themis/yarn-tf:latest --build-arg TF_SPEC="$TF_SPEC" \

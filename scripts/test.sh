@@ -1,51 +1,100 @@
 #!/usr/bin/env bash
-# The whole test suite, from a fresh clone: Python deps, lint, types, unit + integration
-# tests, the Maven build with its JUnit tests, and (when Docker can be set up) the
-# dockerised mini-cluster tests. Fails on the first failing stage.
-set -euo pipefail
+# The whole test suite, from a fresh clone: Python dependencies from the lock, lint, types,
+# the Maven build with its JUnit tests, pytest (unit + integration; the tests that import
+# TensorFlow in a process of their own), and the dockerised mini-cluster tests.
+#
+# Every stage runs even when an earlier one failed (only a failed setup stops the run), and
+# the run ends with one line per stage - passed / FAILED / skipped / TIMED OUT / CRASHED
+# (signal) with its time - followed by the names of the failing tests. Each stage's full
+# output is also kept in out/test-logs/<stage>.log. Exit status: 0 when every stage that
+# ran passed, 1 otherwise.
+#
+# Environment: PYTHON (default python3); THEMIS_SKIP_DOCKER=1 skips the mini-cluster stage;
+# THEMIS_STAGE_TIMEOUT_MIN overrides every stage's time limit (minutes; the limits only
+# catch hangs).
+set -uo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
+LOGS=out/test-logs
+rm -rf "$LOGS" && mkdir -p "$LOGS"
 T0=$SECONDS
-stage() { echo; echo "==== $* ($(( (SECONDS - T0) / 60 )) min in) ===="; }
-# Every stage has a hard time limit, so a hang fails the run with a message instead of
-# running into CI's own limit. Minutes; override with THEMIS_STAGE_TIMEOUT_MIN.
-# A typical run takes 35-50 minutes; the limits only catch hangs.
-limit() {
-  local m="${THEMIS_STAGE_TIMEOUT_MIN:-$1}" rc=0; shift
-  timeout --kill-after=30 "${m}m" "$@" || rc=$?
-  if [[ $rc -eq 124 || $rc -eq 137 ]]; then echo "test.sh: TIMED OUT after ${m} min: $*" >&2; fi
+SUMMARY=()
+FAILURES=()
+ANY_FAILED=0
+
+# stage NAME LIMIT_MIN KIND CMD...: run CMD under a time limit, tee its output to the
+# stage's log, and record one summary line. KIND is pytest, maven or plain: how failing
+# tests are named.
+stage() {
+  local name="$1" limit="${THEMIS_STAGE_TIMEOUT_MIN:-$2}" kind="$3"; shift 3
+  local log="$LOGS/${name//[^A-Za-z0-9]/-}.log" current="$LOGS/.current-test" t=$SECONDS rc status
+  echo; echo "==== $name ($(( (SECONDS - T0) / 60 )) min in) ===="
+  rm -f "$current"
+  THEMIS_PYTEST_CURRENT="$PWD/$current" timeout --kill-after=30 "${limit}m" "$@" 2>&1 | tee "$log"
+  rc=${PIPESTATUS[0]}
+  if [[ $rc -eq 0 ]]; then
+    status="passed"
+  elif [[ $rc -eq 124 || $rc -eq 137 ]]; then
+    status="TIMED OUT after ${limit} min"
+  elif [[ $kind == pytest && $rc -eq 5 ]]; then
+    status="FAILED (collected no tests)"
+  elif [[ $rc -gt 128 ]]; then
+    status="CRASHED (killed by SIG$(kill -l $((rc - 128)) 2>/dev/null || echo $((rc - 128))))"
+  else
+    status="FAILED (exit $rc)"
+  fi
+  [[ $rc -ne 0 ]] && ANY_FAILED=1
+  SUMMARY+=("$(printf '%-44s %-34s %4d s' "$name" "$status" $(( SECONDS - t )))")
+  if [[ $rc -ne 0 ]]; then
+    local names=""
+    case $kind in
+      pytest) names=$(grep -E '^(FAILED|ERROR) ' "$log" | cut -c1-200) ;;
+      maven) names=$(grep -E '^\[ERROR\]   [A-Za-z_$][A-Za-z0-9_$.]*[.:]' "$log" | sed 's/^\[ERROR\] *//' | cut -c1-200) ;;
+    esac
+    if [[ -z "$names" && -s "$current" ]]; then
+      names="$(cat "$current") (running when the stage ended)"
+    fi
+    [[ -n "$names" ]] && while IFS= read -r l; do FAILURES+=("$name: $l"); done <<<"$names"
+  fi
   return $rc
 }
-# pytest with a time limit; pytest exits 5 when it collects nothing, which must fail too.
-run_pytest() {
-  local m="$1" what="$2" rc=0; shift 2
-  limit "$m" "$PY" -m pytest -q --durations=15 "$@" || rc=$?
-  if [[ $rc -eq 5 ]]; then echo "test.sh: $what collected no tests" >&2; return 1; fi
-  return $rc
-}
 
-stage "setup (python)"
-limit 12 scripts/setup.sh dev,train
+skip() { SUMMARY+=("$(printf '%-44s %-34s %4s' "$1" "skipped ($2)" "-")"); }
 
-stage "lint (ruff) and types (mypy)"
-"$PY" -m ruff check themis tests bench
-"$PY" -m mypy
+# pytest exits 5 when it collects nothing; stage() counts that as a failure.
+PYTEST=("$PY" -m pytest -q --durations=15 -p no:cacheprovider)
 
-if [[ -f pom.xml ]]; then
-  stage "maven build + JUnit (rm-plugin)"
-  # -ntp: no download progress noise, but test classes and results are shown.
-  limit 12 mvn -B -ntp verify
+if stage "setup (python, locked versions)" 15 plain scripts/setup.sh dev,train; then
+  stage "lint (ruff)" 5 plain "$PY" -m ruff check themis tests bench
+  stage "types (mypy --strict)" 10 plain "$PY" -m mypy
+  if [[ -f pom.xml ]]; then
+    stage "maven build + JUnit" 15 maven mvn -B -ntp verify
+  fi
+  stage "pytest (unit + integration)" 25 pytest \
+    "${PYTEST[@]}" -m "not docker and not tensorflow" tests
+  stage "pytest (TensorFlow in-process)" 10 pytest \
+    "${PYTEST[@]}" -m "tensorflow and not docker" tests
+  if [[ "${THEMIS_SKIP_DOCKER:-0}" == "1" ]]; then
+    skip "docker mini-cluster" "THEMIS_SKIP_DOCKER=1"
+  elif ! stage "docker engine (scripts/docker-setup.sh)" 8 plain scripts/docker-setup.sh; then
+    skip "docker mini-cluster" "no Docker engine"
+  elif ! stage "docker images (build.sh --with-tf)" 25 plain docker/build.sh --with-tf; then
+    skip "docker mini-cluster" "images not built"
+  else
+    export THEMIS_REQUIRE_DOCKER=1  # a skipped mini-cluster test fails this stage
+    stage "docker mini-cluster" 25 pytest \
+      "${PYTEST[@]}" -m docker tests/integration
+  fi
+else
+  skip "everything else" "setup failed"
 fi
 
-stage "pytest (unit + integration)"
-run_pytest 20 "the pytest stage" -m "not docker" tests
-
-if [[ -x scripts/docker-setup.sh && "${THEMIS_SKIP_DOCKER:-0}" != "1" ]]; then
-  stage "docker mini-cluster (testcontainers)"
-  limit 6 scripts/docker-setup.sh
-  # --with-tf: the e2e tests (tests/integration/test_am_e2e.py) run real TensorFlow jobs
-  limit 20 docker/build.sh --with-tf
-  export THEMIS_REQUIRE_DOCKER=1  # a skipped mini-cluster test fails this stage
-  run_pytest 25 "the docker stage" -m docker tests/integration
+echo
+echo "==== test.sh summary ($(( (SECONDS - T0) / 60 )) min; logs in $LOGS/) ===="
+printf '%s\n' "${SUMMARY[@]}"
+if [[ ${#FAILURES[@]} -gt 0 ]]; then
+  echo "failing:"
+  printf '  %s\n' "${FAILURES[@]}"
 fi
-echo; echo "test.sh: all stages passed in $(( (SECONDS - T0) / 60 )) min"
+if [[ $ANY_FAILED -eq 0 ]]; then echo "test.sh: all stages passed"; else echo "test.sh: FAILED"; fi
+exit $ANY_FAILED

@@ -6,6 +6,7 @@ start-up each) and inspects its checkpoints with TensorFlow's checkpoint reader.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -18,7 +19,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-tf = pytest.importorskip("tensorflow")
+if importlib.util.find_spec("tensorflow") is None:
+    pytest.skip("the 'train' extra (TensorFlow) is not installed", allow_module_level=True)
+# Reads checkpoints with TensorFlow in the pytest process: scripts/test.sh runs these tests
+# in a pytest process of their own (TensorFlow and OR-Tools cannot share a process; see
+# tests/conftest.py). TensorFlow is imported when a test runs, not at collection.
+pytestmark = pytest.mark.tensorflow
 
 REPO = Path(__file__).resolve().parents[2]
 COMMON = ["--deterministic", "--batch-size", "16", "--hidden-units", "32",
@@ -68,6 +74,8 @@ def _wait_for_checkpoint(proc: subprocess.Popen[str], min_step: int) -> list[dic
 
 
 def _ckpt_vars(ckpt_root: Path, step: int) -> dict[str, np.ndarray]:
+    import tensorflow as tf
+
     reader = tf.train.load_checkpoint(str(ckpt_root / f"ckpt-{step:012d}" / "ckpt"))
     return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
             if not name.startswith("_CHECKPOINTABLE") and "OBJECT_GRAPH" not in name}

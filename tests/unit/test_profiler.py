@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import statistics
@@ -17,7 +18,10 @@ from themis.cluster.topology import Locality
 from themis.profiler import IterSample, LogDirTail, Profiler, estimate_slowdowns
 from themis.profiler.records import RecordTail, crc32c
 
-pytest.importorskip("tensorflow")
+# The jobs run TensorFlow in subprocesses; this process must not import it (see
+# tests/conftest.py: TensorFlow and OR-Tools cannot share a process).
+if importlib.util.find_spec("tensorflow") is None:
+    pytest.skip("the 'train' extra (TensorFlow) is not installed", allow_module_level=True)
 
 REPO = Path(__file__).resolve().parents[2]
 
