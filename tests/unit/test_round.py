@@ -197,3 +197,37 @@ def test_round_renews_leftover_but_bidders_bid_first() -> None:
     )
     assert out.allocation["worst"] == ("g2", "g3")  # the auction runs on the whole offer
     assert out.leftover == {"ok": ("g0", "g1")}  # renewal of what the auction left
+
+
+@pytest.mark.parametrize("n_apps", [1, 2, 100])
+def test_no_gpu_idles_when_f_leaves_no_nonbidders(n_apps: int) -> None:
+    """f = 0 makes every app a bidder: GPUs the auction withholds as hidden payments (or
+    that no bid names) have no non-bidder to go to, and must still be granted to apps
+    that can use them (work conservation, section 3.3.2) - never left idle."""
+    gpus = [Gpu(f"g{i}", f"m{i // 4}", f"r{i // 16}") for i in range(64)]
+    rhos = {f"a{k}": 1.0 + k for k in range(n_apps)}
+    room = {a: 64 for a in rhos}
+
+    def collect(bidders: Sequence[str]) -> Mapping[str, BidTable]:
+        # every app bids for the same two GPUs: the winner pays, the rest is withheld
+        return {a: BidTable(a, rhos[a], (Bid(("g0", "g1"), rhos[a] / 2),)) for a in bidders}
+
+    out = run_round(gpus, rhos, collect, fairness_knob=0.0, lease_s=60.0, now=0.0,
+                    solver=make_solver("highs"), rng=random.Random(1), room=room)
+    assert out.nonbidders == ()
+    assert out.unallocated == ()
+    granted = sorted(x for g in out.grants for x in g.gpus)
+    assert granted == sorted(g.id for g in gpus)  # all 64, each once
+
+
+def test_withheld_gpus_respect_room() -> None:
+    gpus = [Gpu(f"g{i}", "m0", "r") for i in range(4)]
+    rhos = {"a": 3.0}
+
+    def collect(bidders: Sequence[str]) -> Mapping[str, BidTable]:
+        return {"a": BidTable("a", 3.0, (Bid(("g0",), 1.5),))}
+
+    out = run_round(gpus, rhos, collect, fairness_knob=0.0, lease_s=60.0, now=0.0,
+                    solver=make_solver("highs"), rng=random.Random(0), room={"a": 2})
+    assert len(out.allocation["a"]) == 2
+    assert len(out.unallocated) == 2

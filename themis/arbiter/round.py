@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
@@ -170,6 +170,21 @@ def run_round(
         left_ids = set(auction.leftover)
         free = [g for g in free if g.id in left_ids]
     leftover, unallocated = distribute_leftover(free, nonbidders, rng, room, previous)
+    if unallocated and bidders:
+        # Work conservation (section 3.3.2): GPUs that no non-bidder can use - those the
+        # auction withheld as hidden payments when f < 1/N leaves no non-bidders, or more
+        # leftover than the non-bidders can take - go, by the same leftover rule, to any
+        # app that can still use them rather than idling until the next round.
+        held = Counter({a: len(gs) for a, gs in leftover.items()})
+        if auction is not None:
+            held.update({a: len(gs) for a, gs in auction.allocation.items()})
+        everyone = [*bidders, *nonbidders]
+        left = None if room is None else {a: room.get(a, 0) - held[a] for a in everyone}
+        idle = set(unallocated)
+        extra, unallocated = distribute_leftover(
+            [g for g in free if g.id in idle], everyone, rng, left, previous)
+        for app, gs in extra.items():
+            leftover[app] = tuple(sorted((*leftover.get(app, ()), *gs)))
     allocation: dict[str, tuple[str, ...]] = {}
     grants: list[LeaseGrant] = []
     if auction is not None:

@@ -6,10 +6,9 @@ expired leases returned) with N_avg from the ContentionTracker; the arbiter keep
 (1-f) worst apps as bidders, each bidder's agent runs ``make_bid_table`` on the offer, and
 ``run_round`` runs the partial-allocation auction and hands the leftover to non-bidders.
 
-Simulator-side choice (documented in docs/simulator.md): GPUs the leftover step cannot
-place (no non-bidder has room) are handed, with the same leftover routine, to bidders that
-still have room - otherwise they would idle until the next event, which the paper's
-"work-conserving" claim (section 3.3.2) rules out.
+GPUs the leftover step cannot place (no non-bidder has room) go to bidders that still
+have room inside ``run_round`` (work conservation, section 3.3.2), as in YARN and
+standalone mode.
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ from themis.agent.bids import BidTable, OfferIndex, make_bid_table
 from themis.agent.fairness import rho
 from themis.agent.model import AppModel
 from themis.agent.placement import PlacementProfile
-from themis.arbiter.round import distribute_leftover, run_round
+from themis.arbiter.round import run_round
 from themis.arbiter.solvers import Solver, make_solver
 from themis.cluster.topology import locality_of
 from themis.sim.policies.base import Allocation, Policy, RoundContext
@@ -102,12 +101,4 @@ class ThemisPolicy(Policy):
         alloc: dict[str, tuple[str, ...]] = {}
         for app, gs in outcome.allocation.items():
             alloc[app] = tuple(gs[: room[app]])  # a bundle never exceeds demand; be safe
-        taken = {g for gs in alloc.values() for g in gs}
-        unallocated = [g for g in ctx.free if g.id not in taken]
-        if unallocated:
-            left = {a: room[a] - len(alloc.get(a, ())) for a in room}
-            order = [*outcome.bidders, *outcome.nonbidders]
-            extra, _ = distribute_leftover(unallocated, order, ctx.rng, left, ctx.previous)
-            for app, gs in extra.items():
-                alloc[app] = tuple(sorted((*alloc.get(app, ()), *gs)))
         return alloc
