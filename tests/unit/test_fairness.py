@@ -9,8 +9,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from themis.agent.contention import ContentionTracker
-from themis.agent.fairness import FairnessContext, phase_time, rho
-from themis.agent.model import AppKind, AppModel, FuturePhase, Job, ModelError
+from themis.agent.fairness import (
+    FairnessContext,
+    IdealTime,
+    ideal_time,
+    parse_ideal_time,
+    phase_time,
+    plan_time,
+    rho,
+)
+from themis.agent.model import AppKind, AppModel, FuturePhase, Job, ModelError, PhaseShape
 from themis.agent.placement import DEFAULT, PlacementProfile
 from themis.cluster.topology import Locality
 
@@ -25,13 +33,59 @@ def table3_app() -> AppModel:
     )
 
 
-CTX16 = FairnessContext(now=0.0, cluster_gpus=16, n_avg=4.0)
+# Table 3 under the paper's form of T_id (section 4.3.1's approximation)
+CTX16 = FairnessContext(now=0.0, cluster_gpus=16, n_avg=4.0, ideal=IdealTime.PAPER)
 
 
 def test_table3_ideal_time_is_2500s() -> None:
-    from themis.agent.fairness import ideal_time
-
     assert ideal_time(table3_app(), CTX16) == pytest.approx(2500.0)
+
+
+def test_table3_exact_ideal_time_is_also_2500s() -> None:
+    """On its 16/4 = 4-GPU share every phase of Table 3's app can use all 4 GPUs (4, 2, 1
+    jobs capped at 8): 3200/4 + 3200/4 + 3600/4 = 2500 s, the paper's value."""
+    ctx = FairnessContext(now=0.0, cluster_gpus=16, n_avg=4.0, ideal=IdealTime.EXACT)
+    assert ideal_time(table3_app(), ctx) == pytest.approx(2500.0)
+
+
+def test_exact_ideal_time_follows_the_plan_and_its_caps() -> None:
+    """Successive halving, 4 jobs of cap 2 then 2 then 1 (no budget): alone on 64 GPUs
+    the paper's form assumes the whole budget runs on app_demand_max = 8 GPUs, the exact
+    form runs each phase at what it can use (8, 4, 2 GPUs)."""
+    jobs = [Job(f"j{i}", 1.0, 100, 2) for i in range(4)]  # 4 x 100 GPU-s
+    app = AppModel("sh", 0.0, jobs, [FuturePhase(2, 200), FuturePhase(1, 400)],
+                   AppKind.SUCCESSIVE_HALVING)
+    alone = FairnessContext(0.0, 64, 1.0, IdealTime.EXACT)
+    assert ideal_time(app, alone) == pytest.approx(50 + 100 + 200)
+    paper = FairnessContext(0.0, 64, 1.0, IdealTime.PAPER)
+    assert ideal_time(app, paper) == pytest.approx(1200 / 8)
+    # a 64/40 = 1.6-GPU share: the fluid share is spread over the jobs that can use it
+    crowded = FairnessContext(0.0, 64, 40.0, IdealTime.EXACT)
+    assert ideal_time(app, crowded) == pytest.approx(3 * 400 / 1.6)
+    assert plan_time(app, 0) == math.inf
+
+
+def test_exact_ideal_time_counts_completed_phases() -> None:
+    """Phase 1 done (its shape reported), phase 2 running: the plan is the same as
+    before it started, so T_id does not change as the app advances."""
+    before = AppModel("sh", 0.0, [Job(f"j{i}", 1.0, 100, 2) for i in range(4)],
+                      [FuturePhase(2, 200)], AppKind.SUCCESSIVE_HALVING)
+    after = AppModel("sh", 0.0, [Job(f"j{i}", 1.0, 150, 2, iters_total=200) for i in range(2)],
+                     [], AppKind.SUCCESSIVE_HALVING, work_done=400.0,
+                     done_phases=(PhaseShape.of([(100.0, 2)] * 4),))
+    for n_avg in (1.0, 3.0, 20.0):
+        ctx = FairnessContext(0.0, 16, n_avg, IdealTime.EXACT)
+        assert ideal_time(after, ctx) == pytest.approx(ideal_time(before, ctx))
+    # without the shapes, completed work counts as one phase capped at app_demand_max
+    bare = AppModel("sh", 0.0, after.jobs, [], AppKind.SUCCESSIVE_HALVING, work_done=400.0)
+    assert plan_time(bare, 16) == pytest.approx(400 / 4 + 200 / 2)
+
+
+def test_parse_ideal_time() -> None:
+    assert parse_ideal_time(" Exact ") is IdealTime.EXACT
+    assert parse_ideal_time("paper") is IdealTime.PAPER
+    with pytest.raises(ModelError, match="exact, paper"):
+        parse_ideal_time("gavel")
 
 
 @pytest.mark.parametrize(("gpus", "expected"), [(1, 4.0), (2, 2.0)])
@@ -70,9 +124,12 @@ def test_median_revision_when_slow_jobs_survive() -> None:
 
 def test_single_job_eq1() -> None:
     app = AppModel("s", 100.0, [Job("j", 2.0, 1000, 4, iters_total=2000)])
-    ctx = FairnessContext(now=600.0, cluster_gpus=64, n_avg=2.0)
+    ctx = FairnessContext(now=600.0, cluster_gpus=64, n_avg=2.0, ideal=IdealTime.PAPER)
     # T_cluster = 2000*2/min(64,4) = 1000; T_id = 2000; T_sh = 500 + 1000*2*1.1/2
     assert rho(app, 2, Locality.RACK, ctx) == pytest.approx((500 + 1100) / 2000)
+    # exact: a 64/2 = 32-GPU share, of which the job uses 4: T_id = 4000/4 = 1000
+    exact = FairnessContext(now=600.0, cluster_gpus=64, n_avg=2.0, ideal=IdealTime.EXACT)
+    assert rho(app, 2, Locality.RACK, exact) == pytest.approx((500 + 1100) / 1000)
 
 
 def test_no_gpu_means_infinite_rho_and_finished_app_is_finite() -> None:

@@ -11,7 +11,18 @@ Conventions (documented in docs/mechanism.md):
   GPUs -> rho 4, 2, 1, 0.5, 0.34).
 * Future successive-halving phases use the median current job's iteration time
   (section 4.3.3).
-* T_id = T_cluster * N_avg with T_cluster = B / min(R_C, app_demand_max) (Eq. 2).
+* T_id has two forms (:class:`IdealTime`, selected by ``FairnessContext.ideal``):
+
+  - ``exact`` (section 3.2's definition): the finish time of the app's own plan - its
+    completed phases, its current phase at full size, its future phases - in an
+    independent 1/N_avg share of the cluster, i.e. on g = R_C / N_avg GPUs, each phase
+    lasting ``max(sum_j w_j / g, max_j w_j / min(d_j, g))`` with no slowdown. A
+    fractional share g gives throughput g spread over the jobs that can use it (a job
+    never faster than its cap d_j): the fluid form of the phase model above.
+  - ``paper`` (section 4.3.1's approximation, Eq. 1/2): T_cluster * N_avg with
+    T_cluster = B / min(R_C, app_demand_max), i.e. the whole budget at the app's largest
+    demand.
+
 * With no GPU at all an unfinished app never finishes: rho = +inf.
 """
 
@@ -20,18 +31,45 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from enum import StrEnum
 
-from themis.agent.model import AppModel, ModelError
+from themis.agent.model import AppModel, ModelError, PhaseShape
 from themis.cluster.topology import Locality
+
+
+class IdealTime(StrEnum):
+    """Which T_id rho divides by (module doc; docs/mechanism.md, "Ideal time")."""
+
+    EXACT = "exact"  # section 3.2: the app's plan on an independent R_C / N_avg share
+    PAPER = "paper"  # section 4.3.1's approximation: B / min(R_C, app_demand_max) * N_avg
+
+
+#: The default form, chosen by measurement on the evaluation sweep (docs/mechanism.md).
+DEFAULT_IDEAL_TIME = IdealTime.EXACT
+IDEAL_TIME_NAMES = tuple(str(m) for m in IdealTime)
+
+
+def parse_ideal_time(value: str | IdealTime) -> IdealTime:
+    """``"exact"``/``"paper"`` (any case, surrounding blanks ignored) -> :class:`IdealTime`."""
+    if isinstance(value, IdealTime):
+        return value
+    try:
+        return IdealTime(str(value).strip().lower())
+    except ValueError:
+        raise ModelError(
+            f"ideal time {value!r}: must be one of {', '.join(IDEAL_TIME_NAMES)}"
+        ) from None
 
 
 @dataclass(frozen=True, slots=True)
 class FairnessContext:
-    """Cluster-wide inputs of rho: the clock, R_C (GPUs in the cluster) and N_avg."""
+    """Cluster-wide inputs of rho: the clock, R_C (GPUs in the cluster), N_avg and the
+    form of the ideal time T_id."""
 
     now: float
     cluster_gpus: int
     n_avg: float
+    ideal: IdealTime = DEFAULT_IDEAL_TIME
 
     def __post_init__(self) -> None:
         if not math.isfinite(self.now):
@@ -40,6 +78,10 @@ class FairnessContext:
             raise ModelError(f"fairness context: cluster_gpus={self.cluster_gpus!r} must be >= 1")
         if not math.isfinite(self.n_avg) or self.n_avg < 1.0:
             raise ModelError(f"fairness context: n_avg={self.n_avg!r} must be a number >= 1")
+        if not isinstance(self.ideal, IdealTime):
+            raise ModelError(
+                f"fairness context: ideal={self.ideal!r} must be one of {IDEAL_TIME_NAMES}"
+            )
 
 
 def phase_time(works: Iterable[tuple[float, int]], gpus: int) -> float:
@@ -130,8 +172,45 @@ def remaining_time(app: AppModel, gpus: int, slowdown: float = 1.0) -> float:
     return RemainingTime(app)(gpus, slowdown)
 
 
+def plan_time(app: AppModel, gpus: float) -> float:
+    """Length of the app's whole plan on ``gpus`` GPUs (may be fractional), no slowdown:
+    each completed phase (``done_phases``; work_done they do not cover counts as one
+    phase capped at app_demand_max), the current phase at full size (each job's
+    ``iters_total``), and the future phases at the median iteration time with cap
+    job_demand_max (section 4.3.3), one after the other. With an explicit budget B the
+    plan is scaled to B (the budget apportioned as the plan apportions it)."""
+    if gpus <= 0:
+        return math.inf
+    t = 0.0
+    known = 0.0
+    for shape in app.done_phases:
+        t += shape.time(gpus)
+        known += shape.total
+    unknown = app.work_done - known
+    if unknown > 1e-9 * max(1.0, app.work_done):
+        t += unknown / min(gpus, app.app_demand_max)
+    current = PhaseShape.of((j.iters_total * j.serial_iter_time, j.max_demand) for j in app.jobs)
+    t += current.time(gpus)
+    work = app.work_done + current.total
+    if app.future_phases:
+        median = app.median_iter_time()
+        cap = app.job_demand_max
+        for p in app.future_phases:
+            one = p.iters * median
+            phase = PhaseShape(p.jobs * one, ((cap, one),))
+            t += phase.time(gpus)
+            work += phase.total
+    if app.budget is not None and work > 0:
+        t *= app.budget / work
+    return t
+
+
 def ideal_time(app: AppModel, ctx: FairnessContext) -> float:
-    """T_id = T_cluster * N_avg, T_cluster = B / min(R_C, app_demand_max)."""
+    """T_id in the form ``ctx.ideal`` selects (module doc): ``exact`` = the plan on
+    R_C / N_avg GPUs; ``paper`` = T_cluster * N_avg, T_cluster = B / min(R_C,
+    app_demand_max)."""
+    if ctx.ideal is IdealTime.EXACT:
+        return plan_time(app, ctx.cluster_gpus / ctx.n_avg)
     t_cluster = app.total_work() / min(ctx.cluster_gpus, app.app_demand_max)
     return t_cluster * ctx.n_avg
 

@@ -13,6 +13,7 @@ One model covers the paper's three app shapes:
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -92,6 +93,42 @@ class FuturePhase:
         _check_positive("future phase", "iters", self.iters)
 
 
+@dataclass(frozen=True, slots=True)
+class PhaseShape:
+    """A phase as the exact ideal time needs it (section 3.2, docs/mechanism.md): its total
+    serial work (GPU-seconds) and, per job cap, the largest serial work among the jobs of
+    that cap. :meth:`time` is the phase's length on ``gpus`` GPUs, which may be a
+    fraction (an independent 1/N share of the cluster)."""
+
+    total: float
+    longest: tuple[tuple[int, float], ...]  # (job cap, largest work among its jobs)
+
+    @classmethod
+    def of(cls, works: Iterable[tuple[float, int]]) -> PhaseShape:
+        """The shape of jobs ``(serial work, max demand)``."""
+        total = 0.0
+        longest: dict[int, float] = {}
+        for work, cap in works:
+            if work <= 0:
+                continue
+            total += work
+            if work > longest.get(cap, 0.0):
+                longest[cap] = work
+        return cls(total, tuple(sorted(longest.items())))
+
+    def time(self, gpus: float) -> float:
+        """``max(sum_j w_j / g, max_j w_j / min(d_j, g))`` (no slowdown): the fluid
+        makespan of jobs with linear speedup up to their caps sharing g GPUs."""
+        if self.total <= 0:
+            return 0.0
+        if gpus <= 0:
+            return math.inf
+        t = self.total / gpus
+        for cap, work in self.longest:
+            t = max(t, work / min(cap, gpus))
+        return t
+
+
 @dataclass(slots=True)
 class AppModel:
     """An app as its agent sees it. ``budget`` is B of Eq. 2 in serial GPU-seconds; when
@@ -105,6 +142,9 @@ class AppModel:
     budget: float | None = None
     placement: PlacementProfile = DEFAULT
     work_done: float = 0.0  # serial GPU-seconds already executed (for the default budget)
+    # the completed phases' shapes, oldest first (for the exact ideal time, section 3.2);
+    # work_done beyond their total is taken as one phase capped at app_demand_max
+    done_phases: tuple[PhaseShape, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.id:

@@ -5,8 +5,9 @@ per lease cohort - the GPUs granted in one round share an expiry; expiries at th
 instant are processed together), job completions (versioned per app; stale ones are
 dropped). After the events of an instant are applied, finished phases advance
 (successive-halving early stops), finished apps release their GPUs, apps release GPUs no
-running job can use, and - if GPUs are free and some app can use them - the policy runs
-one round; grants become leases expiring ``lease_s`` later (section 3.3.2).
+running job can use, and - if GPUs were released or an app arrived or started a phase
+that can use more GPUs than it holds, and GPUs are free - the policy runs one round;
+grants become leases expiring ``lease_s`` later (section 3.3.2).
 
 Between events every job progresses at n / (serial_iter_time * S(locality)) iterations/s
 (Eq. 1), except during the checkpoint/restart pause that follows any change of its GPU
@@ -24,10 +25,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from themis.agent.contention import ContentionTracker
+from themis.agent.fairness import DEFAULT_IDEAL_TIME, IdealTime
 from themis.cluster.topology import Topology
 from themis.sim.errors import InvariantError, SimError
+from themis.sim.isolated import isolated_finish_times
 from themis.sim.policies.base import Policy, RoundContext, check_allocation
-from themis.sim.state import AppState, check_owners
+from themis.sim.state import AppState, app_ideal_time, check_owners, floor_time
 from themis.sim.workload import AppSpec, Workload
 
 ARRIVE, EXPIRE, COMPLETE = 0, 1, 2
@@ -48,20 +51,34 @@ class SimConfig:
     # Lease expiries are rounded up to a multiple of this, so that leases granted close
     # together expire (and are re-offered) in one round instead of one round each.
     expiry_quantum_s: float = 120.0
+    # T_id of rho, in the agents' bids and in the reported metric (themis.agent.fairness)
+    ideal_time: IdealTime = DEFAULT_IDEAL_TIME
 
 
 @dataclass(slots=True)
 class AppResult:
+    """One finished app. Ideal times (seconds) of both forms of themis.agent.fairness
+    with the app's N_avg at completion, and with N_avg = 1 (the app alone); ``t_floor``
+    its completion time with the whole cluster to itself from its arrival
+    (:func:`themis.sim.state.floor_time`); ``t_iso`` its completion time in Gavel's
+    isolated 1/N share (:mod:`themis.sim.isolated`)."""
+
     id: str
     arrival: float
     finish: float
-    t_id: float  # ideal finish time with the app's N_avg at completion
+    t_id: float  # T_id in the run's form (SimConfig.ideal_time)
     n_avg: float
     gpu_time: float
     placement_score: float
     restarts: int
     kind: str
     placement: str
+    t_id_paper: float = math.nan
+    t_id_exact: float = math.nan
+    t_alone_paper: float = math.nan  # T_id with N_avg = 1
+    t_alone_exact: float = math.nan
+    t_floor: float = math.nan
+    t_iso: float = math.nan
 
     @property
     def jct(self) -> float:
@@ -70,6 +87,32 @@ class AppResult:
     @property
     def rho(self) -> float:
         return self.jct / self.t_id
+
+    @property
+    def rho_paper(self) -> float:
+        return self.jct / self.t_id_paper
+
+    @property
+    def rho_exact(self) -> float:
+        return self.jct / self.t_id_exact
+
+    @property
+    def rho_gavel(self) -> float:
+        """Gavel's finish-time fairness: JCT / JCT in an isolated 1/N share."""
+        return self.jct / self.t_iso
+
+    # rho_floor: the app's rho with the whole cluster to itself from its arrival (N_avg 1)
+    @property
+    def rho_floor_paper(self) -> float:
+        return self.t_floor / self.t_alone_paper
+
+    @property
+    def rho_floor_exact(self) -> float:
+        return self.t_floor / self.t_alone_exact
+
+    @property
+    def rho_floor_gavel(self) -> float:
+        return self.t_floor / self.t_alone_exact  # alone, the isolated share is the cluster
 
 
 @dataclass(slots=True)
@@ -119,6 +162,9 @@ class Simulator:
 
     # ---------------------------------------------------------------------------------
     def run(self, progress: Callable[[float], None] | None = None) -> SimResult:
+        """Simulate to the end. ``progress`` is called after every instant with the serial
+        GPU-seconds of the jobs finished so far (the workload's total is
+        ``sum(a.total_work for a in workload.apps)``)."""
         thresholds = gc.get_threshold()
         gc.set_threshold(max(thresholds[0], GC_YOUNG_THRESHOLD), *thresholds[1:])
         try:
@@ -128,6 +174,7 @@ class Simulator:
 
     def _run(self, progress: Callable[[float], None] | None) -> SimResult:
         started = time.perf_counter()
+        self._work_finished = 0.0  # serial GPU-seconds of the apps that finished
         for spec in self.workload.apps:
             self._push(spec.arrival, ARRIVE, spec)
         while self.heap:
@@ -151,12 +198,15 @@ class Simulator:
             if self.cfg.check_invariants:
                 self._check()
             if progress is not None:
-                progress(self.now)
+                progress(self._work_finished + sum(a.work_finished for a in self.apps.values()))
         if self.apps:
             raise SimError(
                 f"simulation ended with {len(self.apps)} unfinished apps "
                 f"(e.g. {next(iter(self.apps))!r}): nothing left to schedule"
             )
+        iso = isolated_finish_times(self.workload.apps, len(self.topo))
+        for r in self.results:
+            r.t_iso = iso[r.id]
         return SimResult(
             self.policy.name,
             sorted(self.results, key=lambda r: r.id),
@@ -209,6 +259,9 @@ class Simulator:
                 continue
             if changed:
                 app.assign(self.topo, self.now, self.cfg.restart_s)
+                # a new phase may use more GPUs than the last one held: free GPUs must
+                # not idle until the next lease expiry while it waits (work conservation)
+                released |= app.room() > 0
             demand = app.open_demand  # app.demand_now()
             cleared = False
             for j in app.busy:  # done jobs give their GPUs back (only busy ones hold some)
@@ -228,8 +281,6 @@ class Simulator:
         return released
 
     def _finish(self, app: AppState) -> None:
-        from themis.sim.state import app_ideal_time
-
         n_avg = self.tracker.n_avg(app.spec.id, self.now)
         self.tracker.depart(app.spec.id, self.now)
         for g in app.held:
@@ -241,18 +292,28 @@ class Simulator:
         self._done_iters.pop(app.spec.id, None)
         self.policy.observe_finish(app, self.now)
         score = app.score_time / app.service if app.service > 0 else 1.0
+        self._work_finished += app.spec.total_work
+        gpus = len(self.topo)
+        t_id = {
+            form: app_ideal_time(app.spec, gpus, n_avg, form) for form in IdealTime
+        }
         self.results.append(
             AppResult(
                 app.spec.id,
                 app.spec.arrival,
                 self.now,
-                app_ideal_time(app.spec, len(self.topo), n_avg),
+                t_id[self.cfg.ideal_time],
                 n_avg,
                 app.gpu_time,
                 score,
                 app.restarts,
                 app.spec.kind,
                 app.spec.placement,
+                t_id_paper=t_id[IdealTime.PAPER],
+                t_id_exact=t_id[IdealTime.EXACT],
+                t_alone_paper=app_ideal_time(app.spec, gpus, 1.0, IdealTime.PAPER),
+                t_alone_exact=app_ideal_time(app.spec, gpus, 1.0, IdealTime.EXACT),
+                t_floor=floor_time(app.spec, self.topo, self.cfg.restart_s),
             )
         )
 
@@ -270,6 +331,7 @@ class Simulator:
             lambda a: self.tracker.n_avg(a, self.now),
             self.cfg.lease_s,
             previous={g: a for g, a in self._expired.items() if g in self.free},
+            ideal=self.cfg.ideal_time,
         )
         alloc = self.policy.allocate(ctx)
         if self.cfg.check_invariants:

@@ -1,28 +1,63 @@
-"""Metrics of section 6.1: finish-time fairness rho per app (T_sh actual / T_id with the
-app's N_avg), max and median rho, total GPU time, placement score (1/S, GPU-time weighted
-per app), app completion time, and the scheduler's decision time per round."""
+"""Metrics of section 6.1 and of the evaluation sweep (docs/evaluation.md).
+
+Per app (:class:`~themis.sim.engine.AppResult`): finish-time fairness rho = JCT / T_id
+in both forms of T_id (``paper``: Eq. 1/2's T_cluster x N_avg; ``exact``: the app's plan
+on an independent R_C / N_avg share, section 3.2) and Gavel's rho (JCT / JCT in an
+isolated 1/N share); rho_floor, the app's rho with the whole cluster to itself from its
+arrival (what no scheduler can beat), and excess rho = rho / rho_floor, per definition.
+
+Per run (:func:`summarize`): max, p99, p95 and median of each rho; the fraction of apps
+with rho > 1 (sharing-incentive violations); max and p99 excess rho; total GPU time,
+average JCT, makespan, placement score, restarts and decision times. ``rho`` without a
+suffix is the run's own form (``SimConfig.ideal_time``).
+"""
 
 from __future__ import annotations
 
+import math
 import statistics
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from themis.sim.engine import SimResult
+from themis.sim.engine import AppResult, SimResult
+
+#: rho definitions reported side by side: name -> (rho, rho_floor) of an app
+RHOS: dict[str, tuple[Callable[[AppResult], float], Callable[[AppResult], float]]] = {
+    "paper": (lambda a: a.rho_paper, lambda a: a.rho_floor_paper),
+    "exact": (lambda a: a.rho_exact, lambda a: a.rho_floor_exact),
+    "gavel": (lambda a: a.rho_gavel, lambda a: a.rho_floor_gavel),
+}
 
 
-def percentile(values: list[float], q: float) -> float:
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile by linear interpolation between closest ranks (numpy's
+    default); NaN for no values."""
     if not values:
         return float("nan")
     s = sorted(values)
-    k = min(len(s) - 1, max(0, round(q / 100 * (len(s) - 1))))
-    return s[k]
+    pos = q / 100 * (len(s) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(s) - 1)
+    if s[lo] == s[hi]:  # also keeps inf from turning into nan
+        return s[lo]
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def _dist(prefix: str, values: list[float]) -> dict[str, float]:
+    return {
+        f"max_{prefix}": max(values),
+        f"p99_{prefix}": percentile(values, 99),
+        f"p95_{prefix}": percentile(values, 95),
+        f"median_{prefix}": statistics.median(values),
+    }
 
 
 def summarize(r: SimResult) -> dict[str, Any]:
     rhos = [a.rho for a in r.apps]
     out: dict[str, Any] = {
-        "max_rho": max(rhos),
-        "median_rho": statistics.median(rhos),
+        **_dist("rho", rhos),
+        "frac_rho_le_1": sum(1 for x in rhos if x <= 1.0) / len(rhos),
+        "frac_rho_gt_1": sum(1 for x in rhos if x > 1.0) / len(rhos),
         "gpu_time_hours": sum(a.gpu_time for a in r.apps) / 3600,
         "avg_jct_hours": statistics.fmean(a.jct for a in r.apps) / 3600,
         "mean_placement_score": statistics.fmean(a.placement_score for a in r.apps),
@@ -33,16 +68,25 @@ def summarize(r: SimResult) -> dict[str, Any]:
         "decision_ms_median": percentile(r.round_ms, 50),
         "decision_ms_p95": percentile(r.round_ms, 95),
         "restarts": sum(a.restarts for a in r.apps),
-        "frac_rho_le_1": sum(1 for x in rhos if x <= 1.0) / len(rhos),
     }
+    for name, (rho_of, floor_of) in RHOS.items():
+        values = [rho_of(a) for a in r.apps]
+        excess = [rho_of(a) / floor_of(a) for a in r.apps]
+        out.update(_dist(f"rho_{name}", values))
+        out[f"frac_rho_{name}_gt_1"] = sum(1 for x in values if x > 1.0) / len(values)
+        out[f"max_excess_rho_{name}"] = max(excess)
+        out[f"p99_excess_rho_{name}"] = percentile(excess, 99)
+        out[f"frac_floor_{name}_gt_1"] = sum(1 for a in r.apps if floor_of(a) > 1.0) / len(r.apps)
     out.update(r.extra)
     return out
 
 
 def per_app(r: SimResult) -> list[dict[str, Any]]:
-    return [
-        {
+    rows = []
+    for a in r.apps:
+        row: dict[str, Any] = {
             "id": a.id,
+            "arrival_h": a.arrival / 3600,
             "rho": a.rho,
             "jct_h": a.jct / 3600,
             "gpu_h": a.gpu_time / 3600,
@@ -51,6 +95,11 @@ def per_app(r: SimResult) -> list[dict[str, Any]]:
             "kind": a.kind,
             "placement": a.placement,
             "restarts": a.restarts,
+            "floor_h": a.t_floor / 3600,
+            "isolated_h": a.t_iso / 3600,
         }
-        for a in r.apps
-    ]
+        for name, (rho_of, floor_of) in RHOS.items():
+            row[f"rho_{name}"] = rho_of(a)
+            row[f"rho_floor_{name}"] = floor_of(a)
+        rows.append(row)
+    return rows

@@ -13,9 +13,10 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from themis.agent.model import AppKind, AppModel, FuturePhase, Job, ModelError
+from themis.agent.fairness import IdealTime
+from themis.agent.model import AppKind, AppModel, FuturePhase, Job, ModelError, PhaseShape
 from themis.agent.placement import PlacementProfile
-from themis.cluster.topology import Gpu, Topology, locality_of
+from themis.cluster.topology import Gpu, Locality, Topology, locality_of
 from themis.sim.errors import InvariantError
 from themis.sim.workload import AppSpec
 
@@ -74,8 +75,12 @@ class AppState:
     # _start_phase() and progress() (the only places iters_left changes)
     open_jobs: int = field(init=False, repr=False)
     open_demand: int = field(init=False, repr=False)
+    # the completed phases' shapes (the agent's view of its plan, for the exact T_id)
+    done_shapes: tuple[PhaseShape, ...] = field(init=False, repr=False)
+    work_finished: float = 0.0  # serial GPU-seconds of finished jobs (progress display)
 
     def __post_init__(self) -> None:
+        self.done_shapes = ()
         self.medians = []
         for ph in self.spec.phases:
             its = sorted(it for _, it in ph)
@@ -103,8 +108,10 @@ class AppState:
 
     def advance_phase(self, now: float) -> bool:
         """Called when every job of the phase is done: next phase (True) or app done."""
-        for j in self.jobs:
-            self.work_done_prev += j.iters_phase * self.spec.jobs[j.index].serial_iter_time
+        works = [(j.iters_phase * j.iter_time, j.demand) for j in self.jobs]
+        for work, _ in works:
+            self.work_done_prev += work
+        self.done_shapes = (*self.done_shapes, PhaseShape.of(works))
         if self.phase + 1 >= len(self.spec.phases):
             return False
         self._start_phase(self.phase + 1, now)
@@ -153,6 +160,7 @@ class AppState:
                 j.iters_done_total += step
                 self.iters_done[j.index] = j.iters_done_total
                 if j.iters_left <= j.done_below:  # just finished
+                    self.work_finished += j.iters_phase * j.iter_time
                     self.open_jobs -= 1
                     self.open_demand -= j.demand
         # Idle held GPUs (not given to any job) still count as service held.
@@ -228,6 +236,10 @@ class AppState:
             for j in self.jobs
         ]
         future = [FuturePhase(n, median * f) for n, median in self.medians[self.phase + 1 :]]
+        done = self.done_shapes
+        if f != 1.0:
+            done = tuple(PhaseShape(s.total * f, tuple((c, w * f) for c, w in s.longest))
+                         for s in done)
         kind = {
             "single-job": AppKind.SINGLE_JOB,
             "multi-job": AppKind.CURVE_STOPPING,
@@ -241,6 +253,7 @@ class AppState:
             kind,
             placement=profile or self.profile,
             work_done=self.work_done_prev * f,
+            done_phases=done,
         )
 
     def held_gpus(self, topo: Topology) -> list[Gpu]:
@@ -268,11 +281,60 @@ def _pick(topo: Topology, pool: set[str], k: int, near: Iterable[str]) -> list[s
     return out
 
 
-def app_ideal_time(spec: AppSpec, cluster_gpus: int, n_avg: float) -> float:
-    """T_id of Eq. 2 for the app's whole plan: B / min(R_C, app_demand_max) * N_avg, with
-    app_demand_max = the largest phase demand."""
+def phase_shapes(spec: AppSpec) -> list[PhaseShape]:
+    """The shape of each phase of the app's plan (serial work and cap per job)."""
+    return [
+        PhaseShape.of((it * spec.jobs[i].serial_iter_time, spec.jobs[i].max_demand) for i, it in ph)
+        for ph in spec.phases
+    ]
+
+
+def app_ideal_time(
+    spec: AppSpec, cluster_gpus: int, n_avg: float, ideal: IdealTime = IdealTime.PAPER
+) -> float:
+    """T_id of the app's whole plan (themis.agent.fairness, section 3.2 / Eq. 2):
+    ``paper``: B / min(R_C, app_demand_max) * N_avg, app_demand_max = the largest phase
+    demand; ``exact``: the phases one after the other on R_C / N_avg GPUs."""
+    n = max(1.0, n_avg)
+    if ideal is IdealTime.EXACT:
+        return sum(s.time(cluster_gpus / n) for s in phase_shapes(spec))
     demand = max(sum(spec.jobs[i].max_demand for i, _ in ph) for ph in spec.phases)
-    return spec.total_work / min(cluster_gpus, demand) * max(1.0, n_avg)
+    return spec.total_work / min(cluster_gpus, demand) * n
+
+
+def best_slowdowns(topo: Topology, profile: PlacementProfile) -> list[float]:
+    """S of the tightest placement ``k`` GPUs can have in ``topo``, for k = 0..len(topo):
+    a slot, else a machine, else a rack, else the cluster."""
+    slot: dict[tuple[str, str], int] = {}
+    machine: dict[str, int] = {}
+    rack: dict[str, int] = {}
+    for g in topo.values():
+        slot[(g.machine, g.slot)] = slot.get((g.machine, g.slot), 0) + 1
+        machine[g.machine] = machine.get(g.machine, 0) + 1
+        rack[g.rack] = rack.get(g.rack, 0) + 1
+    limits = ((max(slot.values()), Locality.SLOT), (max(machine.values()), Locality.MACHINE),
+              (max(rack.values()), Locality.RACK))
+    out = []
+    for k in range(len(topo) + 1):
+        loc = next((lv for size, lv in limits if k <= size), Locality.CLUSTER)
+        out.append(profile.slowdown(loc))
+    return out
+
+
+def floor_time(spec: AppSpec, topo: Topology, restart_s: float) -> float:
+    """The app's completion time with the whole cluster to itself from its arrival - what
+    no scheduler can beat: each phase on all R_C GPUs, every job at the slowdown of the
+    tightest placement its GPUs can have (a lower bound when not all jobs can get theirs
+    at once), ``max(sum_j S_j w_j / R_C, max_j S_j w_j / min(d_j, R_C))``, plus the
+    checkpoint/restart pause that starts each phase's jobs."""
+    g = len(topo)
+    slow = best_slowdowns(topo, spec.profile)
+    total = 0.0
+    for ph in spec.phases:
+        works = [(it * spec.jobs[i].serial_iter_time * slow[min(spec.jobs[i].max_demand, g)],
+                  spec.jobs[i].max_demand) for i, it in ph]
+        total += restart_s + PhaseShape.of(works).time(g)
+    return total
 
 
 def check_owners(apps: Mapping[str, AppState], free: set[str], topo: Topology) -> None:

@@ -9,7 +9,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from themis.agent.fairness import FairnessContext
+from themis.agent.fairness import DEFAULT_IDEAL_TIME, FairnessContext, IdealTime
 from themis.cluster.topology import Gpu, Topology
 from themis.sim.state import AppState
 
@@ -26,9 +26,10 @@ class RoundContext:
     info: dict[str, float] = field(default_factory=dict)  # per-round stats for metrics
     # GPU id -> the app whose lease on it expired at this instant (renewal candidates).
     previous: dict[str, str] = field(default_factory=dict)
+    ideal: IdealTime = DEFAULT_IDEAL_TIME  # the form of T_id in rho (SimConfig.ideal_time)
 
     def fairness(self, app_id: str) -> FairnessContext:
-        return FairnessContext(self.now, len(self.topology), self.n_avg(app_id))
+        return FairnessContext(self.now, len(self.topology), self.n_avg(app_id), self.ideal)
 
 
 Allocation = dict[str, tuple[str, ...]]
