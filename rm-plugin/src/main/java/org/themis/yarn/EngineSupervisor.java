@@ -60,10 +60,45 @@ public final class EngineSupervisor {
     }
   }
 
-  /** The Py4J entry point the Python process calls to register itself. */
+  /**
+   * What the agents' endpoint in the engine tells the RM about application masters (calls from
+   * Python through the gateway; strings only, like {@link ThemisEngine}).
+   */
+  public interface AgentEvents {
+    /** An AM registered with the agents' endpoint: from now on it speaks for its app's leases. */
+    void agentJoined(String appId);
+
+    /** An AM left the agents' endpoint (UnregisterApp): its app's leases end now. */
+    void agentLeft(String appId);
+
+    /**
+     * An AM gave back leased GPUs (ReleaseGpus), as a JSON array of {@code <node_id>/<k>} ids.
+     * Returns JSON {@code {"ok": true, "released": n}} or {@code {"ok": false, "error": ...}}.
+     */
+    String releaseGpus(String appId, String gpuIdsJson);
+  }
+
+  /** The Py4J entry point the Python process calls to register itself and report agents. */
   public static final class Registry {
     private volatile Incarnation owner;
     private final GatewayServerHolder holder = new GatewayServerHolder();
+    private final AgentEvents events;
+
+    Registry(AgentEvents events) {
+      this.events = events;
+    }
+
+    public void agentJoined(String appId) {
+      events.agentJoined(appId);
+    }
+
+    public void agentLeft(String appId) {
+      events.agentLeft(appId);
+    }
+
+    public String releaseGpus(String appId, String gpuIdsJson) {
+      return events.releaseGpus(appId, gpuIdsJson);
+    }
 
     /** Called from Python with its callback object and callback server port. */
     public void register(ThemisEngine engine, int callbackPort) {
@@ -82,8 +117,11 @@ public final class EngineSupervisor {
     volatile GatewayServer server;
   }
 
-  public EngineSupervisor(ThemisSettings settings) {
+  private final AgentEvents events;
+
+  public EngineSupervisor(ThemisSettings settings, AgentEvents events) {
     this.settings = settings;
+    this.events = events;
   }
 
   public long starts() { return starts.get(); }
@@ -223,7 +261,7 @@ public final class EngineSupervisor {
     byte[] raw = new byte[24];
     new SecureRandom().nextBytes(raw);
     String token = HexFormat.of().formatHex(raw);
-    Registry registry = new Registry();
+    Registry registry = new Registry(events);
     InetAddress lo = InetAddress.getLoopbackAddress();
     GatewayServer server = new GatewayServer.GatewayServerBuilder()
         .entryPoint(registry)
@@ -246,6 +284,7 @@ public final class EngineSupervisor {
     env.put("THEMIS_GATEWAY_TOKEN", token);
     env.put("THEMIS_FAIRNESS_KNOB", Double.toString(settings.fairnessKnob()));
     env.put("THEMIS_SOLVER", settings.solver());
+    env.put("THEMIS_IDEAL_TIME", settings.idealTime());
     env.put("THEMIS_AGENT_PORT", Integer.toString(settings.agentPort()));
     env.put("THEMIS_LEASE_MS", Long.toString(settings.leaseDurationMs()));
     Process p;

@@ -17,6 +17,10 @@ public record Lease(long id, ApplicationId app, NodeId node, int gpus, long gran
     return state == State.ACTIVE && nowMs < expiryMs;
   }
 
+  Lease withGpus(int n) {
+    return new Lease(id, app, node, n, grantedAtMs, expiryMs, state, graceDeadlineMs);
+  }
+
   Lease expiring(long graceDeadline) {
     return new Lease(id, app, node, gpus, grantedAtMs, expiryMs, State.EXPIRING, graceDeadline);
   }

@@ -6,9 +6,11 @@ import org.apache.hadoop.yarn.server.resourcemanager.monitor.SchedulingEditPolic
 import org.apache.hadoop.yarn.server.resourcemanager.scheduler.ResourceScheduler;
 
 /**
- * Scheduling edit policy (yarn.resourcemanager.scheduler.monitor.policies) that enforces lease
- * expiry: MARK_CONTAINER_FOR_PREEMPTION at expiry, MARK_CONTAINER_FOR_KILLABLE after the grace
- * period. The work itself lives in {@link ThemisRuntime#enforceLeases()}.
+ * Scheduling edit policy (yarn.resourcemanager.scheduler.monitor.policies) that runs a lease
+ * enforcement pass: MARK_CONTAINER_FOR_PREEMPTION at expiry, MARK_CONTAINER_FOR_KILLABLE after
+ * the grace period. The work itself lives in {@link ThemisRuntime#enforceLeases()}, which
+ * ThemisCapacityScheduler also runs on its own thread every monitor-interval-ms, so listing
+ * this policy is optional: it only adds passes (serialised with the built-in ones).
  */
 public class LeaseExpiryPolicy implements SchedulingEditPolicy {
   private ThemisCapacityScheduler scheduler;

@@ -100,6 +100,36 @@ public final class LeaseTable {
     return leases.remove(leaseId) != null;
   }
 
+  /**
+   * Ends up to {@code gpus} GPUs of the live leases of (app, node) now, the soonest-expiring
+   * lease first (a lease left with no GPU is removed). Returns the number of GPUs ended: less
+   * than asked when the app holds fewer there (a GPU whose lease already ended counts as ended).
+   */
+  public synchronized int shrink(ApplicationId app, NodeId node, int gpus) {
+    long now = now();
+    List<Lease> live = new ArrayList<>();
+    for (Lease l : leases.values()) {
+      if (l.app().equals(app) && l.node().equals(node) && l.isLive(now)) {
+        live.add(l);
+      }
+    }
+    live.sort((a, b) -> Long.compare(a.expiryMs(), b.expiryMs()));
+    int left = gpus;
+    for (Lease l : live) {
+      if (left <= 0) {
+        break;
+      }
+      int cut = Math.min(left, l.gpus());
+      if (cut == l.gpus()) {
+        leases.remove(l.id());
+      } else {
+        leases.put(l.id(), l.withGpus(l.gpus() - cut));
+      }
+      left -= cut;
+    }
+    return gpus - Math.max(left, 0);
+  }
+
   /** Drops every lease of an application (it finished); returns how many. */
   public synchronized int removeApp(ApplicationId app) {
     int before = leases.size();

@@ -20,6 +20,9 @@ import org.apache.hadoop.yarn.server.resourcemanager.scheduler.common.ResourceCo
 import org.apache.hadoop.yarn.server.resourcemanager.scheduler.common.SchedulerContainer;
 import org.apache.hadoop.yarn.server.resourcemanager.scheduler.common.fica.FiCaSchedulerApp;
 import org.apache.hadoop.yarn.server.resourcemanager.scheduler.common.fica.FiCaSchedulerNode;
+import org.apache.hadoop.yarn.server.resourcemanager.scheduler.event.AppRemovedSchedulerEvent;
+import org.apache.hadoop.yarn.server.resourcemanager.scheduler.event.SchedulerEvent;
+import org.apache.hadoop.yarn.server.resourcemanager.scheduler.event.SchedulerEventType;
 import org.apache.hadoop.yarn.util.resource.DominantResourceCalculator;
 import org.apache.hadoop.yarn.util.resource.ResourceUtils;
 import org.slf4j.Logger;
@@ -85,14 +88,31 @@ public class ThemisCapacityScheduler extends CapacityScheduler {
     super.serviceStop();
   }
 
-  /** A GPU container ended: its GPUs may be grantable now, so wake the round driver. */
+  /**
+   * Every container end passes here (completion, release, kill at lease expiry, attempt end,
+   * node loss; CapacityScheduler calls {@code super.completedContainer} on some of these paths,
+   * which would bypass an override of {@code completedContainer}). A GPU container's end may
+   * end its app's lease early and frees GPUs: see {@link ThemisRuntime#gpuContainerEnded}.
+   */
   @Override
-  public void completedContainer(RMContainer rmContainer, ContainerStatus containerStatus,
-      RMContainerEventType event) {
-    super.completedContainer(rmContainer, containerStatus, event);
+  protected void completedContainerInternal(RMContainer rmContainer,
+      ContainerStatus containerStatus, RMContainerEventType event) {
+    super.completedContainerInternal(rmContainer, containerStatus, event);
     ThemisRuntime rt = runtime;
-    if (rt != null && rmContainer != null && Gpus.of(rmContainer.getAllocatedResource()) > 0) {
-      rt.signal();
+    if (rt != null && rmContainer != null && rmContainer.getAllocatedNode() != null
+        && Gpus.of(rmContainer.getAllocatedResource()) > 0) {
+      rt.gpuContainerEnded(rmContainer.getApplicationAttemptId().getApplicationId(),
+          rmContainer.getAllocatedNode());
+    }
+  }
+
+  /** After the base class: an app removed (finished, killed, failed) loses its leases now. */
+  @Override
+  public void handle(SchedulerEvent event) {
+    super.handle(event);
+    ThemisRuntime rt = runtime;
+    if (rt != null && event.getType() == SchedulerEventType.APP_REMOVED) {
+      rt.appRemoved(((AppRemovedSchedulerEvent) event).getApplicationID());
     }
   }
 

@@ -10,6 +10,10 @@ import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Optional;
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.Executors;
+import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.locks.Condition;
@@ -27,10 +31,12 @@ import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 /**
- * The plugin's moving parts inside the RM: lease enforcement (called by the edit policy), the
- * round driver thread (cluster view out, validated grants in) and the engine supervisor.
+ * The plugin's moving parts inside the RM: lease enforcement (its own thread, whatever the
+ * scheduling-monitor keys say), the round driver thread (cluster view out, validated grants
+ * in), early lease ends (app finished, container of an agent-less app ended, GPUs released by
+ * an AM) and the engine supervisor.
  */
-public final class ThemisRuntime {
+public final class ThemisRuntime implements EngineSupervisor.AgentEvents {
   private static final Logger LOG = LoggerFactory.getLogger(ThemisRuntime.class);
   private static final ObjectMapper JSON = new ObjectMapper();
 
@@ -41,8 +47,16 @@ public final class ThemisRuntime {
   private final ReentrantLock lock = new ReentrantLock();
   private final Condition wake = lock.newCondition();
   private boolean signalled;
+  /** When a round is due because GPUs were freed (0: none); guarded by {@link #lock}. */
+  private long freedRoundAtMs;
   private volatile boolean running;
   private Thread roundThread;
+  private ScheduledExecutorService enforcer;
+  private final Object enforceLock = new Object();
+  /** Apps whose AM registered with the agents' endpoint: their AM gives GPUs back itself. */
+  private final Set<ApplicationId> agentApps = ConcurrentHashMap.newKeySet();
+  private final AtomicLong gpusEndedEarly = new AtomicLong();
+  private final AtomicLong enforcementPasses = new AtomicLong();
   private final AtomicLong rounds = new AtomicLong();
   private final AtomicLong grantsApplied = new AtomicLong();
   private final AtomicLong grantsRefused = new AtomicLong();
@@ -54,11 +68,24 @@ public final class ThemisRuntime {
     this.scheduler = scheduler;
     this.settings = settings;
     this.leases = leases;
-    this.engine = new EngineSupervisor(settings);
+    this.engine = new EngineSupervisor(settings, this);
   }
 
   void start() {
     running = true;
+    // Lease enforcement runs here, not only through LeaseExpiryPolicy: the RM's scheduling
+    // monitors run only when yarn.resourcemanager.scheduler.monitor.enable/.policies say so,
+    // and an admin "yarn rmadmin -refreshQueues" re-reads those keys and stops a policy that
+    // is no longer listed. A lease must be enforced whatever they say (docs/yarn.md).
+    enforcer = Executors.newSingleThreadScheduledExecutor(r -> {
+      Thread t = new Thread(r, "themis-lease-enforcer");
+      t.setDaemon(true);
+      return t;
+    });
+    enforcer.scheduleWithFixedDelay(this::enforceLeasesSafely, settings.monitorIntervalMs(),
+        settings.monitorIntervalMs(), TimeUnit.MILLISECONDS);
+    LOG.info("Themis lease enforcement every {} ms (built in; {} in the monitor policies is "
+        + "optional)", settings.monitorIntervalMs(), LeaseExpiryPolicy.class.getName());
     if (!settings.engineEnabled()) {
       LOG.warn("Themis engine disabled ({}=false): no rounds run; leases only change through the "
           + "Java API", ThemisSettings.ENGINE_ENABLED);
@@ -71,6 +98,10 @@ public final class ThemisRuntime {
 
   void stop() {
     running = false;
+    ScheduledExecutorService ex = enforcer;
+    if (ex != null) {
+      ex.shutdownNow();
+    }
     signal();
     Thread t = roundThread;
     if (t != null) {
@@ -90,10 +121,16 @@ public final class ThemisRuntime {
   public long grantsRefused() { return grantsRefused.get(); }
   public long preemptMarks() { return preemptMarks.get(); }
   public long killMarks() { return killMarks.get(); }
+  /** GPUs whose lease ended before its expiry (app finished, container ended, AM release). */
+  public long gpusEndedEarly() { return gpusEndedEarly.get(); }
+  /** Completed lease-enforcement passes (built-in thread and LeaseExpiryPolicy together). */
+  public long enforcementPasses() { return enforcementPasses.get(); }
+  /** Is {@code app}'s AM registered with the agents' endpoint? */
+  public boolean hasAgent(ApplicationId app) { return agentApps.contains(app); }
   /** The last cluster view built (for diagnostics), sent or not. */
   public String lastView() { return lastView; }
 
-  /** Ask the round driver to look at the cluster now (freed GPUs, new demand). */
+  /** Ask the round driver to look at the cluster now. */
   public void signal() {
     lock.lock();
     try {
@@ -104,10 +141,161 @@ public final class ThemisRuntime {
     }
   }
 
+  /**
+   * GPUs were freed: a round runs {@code freed-round-delay-ms} after the first of a burst of
+   * such events (one round for a burst of completions), if some app waits for GPUs then.
+   */
+  public void gpusFreed() {
+    lock.lock();
+    try {
+      if (freedRoundAtMs == 0) {
+        freedRoundAtMs = System.currentTimeMillis() + settings.freedRoundDelayMs();
+        wake.signalAll();
+      }
+    } finally {
+      lock.unlock();
+    }
+  }
+
+  // ---------------------------------------------------------------- early lease ends
+
+  /**
+   * A GPU container ended (completed, released, killed, preempted). An app whose AM speaks to
+   * the agents' endpoint keeps its leases (its AM starts its next job on them, or gives them
+   * back with ReleaseGpus). An app without an agent cannot give GPUs back: when it asks for no
+   * more GPUs, its leases on the node shrink to the GPUs its containers still use there.
+   */
+  void gpuContainerEnded(ApplicationId app, NodeId node) {
+    if (!agentApps.contains(app)) {
+      SchedulerApplication<FiCaSchedulerApp> sa = scheduler.getSchedulerApplications().get(app);
+      FiCaSchedulerApp attempt = sa == null ? null : sa.getCurrentAppAttempt();
+      long pending = attempt == null ? 0 : Gpus.of(attempt.getAppAttemptResourceUsage().getPending());
+      if (pending == 0) {
+        long extra = leases.liveGpus(app, node) - scheduler.usedGpus(app, node);
+        if (extra > 0) {
+          int ended = leases.shrink(app, node, (int) extra);
+          gpusEndedEarly.addAndGet(ended);
+          LOG.info("Themis: {} GPU(s) of {} on {} back from their lease (its container ended, "
+              + "it asks for no more GPUs and has no agent)", ended, app, node);
+        }
+      }
+    }
+    gpusFreed();
+  }
+
+  /** The app finished (or was killed or failed): every lease of it ends now. */
+  void appRemoved(ApplicationId app) {
+    agentApps.remove(app);
+    endAllLeases(app, "finished");
+  }
+
+  private void endAllLeases(ApplicationId app, String why) {
+    long gpus = 0;
+    for (Lease l : leases.snapshot()) {
+      if (l.app().equals(app) && l.isLive(leases.now())) {
+        gpus += l.gpus();
+      }
+    }
+    int removed = leases.removeApp(app);
+    if (removed > 0) {
+      gpusEndedEarly.addAndGet(gpus);
+      LOG.info("Themis: {} {}; its {} lease(s) end now ({} live GPU(s) back)", app, why,
+          removed, gpus);
+      gpusFreed();
+    }
+  }
+
+  @Override
+  public void agentJoined(String appId) {
+    ApplicationId app = parseApp(appId);
+    if (app != null) {
+      agentApps.add(app);
+    }
+  }
+
+  @Override
+  public void agentLeft(String appId) {
+    ApplicationId app = parseApp(appId);
+    if (app != null) {
+      agentApps.remove(app);
+      endAllLeases(app, "left the agents' endpoint");
+    }
+  }
+
+  @Override
+  public String releaseGpus(String appId, String gpuIdsJson) {
+    ApplicationId app = parseApp(appId);
+    if (app == null || !scheduler.getSchedulerApplications().containsKey(app)) {
+      return error("unknown application " + appId);
+    }
+    Map<NodeId, Integer> perNode = new HashMap<>();
+    Map<String, NodeId> nodes = new HashMap<>();
+    for (FiCaSchedulerNode n : scheduler.getNodeTracker().getAllNodes()) {
+      nodes.put(n.getNodeID().toString(), n.getNodeID());
+    }
+    try {
+      for (JsonNode id : JSON.readTree(gpuIdsJson)) {
+        String gpu = id.asText("");
+        int slash = gpu.lastIndexOf('/');
+        NodeId node = slash > 0 ? nodes.get(gpu.substring(0, slash)) : null;
+        if (node == null) {
+          return error("GPU id '" + gpu + "' names no node of the cluster (expected "
+              + "<node_id>/<k>)");
+        }
+        perNode.merge(node, 1, Integer::sum);
+      }
+    } catch (java.io.IOException e) {
+      return error("GPU ids are not a JSON array: " + gpuIdsJson);
+    }
+    int released = 0;
+    for (Map.Entry<NodeId, Integer> e : perNode.entrySet()) {
+      released += leases.shrink(app, e.getKey(), e.getValue());
+    }
+    gpusEndedEarly.addAndGet(released);
+    LOG.info("Themis: {} gave back {} leased GPU(s) ({} asked: {})", app, released,
+        perNode.values().stream().mapToInt(Integer::intValue).sum(), perNode);
+    if (released > 0) {
+      gpusFreed();
+    }
+    ObjectNode ok = JSON.createObjectNode();
+    ok.put("ok", true);
+    ok.put("released", released);
+    return ok.toString();
+  }
+
+  private static String error(String why) {
+    ObjectNode o = JSON.createObjectNode();
+    o.put("ok", false);
+    o.put("error", why);
+    return o.toString();
+  }
+
   // ---------------------------------------------------------------- lease enforcement
 
-  /** Expiry: preempt at expiry, kill after the grace period, drop leases of finished apps. */
+  private void enforceLeasesSafely() {
+    try {
+      enforceLeases();
+    } catch (RuntimeException e) {
+      // An exception would cancel the scheduled task: log it and keep enforcing.
+      LOG.error("Themis lease enforcement pass failed; next pass in {} ms",
+          settings.monitorIntervalMs(), e);
+    }
+  }
+
+  /**
+   * Expiry: preempt at expiry, kill after the grace period, drop leases of finished apps.
+   * Runs on the built-in enforcer thread and, when configured, from LeaseExpiryPolicy; passes
+   * are serialised (each lease changes state exactly once either way).
+   */
   public void enforceLeases() {
+    synchronized (enforceLock) {
+      enforceLeasesLocked();
+      enforcementPasses.incrementAndGet();
+    }
+  }
+
+  private void enforceLeasesLocked() {
+    agentApps.removeIf(a -> !scheduler.getSchedulerApplications().containsKey(a));
     boolean changed = false;
     for (Lease l : leases.snapshot()) {
       if (!scheduler.getSchedulerApplications().containsKey(l.app())) {
@@ -289,10 +477,17 @@ public final class ThemisRuntime {
     while (running) {
       lock.lock();
       try {
-        if (!signalled) {
-          wake.await(settings.roundIntervalMs(), TimeUnit.MILLISECONDS);
+        long periodicAt = System.currentTimeMillis() + settings.roundIntervalMs();
+        while (running && !signalled) {
+          long at = freedRoundAtMs == 0 ? periodicAt : Math.min(periodicAt, freedRoundAtMs);
+          long wait = at - System.currentTimeMillis();
+          if (wait <= 0) {
+            break;
+          }
+          wake.await(wait, TimeUnit.MILLISECONDS);
         }
         signalled = false;
+        freedRoundAtMs = 0;
       } catch (InterruptedException e) {
         if (!running) {
           return;

@@ -16,6 +16,7 @@ public final class ThemisSettings {
   public static final String LEASE_DURATION_MS = PREFIX + "lease-duration-ms";
   public static final String GRACE_PERIOD_MS = PREFIX + "grace-period-ms";
   public static final String SOLVER = PREFIX + "solver";
+  public static final String IDEAL_TIME = PREFIX + "ideal-time";
   public static final String PYTHON_EXECUTABLE = PREFIX + "python-executable";
   public static final String ENGINE_COMMAND = PREFIX + "engine-command";
   public static final String AGENT_PORT = PREFIX + "agent-port";
@@ -27,6 +28,7 @@ public final class ThemisSettings {
   public static final String ROUND_INTERVAL_MS = PREFIX + "round-interval-ms";
   public static final String ENGINE_ENABLED = PREFIX + "engine-enabled";
   public static final String MONITOR_INTERVAL_MS = PREFIX + "monitor-interval-ms";
+  public static final String FREED_ROUND_DELAY_MS = PREFIX + "freed-round-delay-ms";
 
   /** Solver chains and back-ends of themis.arbiter.solvers.make_solver usable in the RM. */
   public static final Set<String> SOLVERS =
@@ -36,6 +38,7 @@ public final class ThemisSettings {
   private final long leaseDurationMs;
   private final long gracePeriodMs;
   private final String solver;
+  private final String idealTime;
   private final String pythonExecutable;
   private final String engineCommand;
   private final int agentPort;
@@ -47,6 +50,7 @@ public final class ThemisSettings {
   private final long roundIntervalMs;
   private final boolean engineEnabled;
   private final long monitorIntervalMs;
+  private final long freedRoundDelayMs;
 
   private ThemisSettings(Configuration conf) {
     fairnessKnob = readDouble(conf, FAIRNESS_KNOB, 0.8);
@@ -61,6 +65,13 @@ public final class ThemisSettings {
           "must be one of auto-fast, open-fast, auto, highs, gurobi, lpbb");
     }
     solver = s;
+    // the form of T_id in rho (themis.agent.fairness.IdealTime), passed to the engine,
+    // which announces it to the AMs' agents at registration
+    String ideal = conf.getTrimmed(IDEAL_TIME, "exact").toLowerCase(Locale.ROOT);
+    if (!ideal.equals("exact") && !ideal.equals("paper")) {
+      throw bad(IDEAL_TIME, conf.get(IDEAL_TIME), "must be exact or paper");
+    }
+    idealTime = ideal;
     pythonExecutable = readNonEmpty(conf, PYTHON_EXECUTABLE, "python3");
     engineCommand = readNonEmpty(conf, ENGINE_COMMAND, "-m themis.yarn.engine");
     long port = readLong(conf, AGENT_PORT, 8642L, 0L);
@@ -84,6 +95,7 @@ public final class ThemisSettings {
     }
     engineEnabled = enabled.equals("true");
     monitorIntervalMs = readLong(conf, MONITOR_INTERVAL_MS, 1_000L, 1L);
+    freedRoundDelayMs = readLong(conf, FREED_ROUND_DELAY_MS, 200L, 0L);
   }
 
   /** Reads and validates; throws IllegalArgumentException naming the first bad key. */
@@ -144,6 +156,7 @@ public final class ThemisSettings {
   public long leaseDurationMs() { return leaseDurationMs; }
   public long gracePeriodMs() { return gracePeriodMs; }
   public String solver() { return solver; }
+  public String idealTime() { return idealTime; }
   public String pythonExecutable() { return pythonExecutable; }
   public String engineCommand() { return engineCommand; }
   public int agentPort() { return agentPort; }
@@ -155,4 +168,5 @@ public final class ThemisSettings {
   public long roundIntervalMs() { return roundIntervalMs; }
   public boolean engineEnabled() { return engineEnabled; }
   public long monitorIntervalMs() { return monitorIntervalMs; }
+  public long freedRoundDelayMs() { return freedRoundDelayMs; }
 }

@@ -50,6 +50,25 @@ class LeaseTableTest {
   }
 
   @Test
+  void shrinkEndsSoonestExpiringGpusFirstAndOnlyLiveOnes() {
+    Lease late = t.grant(a, n1, 2, 500);
+    Lease soon = t.grant(a, n1, 1, 100);
+    Lease other = t.grant(a, n2, 3, 100);
+    assertEquals(2, t.shrink(a, n1, 2));
+    assertEquals(1, t.liveGpus(a, n1));
+    assertTrue(t.snapshot().stream().noneMatch(l -> l.id() == soon.id()), "emptied lease removed");
+    assertEquals(1, t.snapshot().stream().filter(l -> l.id() == late.id()).findFirst()
+        .orElseThrow().gpus(), "the later lease keeps 1 GPU, same id and expiry");
+    assertEquals(3, t.liveGpus(a, n2), "other nodes untouched");
+    assertEquals(1, t.shrink(a, n1, 5), "asks more than held: ends what is held");
+    assertEquals(0, t.shrink(b, n1, 1));
+    now.addAndGet(100);
+    t.expireDue(50);
+    assertEquals(0, t.shrink(a, n2, 3), "an expiring lease is not live: nothing to end");
+    assertEquals(other.id(), t.snapshot().get(0).id());
+  }
+
+  @Test
   void removeAppAndBadGrants() {
     t.grant(a, n1, 1, 10);
     t.grant(b, n1, 1, 10);

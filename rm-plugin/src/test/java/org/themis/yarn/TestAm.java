@@ -110,6 +110,11 @@ final class TestAm {
     return resp;
   }
 
+  /** Gives a container back to the RM (sent with the next {@link #poll()}). */
+  void release(ContainerId id) {
+    amrm.releaseAssignedContainer(id);
+  }
+
   /** Polls for {@code ms}, returning the containers allocated meanwhile. */
   List<Container> pollFor(long ms) throws Exception {
     int before = allocated.size();

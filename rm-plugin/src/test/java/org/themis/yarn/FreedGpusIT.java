@@ -1,0 +1,149 @@
+package org.themis.yarn;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import org.apache.hadoop.yarn.api.records.Container;
+import org.apache.hadoop.yarn.api.records.NodeId;
+import org.apache.hadoop.yarn.conf.YarnConfiguration;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+
+/**
+ * Freed GPUs go back at once: real RM + 1 NM with 2 GPUs + the real Python engine. App A holds
+ * both GPUs under 10-minute leases; app B asks; when A's container ends (A asks for no more
+ * GPUs and has no agent), when A finishes, or when an agent app releases GPUs, B's container
+ * follows within about a second. The periodic round is set to 60 s, so only the freed-GPUs
+ * trigger can explain a short wait. Latencies are printed (client side: from the allocate call
+ * that carried the release / the unregister to B's allocate that returned the container).
+ */
+class FreedGpusIT {
+  private static final long LEASE_MS = 600_000;
+  private static ThemisMiniCluster mc;
+  private static NodeId node;
+
+  @BeforeAll
+  static void up() throws Exception {
+    YarnConfiguration conf = ThemisMiniCluster.baseConf(2);
+    conf.set(ThemisSettings.PYTHON_EXECUTABLE,
+        System.getenv().getOrDefault("THEMIS_PYTHON", "python3"));
+    conf.setLong(ThemisSettings.LEASE_DURATION_MS, LEASE_MS);
+    conf.setLong(ThemisSettings.ROUND_INTERVAL_MS, 60_000);
+    conf.setLong(ThemisSettings.FREED_ROUND_DELAY_MS, 200);
+    mc = new ThemisMiniCluster("themis-freed", 1, conf);
+    node = mc.nodeIds().get(0);
+    // The engine starts with the round driver; wait for it so that start-up is not measured.
+    ThemisMiniCluster.waitFor("engine up", 60_000,
+        () -> mc.scheduler().runtime().engine().pid() > 0);
+  }
+
+  @AfterAll
+  static void down() {
+    if (mc != null) {
+      mc.close();
+    }
+  }
+
+  @BeforeEach
+  void noLeases() throws InterruptedException {
+    ThemisMiniCluster.waitFor("leases of the previous test gone", 15_000,
+        () -> mc.scheduler().leases().liveGpusOnNode(node) == 0);
+  }
+
+  /** A holds both GPUs (lease set on the RM's table, 10 min) and runs 2 one-GPU containers. */
+  private static TestAm holder(String name) throws Exception {
+    TestAm a = TestAm.start(mc, name);
+    mc.scheduler().leases().grant(a.appId, node, 2, LEASE_MS);
+    a.ask(2, 1);
+    waitGpuContainers(a, 2, 15_000);
+    return a;
+  }
+
+  private static void waitGpuContainers(TestAm am, int n, long ms) throws InterruptedException {
+    ThemisMiniCluster.waitFor(am.appId + " to hold " + n + " GPU container(s)", ms, () -> {
+      poll(am);
+      return am.gpuContainers().size() >= n;
+    });
+  }
+
+  /** B asks {@code n} GPUs while none is free: nothing for a while. */
+  private static TestAm waiter(String name, int n) throws Exception {
+    TestAm b = TestAm.start(mc, name);
+    b.ask(n, 1);
+    assertTrue(b.pollFor(1500).isEmpty(), "no GPU is free yet");
+    return b;
+  }
+
+  @Test
+  void containerEndOfAnAppWithoutAgentFreesItsGpus() throws Exception {
+    ThemisCapacityScheduler s = mc.scheduler();
+    TestAm a = holder("holder-a");
+    TestAm b = waiter("waiter-b", 1);
+    long rounds = s.runtime().rounds();
+    Container done = a.gpuContainers().get(0);
+    a.release(done.getId());
+    poll(a); // carries the release; the RM completes the container inside this call
+    long t0 = System.currentTimeMillis();
+    waitGpuContainers(b, 1, 10_000);
+    long latency = System.currentTimeMillis() - t0;
+    System.out.println("container end -> next grant: B's container after " + latency
+        + " ms (lease " + LEASE_MS + " ms, freed-round-delay 200 ms, round interval 60 s)");
+    assertEquals(node, b.gpuContainers().get(0).getNodeId());
+    assertEquals(1, s.leases().liveGpus(a.appId, node), "A keeps the lease of its running GPU");
+    assertTrue(s.runtime().rounds() > rounds);
+    a.finish();
+    b.finish();
+  }
+
+  @Test
+  void finishedAppFreesItsGpusAndABurstMakesOneRound() throws Exception {
+    ThemisCapacityScheduler s = mc.scheduler();
+    TestAm a = holder("holder-finishing");
+    TestAm b = waiter("waiter-two", 2);
+    long rounds = s.runtime().rounds();
+    long t0 = System.currentTimeMillis();
+    a.finish(); // both containers end and the app is removed: one burst
+    waitGpuContainers(b, 2, 10_000);
+    long latency = System.currentTimeMillis() - t0;
+    System.out.println("app finish -> next grant: B's 2 containers after " + latency + " ms, "
+        + (s.runtime().rounds() - rounds) + " round(s)");
+    assertEquals(0, s.leases().liveGpus(a.appId, node), "a finished app holds no lease");
+    assertEquals(1, s.runtime().rounds() - rounds, "a burst of completions makes one round");
+    b.finish();
+  }
+
+  @Test
+  void anAgentAppKeepsItsLeaseUntilItReleasesGpus() throws Exception {
+    ThemisCapacityScheduler s = mc.scheduler();
+    ThemisRuntime rt = s.runtime();
+    TestAm a = holder("agent-app");
+    rt.agentJoined(a.appId.toString()); // as the engine reports an AM's registration
+    TestAm b = waiter("waiter-c", 1);
+    a.release(a.gpuContainers().get(0).getId());
+    poll(a);
+    // Its AM may start its next job on the lease: the GPU stays A's.
+    assertTrue(b.pollFor(2000).isEmpty(), "the agent app's lease was kept");
+    assertEquals(2, s.leases().liveGpus(a.appId, node));
+    String reply = rt.releaseGpus(a.appId.toString(), "[\"" + node + "/0\"]");
+    assertTrue(reply.contains("\"released\":1"), reply);
+    long t0 = System.currentTimeMillis();
+    waitGpuContainers(b, 1, 10_000);
+    System.out.println("ReleaseGpus -> next grant: B's container after "
+        + (System.currentTimeMillis() - t0) + " ms");
+    assertEquals(1, s.leases().liveGpus(a.appId, node));
+    String bad = rt.releaseGpus(a.appId.toString(), "[\"nowhere:1/0\"]");
+    assertTrue(bad.contains("\"ok\":false") && bad.contains("nowhere:1/0"), bad);
+    a.finish();
+    b.finish();
+  }
+
+  private static void poll(TestAm am) {
+    try {
+      am.poll();
+    } catch (Exception e) {
+      throw new RuntimeException(e);
+    }
+  }
+}
