@@ -166,3 +166,25 @@ def test_rho_from_table() -> None:
 def test_client_refuses_non_loopback() -> None:
     with pytest.raises(ValueError, match=r"127\.0\.0\.1"):
         AgentClient("10.0.0.1:1", "a", ModelBidder(app("a"), time.time))
+
+
+@pytest.mark.parametrize("form", ["paper", "exact"])
+def test_agent_takes_the_arbiters_form_of_the_ideal_time(form: str) -> None:
+    """The cluster's T_id form (yarn.resourcemanager.themis.ideal-time, standalone's
+    --ideal-time) reaches the agents at registration; a bad value fails the config."""
+    from themis.agent.fairness import IdealTime
+
+    cfg = ArbiterConfig(lease_s=0.5, bid_timeout_s=0.5, solver="bnb", ideal_time=form)
+    srv = ArbiterServer(uniform_cluster(2, 2), cfg, max_workers=8)
+    srv.start(0)
+    bidder = ModelBidder(app("a"), time.time)
+    bidder.ideal = IdealTime.PAPER if form == "exact" else IdealTime.EXACT  # the other one
+    c = AgentClient(srv.address, "a", bidder, backoff=(0.02, 0.3)).start()
+    try:
+        assert wait_for(lambda: c.secret is not None, 10)
+        assert bidder.ideal is IdealTime(form)
+    finally:
+        c.stop()
+        srv.stop(0)
+    with pytest.raises(ValueError, match="ideal time 'gavel'"):
+        ArbiterConfig(ideal_time="gavel")

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from themis.agent.model import AppKind, AppModel, FuturePhase
+from themis.agent.model import AppKind, AppModel, FuturePhase, PhaseShape
 from themis.cluster.topology import Gpu, Topology
 from themis.submarine_am.hyperband import (
     Hyperband,
@@ -208,6 +208,10 @@ def test_to_app_model_matches_agent_types() -> None:
     assert all(j.iters_left == 20 and j.iters_total == 20 for j in model.jobs)
     assert model.work_done == pytest.approx(sum(10 * 0.1 * (k + 1) for k in range(9)))
     assert model.future_phases[0] == FuturePhase(1, 60.0)
+    # the completed rung, for the exact ideal time: 9 jobs of 10 steps, cap 1
+    (rung0,) = model.done_phases
+    assert rung0 == PhaseShape.of((10 * 0.1 * (k + 1), 1) for k in range(9))
+    assert rung0.total == pytest.approx(model.work_done)
 
 
 def _topology(machines: int, per_machine: int, machines_per_rack: int = 2) -> Topology:

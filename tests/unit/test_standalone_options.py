@@ -209,7 +209,8 @@ def _opts(tmp_path: Path, *argv: str) -> argparse.Namespace:
 def test_build_options_defaults(tmp_path: Path) -> None:
     o = build_options(_opts(tmp_path))
     assert len(o.cluster.topology()) == 8 and [a.name for a in o.apps] == ["app-0", "app-1", "app-2"]
-    assert o.lease_s == 60 and o.fairness_knob == 0.8
+    assert o.lease_s == 60 and o.fairness_knob == 0.8 and o.ideal_time == "exact"
+    assert build_options(_opts(tmp_path, "--ideal-time", "paper")).ideal_time == "paper"
     o2 = build_options(_opts(tmp_path, "--machines", "2", "--gpus-per-machine", "2",
                              "--apps", "3", "--racks", "2"))
     assert len(o2.cluster.topology()) == 4 and len(o2.apps) == 3

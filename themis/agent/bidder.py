@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from themis.agent.bids import BidTable, make_bid_table
-from themis.agent.fairness import FairnessContext, rho
+from themis.agent.fairness import DEFAULT_IDEAL_TIME, FairnessContext, parse_ideal_time, rho
 from themis.agent.model import AppModel
 from themis.cluster.topology import Gpu, locality_of
 
@@ -50,6 +50,10 @@ class Bidder(Protocol):
     def max_gpus(self) -> int: ...
 
     def set_cluster_gpus(self, n: int) -> None: ...
+
+    def set_ideal_time(self, form: str) -> None:
+        """The cluster's form of T_id ("exact"/"paper"), announced at registration."""
+        ...
 
     def current_rho(self) -> float: ...
 
@@ -107,12 +111,17 @@ class ModelBidder:
         self._rho = math.inf
         self._n_avg = _NAvg(app.start_time)
         self._cluster_gpus = 0
+        self.ideal = DEFAULT_IDEAL_TIME  # the form of T_id (the arbiter's, once registered)
 
     def max_gpus(self) -> int:
         return self.app.app_demand_max
 
     def set_cluster_gpus(self, n: int) -> None:
         self._cluster_gpus = n
+
+    def set_ideal_time(self, form: str) -> None:
+        """Use the cluster's form of T_id (raises ModelError naming the valid forms)."""
+        self.ideal = parse_ideal_time(form)
 
     def current_rho(self) -> float:
         with self._lock:
@@ -125,7 +134,7 @@ class ModelBidder:
                 return cached
             now = self.clock()
             ctx = FairnessContext(now, offer.cluster_gpus,
-                                  self._n_avg.observe(now, offer.active_apps))
+                                  self._n_avg.observe(now, offer.active_apps), self.ideal)
             table = make_bid_table(self.app, offer.held, offer.gpus, ctx,
                                    alternatives=self.alternatives)
             self._tables = {offer.round_id: table}  # only the latest round is re-askable
@@ -138,7 +147,8 @@ class ModelBidder:
             if self._last is None:  # never bid yet (leftover only): the model's own estimate
                 if not alloc.held or self._cluster_gpus < 1:
                     return None
-                ctx = FairnessContext(self.clock(), self._cluster_gpus, self._n_avg.value)
+                ctx = FairnessContext(self.clock(), self._cluster_gpus, self._n_avg.value,
+                                      self.ideal)
                 self._rho = rho(self.app, len(alloc.held), locality_of(alloc.held), ctx)
                 return self._rho
             self._rho = rho_from_table(self._last, tuple(g.id for g in alloc.gpus))

@@ -139,6 +139,8 @@ class AgentClient:
         self.secret = resp.secret
         self.epoch = resp.arbiter_epoch
         self.bidder.set_cluster_gpus(resp.cluster_gpus)
+        if resp.ideal_time:  # an older arbiter sends none: the agent's default stays
+            self.bidder.set_ideal_time(resp.ideal_time)
         with self._lock:
             self.leases.clear()  # a restarted arbiter has no lease for us
         self.stats.registrations += 1

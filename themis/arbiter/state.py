@@ -27,6 +27,8 @@ from enum import Enum
 from typing import Any
 
 from themis.agent.bids import BidTable
+from themis.agent.fairness import DEFAULT_IDEAL_TIME, parse_ideal_time
+from themis.agent.model import ModelError
 from themis.arbiter.auction import validate_tables
 from themis.arbiter.cluster_backend import ClusterBackend
 from themis.arbiter.errors import InvalidBid, InvalidOffer
@@ -69,9 +71,15 @@ class ArbiterConfig:
     round_delay_s: float = 0.02  # coalesce triggers (e.g. a burst of registrations)
     solver: str = "auto"
     seed: int = 0
+    # the form of T_id agents use in rho, announced at registration (docs/mechanism.md)
+    ideal_time: str = str(DEFAULT_IDEAL_TIME)
 
     def __post_init__(self) -> None:
         check_knob(self.fairness_knob)
+        try:
+            object.__setattr__(self, "ideal_time", str(parse_ideal_time(self.ideal_time)))
+        except ModelError as exc:
+            raise ValueError(f"arbiter config: {exc}") from None
         for name in ("lease_s", "bid_timeout_s", "heartbeat_s"):
             v = getattr(self, name)
             if not math.isfinite(v) or v <= 0:
@@ -225,6 +233,7 @@ class ArbiterCore:
                 lease_seconds=self.config.lease_s,
                 bid_timeout_seconds=self.config.bid_timeout_s,
                 cluster_gpus=len(self.backend.topology()),
+                ideal_time=self.config.ideal_time,
             )
 
     def report_rho(self, app_id: str, secret: str, rho: float) -> None:

@@ -99,7 +99,7 @@ class LiveBidder(ModelBidder):
             return None
         try:
             return rho(app, len(held), locality_of(held),
-                       FairnessContext(self.clock(), cluster, n_avg))
+                       FairnessContext(self.clock(), cluster, n_avg, self.ideal))
         except ModelError:
             return None
 

@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from themis.agent.fairness import DEFAULT_IDEAL_TIME, IDEAL_TIME_NAMES
+
 EXIT_USAGE = 2
 
 DESCRIPTION = """\
@@ -118,6 +120,10 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="GPU lease length (the paper uses 600 s on real clusters)")
     m.add_argument("--fairness-knob", type=_knob, default=0.8, metavar="F",
                    help="f in [0, 1): the (1-f) fraction of apps with the worst rho bid")
+    m.add_argument("--ideal-time", choices=IDEAL_TIME_NAMES, default=str(DEFAULT_IDEAL_TIME),
+                   help="the ideal finish time T_id in rho: 'exact' = the app's plan on an "
+                        "independent 1/N_avg share of the cluster (section 3.2), 'paper' = "
+                        "Eq. 2's T_cluster x N_avg (docs/mechanism.md) (default: %(default)s)")
     m.add_argument("--bid-timeout-s", type=_positive_float, default=2.0, metavar="SECONDS",
                    help="bid deadline after an offer; late agents count as non-bidders")
     m.add_argument("--warning-s", type=_nonneg_float, default=10.0, metavar="SECONDS",
@@ -247,7 +253,8 @@ def build_options(args: argparse.Namespace) -> Any:
                          "extra (pip install 'themis-yarn[train]')")
     return Options(
         cluster=cluster, cluster_desc=desc, apps=apps, out=args.out, lease_s=args.lease_s,
-        fairness_knob=args.fairness_knob, bid_timeout_s=args.bid_timeout_s,
+        fairness_knob=args.fairness_knob, ideal_time=args.ideal_time,
+        bid_timeout_s=args.bid_timeout_s,
         warning_s=args.warning_s, grace_s=args.grace_s, solver=args.solver, seed=args.seed,
         port=args.port, refresh_s=args.refresh_s, display=args.display,
         timeout_s=args.timeout_s, plot=not args.no_plot,

@@ -293,7 +293,7 @@ class AppMaster:
             return None
         cg = self.bidder.cluster_gpus or self.spec.max_gpus()
         try:
-            ctx = FairnessContext(self.clock(), max(1, cg), self.bidder.n_avg)
+            ctx = FairnessContext(self.clock(), max(1, cg), self.bidder.n_avg, self.bidder.ideal)
             return finite_or_none(rho(self.model(), held, Locality.MACHINE, ctx))
         except Exception:
             return None

@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from themis.agent.model import AppKind, AppModel, FuturePhase, Job
+from themis.agent.model import AppKind, AppModel, FuturePhase, Job, PhaseShape
 from themis.agent.placement import DEFAULT, PlacementProfile
 from themis.cluster.topology import Gpu
 from themis.submarine_am.packing import JobNeed, pack
@@ -322,4 +322,20 @@ class Hyperband:
             id=self.app_id, start_time=start_time, jobs=jobs,
             future_phases=[FuturePhase(n, float(it)) for n, it in self.future_rungs()],
             kind=AppKind.SUCCESSIVE_HALVING, placement=placement, work_done=work_done,
+            done_phases=self.done_rungs(),
         )
+
+    def done_rungs(self) -> tuple[PhaseShape, ...]:
+        """The shape of every completed rung, in order (for the exact ideal time): the jobs
+        that ran it, each for the rung's steps at its serial iteration time, capped at the
+        rung's demand."""
+        out: list[PhaseShape] = []
+        for b, bracket in enumerate(self.plan[: self.bracket_index + 1]):
+            last = len(bracket.rungs) if b < self.bracket_index else self.rung_index
+            members = [j for j in self.jobs.values() if j.bracket == b]
+            for i in range(last):
+                prev = self.steps_for(bracket.rungs[i - 1].r) if i else 0
+                steps = self.steps_for(bracket.rungs[i].r) - prev
+                out.append(PhaseShape.of((steps * self._iter_time(j), self.demand_at(i))
+                                         for j in members if j.rung >= i))
+        return tuple(out)

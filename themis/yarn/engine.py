@@ -103,6 +103,7 @@ def _agent_endpoint(args: argparse.Namespace) -> tuple[BidSource | None, str]:
     """Start the agents' gRPC endpoint when asked to; (bid source, "host:port")."""
     if args.agent_port < 0:
         return None, ""
+    from themis.agent.fairness import DEFAULT_IDEAL_TIME
     from themis.arbiter.state import ArbiterConfig
     from themis.yarn.agents import AgentEndpoint
 
@@ -111,6 +112,8 @@ def _agent_endpoint(args: argparse.Namespace) -> tuple[BidSource | None, str]:
         bid_timeout_s=args.bid_timeout_s,
         fairness_knob=float(os.environ.get("THEMIS_FAIRNESS_KNOB", "0.8")),
         solver=os.environ.get("THEMIS_SOLVER", "auto"),
+        # yarn.resourcemanager.themis.ideal-time, announced to the AMs' agents
+        ideal_time=os.environ.get("THEMIS_IDEAL_TIME", str(DEFAULT_IDEAL_TIME)),
     )
     endpoint = AgentEndpoint(config)
     address = endpoint.start(args.agent_port, host=args.agent_host)

@@ -40,18 +40,20 @@ class RegisterAppRequest(_message.Message):
     def __init__(self, app_id: _Optional[str] = ..., rho: _Optional[float] = ..., max_gpus: _Optional[int] = ...) -> None: ...
 
 class RegisterAppResponse(_message.Message):
-    __slots__ = ("secret", "arbiter_epoch", "lease_seconds", "bid_timeout_seconds", "cluster_gpus")
+    __slots__ = ("secret", "arbiter_epoch", "lease_seconds", "bid_timeout_seconds", "cluster_gpus", "ideal_time")
     SECRET_FIELD_NUMBER: _ClassVar[int]
     ARBITER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     LEASE_SECONDS_FIELD_NUMBER: _ClassVar[int]
     BID_TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_GPUS_FIELD_NUMBER: _ClassVar[int]
+    IDEAL_TIME_FIELD_NUMBER: _ClassVar[int]
     secret: str
     arbiter_epoch: str
     lease_seconds: float
     bid_timeout_seconds: float
     cluster_gpus: int
-    def __init__(self, secret: _Optional[str] = ..., arbiter_epoch: _Optional[str] = ..., lease_seconds: _Optional[float] = ..., bid_timeout_seconds: _Optional[float] = ..., cluster_gpus: _Optional[int] = ...) -> None: ...
+    ideal_time: str
+    def __init__(self, secret: _Optional[str] = ..., arbiter_epoch: _Optional[str] = ..., lease_seconds: _Optional[float] = ..., bid_timeout_seconds: _Optional[float] = ..., cluster_gpus: _Optional[int] = ..., ideal_time: _Optional[str] = ...) -> None: ...
 
 class ReportRhoRequest(_message.Message):
     __slots__ = ("credentials", "rho")

@@ -18,6 +18,7 @@ class ThemisSettingsTest {
     assertEquals(600_000L, s.leaseDurationMs());
     assertEquals(30_000L, s.gracePeriodMs());
     assertEquals("auto-fast", s.solver());
+    assertEquals("exact", s.idealTime());
     assertEquals("python3", s.pythonExecutable());
     assertEquals("-m themis.yarn.engine", s.engineCommand());
     assertEquals(8642, s.agentPort());
@@ -30,12 +31,14 @@ class ThemisSettingsTest {
     Configuration c = new Configuration(false);
     c.set(ThemisSettings.FAIRNESS_KNOB, "0");
     c.set(ThemisSettings.SOLVER, " HiGHS ");
+    c.set(ThemisSettings.IDEAL_TIME, " Paper ");
     c.set(ThemisSettings.AGENT_PORT, "0");
     c.set(ThemisSettings.GRACE_PERIOD_MS, "0");
     c.set(ThemisSettings.ENGINE_ENABLED, "false");
     ThemisSettings s = ThemisSettings.from(c);
     assertEquals(0.0, s.fairnessKnob());
     assertEquals("highs", s.solver());
+    assertEquals("paper", s.idealTime());
     assertEquals(0, s.agentPort());
     assertEquals(0L, s.gracePeriodMs());
     assertFalse(s.engineEnabled());
@@ -51,6 +54,7 @@ class ThemisSettingsTest {
       "yarn.resourcemanager.themis.lease-duration-ms|10m",
       "yarn.resourcemanager.themis.grace-period-ms|-1",
       "yarn.resourcemanager.themis.solver|cplex",
+      "yarn.resourcemanager.themis.ideal-time|gavel",
       "yarn.resourcemanager.themis.python-executable|'  '",
       "yarn.resourcemanager.themis.engine-command|'  '",
       "yarn.resourcemanager.themis.agent-port|65536",
