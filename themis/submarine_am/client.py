@@ -8,7 +8,6 @@ Everything goes over HTTP (no Hadoop client jars on the user's machine): the RM 
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import urllib.error
@@ -207,15 +206,12 @@ def _hdfs_authority(conf: dict[str, str]) -> str:
 
 
 def find_am_jar() -> Path:
-    """``$THEMIS_AM_JAR``, else ``submarine-am/target/`` of the source tree, else a copy
-    shipped in the package (``themis/submarine_am/lib/``)."""
-    env = os.environ.get("THEMIS_AM_JAR")
-    candidates = [env] if env else []
-    root = Path(__file__).resolve().parents[2]
-    candidates += sorted(glob.glob(str(root / "submarine-am/target/themis-submarine-am-*.jar")))
-    candidates += sorted(glob.glob(str(Path(__file__).parent / "lib" / "*.jar")))
-    for c in candidates:
-        if c and Path(c).is_file() and not Path(c).name.startswith("original-"):
-            return Path(c)
-    raise ClientError("AM jar not found: set THEMIS_AM_JAR or build it with "
-                      "'mvn -q -pl submarine-am -am package -DskipTests'")
+    """``$THEMIS_AM_JAR``, else the copy shipped in the installed package
+    (``themis/submarine_am/lib/``), else a source checkout's ``submarine-am/target/``."""
+    from themis.yarn.jar import JarNotFound, find_jar
+
+    try:
+        return find_jar("AM jar", "themis-submarine-am-*.jar", "THEMIS_AM_JAR",
+                        "submarine_am/lib", "submarine-am")
+    except JarNotFound as e:
+        raise ClientError(str(e)) from None
