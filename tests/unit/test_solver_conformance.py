@@ -83,6 +83,53 @@ def test_exclusion(solver: Solver, problem: PackingProblem) -> None:
         assert sol.objective == pytest.approx(ref.objective, rel=1e-9, abs=1e-9)
 
 
+def _resolve_sequence(solver: Solver, problem: PackingProblem) -> list[tuple[int | None, Solution]]:
+    """The auction's pattern of re-solves of one problem on one solver (one re-used model
+    where the back-end keeps one): the optimum, then without each winner and the optimum
+    again in turn (``solve``), then without every app and with none (``solve_many``)."""
+    best = solver.solve(problem)
+    out: list[tuple[int | None, Solution]] = [(None, best)]
+    for w in [i for i, c in enumerate(best.choice) if c >= 0]:
+        out += [(w, solver.solve(problem, w)), (None, solver.solve(problem))]
+    excluded: list[int | None] = [*range(len(problem.apps)), None]
+    return out + list(zip(excluded, solver.solve_many(problem, excluded), strict=True))
+
+
+def _check_resolves(solver: Solver, problem: PackingProblem) -> None:
+    for e, sol in _resolve_sequence(solver, problem):
+        ref = BruteForceSolver().solve(problem, e)
+        assert sol.objective == pytest.approx(ref.objective, rel=1e-9, abs=1e-9), e
+        assert evaluate(problem, sol.choice) == pytest.approx(sol.objective, abs=1e-9), e
+        assert e is None or sol.choice[e] == -1
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(problem=packing_problems(max_gpus=6))
+def test_resolves_on_one_model_match_brute_force(solver: Solver, problem: PackingProblem) -> None:
+    _check_resolves(solver, problem)
+
+
+# Problems on which highspy 1.16.0 returned a worse solution than the optimum it reported
+# when a re-used model was solved again: the MIP start (the optimum without an app, or
+# the last solution, which HiGHS keeps as the next start) came back in place of the
+# optimum (themis.arbiter.solvers.highs.HighsSolver._run)
+_B = Bundle
+_RESOLVE_TRAPS = [
+    PackingProblem(3, ((), (_B(4, 2.02),), (_B(2, 2.89), _B(3, 4.85), _B(4, 2.97)),
+                       (_B(1, 1.32), _B(4, 1.28), _B(2, 1.88)))),
+    PackingProblem(4, ((_B(9, 4.27),), (_B(1, 3.91), _B(10, 1.01), _B(8, 0.96), _B(1, 4.02)),
+                       (_B(9, 4.83), _B(1, 0.72), _B(2, 4.25), _B(4, 1.69)),
+                       (_B(8, 0.26), _B(11, 3.05)))),
+    PackingProblem(4, ((_B(15, 2.09),), (_B(8, 3.97), _B(2, 3.4)), (_B(13, 3.34), _B(12, 1.64)),
+                       (_B(7, 2.32), _B(13, 4.89), _B(4, 1.37)))),
+]
+
+
+@pytest.mark.parametrize("problem", _RESOLVE_TRAPS)
+def test_resolves_that_misled_highs_match_brute_force(solver: Solver, problem: PackingProblem) -> None:
+    _check_resolves(solver, problem)
+
+
 def test_empty_and_bundleless(solver: Solver) -> None:
     p = PackingProblem(3, ((), ()))
     assert solver.solve(p).choice == (-1, -1)

@@ -20,6 +20,7 @@ from themis.arbiter.solvers.base import (
     SolverError,
     SolverUnavailable,
 )
+from themis.compiled import fell_back
 
 try:  # pragma: no cover - import guard
     import highspy
@@ -109,6 +110,7 @@ def packing_structure(
     shared GPUs' rows in GPU order. Compiled (``_simplex.packing_structure``) when the
     extension was built, else :func:`packing_structure_py`."""
     if _simplex is None:
+        fell_back("themis.arbiter.solvers._simplex")  # one warning per process
         return packing_structure_py(masks, app_of, n_apps, n_gpus)
     width = max(1, (n_gpus + 7) // 8)
     raw = b"".join([m.to_bytes(width, "little") for m in masks])
@@ -169,10 +171,24 @@ def _mip_start(h: Any, cols: Sequence[tuple[int, int]], choice: Sequence[int],
     """Give HiGHS the optimum without app ``excluded`` as a feasible start: a lower bound
     from the outset (measured on the 256-GPU x 50-app auction that lpbb hands to the
     MILP: its solves without a winner ~40% faster, bench/RESULTS.md session 12)."""
+    _set_start(h, [1.0 if i != excluded and choice[i] == j else 0.0 for i, j in cols])
+
+
+def _set_start(h: Any, values: list[float]) -> None:
+    """Make ``values`` (one per column, feasible) HiGHS' MIP start."""
     start = highspy.HighsSolution()
-    start.col_value = [1.0 if i != excluded and choice[i] == j else 0.0 for i, j in cols]
+    start.col_value = values
     start.value_valid = True
     h.setSolution(start)
+
+
+# HiGHS stops at mip_abs_gap = 1e-9 (PackingLp.highs); the rest is rounding
+_BOUND_SLACK = 1e-9
+
+
+def _short_of(objective: float, bound: float) -> bool:
+    """Whether a maximum's ``objective`` falls short of its proven (dual) ``bound``."""
+    return objective < bound - _BOUND_SLACK - 1e-9 * max(1.0, abs(bound))
 
 
 def require_highs() -> None:
@@ -198,6 +214,30 @@ class HighsSolver(Solver):
         return model.highs(self.threads, integer=True), model.cols
 
     def _run(self, h: object, cols: list[tuple[int, int]], problem: PackingProblem) -> Solution:
+        """Solve the model as it stands and return its optimum, checked against HiGHS' own
+        dual bound: a returned solution worth less than the bound is not the optimum HiGHS
+        proved. highspy 1.16 returns one after a MIP start (ours, or the last solution,
+        which a re-used model keeps as its start while it stays feasible) that presolve
+        maps to a better point of the reduced model: it reports that point's value but
+        hands back the start itself, unchanged (``HighsMipSolverData::checkAddSolution``). That
+        solve is repeated without presolve (nothing is mapped), from the same start."""
+        sol, bound = self._optimum(h, cols, problem)
+        if _short_of(sol.objective, bound):
+            presolve = h.getOptionValue("presolve")[1]  # type: ignore[attr-defined]
+            h.setOptionValue("presolve", "off")  # type: ignore[attr-defined]
+            try:
+                _set_start(h, [1.0 if sol.choice[i] == j else 0.0 for i, j in cols])
+                sol, bound = self._optimum(h, cols, problem)
+            finally:
+                h.setOptionValue("presolve", presolve)  # type: ignore[attr-defined]
+            if _short_of(sol.objective, bound):
+                raise SolverError(f"highs: the solution returned is worth {sol.objective!r}, "
+                                  f"less than its proven bound {bound!r}")
+        return sol
+
+    def _optimum(self, h: object, cols: list[tuple[int, int]],
+                 problem: PackingProblem) -> tuple[Solution, float]:
+        """Run HiGHS; the solution it returns and its dual bound."""
         h.run()  # type: ignore[attr-defined]
         status = h.getModelStatus()  # type: ignore[attr-defined]
         if status != highspy.HighsModelStatus.kOptimal:
@@ -209,7 +249,7 @@ class HighsSolver(Solver):
             if v > 0.5:
                 choice[i] = j
                 total += problem.apps[i][j].gain
-        return Solution(tuple(choice), total)
+        return Solution(tuple(choice), total), float(h.getInfo().mip_dual_bound)  # type: ignore[attr-defined]
 
     def solve(self, problem: PackingProblem, excluded: int | None = None) -> Solution:
         return self.solve_many(problem, [excluded])[0]
