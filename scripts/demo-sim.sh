@@ -12,7 +12,7 @@ python3 - "$out" <<'PYEOF'
 import json, sys
 s = json.load(open(f"{sys.argv[1]}/summary.json"))
 print(f"{'policy':10} {'max rho':>8} {'median rho':>10} {'GPU hours':>10} {'avg JCT h':>9} {'placement':>9}")
-for p, r in s.items():
+for p, r in s["policies"].items():
     print(f"{p:10} {r['max_rho']:>8.2f} {r['median_rho']:>10.2f} {r['gpu_time_hours']:>10.1f} "
           f"{r['avg_jct_hours']:>9.1f} {r['mean_placement_score']:>9.3f}")
 print(f"plots: {sys.argv[1]}/*.png")

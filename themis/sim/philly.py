@@ -14,10 +14,12 @@ parent directory).
 * Apps (grouping rule): within one VC file, in arrival order, jobs of the same model
   family (job type without the batch size) whose arrival is within ``window_s`` of
   the group's first job form one hyper-parameter-exploration app, at most 100 jobs
-  (Fig. 8b's range); batch sizes differ between jobs of one app, like tuned hyper-parameters.
-* Snapshot: jobs arriving in the first ``days`` days (0 = all); the paper "scale[s] down
-  the trace": jobs longer than ``max_job_hours`` on their own GPUs are shortened to it
-  (their steps scaled down; 0 = keep), which bounds the simulated span.
+  (Fig. 8b's range); batch sizes differ between jobs of one app, like tuned
+  hyper-parameters. ``window_s`` <= 0: every job is an app of its own.
+* Snapshot (off by default): jobs arriving in the first ``days`` days (0 = all); the
+  paper "scale[s] down the trace": jobs longer than ``max_job_hours`` on their own GPUs
+  are shortened to it (their steps scaled down; 0 = keep), which bounds the simulated
+  span. The meta data records every conversion applied.
 * Placement class per :data:`themis.sim.models.TRACE_CLASSES`.
 * Each job's convergence scale tau is drawn (seeded by job identity) in
   [0.05, 0.5] x its steps.
@@ -136,6 +138,9 @@ def group_apps(jobs: list[TraceJob], window_s: float, max_jobs: int = 100) -> li
     for vc in sorted(by_vc):
         open_: dict[str, list[TraceJob]] = {}  # model family -> its open group
         for j in sorted(by_vc[vc], key=lambda j: (j.arrival, j.line)):
+            if window_s <= 0:
+                groups.append([j])
+                continue
             fam = trace_family(j.job_type)
             cur = open_.get(fam)
             if cur and j.arrival - cur[0].arrival <= window_s and len(cur) < max_jobs:
@@ -150,10 +155,10 @@ def group_apps(jobs: list[TraceJob], window_s: float, max_jobs: int = 100) -> li
 
 def convert(
     path: Path,
-    days: float = 14.0,
+    days: float = 0.0,
     window_s: float = 86400.0,
     throughputs: Path | None = None,
-    max_job_hours: float = 48.0,
+    max_job_hours: float = 0.0,
 ) -> Workload:
     jobs = read_trace_files(path)
     thr = load_throughputs(throughputs or find_throughputs(path))
@@ -161,6 +166,7 @@ def convert(
     if days > 0:
         jobs = [j for j in jobs if j.arrival - t0 < days * 86400]
     apps: list[AppSpec] = []
+    capped = 0
     for g in group_apps(jobs, window_s):
         first = g[0]
         app_id = f"{first.vc}-{first.line}"
@@ -169,8 +175,9 @@ def convert(
             rng = random.Random(zlib.crc32(f"{j.vc}:{j.line}".encode()))
             serial = serial_iter_time(thr, j)
             steps = float(j.steps)
-            if max_job_hours > 0:
-                steps = min(steps, max_job_hours * 3600 * j.gpus / serial)
+            if max_job_hours > 0 and steps > max_job_hours * 3600 * j.gpus / serial:
+                steps = max_job_hours * 3600 * j.gpus / serial
+                capped += 1
             specs.append(
                 (JobSpec(f"{j.vc}-{j.line}", serial, j.gpus, steps * rng.uniform(0.05, 0.5)), steps)
             )
@@ -191,5 +198,6 @@ def convert(
         "window_s": window_s,
         "jobs": len(jobs),
         "max_job_hours": max_job_hours,
+        "jobs_capped": capped,
     }
     return Workload(apps, meta)

@@ -15,7 +15,9 @@ def _cdf(ax: object, values: list[float], label: str) -> None:
     ax.step(xs, ys, where="post", label=label)  # type: ignore[attr-defined]
 
 
-def write_plots(results: Mapping[str, SimResult], out: Path) -> list[Path]:
+def write_plots(results: Mapping[str, SimResult], out: Path, title: str = "") -> list[Path]:
+    """rho_cdf.png, gpu_time.png and placement_cdf.png in ``out``; ``title`` (e.g. the
+    trace, workload and cluster size) heads each plot."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -26,9 +28,10 @@ def write_plots(results: Mapping[str, SimResult], out: Path) -> list[Path]:
     for name, r in results.items():
         _cdf(ax, [a.rho for a in r.apps], name)
     ax.set_xscale("log")
-    ax.set_xlabel("finish-time fairness rho")
-    ax.set_ylabel("CDF over apps")
+    ax.set_xlabel("finish-time fairness rho = JCT / T_id (log scale; 1 = sharing incentive)")
+    ax.set_ylabel("fraction of apps (CDF)")
     ax.axvline(1.0, color="grey", lw=0.5)
+    ax.set_title(f"rho per app\n{title}", fontsize=8)
     ax.legend(fontsize=7)
     fig.tight_layout()
     paths.append(out / "rho_cdf.png")
@@ -38,7 +41,9 @@ def write_plots(results: Mapping[str, SimResult], out: Path) -> list[Path]:
     fig, ax = plt.subplots(figsize=(6, 4))
     names = list(results)
     ax.bar(names, [sum(a.gpu_time for a in results[n].apps) / 3600 for n in names])
-    ax.set_ylabel("total GPU time (hours)")
+    ax.set_ylabel("total GPU time (GPU-hours)")
+    ax.set_xlabel("policy")
+    ax.set_title(f"GPU time held by all apps\n{title}", fontsize=8)
     ax.tick_params(axis="x", rotation=45)
     fig.tight_layout()
     paths.append(out / "gpu_time.png")
@@ -48,8 +53,9 @@ def write_plots(results: Mapping[str, SimResult], out: Path) -> list[Path]:
     fig, ax = plt.subplots(figsize=(6, 4))
     for name, r in results.items():
         _cdf(ax, [a.placement_score for a in r.apps], name)
-    ax.set_xlabel("placement score (1/S, GPU-time weighted)")
-    ax.set_ylabel("CDF over apps")
+    ax.set_xlabel("placement score per app (1/S, GPU-time weighted; 1 = no slowdown)")
+    ax.set_ylabel("fraction of apps (CDF)")
+    ax.set_title(f"placement score\n{title}", fontsize=8)
     ax.legend(fontsize=7)
     fig.tight_layout()
     paths.append(out / "placement_cdf.png")
