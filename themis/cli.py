@@ -7,6 +7,9 @@ import importlib
 import logging
 import sys
 from collections.abc import Sequence
+from typing import Any
+
+from themis import __version__
 
 #: sub-command modules; each exposes ``add_parser(subparsers)``. Optional ones are skipped
 #: when their module is not installed in this build.
@@ -15,7 +18,25 @@ SUBCOMMANDS = (
     "themis.sim.cli",
     "themis.submarine_am.cli",
     "themis.standalone",
+    "themis.doctor",
 )
+
+
+class _Version(argparse.Action):
+    """``--version``: the version on stdout, and on stderr one line naming the compiled
+    parts that are missing (pure-Python fall-backs; ``themis doctor`` says more)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        from themis.compiled import missing
+
+        print(f"themis {__version__}")
+        absent = missing()
+        if absent:
+            print(f"themis: compiled parts missing (pure-Python fall-backs, slower): "
+                  f"{', '.join(p.module for p in absent)}; see `themis doctor`",
+                  file=sys.stderr)
+        parser.exit(0)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -24,6 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Themis on YARN: finish-time-fair GPU scheduling (NSDI 2020).",
     )
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging")
+    parser.add_argument("--version", action=_Version, nargs=0,
+                        help="print the version (and any missing compiled part) and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in SUBCOMMANDS:
         try:

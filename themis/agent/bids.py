@@ -35,6 +35,7 @@ from operator import attrgetter
 from themis.agent.fairness import FairnessContext, RemainingTime, ideal_time
 from themis.agent.model import AppModel
 from themis.cluster.topology import Gpu, Locality, locality_of
+from themis.compiled import fell_back
 
 try:  # pragma: no cover - depends on the build
     from themis.agent import _menu
@@ -97,6 +98,8 @@ class OfferIndex:
     def __init__(self, offer: Sequence[Gpu]) -> None:
         self.gpus = tuple(offer)
         self.size = len(self.gpus)
+        if _menu is None:
+            fell_back("themis.agent._menu")  # one warning per process
         self.native = None if _menu is None else _menu.offer(self.gpus)
         self._groups: OfferGroups | None = None
 

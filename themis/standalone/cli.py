@@ -180,6 +180,25 @@ class UsageError(ValueError):
     pass
 
 
+#: the modules of the 'train' extra that standalone mode needs: the jobs (TensorFlow) and
+#: the profiler reading their event logs (TensorBoard)
+TRAIN_MODULES = ("tensorflow", "tensorboard")
+
+
+def missing_train() -> list[str]:
+    """The modules of :data:`TRAIN_MODULES` that are not installed (looked up, not
+    imported: importing TensorFlow takes seconds)."""
+    absent = []
+    for name in TRAIN_MODULES:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):  # a broken or half-removed package
+            found = False
+        if not found:
+            absent.append(name)
+    return absent
+
+
 def build_options(args: argparse.Namespace) -> Any:
     """Validate the options and spec files; raises UsageError/SpecError with a message."""
     from themis.arbiter.cluster_backend import (
@@ -190,7 +209,6 @@ def build_options(args: argparse.Namespace) -> Any:
     from themis.arbiter.solvers import make_solver
     from themis.arbiter.solvers.base import SolverError
     from themis.cluster.topology import TopologyError
-    from themis.standalone.runner import Options
     from themis.standalone.spec import SpecError, default_app, load_app_spec
     from themis.submarine_am.hyperband import HyperbandError
 
@@ -248,9 +266,14 @@ def build_options(args: argparse.Namespace) -> Any:
     if (args.out / "apps").is_dir() and any((args.out / "apps").iterdir()):
         raise UsageError(f"--out {str(args.out)!r} already holds a run (apps/ with job "
                          "checkpoints that new jobs would resume from): use a new directory")
-    if importlib.util.find_spec("tensorflow") is None:
-        raise UsageError("standalone mode runs real TensorFlow jobs: install the 'train' "
-                         "extra (pip install 'themis-yarn[train]')")
+    absent = missing_train()
+    if absent:
+        verb = "is" if len(absent) == 1 else "are"
+        raise UsageError(f"standalone mode runs real TensorFlow jobs and reads their event "
+                         f"logs: {' and '.join(absent)} {verb} not installed; install the "
+                         "'train' extra: pip install 'themis-yarn[train]'")
+    from themis.standalone.runner import Options  # imports TensorBoard's event reader
+
     return Options(
         cluster=cluster, cluster_desc=desc, apps=apps, out=args.out, lease_s=args.lease_s,
         fairness_knob=args.fairness_knob, ideal_time=args.ideal_time,

@@ -1,4 +1,4 @@
-"""OR-Tools CP-SAT back-end (optional, for comparison; ``pip install ortools``).
+"""OR-Tools CP-SAT back-end (optional, for comparison; ``pip install 'themis-yarn[cpsat]'``).
 
 CP-SAT needs integer objective coefficients: gains are scaled by 1e9 and rounded, so the
 optimum is exact up to ~1e-9 per bundle, within the conformance suite's tolerance."""
@@ -16,6 +16,7 @@ from themis.arbiter.solvers.base import (
 )
 
 SCALE = 1e9
+INSTALL = "themis-yarn[cpsat]"  # the extra that provides OR-Tools
 
 
 class CpSatSolver(Solver):
@@ -29,7 +30,8 @@ class CpSatSolver(Solver):
         try:
             from ortools.sat.python import cp_model
         except ImportError as exc:  # pragma: no cover
-            raise SolverUnavailable("ortools is not installed") from exc
+            raise SolverUnavailable(f"cpsat needs OR-Tools, which does not import ({exc}): "
+                                    f"pip install {INSTALL!r}") from exc
         self._cp: Any = cp_model
         self.workers = workers
 

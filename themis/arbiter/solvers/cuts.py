@@ -43,6 +43,8 @@ import numpy as np
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import dijkstra
 
+from themis.compiled import fell_back
+
 try:  # pragma: no cover - depends on the build
     from themis.arbiter.solvers import _separation  # type: ignore[attr-defined]
 except ImportError:  # pragma: no cover
@@ -73,6 +75,7 @@ def conflict_matrix(n_cols: int, row_of: np.ndarray, col_of: np.ndarray) -> np.n
     (``_separation.conflict_fill``, ~10x faster at the simulator's sizes) when the
     extension was built; :func:`conflict_matrix_py` is the reference."""
     if _separation is None:
+        fell_back("themis.arbiter.solvers._separation")  # one warning per process
         return conflict_matrix_py(n_cols, row_of, col_of)
     conflict = np.zeros((n_cols, n_cols), dtype=bool)
     _separation.conflict_fill(conflict.view(np.uint8),

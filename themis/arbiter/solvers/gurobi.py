@@ -28,6 +28,7 @@ except ImportError:  # pragma: no cover
 
 
 SMALL_MODEL_BUNDLES = 300
+INSTALL = "themis-yarn[gurobi]"  # the extra that provides gurobipy
 
 
 class GurobiSolver(Solver):
@@ -35,11 +36,15 @@ class GurobiSolver(Solver):
 
     def __init__(self) -> None:
         if not _HAVE_GUROBI:
-            raise SolverUnavailable("gurobipy is not installed")
+            raise SolverUnavailable("gurobi needs gurobipy, which is not installed: "
+                                    f"pip install {INSTALL!r}")
         try:
             self._env = gp.Env(params={"OutputFlag": 0, "Threads": 1})
         except gp.GurobiError as exc:  # no licence at all
-            raise SolverUnavailable(f"gurobi: cannot start an environment: {exc}") from exc
+            raise SolverUnavailable(f"gurobi: no usable licence ({exc}); gurobipy's pip wheel "
+                                    "carries a size-limited one, a full one is named by "
+                                    "GRB_LICENSE_FILE; or choose another solver (auto falls "
+                                    "back to HiGHS)") from exc
         # the last problem's model: the auction's solves come in one or two calls (and a
         # fallback chain may hand them over one at a time)
         self._last: tuple[PackingProblem, Any, list[tuple[int, int, Any]],
