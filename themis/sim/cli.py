@@ -13,13 +13,15 @@ from pathlib import Path
 from typing import Any
 
 from themis.agent.fairness import DEFAULT_IDEAL_TIME, IDEAL_TIME_NAMES, parse_ideal_time
+from themis.arbiter.solvers import SolverError
 from themis.cluster.topology import Topology
 from themis.sim.cluster import load_cluster
 from themis.sim.engine import SimConfig, SimResult, Simulator
 from themis.sim.errors import SimError
 from themis.sim.loader import TraceOptions, load_any
 from themis.sim.metrics import per_app, summarize
-from themis.sim.policies import POLICY_NAMES, make_policy
+from themis.sim.policies import POLICY_NAMES, Policy, make_policy
+from themis.sim.policies.themis import ThemisPolicy
 from themis.sim.workload import Workload
 
 DEFAULT_POLICIES = "themis,gandiva,tiresias,optimus,slaq,srtf,srsf"
@@ -138,6 +140,13 @@ def configure(p: argparse.ArgumentParser) -> None:
         "paper = Eq. 2's T_cluster x N_avg; both are reported either way "
         "(default: %(default)s)",
     )
+    p.add_argument(
+        "--solver",
+        default="auto-fast",
+        help="the themis policy's auction solver (default auto-fast: the fast exact chain, "
+        "Gurobi when licensed; also open-fast, auto, highs, lpbb, bnb, cpsat, gurobi; "
+        "docs/mechanism.md)",
+    )
     p.add_argument("--lease-minutes", type=float, default=10.0, metavar="M",
                    help="GPU lease length in minutes (section 6.2) (default: %(default)s)")
     p.add_argument(
@@ -200,7 +209,7 @@ def simulate(
     args: argparse.Namespace,
 ) -> tuple[dict[str, SimResult], Workload, Topology]:
     names = [n.strip() for n in args.policies.split(",") if n.strip()]
-    policies = [make_policy(n, args.fairness_knob) for n in names]  # validates names first
+    policies = [_policy(n, args) for n in names]  # validates names (and the solver) first
     topo = load_cluster(args.cluster)
     work = load_any(args.trace, args.workload, args.seed, trace_options(args))
     if args.max_apps > 0:
@@ -223,6 +232,12 @@ def simulate(
         sim = Simulator(topo, work, pol, cfg)
         results[name] = _run(sim, name, args.progress)
     return results, work, topo
+
+
+def _policy(name: str, args: argparse.Namespace) -> Policy:
+    if name == "themis":
+        return ThemisPolicy(fairness_knob=args.fairness_knob, solver=args.solver)
+    return make_policy(name, args.fairness_knob)
 
 
 def _run(sim: Simulator, name: str, progress: bool) -> SimResult:
@@ -251,7 +266,7 @@ def _run(sim: Simulator, name: str, progress: bool) -> SimResult:
 def run_cli(args: argparse.Namespace) -> int:
     try:
         results, work, topo = simulate(args)
-    except (SimError, ValueError) as exc:
+    except (SimError, SolverError, ValueError) as exc:
         print(f"themis sim: error: {exc}", file=sys.stderr)
         return 2
     out: Path = args.out

@@ -18,6 +18,7 @@ import time
 from collections.abc import Sequence
 from typing import ClassVar
 
+from themis.arbiter.solvers import SolverError, make_solver
 from themis.yarn.bids import BidSource
 from themis.yarn.rounds import RoundEngine
 
@@ -45,6 +46,9 @@ class Py4JEngine:
             time.sleep(self._delay)
         try:
             return self._rounds.run(request_json)
+        except SolverError as exc:  # e.g. the view names a solver not installed: one line
+            log.error("round failed: %s", exc)
+            return json.dumps({"grants": [], "error": f"{type(exc).__name__}: {exc}"})
         except Exception as exc:  # reported to Java as an empty grant list
             log.exception("round failed")
             return json.dumps({"grants": [], "error": f"{type(exc).__name__}: {exc}"})
@@ -141,6 +145,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             "THEMIS_GATEWAY_TOKEN or --port/--token); it is normally started by the RM plugin",
             file=sys.stderr,
         )
+        return 2
+    solver = os.environ.get("THEMIS_SOLVER", "auto")
+    try:  # the RM's solver (yarn.resourcemanager.themis.solver): fail at start, in one line
+        make_solver(solver)
+    except SolverError as exc:
+        print(f"themis.yarn.engine: solver {solver!r} (yarn.resourcemanager.themis.solver): "
+              f"{exc}", file=sys.stderr)
         return 2
     from py4j.java_gateway import CallbackServerParameters, GatewayParameters, JavaGateway
 
