@@ -6,6 +6,7 @@ The JVM half (real RM, real Py4J, engine killed mid-round) is tested by
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -154,3 +155,100 @@ def test_agents_endpoint_offers_collects_bids_and_announces_grants() -> None:
     finally:
         client.stop()
         endpoint.stop()
+
+
+class _FakeRm:
+    """Stands in for the RM's lease table (the Java side is tested by FreedGpusIT)."""
+
+    def __init__(self, refuse: str = "") -> None:
+        self.events: list[tuple[str, str]] = []
+        self.released: list[tuple[str, list[str]]] = []
+        self.refuse = refuse
+
+    # LeaseOwner (themis.yarn.agents)
+    def joined(self, app_id: str) -> None:
+        self.events.append(("joined", app_id))
+
+    def left(self, app_id: str) -> None:
+        self.events.append(("left", app_id))
+
+    def release(self, app_id: str, gpu_ids: Sequence[str]) -> int:
+        from themis.arbiter.state import CallError, Code
+
+        if self.refuse:
+            raise CallError(Code.INVALID_ARGUMENT, self.refuse)
+        self.released.append((app_id, list(gpu_ids)))
+        return len(gpu_ids)
+
+    # the Java entry point's names (EngineSupervisor.Registry), for RmLeases
+    def agentJoined(self, app_id: str) -> None:
+        self.joined(app_id)
+
+    def agentLeft(self, app_id: str) -> None:
+        self.left(app_id)
+
+    def releaseGpus(self, app_id: str, gpu_ids_json: str) -> str:
+        if self.refuse:
+            return json.dumps({"ok": False, "error": self.refuse})
+        ids = json.loads(gpu_ids_json)
+        self.released.append((app_id, ids))
+        return json.dumps({"ok": True, "released": len(ids)})
+
+
+def test_agents_endpoint_passes_registration_release_and_departure_to_the_rm() -> None:
+    """YARN mode: the RM keeps the leases, so an AM's registration, ReleaseGpus and
+    Unregister over real gRPC reach the lease owner; a refused release is an error to the AM."""
+    import grpc
+
+    from themis.agent.bidder import ModelBidder
+    from themis.agent.client import AgentClient
+    from themis.agent.model import AppModel, Job
+    from themis.arbiter.state import ArbiterConfig
+    from themis.rpc.testing import wait_for
+    from themis.yarn.agents import AgentEndpoint
+
+    rm = _FakeRm()
+    endpoint = AgentEndpoint(ArbiterConfig(bid_timeout_s=1.0), owner=rm)
+    address = endpoint.start(0)
+    app = AppModel("application_1_0007", 0.0, [Job("j", 1.0, 5000.0, 2, 5000.0)])
+    client = AgentClient(address, "application_1_0007", ModelBidder(app, lambda: 10.0))
+    try:
+        client.start()
+        assert client.connected.wait(10)
+        assert rm.events == [("joined", "application_1_0007")]
+        client.leases["h1:1/0"] = 1e12  # as an Allocation would have recorded it
+        client.release(["h1:1/0"])
+        assert rm.released == [("application_1_0007", ["h1:1/0"])]
+        assert "h1:1/0" not in client.leases
+        rm.refuse = "GPU id 'x/0' names no node of the cluster"
+        with pytest.raises(grpc.RpcError) as err:
+            client.release(["x/0"])
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "names no node" in str(err.value.details())
+    finally:
+        client.stop()
+        endpoint.stop()
+    assert wait_for(lambda: rm.events[-1] == ("left", "application_1_0007"), timeout=5.0)
+
+
+def test_rm_leases_passes_early_events_on_attach_and_maps_the_rm_reply() -> None:
+    """The engine's lease owner: registrations before the gateway is up are not lost; a
+    release before it, or one the RM refuses, is a CallError naming why."""
+    from themis.arbiter.state import CallError
+    from themis.yarn.engine import RmLeases
+
+    owner = RmLeases()
+    owner.joined("application_1_0001")
+    owner.left("application_1_0002")
+    with pytest.raises(CallError, match="not connected"):
+        owner.release("application_1_0001", ["h1:1/0"])
+    rm = _FakeRm()
+    owner.attach(rm)
+    assert rm.events == [("joined", "application_1_0001"), ("left", "application_1_0002")]
+    owner.joined("application_1_0003")
+    assert rm.events[-1] == ("joined", "application_1_0003")
+    assert owner.release("application_1_0001", ["h1:1/0", "h1:1/1"]) == 2
+    assert rm.released == [("application_1_0001", ["h1:1/0", "h1:1/1"])]
+    rm.refuse = "unknown application application_1_0001"
+    with pytest.raises(CallError, match="unknown application"):
+        owner.release("application_1_0001", ["h1:1/0"])

@@ -104,8 +104,10 @@ class ArbiterServer:
         config: ArbiterConfig | None = None,
         *,
         max_workers: int = 256,
+        core: ArbiterCore | None = None,
     ) -> None:
-        self.core = ArbiterCore(backend, config)
+        # ``core``: a subclass for external rounds (themis.yarn.agents.ExternalCore)
+        self.core = core if core is not None else ArbiterCore(backend, config)
         self._max_workers = max_workers
         self._server: grpc.Server | None = None
         self.port = 0

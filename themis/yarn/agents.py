@@ -13,19 +13,30 @@ decides when a round runs (lease expiry, freed GPUs). Each round:
    :func:`themis.arbiter.round.run_round` and waits for their bids until the deadline;
 4. :meth:`announce` sends every registered participant its allocation event (leases on
    ``<node_id>/<k>`` ids), so the AM knows on which nodes to ask for containers.
+
+Leases live in the RM, so what an AM says about them goes there (:class:`ExternalCore`
+through a :class:`LeaseOwner`, in the engine the RM's gateway): a registration marks the app
+as one whose AM speaks for its leases (the RM then keeps its lease when one of its
+containers ends), ``ReleaseGpus`` ends leases on those GPUs now and ``UnregisterApp`` ends
+all of the app's leases; the RM then runs a round for the freed GPUs.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Protocol
 
 from themis.agent.bids import BidTable
 from themis.arbiter.cluster_backend import ClusterBackend
 from themis.arbiter.round import LeaseGrant, RoundOutcome
 from themis.arbiter.service import ArbiterServer
-from themis.arbiter.state import ArbiterConfig, ArbiterCore
+from themis.arbiter.state import ArbiterConfig, ArbiterCore, CallError, Code
 from themis.cluster.topology import Gpu, Topology
+from themis.rpc.v1 import arbiter_pb2 as pb
+
+log = logging.getLogger(__name__)
 
 
 class OfferView(ClusterBackend):
@@ -57,12 +68,62 @@ class OfferView(ClusterBackend):
         return {}
 
 
-class AgentEndpoint:
-    """gRPC service for AMs + bid source for the RM's rounds."""
+class LeaseOwner(Protocol):
+    """The keeper of the leases (the RM): told what AMs say about theirs."""
 
-    def __init__(self, config: ArbiterConfig | None = None, default_rho: float = 1.0) -> None:
+    def joined(self, app_id: str) -> None:
+        """The app's AM registered: it speaks for the app's leases from now on."""
+        ...
+
+    def left(self, app_id: str) -> None:
+        """The app's AM unregistered: all the app's leases end now."""
+        ...
+
+    def release(self, app_id: str, gpu_ids: Sequence[str]) -> int:
+        """End the app's leases on these GPUs now; the number ended. Raises
+        :class:`~themis.arbiter.state.CallError` naming the reason when refused."""
+        ...
+
+
+class ExternalCore(ArbiterCore):
+    """The arbiter core for external rounds: registration, releases and departures are
+    passed on to the lease owner (the core's own lease table stays empty)."""
+
+    def __init__(self, backend: ClusterBackend, config: ArbiterConfig | None,
+                 owner: LeaseOwner) -> None:
+        super().__init__(backend, config)
+        self.owner = owner
+
+    def register(self, app_id: str, rho: float, max_gpus: int) -> pb.RegisterAppResponse:
+        reply = super().register(app_id, rho, max_gpus)
+        self.owner.joined(app_id)
+        return reply
+
+    def release(self, app_id: str, secret: str, gpu_ids: Sequence[str]) -> None:
+        with self._cond:  # the base checks, without its own lease table
+            self._auth(app_id, secret)
+            if not gpu_ids:
+                raise CallError(Code.INVALID_ARGUMENT, f"app {app_id!r}: no GPU to release")
+            if len(set(gpu_ids)) != len(gpu_ids):
+                raise CallError(Code.INVALID_ARGUMENT, f"app {app_id!r}: duplicate GPU ids")
+        # Not under the lock: a round trip to the RM, which starts the round itself.
+        n = self.owner.release(app_id, list(gpu_ids))
+        log.info("%s released %d of %d GPU(s) %s", app_id, n, len(gpu_ids), list(gpu_ids))
+
+    def unregister(self, app_id: str, secret: str) -> None:
+        super().unregister(app_id, secret)
+        self.owner.left(app_id)
+
+
+class AgentEndpoint:
+    """gRPC service for AMs + bid source for the RM's rounds. Without a lease owner, releases
+    and departures change nothing outside the endpoint (tests)."""
+
+    def __init__(self, config: ArbiterConfig | None = None, default_rho: float = 1.0,
+                 owner: LeaseOwner | None = None) -> None:
         self.view = OfferView()
-        self.server = ArbiterServer(self.view, config)
+        core = ExternalCore(self.view, config, owner) if owner is not None else None
+        self.server = ArbiterServer(self.view, config, core=core)
         self.default_rho = default_rho
         self._round_id = 0
 

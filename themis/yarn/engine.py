@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from typing import ClassVar
+from typing import ClassVar, Protocol
 
 from themis.arbiter.solvers import SolverError, make_solver
 from themis.yarn.bids import BidSource
@@ -65,6 +65,72 @@ class Py4JEngine:
         )
 
 
+class _RmRegistry(Protocol):
+    """The RM's gateway entry point (Java ``EngineSupervisor.Registry``), as far as agents go."""
+
+    def agentJoined(self, app_id: str) -> None: ...  # Java method names
+    def agentLeft(self, app_id: str) -> None: ...
+    def releaseGpus(self, app_id: str, gpu_ids_json: str) -> str: ...
+
+
+class RmLeases:
+    """The agents' endpoint's lease owner: the RM, through its gateway. Registrations and
+    departures seen before the gateway is up are passed on when it is (:meth:`attach`);
+    a release before that is refused (the AM's agent retries nothing; its GPUs end with
+    their lease)."""
+
+    def __init__(self) -> None:
+        self._rm: _RmRegistry | None = None
+        self._early: list[tuple[str, str]] = []  # (event, app id) before attach
+        self._lock = threading.Lock()
+
+    def attach(self, rm: _RmRegistry) -> None:
+        with self._lock:
+            self._rm = rm
+            early, self._early = self._early, []
+        for event, app_id in early:
+            self._tell(rm, event, app_id)
+
+    def _tell(self, rm: _RmRegistry, event: str, app_id: str) -> None:
+        try:
+            if event == "joined":
+                rm.agentJoined(app_id)
+            else:
+                rm.agentLeft(app_id)
+        except Exception as exc:  # the RM is going away: it forgets the app with it
+            log.warning("could not tell the RM that %s %s: %s", app_id, event, exc)
+
+    def _event(self, event: str, app_id: str) -> None:
+        with self._lock:
+            rm = self._rm
+            if rm is None:
+                self._early.append((event, app_id))
+                return
+        self._tell(rm, event, app_id)
+
+    def joined(self, app_id: str) -> None:
+        self._event("joined", app_id)
+
+    def left(self, app_id: str) -> None:
+        self._event("left", app_id)
+
+    def release(self, app_id: str, gpu_ids: Sequence[str]) -> int:
+        from themis.arbiter.state import CallError, Code
+
+        rm = self._rm
+        if rm is None:
+            raise CallError(Code.FAILED_PRECONDITION,
+                            "the ResourceManager is not connected to the engine yet")
+        try:
+            reply = json.loads(rm.releaseGpus(app_id, json.dumps(list(gpu_ids))))
+        except Exception as exc:
+            raise CallError(Code.FAILED_PRECONDITION,
+                            f"the ResourceManager did not take the release: {exc}") from exc
+        if not reply.get("ok"):
+            raise CallError(Code.INVALID_ARGUMENT, str(reply.get("error", "refused by the RM")))
+        return int(reply.get("released", 0))
+
+
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m themis.yarn.engine", description=__doc__)
     p.add_argument("--port", type=int, default=int(os.environ.get("THEMIS_GATEWAY_PORT", "0")))
@@ -103,7 +169,9 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def _agent_endpoint(args: argparse.Namespace) -> tuple[BidSource | None, str]:
+def _agent_endpoint(
+    args: argparse.Namespace, owner: RmLeases | None = None
+) -> tuple[BidSource | None, str]:
     """Start the agents' gRPC endpoint when asked to; (bid source, "host:port")."""
     if args.agent_port < 0:
         return None, ""
@@ -119,7 +187,7 @@ def _agent_endpoint(args: argparse.Namespace) -> tuple[BidSource | None, str]:
         # yarn.resourcemanager.themis.ideal-time, announced to the AMs' agents
         ideal_time=os.environ.get("THEMIS_IDEAL_TIME", str(DEFAULT_IDEAL_TIME)),
     )
-    endpoint = AgentEndpoint(config)
+    endpoint = AgentEndpoint(config, owner=owner)
     address = endpoint.start(args.agent_port, host=args.agent_host)
     log.info("agents' endpoint (gRPC arbiter service) listening on %s", address)
     return endpoint, address
@@ -156,7 +224,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from py4j.java_gateway import CallbackServerParameters, GatewayParameters, JavaGateway
 
     try:
-        source, agent_address = _agent_endpoint(args)
+        rm_leases = RmLeases()
+        source, agent_address = _agent_endpoint(args, rm_leases)
     except (OSError, ValueError) as exc:
         print(f"themis.yarn.engine: cannot start the agents' endpoint: {exc}", file=sys.stderr)
         return 2
@@ -173,6 +242,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             daemonize_connections=True,
         ),
     )
+    # AMs' registrations, releases and departures go to the RM's lease table
+    rm_leases.attach(gateway.entry_point)
     callback_port = gateway.get_callback_server().get_listening_port()
     gateway.entry_point.register(engine, callback_port)
     log.info(

@@ -213,12 +213,35 @@ public final class ThemisRuntime implements EngineSupervisor.AgentEvents {
     }
   }
 
+  /**
+   * The app's AM left the agents' endpoint (UnregisterApp): nobody speaks for its leases any
+   * more, so it is treated as an app without an agent from now on, and its leased GPUs that no
+   * container of it uses go back now (those in use stay leased until their containers end).
+   */
   @Override
   public void agentLeft(String appId) {
     ApplicationId app = parseApp(appId);
-    if (app != null) {
-      agentApps.remove(app);
-      endAllLeases(app, "left the agents' endpoint");
+    if (app == null) {
+      return;
+    }
+    agentApps.remove(app);
+    Set<NodeId> nodes = new java.util.HashSet<>();
+    for (Lease l : leases.snapshot()) {
+      if (l.app().equals(app)) {
+        nodes.add(l.node());
+      }
+    }
+    int ended = 0;
+    for (NodeId node : nodes) {
+      long extra = leases.liveGpus(app, node) - scheduler.usedGpus(app, node);
+      if (extra > 0) {
+        ended += leases.shrink(app, node, (int) extra);
+      }
+    }
+    gpusEndedEarly.addAndGet(ended);
+    LOG.info("Themis: {} left the agents' endpoint; {} unused leased GPU(s) back", app, ended);
+    if (ended > 0) {
+      gpusFreed();
     }
   }
 

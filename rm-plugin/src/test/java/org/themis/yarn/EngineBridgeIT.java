@@ -195,6 +195,9 @@ class EngineBridgeIT {
     try {
       ThemisMiniCluster.waitFor("the probe agent to register", 60_000,
           () -> String.join("\n", lines).contains("\"registered\""));
+      // The engine tells the RM through the gateway: d's AM speaks for its leases now.
+      ThemisMiniCluster.waitFor("the RM to know d's agent", 10_000,
+          () -> mc.scheduler().runtime().hasAgent(d.appId));
       d.ask(1, 1);
       pollUntil("app-d's GPU container, won by its agent's bid", 90_000, d, 1);
       assertTrue(probe.waitFor(60, java.util.concurrent.TimeUnit.SECONDS), "probe exits");
@@ -203,6 +206,10 @@ class EngineBridgeIT {
       assertEquals(0, probe.exitValue(), out);
       assertTrue(out.contains("\"event\": \"offer\""), "offered over gRPC:\n" + out);
       assertTrue(out.contains("\"was_bidder\": true"), "won as a bidder:\n" + out);
+      // The probe unregistered when it exited: the RM forgets d's agent; the GPU its
+      // container uses stays leased (assertNoDoubleGrant below).
+      ThemisMiniCluster.waitFor("the RM to drop d's agent", 10_000,
+          () -> !mc.scheduler().runtime().hasAgent(d.appId));
       assertNoDoubleGrant(d);
     } catch (AssertionError err) {
       throw withEngineOutput(new AssertionError(err.getMessage() + "; probe output:\n"
