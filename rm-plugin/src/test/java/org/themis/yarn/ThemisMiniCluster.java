@@ -16,7 +16,11 @@ final class ThemisMiniCluster implements AutoCloseable {
   final YarnConfiguration conf;
   final YarnClient client;
 
-  /** Base configuration: Themis scheduler + lease policy, GPUs as a countable resource. */
+  /**
+   * Base configuration: Themis scheduler, GPUs as a countable resource, and LeaseExpiryPolicy
+   * listed as a scheduling monitor (optional: the scheduler enforces leases on its own thread;
+   * listed here so that both enforce side by side; EnforcementWithoutMonitorIT unsets it).
+   */
   static YarnConfiguration baseConf(int gpusPerNode) {
     YarnConfiguration conf = new YarnConfiguration();
     conf.set(YarnConfiguration.RM_SCHEDULER, ThemisCapacityScheduler.class.getName());
