@@ -65,7 +65,7 @@ def test_policy_full_small_simulation(name: str) -> None:
 
 def test_unknown_policy_lists_valid_ones() -> None:
     with pytest.raises(UnknownPolicy, match="valid policies: themis"):
-        make_policy("fifo")
+        make_policy("lifo")
 
 
 def test_check_allocation_rejects_double_grant() -> None:

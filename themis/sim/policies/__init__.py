@@ -6,6 +6,8 @@ from collections.abc import Callable
 
 from themis.sim.errors import UnknownPolicy
 from themis.sim.policies.base import Allocation, Policy, RoundContext
+from themis.sim.policies.fairshare import FairSharePolicy
+from themis.sim.policies.fifo import FifoPolicy
 from themis.sim.policies.gandiva import GandivaPolicy
 from themis.sim.policies.gavel import GavelFtfPolicy
 from themis.sim.policies.hermes import HermesPolicy
@@ -27,6 +29,8 @@ FACTORIES: dict[str, Callable[[float], Policy]] = {
     "srsf": lambda f: SrsfPolicy(),
     "gavel": lambda f: GavelFtfPolicy(),
     "hermes": lambda f: HermesPolicy(),
+    "fifo": lambda f: FifoPolicy(),
+    "fairshare": lambda f: FairSharePolicy(),
 }
 POLICY_NAMES = tuple(FACTORIES)
 
