@@ -28,6 +28,7 @@ from themis.arbiter.errors import InvalidBid, InvalidOffer
 from themis.arbiter.round import distribute_leftover
 from themis.arbiter.solvers import SolverError, make_solver
 from themis.cluster.topology import Gpu, Topology, TopologyError
+from themis.stdio import stdout_to_stderr
 
 
 class InputError(ValueError):
@@ -197,7 +198,8 @@ def main(args: argparse.Namespace) -> int:
         print(f"themis auction: {args.input}: invalid JSON: {exc}", file=sys.stderr)
         return 2
     try:
-        out = run(doc, args.solver, args.exact_payments)
+        with stdout_to_stderr():  # stdout carries the JSON only (themis.stdio)
+            out = run(doc, args.solver, args.exact_payments)
     except (InputError, InvalidBid, InvalidOffer, SolverError) as exc:
         print(f"themis auction: {exc}", file=sys.stderr)
         return 2

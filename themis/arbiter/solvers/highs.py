@@ -21,6 +21,7 @@ from themis.arbiter.solvers.base import (
     SolverUnavailable,
 )
 from themis.compiled import fell_back
+from themis.stdio import stdout_to_stderr
 
 try:  # pragma: no cover - import guard
     import highspy
@@ -87,7 +88,8 @@ class PackingLp:
         """A quiet HiGHS instance holding this model (as a MILP with ``integer``)."""
         if integer:
             self.lp.integrality_ = [highspy.HighsVarType.kInteger] * len(self.cols)
-        h = highspy.Highs()  # type: ignore[no-untyped-call]
+        with stdout_to_stderr():  # highspy 1.16 prints a banner here (themis.stdio)
+            h = highspy.Highs()  # type: ignore[no-untyped-call]
         h.setOptionValue("output_flag", False)
         h.setOptionValue("threads", threads)
         if integer:
