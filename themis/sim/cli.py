@@ -23,6 +23,7 @@ from themis.sim.metrics import per_app, summarize
 from themis.sim.policies import POLICY_NAMES, Policy, make_policy
 from themis.sim.policies.themis import ThemisPolicy
 from themis.sim.workload import Workload
+from themis.stdio import stdout_to_stderr
 
 DEFAULT_POLICIES = "themis,gandiva,tiresias,optimus,slaq,srtf,srsf"
 DESCRIPTION = """\
@@ -265,7 +266,8 @@ def _run(sim: Simulator, name: str, progress: bool) -> SimResult:
 
 def run_cli(args: argparse.Namespace) -> int:
     try:
-        results, work, topo = simulate(args)
+        with stdout_to_stderr():  # stdout carries the result lines only (themis.stdio)
+            results, work, topo = simulate(args)
     except (SimError, SolverError, ValueError) as exc:
         print(f"themis sim: error: {exc}", file=sys.stderr)
         return 2
