@@ -3,11 +3,15 @@ app (a feasible point: a lower bound from the outset)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
+from themis.arbiter.solvers import Solution, SolverError
 from themis.arbiter.solvers import highs as highs_module
 from themis.arbiter.solvers.highs import HighsSolver, PackingLp, _mip_start
+from themis.arbiter.solvers.lpbb import LpBranchAndBound
 
 from ._instances import auction_problem
 
@@ -57,3 +61,40 @@ def test_the_solves_without_each_winner_start_from_the_optimum_and_stay_exact(
     starts.clear()
     solver.solve_many(other, [0])
     assert starts == []
+
+
+def _short_first(monkeypatch: pytest.MonkeyPatch, times: int) -> list[str]:
+    """Make HiGHS' first ``times`` runs of a solve hand back an empty packing with the true
+    bound (as highspy 1.16 handed back a MIP start with the optimum's value); the presolve
+    setting of every run is recorded."""
+    real = HighsSolver._optimum
+    presolve: list[str] = []
+
+    def short(self: HighsSolver, h: Any, cols: Any, problem: Any) -> tuple[Solution, float]:
+        sol, bound = real(self, h, cols, problem)
+        presolve.append(h.getOptionValue("presolve")[1])
+        if len(presolve) <= times:
+            return Solution((-1,) * len(sol.choice), 0.0), bound
+        return sol, bound
+
+    monkeypatch.setattr(HighsSolver, "_optimum", short)
+    return presolve
+
+
+def test_a_solution_short_of_its_bound_is_solved_again_without_presolve(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    problem = auction_problem(64, 10, 2)
+    want = LpBranchAndBound().solve(problem).objective
+    presolve = _short_first(monkeypatch, 1)
+    solver = HighsSolver()
+    got = solver.solve(problem)
+    assert got.objective == pytest.approx(want, rel=1e-12)
+    assert presolve == ["choose", "off"]
+    assert solver._last is not None
+    assert solver._last[1].getOptionValue("presolve")[1] == "choose"  # type: ignore[attr-defined]
+
+
+def test_a_solution_still_short_of_its_bound_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    _short_first(monkeypatch, 2)
+    with pytest.raises(SolverError, match="less than its proven bound"):
+        HighsSolver().solve(auction_problem(64, 10, 2))
