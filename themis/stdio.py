@@ -3,12 +3,13 @@
 Commands whose standard output is data (``themis auction``'s JSON, ``themis sim``'s result
 lines) do their work inside :func:`stdout_to_stderr` and print only after it, so nothing a
 library writes meanwhile - through Python or straight to file descriptor 1 from C, where
-``contextlib.redirect_stdout`` cannot reach - lands among the data. The one call known to
-print by itself is wrapped where it is made: ``highspy.Highs()`` writes HiGHS' banner
-("Running HiGHS 1.16.0 ...", highspy 1.16) from its constructor, before any option such
-as ``output_flag`` can be set (themis.arbiter.solvers.highs.PackingLp.highs). Gurobi is
-silenced at the source (``gurobipy.Env(params={"OutputFlag": 0})`` starts the
-environment quiet).
+``contextlib.redirect_stdout`` cannot reach - lands among the data. Libraries are also
+silenced at the source where they allow it: ``highspy.Highs()`` writes HiGHS' banner
+("Running HiGHS 1.16.0 ...", highspy 1.16) to fd 1 from its constructor, before any
+option can be set, so HiGHS models are made from the core class it extends, which prints
+nothing (themis.arbiter.solvers.highs.new_highs; made inside :func:`stdout_to_stderr`
+too, should a version print there); ``gurobipy.Env(params={"OutputFlag": 0})`` starts
+Gurobi's environment without its licence lines.
 """
 
 from __future__ import annotations

@@ -88,8 +88,8 @@ class PackingLp:
         """A quiet HiGHS instance holding this model (as a MILP with ``integer``)."""
         if integer:
             self.lp.integrality_ = [highspy.HighsVarType.kInteger] * len(self.cols)
-        with stdout_to_stderr():  # highspy 1.16 prints a banner here (themis.stdio)
-            h = highspy.Highs()  # type: ignore[no-untyped-call]
+        with stdout_to_stderr():  # a banner, if any, to stderr (new_highs)
+            h = new_highs()
         h.setOptionValue("output_flag", False)
         h.setOptionValue("threads", threads)
         if integer:
@@ -97,6 +97,16 @@ class PackingLp:
             h.setOptionValue("mip_abs_gap", 1e-9)
         h.passModel(self.lp)
         return h
+
+
+def new_highs() -> Any:
+    """A HiGHS instance that has printed nothing. highspy's ``Highs`` (the class of its
+    modelling layer) registers its callbacks when created, and highspy 1.16 writes HiGHS'
+    banner to stdout right then, before any option such as ``output_flag`` can be set;
+    the core class it extends, which holds every method used here, prints nothing until
+    run, by when ``output_flag`` is off. ``Highs`` where the core class is not exported."""
+    core = getattr(highspy, "_Highs", None) or highspy.Highs
+    return core()
 
 
 def packing_structure(
