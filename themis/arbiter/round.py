@@ -74,12 +74,140 @@ def select_bidders(
     return ranked[:keep], ranked[keep:]
 
 
+Shape = Mapping[str, Mapping[int, int]]
+"""Container asks per app: GPUs per container -> number of containers (all of a container's
+GPUs on one machine, as YARN places a container on one node)."""
+
+
+def _asks(
+    apps: Sequence[str], unlimited: int, room: Mapping[str, int] | None, shape: Shape | None
+) -> dict[str, dict[int, int]]:
+    """Each app's asks as ``{gpus per container: containers}``: its ``shape`` (capped by its
+    ``room`` when given) or, without a shape, ``room`` single-GPU units (``unlimited``
+    when ``room`` is None)."""
+    out: dict[str, dict[int, int]] = {}
+    for a in apps:
+        if shape is not None and a in shape:
+            ask: dict[int, int] = {}
+            for k, n in shape[a].items():
+                if isinstance(k, bool) or not isinstance(k, int) or k < 1 or \
+                        isinstance(n, bool) or not isinstance(n, int) or n < 0:
+                    raise RoundError(f"app {a!r}: container ask {k!r} GPU(s) x {n!r} must be "
+                                     "a whole number >= 1 of GPUs x a count >= 0")
+                if n:
+                    ask[k] = n
+            out[a] = ask if room is None else _trim(ask, room.get(a, 0))
+        else:
+            n = unlimited if room is None else room.get(a, 0)
+            out[a] = {1: n} if n > 0 else {}
+    return out
+
+
+def _trim(ask: dict[int, int], limit: int) -> dict[int, int]:
+    """Drop containers, largest first, until the asks total at most ``limit`` GPUs."""
+    out = dict(ask)
+    over = sum(k * n for k, n in out.items()) - max(0, limit)
+    for k in sorted(out, reverse=True):
+        if over <= 0:
+            break
+        drop = min(out[k], -(-over // k))
+        out[k] -= drop
+        over -= drop * k
+    return {k: n for k, n in out.items() if n > 0}
+
+
+def _take(ask: dict[int, int], avail: int) -> int:
+    """Whole containers of ``ask`` that fit into ``avail`` GPUs of one machine, largest
+    first; removes them from ``ask`` and returns their GPUs. Afterwards no container left in
+    ``ask`` fits into what remains of ``avail``."""
+    took = 0
+    for k in sorted(ask, reverse=True):
+        n = min(ask[k], (avail - took) // k)
+        if n > 0:
+            took += n * k
+            if n == ask[k]:
+                del ask[k]
+            else:
+                ask[k] -= n
+    return took
+
+
+def _deal(
+    gpus: Sequence[Gpu],
+    order: Sequence[str],
+    asks: dict[str, dict[int, int]],
+    previous: Mapping[str, str] | None,
+) -> tuple[dict[str, tuple[str, ...]], tuple[str, ...]]:
+    """The leftover rule over apps in turn ``order``; ``asks`` is consumed."""
+    grants: dict[str, list[str]] = {}
+    rest: list[Gpu] = list(gpus)
+    if previous:
+        rest = []
+        claims: dict[tuple[str, str], list[Gpu]] = {}  # shaped holder's GPUs per machine
+        for g in gpus:
+            holder = previous.get(g.id)
+            ask = asks.get(holder) if holder is not None else None
+            if holder is None or not ask:
+                rest.append(g)
+            elif ask.keys() == {1}:
+                grants.setdefault(holder, []).append(g.id)
+                _take(ask, 1)
+            else:
+                claims.setdefault((holder, g.machine), []).append(g)
+        for (holder, _), gs in claims.items():  # whole containers only, in GPU order
+            n = _take(asks[holder], len(gs))
+            grants.setdefault(holder, []).extend(g.id for g in gs[:n])
+            rest.extend(gs[n:])
+    machines: dict[str, list[str]] = {}
+    for g in sorted(rest, key=_SLOT_THEN_ID):
+        machines.setdefault(g.machine, []).append(g.id)
+    # Multi-GPU containers first, largest first (first fit decreasing): in turn order each
+    # app places one container on the machine that fits it most tightly, so single GPUs
+    # dealt below do not break up the machines such a container needs.
+    for k in sorted({k for ask in asks.values() for k in ask if k > 1}, reverse=True):
+        turns = deque(a for a in order if asks.get(a, {}).get(k, 0) > 0)
+        while turns:
+            fit = [(len(ids), m) for m, ids in machines.items() if len(ids) >= k]
+            if not fit:
+                break
+            _, m = min(fit)
+            app = turns.popleft()
+            ids = machines[m]
+            grants.setdefault(app, []).extend(ids[:k])
+            del ids[:k]
+            asks[app][k] -= 1
+            if asks[app][k] > 0:
+                turns.append(app)
+            else:
+                del asks[app][k]
+    # Single GPUs (1-GPU containers and apps without a shape): at each turn an app takes
+    # what is left on the current machine, largest machines first, up to its asks.
+    chunks = [ids for _, ids in sorted(machines.items(), key=lambda kv: (-len(kv[1]), kv[0]))]
+    unused: list[str] = []
+    # Apps that can still take GPUs, in turn order; an app whose asks are used up leaves
+    # the rotation for good (asks only decrease), so each turn costs O(1).
+    takers = deque(a for a in order if asks.get(a, {}).get(1, 0) > 0)
+    for ids in chunks:
+        pos = 0
+        while pos < len(ids) and takers:
+            app = takers.popleft()
+            take = min(asks[app][1], len(ids) - pos)
+            grants.setdefault(app, []).extend(ids[pos : pos + take])
+            asks[app][1] -= take
+            pos += take
+            if asks[app][1] > 0:
+                takers.append(app)
+        unused.extend(ids[pos:])  # ``unused`` is sorted at the end
+    return {a: tuple(sorted(gs)) for a, gs in grants.items()}, tuple(sorted(unused))
+
+
 def distribute_leftover(
     gpus: Sequence[Gpu],
     nonbidders: Sequence[str],
     rng: random.Random,
     room: Mapping[str, int] | None = None,
     previous: Mapping[str, str] | None = None,
+    shape: Shape | None = None,
 ) -> tuple[dict[str, tuple[str, ...]], tuple[str, ...]]:
     """Give leftover GPUs at random to non-bidders (line 21).
 
@@ -90,49 +218,21 @@ def distribute_leftover(
     GPUs are dealt at random: non-bidders are put in a seeded random order and take turns;
     at each turn an app takes the GPUs left on the current machine (largest machines
     first), up to what it can still use (``room``; unlimited when not given), so leftovers
-    stay machine-local. O(G log G + A) for G GPUs and A apps.
+    stay machine-local.
+
+    *Container shape* (``shape``: app -> ``{k: n}``, n containers of k GPUs): such an app
+    is dealt only whole containers, all k GPUs of one on one machine, never a partial one.
+    Containers of k > 1 GPUs are placed before single GPUs, largest first (first fit
+    decreasing): in turn order, each app places one container on the machine with the
+    fewest free GPUs that fit it. Single GPUs (1-GPU containers, apps without a shape) then
+    follow the plain rule above, which is all there is without shapes (the simulator and
+    standalone mode). O(G log G + A) for G GPUs and A apps, plus O(M) per multi-GPU
+    container placed on M machines.
     Returns (grants, GPUs nobody could use) - the latter is empty when there are
     non-bidders and no room limits."""
     order = list(nonbidders)
     rng.shuffle(order)
-    remaining = {a: (room.get(a, 0) if room is not None else len(gpus)) for a in order}
-    grants: dict[str, list[str]] = {}
-    rest: Sequence[Gpu] = gpus
-    if previous:
-        rest = []
-        for g in gpus:
-            holder = previous.get(g.id)
-            if holder is not None and remaining.get(holder, 0) > 0:
-                grants.setdefault(holder, []).append(g.id)
-                remaining[holder] -= 1
-            else:
-                rest.append(g)
-    machines: dict[str, list[Gpu]] = {}
-    for g in rest:
-        machines.setdefault(g.machine, []).append(g)
-    chunks = [gs for _, gs in sorted(machines.items(), key=lambda kv: (-len(kv[1]), kv[0]))]
-    unused: list[str] = []
-    # Apps that can still take GPUs, in turn order; an app whose room is used up leaves
-    # the rotation for good, so each turn costs O(1) (rooms only decrease).
-    takers = deque(a for a in order if remaining[a] > 0)
-    for chunk in chunks:
-        if not takers:  # nobody left to take GPUs (``unused`` is sorted at the end)
-            unused.extend(g.id for g in chunk)
-            continue
-        ids = [g.id for g in sorted(chunk, key=_SLOT_THEN_ID)]
-        pos = 0
-        while pos < len(ids):
-            if not takers:
-                unused.extend(ids[pos:])
-                break
-            app = takers.popleft()
-            take = min(remaining[app], len(ids) - pos)
-            grants.setdefault(app, []).extend(ids[pos : pos + take])
-            remaining[app] -= take
-            pos += take
-            if remaining[app] > 0:
-                takers.append(app)
-    return {a: tuple(sorted(gs)) for a, gs in grants.items()}, tuple(sorted(unused))
+    return _deal(gpus, order, _asks(order, len(gpus), room, shape), previous)
 
 
 def run_round(
@@ -147,12 +247,14 @@ def run_round(
     rng: random.Random,
     room: Mapping[str, int] | None = None,
     previous: Mapping[str, str] | None = None,
+    shape: Shape | None = None,
 ) -> RoundOutcome:
     """One round: filter, auction, leftover, lease grants. ``collect_bids`` receives the
     bidders and returns the tables that arrived in time; missing ones count as
     non-bidders (late or vanished agents). ``previous`` (GPU id -> app whose lease on it
-    just expired) makes the leftover step renew those GPUs to their holders first
-    (:func:`distribute_leftover`)."""
+    just expired) makes the leftover step renew those GPUs to their holders first;
+    ``shape`` (app -> ``{GPUs per container: containers}``) makes it deal such apps whole
+    containers on one machine (:func:`distribute_leftover`). Bidders' bundles are theirs."""
     if not math.isfinite(lease_s) or lease_s <= 0:
         raise RoundError(f"lease length {lease_s!r} s must be a positive number")
     bidders, nonbidders = select_bidders(rho_current, fairness_knob, rng)
@@ -169,7 +271,10 @@ def run_round(
         auction = run_auction(free, tables, solver, rng)
         left_ids = set(auction.leftover)
         free = [g for g in free if g.id in left_ids]
-    leftover, unallocated = distribute_leftover(free, nonbidders, rng, room, previous)
+    asks = _asks(nonbidders, len(free), room, shape)
+    order = list(nonbidders)
+    rng.shuffle(order)
+    leftover, unallocated = _deal(free, order, asks, previous)
     if unallocated and bidders:
         # Work conservation (section 3.3.2): GPUs that no non-bidder can use - those the
         # auction withheld as hidden payments when f < 1/N leaves no non-bidders, or more
@@ -179,10 +284,18 @@ def run_round(
         if auction is not None:
             held.update({a: len(gs) for a, gs in auction.allocation.items()})
         everyone = [*bidders, *nonbidders]
-        left = None if room is None else {a: room.get(a, 0) - held[a] for a in everyone}
         idle = set(unallocated)
-        extra, unallocated = distribute_leftover(
-            [g for g in free if g.id in idle], everyone, rng, left, previous)
+        spare = [g for g in free if g.id in idle]
+        left = None if room is None else {a: room.get(a, 0) - held[a] for a in everyone}
+        # shaped apps keep the containers still unplaced (a bidder's: minus what it won)
+        again = _asks(everyone, len(spare), left, None)
+        for a in everyone:
+            if shape is not None and a in shape:
+                rest = asks[a] if a in asks else _asks([a], 0, None, shape)[a]
+                again[a] = rest if left is None else _trim(rest, left[a])
+        order = list(everyone)
+        rng.shuffle(order)
+        extra, unallocated = _deal(spare, order, again, previous)
         for app, gs in extra.items():
             leftover[app] = tuple(sorted((*leftover.get(app, ()), *gs)))
     allocation: dict[str, tuple[str, ...]] = {}

@@ -35,7 +35,9 @@ class RoundEngine:
         with self._lock:
             started = time.perf_counter()
             view = parse_view(request_json)
-            wanting = {a.app_id: a.pending_gpus for a in view.apps if a.pending_gpus > 0}
+            # what each app asks, as container shapes (k GPUs on one node per container)
+            shape = {a.app_id: a.shape() for a in view.apps if a.wanted() > 0}
+            wanting = {a: sum(k * n for k, n in s.items()) for a, s in shape.items()}
             offer = offer_of(view)
             if not wanting or not offer:
                 return grants_json([], {"round": view.round_id, "skipped": True})
@@ -51,6 +53,7 @@ class RoundEngine:
                 solver=self._solver(view.solver),
                 rng=random.Random(view.round_id),
                 room=wanting,
+                shape=shape,
             )
             source.announce(offer, outcome)
             self.rounds += 1

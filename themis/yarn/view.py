@@ -7,9 +7,15 @@ Request (JSON, built by ``ThemisRuntime.clusterView`` in Java)::
      "nodes": [{"node_id": "h:45454", "host": "h", "rack": "/default-rack",
                 "total_gpus": 4, "free_gpus": 2}],
      "apps": [{"app_id": "application_1_0001", "queue": "default", "user": "u",
-               "pending_gpus": 2, "running_gpus": {"h:45454": 2}}],
+               "pending_gpus": 2, "running_gpus": {"h:45454": 2},
+               "asks": [{"gpus_per_container": 2, "containers": 1}]}],
      "leases": [{"lease_id": 1, "app_id": ..., "node_id": ..., "gpus": 2,
                  "expiry_ms": ..., "state": "ACTIVE"}]}
+
+``asks`` are the app's pending GPU container asks (one entry per container size, the
+RM's pending asks summed over priorities and allocation ids); an app without ``asks`` asks
+``pending_gpus`` single-GPU containers. The leftover step deals whole containers on one
+node (:func:`themis.arbiter.round.distribute_leftover`).
 
 Reply: ``{"grants": [{"app_id": ..., "node_id": ..., "gpus": n}], "info": {...}}``.
 YARN counts GPUs per node, so GPU ids here are synthetic: ``<node_id>/<k>`` for the k-th
@@ -43,6 +49,18 @@ class AppView:
     app_id: str
     pending_gpus: int
     running_gpus: dict[str, int] = field(default_factory=dict)
+    #: GPUs per container -> containers asked; empty: ``pending_gpus`` 1-GPU containers
+    asks: dict[int, int] = field(default_factory=dict)
+
+    def shape(self) -> dict[int, int]:
+        """The container asks the leftover step deals whole (see :mod:`themis.arbiter.round`)."""
+        if self.asks:
+            return dict(self.asks)
+        return {1: self.pending_gpus} if self.pending_gpus > 0 else {}
+
+    def wanted(self) -> int:
+        """GPUs the app can use now: its asks' total."""
+        return sum(k * n for k, n in self.shape().items())
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +85,25 @@ def _get(obj: Mapping[str, Any], key: str, kind: type, where: str) -> Any:
     return value
 
 
+def _asks(app: Mapping[str, Any]) -> dict[int, int]:
+    where = f"apps[{app.get('app_id')!r}].asks[]"
+    raw = app.get("asks", [])
+    if not isinstance(raw, list):
+        raise ViewError(f"{where}: must be a list, got {raw!r}")
+    out: dict[int, int] = {}
+    for ask in raw:
+        if not isinstance(ask, dict):
+            raise ViewError(f"{where}: each ask must be an object, got {ask!r}")
+        k = _get(ask, "gpus_per_container", int, where)
+        n = _get(ask, "containers", int, where)
+        if k < 1 or n < 0:
+            raise ViewError(f"{where}: gpus_per_container must be >= 1 and containers >= 0, "
+                            f"got {k} x {n}")
+        if n:
+            out[k] = out.get(k, 0) + n
+    return out
+
+
 def parse_view(text: str) -> ClusterView:
     try:
         raw = json.loads(text)
@@ -88,6 +125,7 @@ def parse_view(text: str) -> ClusterView:
             app_id=_get(a, "app_id", str, "apps[]"),
             pending_gpus=_get(a, "pending_gpus", int, "apps[]"),
             running_gpus={str(k): int(v) for k, v in a.get("running_gpus", {}).items()},
+            asks=_asks(a),
         )
         for a in _get(raw, "apps", list, "view")
     )
