@@ -5,6 +5,8 @@
     python -m themis.sim.experiments error       --out DIR   # Fig. 17 (estimate error +-X%)
     python -m themis.sim.experiments lying       --out DIR   # Fig. 18 (one lying app, 64 GPUs)
     python -m themis.sim.experiments sensitivity --out DIR   # Fig. 19 (f x lease)
+    python -m themis.sim.experiments sweep --traces DIR --out DIR  # every policy, many
+                                                     # traces (themis.sim.sweep; --help)
 
 Each writes DIR/<name>.json (rows of parameters and metrics) and DIR/<name>.png. Sizes
 default to small slices (the machine is shared); ``--apps`` raises them.
@@ -222,13 +224,19 @@ def plot(name: str, rows: list[Row], out: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    args_in = sys.argv[1:] if argv is None else argv
+    if args_in[:1] == ["sweep"]:  # its own options (themis.sim.sweep)
+        from themis.sim import sweep
+
+        return sweep.main(args_in[1:])
     p = argparse.ArgumentParser(
         prog="python -m themis.sim.experiments",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("experiment", choices=sorted(EXPERIMENTS),
-                   help="which figure of section 6 to reproduce (see above)")
+    p.add_argument("experiment", choices=[*sorted(EXPERIMENTS), "sweep"],
+                   help="which figure of section 6 to reproduce (see above); 'sweep': "
+                   "see 'sweep --help'")
     p.add_argument("--out", type=Path, required=True,
                    help="directory for <experiment>.json and <experiment>.png (created)")
     p.add_argument("--apps", type=int, default=40,
@@ -253,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--leases", default="5,10,20,40",
                    help="sensitivity only: comma-separated lease lengths in minutes "
                         "(default: %(default)s)")
-    args = p.parse_args(argv)
+    args = p.parse_args(args_in)
     args.out.mkdir(parents=True, exist_ok=True)
     rows = EXPERIMENTS[args.experiment][0](args)
     (args.out / f"{args.experiment}.json").write_text(json.dumps(rows, indent=1))

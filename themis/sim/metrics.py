@@ -76,7 +76,9 @@ def summarize(r: SimResult) -> dict[str, Any]:
         out[f"frac_rho_{name}_gt_1"] = sum(1 for x in values if x > 1.0) / len(values)
         out[f"max_excess_rho_{name}"] = max(excess)
         out[f"p99_excess_rho_{name}"] = percentile(excess, 99)
-        out[f"frac_floor_{name}_gt_1"] = sum(1 for a in r.apps if floor_of(a) > 1.0) / len(r.apps)
+        floors = [floor_of(a) for a in r.apps]
+        out[f"median_floor_{name}"] = statistics.median(floors)
+        out[f"max_floor_{name}"] = max(floors)
     out.update(r.extra)
     return out
 

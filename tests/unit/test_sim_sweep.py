@@ -1,0 +1,100 @@
+"""The evaluation sweep (themis/sim/sweep.py) on a tiny trace: the table's schema, the
+per-run cache (resume), the cluster sizes and the command's errors."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from themis.sim import sweep
+from themis.sim.experiments import main as experiments_main
+
+LINE = "{family} (batch size 64)\tcmd\t--steps\t0\t{steps}\t{arrival}\t{gpus}\n"
+
+
+def _traces(tmp_path: Path) -> Path:
+    """Two VCs of one seed, 4 apps each (one family per day, 1-4 GPUs, 0.5-3 h)."""
+    root = tmp_path / "traces"
+    seed = root / "seed=0"
+    seed.mkdir(parents=True)
+    for vc, shift in (("aaa", 0), ("bbb", 3600)):
+        lines = [LINE.format(family=fam, steps=steps, arrival=day * 86400 + shift + k * 60,
+                             gpus=gpus)
+                 for day, (fam, gpus) in enumerate((("ResNet-18", 1), ("LM", 2),
+                                                    ("ResNet-50", 4), ("Transformer", 2)))
+                 for k, steps in enumerate((4000, 9000))]
+        (seed / f"{vc}.trace").write_text("".join(lines))
+    thr = {"v100": {f"('{fam} (batch size 64)', {g})": {"null": 2.0 * g}
+                    for fam in ("ResNet-18", "LM", "ResNet-50", "Transformer")
+                    for g in (1, 2, 4)}}
+    (root / "simulation_throughputs.json").write_text(json.dumps(thr))
+    return root
+
+
+def _run(tmp_path: Path, traces: Path, *extra: str) -> int:
+    return experiments_main(["sweep", "--traces", str(traces), "--out", str(tmp_path / "out"),
+                             "--apps", "3", "--policies", "themis,srtf,themis@paper",
+                             "--contentions", "1,4", "--workloads", "1,2", "--jobs", "1",
+                             "--no-progress", *extra])
+
+
+def test_sweep_table_schema_and_resume(tmp_path: Path) -> None:
+    traces = _traces(tmp_path)
+    assert _run(tmp_path, traces) == 0
+    out = tmp_path / "out"
+    runs = list(csv.DictReader((out / "runs.csv").open()))
+    assert len(runs) == 2 * 2 * 2 * 3  # traces x workloads x contentions x policies
+    assert {r["policy"] for r in runs} == {"themis", "srtf", "themis@paper"}
+    assert {r["ideal_time"] for r in runs if r["policy"] == "themis@paper"} == {"paper"}
+    for r in runs:
+        assert int(r["apps"]) == 3
+        for k in sweep.RUN_METRICS:
+            assert r[k] != "", k
+        assert float(r["max_rho_exact"]) >= float(r["p99_rho_exact"]) >= float(
+            r["median_rho_exact"]) > 0
+    table = list(csv.DictReader((out / "table.csv").open()))
+    assert [(t["contention"], t["policy"]) for t in table][:3] == [
+        ("1x", "themis"), ("1x", "srtf"), ("1x", "themis@paper")]
+    assert {t["contention"] for t in table} == {"1x", "4x", "all"}
+    for t in table:
+        assert int(t["runs"]) == 4 if t["contention"] != "all" else int(t["runs"]) == 8
+        for col, _, how in sweep.TABLE:
+            assert f"{col} mean" in t and f"{col} sd" in t
+            if how == "ratio":
+                assert float(t[f"{col} mean"]) >= 1.0
+        assert 0.0 <= float(t["apps rho>1 mean"]) <= 1.0
+    md = (out / "table.md").read_text()
+    assert "### Contention 4x" in md and "| themis@paper |" in md
+    for png in ("sweep_p99_excess_rho_exact.png", "sweep_frac_rho_gavel_gt_1.png",
+                "sweep_gpu_time.png"):
+        assert (out / png).stat().st_size > 5000
+    meta = json.loads((out / "sweep.json").read_text())
+    assert meta["runs"] == 24 and len(meta["traces"]) == 2
+    # resume: every run is cached, a second sweep simulates nothing
+    cached = sorted((out / "runs").rglob("*.json"))
+    assert len(cached) == 24
+    stamps = [p.stat().st_mtime_ns for p in cached]
+    assert _run(tmp_path, traces) == 0
+    assert [p.stat().st_mtime_ns for p in cached] == stamps
+
+
+def test_sized_cluster_and_base_size() -> None:
+    for g in (1, 2, 5, 8, 13, 40, 64, 126, 256):
+        topo = sweep.sized_cluster(g)
+        assert len(topo) == g
+    assert max(len(m) for m in sweep.sized_cluster(64).machines.values()) == 8
+
+
+def test_sweep_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert experiments_main(["sweep", "--traces", str(tmp_path / "nope"), "--out",
+                             str(tmp_path / "o"), "--no-progress"]) == 2
+    assert "must be a directory" in capsys.readouterr().err
+    traces = _traces(tmp_path)
+    assert _run(tmp_path, traces, "--policies", "themis@gavel") == 2
+    assert "unknown policy 'themis@gavel'" in capsys.readouterr().err
+    assert experiments_main(["sweep", "--traces", str(traces), "--out", str(tmp_path / "o"),
+                             "--apps", "50", "--no-progress"]) == 2
+    assert "no VC trace has >= 50 apps" in capsys.readouterr().err
