@@ -71,7 +71,7 @@ class TraceRef:
 
 @dataclass(frozen=True, slots=True)
 class Options:
-    apps: int = 20
+    apps: int = 16
     max_job_hours: float = 48.0
     contentions: tuple[int, ...] = CONTENTIONS
     workloads: tuple[int, ...] = WORKLOADS
@@ -451,7 +451,7 @@ def configure(p: argparse.ArgumentParser) -> None:
                    "sweep.json and sweep_*.png (required)")
     p.add_argument("--apps", type=int, default=None, metavar="N",
                    help="the first N apps of each VC form its trace; VCs with fewer apps "
-                   "are left out (default: 20; 6 with --quick)")
+                   "are left out (default: 16; 6 with --quick)")
     p.add_argument("--max-job-hours", type=float, default=48.0, metavar="H",
                    help="jobs longer than H hours on their own GPUs are shortened to H "
                    "(as the bundled trace; 0: keep) (default: %(default)s)")
@@ -495,7 +495,7 @@ def run_cli(args: argparse.Namespace) -> int:
         if args.apps is not None and args.apps < 1:
             raise SpecError("--apps", f"{args.apps} must be >= 1")
         opts = Options(
-            apps=args.apps or (6 if args.quick else 20),
+            apps=args.apps or (6 if args.quick else 16),
             max_job_hours=args.max_job_hours,
             contentions=(1, 4) if args.quick else _ints(args.contentions, "--contentions"),
             workloads=(2,) if args.quick else _ints(args.workloads, "--workloads", WORKLOADS),
