@@ -154,6 +154,30 @@ def test_model_bidder_resends_cached_table_for_same_round() -> None:
     assert bidder.current_rho() == pytest.approx(best2)
 
 
+def test_cached_table_is_keyed_by_arbiter_epoch_and_round() -> None:
+    """A restarted arbiter numbers rounds from 1 again: its round 1 is a new round for the
+    agent (a fresh table for the new offer), not the previous arbiter's round 1."""
+    bidder = ModelBidder(app("a"), time.time)
+    gpus = tuple(Gpu(f"g{i}", "m0", "r0") for i in range(4))
+    t1 = bidder.bid(OfferInfo(1, gpus, (), time.time() + 1, 4, 2, epoch="e1"))
+    assert bidder.bid(OfferInfo(1, gpus, (), time.time() + 1, 4, 2, epoch="e1")) is t1
+    t2 = bidder.bid(OfferInfo(1, gpus[:2], (), time.time() + 1, 4, 2, epoch="e2"))
+    assert t2 is not t1
+    assert {g for b in t2.bids for g in b.gpus} <= {"g0", "g1"}  # the new offer's GPUs
+
+
+def test_offers_carry_the_arbiters_epoch(server: ArbiterServer) -> None:
+    rec = Recorder()
+    offers: list[OfferInfo] = []
+    a = AgentClient(server.address, "a", ModelBidder(app("a"), time.time),
+                    on_allocation=rec.alloc, on_offer=offers.append).start()
+    try:
+        assert wait_for(lambda: bool(offers), timeout=5)
+        assert offers[0].epoch == server.core.epoch == a.epoch
+    finally:
+        a.stop()
+
+
 def test_rho_from_table() -> None:
     t = BidTable("a", 4.0, (Bid(("g0",), 3.0), Bid(("g1",), 2.5), Bid(("g0", "g1"), 2.0)))
     assert rho_from_table(t, ()) == 4.0

@@ -4,7 +4,9 @@
 :class:`AppModel`, with the cached-table rule of the proof of Theorem 3.3 (paper appendix):
 
 * re-asked for the same round (the arbiter re-sends an offer after a reconnect), the agent
-  resends the cached table - it never re-bids differently for one round;
+  resends the cached table - it never re-bids differently for one round. A round is
+  identified by (arbiter epoch, round id): a restarted arbiter numbers its rounds from 1
+  again, and its round 1 is not the previous arbiter's;
 * the rho it reports (visibility phase) comes from the cached table of the last auction it
   took part in: after an allocation - won in the auction or received as leftover - the new
   estimate is the cached rho of the received bundle (same GPU ids if the table has them,
@@ -33,6 +35,7 @@ class OfferInfo:
     deadline: float  # unix seconds
     cluster_gpus: int
     active_apps: int
+    epoch: str = ""  # the arbiter's epoch (round ids restart at 1 when it restarts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +109,7 @@ class ModelBidder:
         self.clock = clock
         self.alternatives = alternatives
         self._lock = threading.Lock()
-        self._tables: dict[int, BidTable] = {}  # round id -> table sent
+        self._tables: dict[tuple[str, int], BidTable] = {}  # (epoch, round id) -> table
         self._last: BidTable | None = None  # table of the last auction taken part in
         self._rho = math.inf
         self._n_avg = _NAvg(app.start_time)
@@ -129,7 +132,8 @@ class ModelBidder:
 
     def bid(self, offer: OfferInfo) -> BidTable:
         with self._lock:
-            cached = self._tables.get(offer.round_id)
+            key = (offer.epoch, offer.round_id)
+            cached = self._tables.get(key)
             if cached is not None:
                 return cached
             now = self.clock()
@@ -137,7 +141,7 @@ class ModelBidder:
                                   self._n_avg.observe(now, offer.active_apps), self.ideal)
             table = make_bid_table(self.app, offer.held, offer.gpus, ctx,
                                    alternatives=self.alternatives)
-            self._tables = {offer.round_id: table}  # only the latest round is re-askable
+            self._tables = {key: table}  # only the latest round is re-askable
             self._last = table
             self._rho = table.rho_current
             return table

@@ -202,6 +202,8 @@ class AgentClient:
             deadline=m.deadline_unix,
             cluster_gpus=m.cluster_gpus,
             active_apps=m.active_apps,
+            # an arbiter older than the field sends none: the epoch of its Hello
+            epoch=m.arbiter_epoch or self.epoch,
         )
         if self.on_offer is not None:
             self.on_offer(offer)

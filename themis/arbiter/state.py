@@ -430,6 +430,7 @@ class ArbiterCore:
             cluster_gpus=len(topo),
             active_apps=len(self._apps),
             held=gpus_to_pb(topo[g] for g in self._held_ids(app_id)),
+            arbiter_epoch=self.epoch,
         ))
 
     def _collect(self, rid: int, offer: Sequence[Gpu], bidders: Sequence[str],

@@ -27,7 +27,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bthemis/rpc/v1/arbiter.proto\x12\tthemis.v1\"-\n\x0b\x43redentials\x12\x0e\n\x06\x61pp_id\x18\x01 \x01(\t\x12\x0e\n\x06secret\x18\x02 \x01(\t\"B\n\x07GpuInfo\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07machine\x18\x02 \x01(\t\x12\x0c\n\x04rack\x18\x03 \x01(\t\x12\x0c\n\x04slot\x18\x04 \x01(\t\"C\n\x12RegisterAppRequest\x12\x0e\n\x06\x61pp_id\x18\x01 \x01(\t\x12\x0b\n\x03rho\x18\x02 \x01(\x01\x12\x10\n\x08max_gpus\x18\x03 \x01(\x05\"\x9a\x01\n\x13RegisterAppResponse\x12\x0e\n\x06secret\x18\x01 \x01(\t\x12\x15\n\rarbiter_epoch\x18\x02 \x01(\t\x12\x15\n\rlease_seconds\x18\x03 \x01(\x01\x12\x1b\n\x13\x62id_timeout_seconds\x18\x04 \x01(\x01\x12\x14\n\x0c\x63luster_gpus\x18\x05 \x01(\x05\x12\x12\n\nideal_time\x18\x06 \x01(\t\"L\n\x10ReportRhoRequest\x12+\n\x0b\x63redentials\x18\x01 \x01(\x0b\x32\x16.themis.v1.Credentials\x12\x0b\n\x03rho\x18\x02 \x01(\x01\"\x13\n\x11ReportRhoResponse\"<\n\rEventsRequest\x12+\n\x0b\x63redentials\x18\x01 \x01(\x0b\x32\x16.themis.v1.Credentials\"\xdf\x01\n\x05\x45vent\x12!\n\x05hello\x18\x01 \x01(\x0b\x32\x10.themis.v1.HelloH\x00\x12!\n\x05offer\x18\x02 \x01(\x0b\x32\x10.themis.v1.OfferH\x00\x12+\n\nallocation\x18\x03 \x01(\x0b\x32\x15.themis.v1.AllocationH\x00\x12\x30\n\rlease_warning\x18\x04 \x01(\x0b\x32\x17.themis.v1.LeaseWarningH\x00\x12)\n\theartbeat\x18\x05 \x01(\x0b\x32\x14.themis.v1.HeartbeatH\x00\x42\x06\n\x04kind\"@\n\x05Hello\x12\x15\n\rarbiter_epoch\x18\x01 \x01(\t\x12 \n\x06leases\x18\x02 \x03(\x0b\x32\x10.themis.v1.Lease\"\x9f\x01\n\x05Offer\x12\x10\n\x08round_id\x18\x01 \x01(\x04\x12 \n\x04gpus\x18\x02 \x03(\x0b\x32\x12.themis.v1.GpuInfo\x12\x15\n\rdeadline_unix\x18\x03 \x01(\x01\x12\x14\n\x0c\x63luster_gpus\x18\x04 \x01(\x05\x12\x13\n\x0b\x61\x63tive_apps\x18\x05 \x01(\x05\x12 \n\x04held\x18\x06 \x03(\x0b\x32\x12.themis.v1.GpuInfo\"N\n\x05Lease\x12\x0f\n\x07gpu_ids\x18\x01 \x03(\t\x12\x12\n\nstart_unix\x18\x02 \x01(\x01\x12\x13\n\x0b\x65xpiry_unix\x18\x03 \x01(\x01\x12\x0b\n\x03via\x18\x04 \x01(\t\"\x8d\x01\n\nAllocation\x12\x10\n\x08round_id\x18\x01 \x01(\x04\x12 \n\x06leases\x18\x02 \x03(\x0b\x32\x10.themis.v1.Lease\x12 \n\x04gpus\x18\x03 \x03(\x0b\x32\x12.themis.v1.GpuInfo\x12\x12\n\nwas_bidder\x18\x04 \x01(\x08\x12\x15\n\rkept_fraction\x18\x05 \x01(\x01\"4\n\x0cLeaseWarning\x12\x0f\n\x07gpu_ids\x18\x01 \x03(\t\x12\x13\n\x0b\x65xpiry_unix\x18\x02 \x01(\x01\"\x1d\n\tHeartbeat\x12\x10\n\x08now_unix\x18\x01 \x01(\x01\"&\n\x06\x42undle\x12\x0f\n\x07gpu_ids\x18\x01 \x03(\t\x12\x0b\n\x03rho\x18\x02 \x01(\x01\"C\n\x08\x42idTable\x12\x13\n\x0brho_current\x18\x01 \x01(\x01\x12\"\n\x07\x62undles\x18\x02 \x03(\x0b\x32\x11.themis.v1.Bundle\"u\n\x10SubmitBidRequest\x12+\n\x0b\x63redentials\x18\x01 \x01(\x0b\x32\x16.themis.v1.Credentials\x12\x10\n\x08round_id\x18\x02 \x01(\x04\x12\"\n\x05table\x18\x03 \x01(\x0b\x32\x13.themis.v1.BidTable\"\x13\n\x11SubmitBidResponse\"R\n\x12ReleaseGpusRequest\x12+\n\x0b\x63redentials\x18\x01 \x01(\x0b\x32\x16.themis.v1.Credentials\x12\x0f\n\x07gpu_ids\x18\x02 \x03(\t\"\x15\n\x13ReleaseGpusResponse\"@\n\x11UnregisterRequest\x12+\n\x0b\x63redentials\x18\x01 \x01(\x0b\x32\x16.themis.v1.Credentials\"\x14\n\x12UnregisterResponse2\xb8\x03\n\x07\x41rbiter\x12L\n\x0bRegisterApp\x12\x1d.themis.v1.RegisterAppRequest\x1a\x1e.themis.v1.RegisterAppResponse\x12\x46\n\tReportRho\x12\x1b.themis.v1.ReportRhoRequest\x1a\x1c.themis.v1.ReportRhoResponse\x12\x36\n\x06\x45vents\x12\x18.themis.v1.EventsRequest\x1a\x10.themis.v1.Event0\x01\x12\x46\n\tSubmitBid\x12\x1b.themis.v1.SubmitBidRequest\x1a\x1c.themis.v1.SubmitBidResponse\x12L\n\x0bReleaseGpus\x12\x1d.themis.v1.ReleaseGpusRequest\x1a\x1e.themis.v1.ReleaseGpusResponse\x12I\n\nUnregister\x12\x1c.themis.v1.UnregisterRequest\x1a\x1d.themis.v1.UnregisterResponseB#\n\x11org.themis.rpc.v1B\x0c\x41rbiterProtoP\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bthemis/rpc/v1/arbiter.proto\x12\tthemis.v1\"-\n\x0b\x43redentials\x12\x0e\n\x06\x61pp_id\x18\x01 \x01(\t\x12\x0e\n\x06secret\x18\x02 \x01(\t\"B\n\x07GpuInfo\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07machine\x18\x02 \x01(\t\x12\x0c\n\x04rack\x18\x03 \x01(\t\x12\x0c\n\x04slot\x18\x04 \x01(\t\"C\n\x12RegisterAppRequest\x12\x0e\n\x06\x61pp_id\x18\x01 \x01(\t\x12\x0b\n\x03rho\x18\x02 \x01(\x01\x12\x10\n\x08max_gpus\x18\x03 \x01(\x05\"\x9a\x01\n\x13RegisterAppResponse\x12\x0e\n\x06secret\x18\x01 \x01(\t\x12\x15\n\rarbiter_epoch\x18\x02 \x01(\t\x12\x15\n\rlease_seconds\x18\x03 \x01(\x01\x12\x1b\n\x13\x62id_timeout_seconds\x18\x04 \x01(\x01\x12\x14\n\x0c\x63luster_gpus\x18\x05 \x01(\x05\x12\x12\n\nideal_time\x18\x06 \x01(\t\"L\n\x10ReportRhoRequest\x12+\n\x0b\x63redentials\x18\x01 \x01(\x0b\x32\x16.themis.v1.Credentials\x12\x0b\n\x03rho\x18\x02 \x01(\x01\"\x13\n\x11ReportRhoResponse\"<\n\rEventsRequest\x12+\n\x0b\x63redentials\x18\x01 \x01(\x0b\x32\x16.themis.v1.Credentials\"\xdf\x01\n\x05\x45vent\x12!\n\x05hello\x18\x01 \x01(\x0b\x32\x10.themis.v1.HelloH\x00\x12!\n\x05offer\x18\x02 \x01(\x0b\x32\x10.themis.v1.OfferH\x00\x12+\n\nallocation\x18\x03 \x01(\x0b\x32\x15.themis.v1.AllocationH\x00\x12\x30\n\rlease_warning\x18\x04 \x01(\x0b\x32\x17.themis.v1.LeaseWarningH\x00\x12)\n\theartbeat\x18\x05 \x01(\x0b\x32\x14.themis.v1.HeartbeatH\x00\x42\x06\n\x04kind\"@\n\x05Hello\x12\x15\n\rarbiter_epoch\x18\x01 \x01(\t\x12 \n\x06leases\x18\x02 \x03(\x0b\x32\x10.themis.v1.Lease\"\xb6\x01\n\x05Offer\x12\x10\n\x08round_id\x18\x01 \x01(\x04\x12 \n\x04gpus\x18\x02 \x03(\x0b\x32\x12.themis.v1.GpuInfo\x12\x15\n\rdeadline_unix\x18\x03 \x01(\x01\x12\x14\n\x0c\x63luster_gpus\x18\x04 \x01(\x05\x12\x13\n\x0b\x61\x63tive_apps\x18\x05 \x01(\x05\x12 \n\x04held\x18\x06 \x03(\x0b\x32\x12.themis.v1.GpuInfo\x12\x15\n\rarbiter_epoch\x18\x07 \x01(\t\"N\n\x05Lease\x12\x0f\n\x07gpu_ids\x18\x01 \x03(\t\x12\x12\n\nstart_unix\x18\x02 \x01(\x01\x12\x13\n\x0b\x65xpiry_unix\x18\x03 \x01(\x01\x12\x0b\n\x03via\x18\x04 \x01(\t\"\x8d\x01\n\nAllocation\x12\x10\n\x08round_id\x18\x01 \x01(\x04\x12 \n\x06leases\x18\x02 \x03(\x0b\x32\x10.themis.v1.Lease\x12 \n\x04gpus\x18\x03 \x03(\x0b\x32\x12.themis.v1.GpuInfo\x12\x12\n\nwas_bidder\x18\x04 \x01(\x08\x12\x15\n\rkept_fraction\x18\x05 \x01(\x01\"4\n\x0cLeaseWarning\x12\x0f\n\x07gpu_ids\x18\x01 \x03(\t\x12\x13\n\x0b\x65xpiry_unix\x18\x02 \x01(\x01\"\x1d\n\tHeartbeat\x12\x10\n\x08now_unix\x18\x01 \x01(\x01\"&\n\x06\x42undle\x12\x0f\n\x07gpu_ids\x18\x01 \x03(\t\x12\x0b\n\x03rho\x18\x02 \x01(\x01\"C\n\x08\x42idTable\x12\x13\n\x0brho_current\x18\x01 \x01(\x01\x12\"\n\x07\x62undles\x18\x02 \x03(\x0b\x32\x11.themis.v1.Bundle\"u\n\x10SubmitBidRequest\x12+\n\x0b\x63redentials\x18\x01 \x01(\x0b\x32\x16.themis.v1.Credentials\x12\x10\n\x08round_id\x18\x02 \x01(\x04\x12\"\n\x05table\x18\x03 \x01(\x0b\x32\x13.themis.v1.BidTable\"\x13\n\x11SubmitBidResponse\"R\n\x12ReleaseGpusRequest\x12+\n\x0b\x63redentials\x18\x01 \x01(\x0b\x32\x16.themis.v1.Credentials\x12\x0f\n\x07gpu_ids\x18\x02 \x03(\t\"\x15\n\x13ReleaseGpusResponse\"@\n\x11UnregisterRequest\x12+\n\x0b\x63redentials\x18\x01 \x01(\x0b\x32\x16.themis.v1.Credentials\"\x14\n\x12UnregisterResponse2\xb8\x03\n\x07\x41rbiter\x12L\n\x0bRegisterApp\x12\x1d.themis.v1.RegisterAppRequest\x1a\x1e.themis.v1.RegisterAppResponse\x12\x46\n\tReportRho\x12\x1b.themis.v1.ReportRhoRequest\x1a\x1c.themis.v1.ReportRhoResponse\x12\x36\n\x06\x45vents\x12\x18.themis.v1.EventsRequest\x1a\x10.themis.v1.Event0\x01\x12\x46\n\tSubmitBid\x12\x1b.themis.v1.SubmitBidRequest\x1a\x1c.themis.v1.SubmitBidResponse\x12L\n\x0bReleaseGpus\x12\x1d.themis.v1.ReleaseGpusRequest\x1a\x1e.themis.v1.ReleaseGpusResponse\x12I\n\nUnregister\x12\x1c.themis.v1.UnregisterRequest\x1a\x1d.themis.v1.UnregisterResponseB#\n\x11org.themis.rpc.v1B\x0c\x41rbiterProtoP\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -54,31 +54,31 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_HELLO']._serialized_start=770
   _globals['_HELLO']._serialized_end=834
   _globals['_OFFER']._serialized_start=837
-  _globals['_OFFER']._serialized_end=996
-  _globals['_LEASE']._serialized_start=998
-  _globals['_LEASE']._serialized_end=1076
-  _globals['_ALLOCATION']._serialized_start=1079
-  _globals['_ALLOCATION']._serialized_end=1220
-  _globals['_LEASEWARNING']._serialized_start=1222
-  _globals['_LEASEWARNING']._serialized_end=1274
-  _globals['_HEARTBEAT']._serialized_start=1276
-  _globals['_HEARTBEAT']._serialized_end=1305
-  _globals['_BUNDLE']._serialized_start=1307
-  _globals['_BUNDLE']._serialized_end=1345
-  _globals['_BIDTABLE']._serialized_start=1347
-  _globals['_BIDTABLE']._serialized_end=1414
-  _globals['_SUBMITBIDREQUEST']._serialized_start=1416
-  _globals['_SUBMITBIDREQUEST']._serialized_end=1533
-  _globals['_SUBMITBIDRESPONSE']._serialized_start=1535
-  _globals['_SUBMITBIDRESPONSE']._serialized_end=1554
-  _globals['_RELEASEGPUSREQUEST']._serialized_start=1556
-  _globals['_RELEASEGPUSREQUEST']._serialized_end=1638
-  _globals['_RELEASEGPUSRESPONSE']._serialized_start=1640
-  _globals['_RELEASEGPUSRESPONSE']._serialized_end=1661
-  _globals['_UNREGISTERREQUEST']._serialized_start=1663
-  _globals['_UNREGISTERREQUEST']._serialized_end=1727
-  _globals['_UNREGISTERRESPONSE']._serialized_start=1729
-  _globals['_UNREGISTERRESPONSE']._serialized_end=1749
-  _globals['_ARBITER']._serialized_start=1752
-  _globals['_ARBITER']._serialized_end=2192
+  _globals['_OFFER']._serialized_end=1019
+  _globals['_LEASE']._serialized_start=1021
+  _globals['_LEASE']._serialized_end=1099
+  _globals['_ALLOCATION']._serialized_start=1102
+  _globals['_ALLOCATION']._serialized_end=1243
+  _globals['_LEASEWARNING']._serialized_start=1245
+  _globals['_LEASEWARNING']._serialized_end=1297
+  _globals['_HEARTBEAT']._serialized_start=1299
+  _globals['_HEARTBEAT']._serialized_end=1328
+  _globals['_BUNDLE']._serialized_start=1330
+  _globals['_BUNDLE']._serialized_end=1368
+  _globals['_BIDTABLE']._serialized_start=1370
+  _globals['_BIDTABLE']._serialized_end=1437
+  _globals['_SUBMITBIDREQUEST']._serialized_start=1439
+  _globals['_SUBMITBIDREQUEST']._serialized_end=1556
+  _globals['_SUBMITBIDRESPONSE']._serialized_start=1558
+  _globals['_SUBMITBIDRESPONSE']._serialized_end=1577
+  _globals['_RELEASEGPUSREQUEST']._serialized_start=1579
+  _globals['_RELEASEGPUSREQUEST']._serialized_end=1661
+  _globals['_RELEASEGPUSRESPONSE']._serialized_start=1663
+  _globals['_RELEASEGPUSRESPONSE']._serialized_end=1684
+  _globals['_UNREGISTERREQUEST']._serialized_start=1686
+  _globals['_UNREGISTERREQUEST']._serialized_end=1750
+  _globals['_UNREGISTERRESPONSE']._serialized_start=1752
+  _globals['_UNREGISTERRESPONSE']._serialized_end=1772
+  _globals['_ARBITER']._serialized_start=1775
+  _globals['_ARBITER']._serialized_end=2215
 # @@protoc_insertion_point(module_scope)

@@ -96,20 +96,22 @@ class Hello(_message.Message):
     def __init__(self, arbiter_epoch: _Optional[str] = ..., leases: _Optional[_Iterable[_Union[Lease, _Mapping]]] = ...) -> None: ...
 
 class Offer(_message.Message):
-    __slots__ = ("round_id", "gpus", "deadline_unix", "cluster_gpus", "active_apps", "held")
+    __slots__ = ("round_id", "gpus", "deadline_unix", "cluster_gpus", "active_apps", "held", "arbiter_epoch")
     ROUND_ID_FIELD_NUMBER: _ClassVar[int]
     GPUS_FIELD_NUMBER: _ClassVar[int]
     DEADLINE_UNIX_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_GPUS_FIELD_NUMBER: _ClassVar[int]
     ACTIVE_APPS_FIELD_NUMBER: _ClassVar[int]
     HELD_FIELD_NUMBER: _ClassVar[int]
+    ARBITER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     round_id: int
     gpus: _containers.RepeatedCompositeFieldContainer[GpuInfo]
     deadline_unix: float
     cluster_gpus: int
     active_apps: int
     held: _containers.RepeatedCompositeFieldContainer[GpuInfo]
-    def __init__(self, round_id: _Optional[int] = ..., gpus: _Optional[_Iterable[_Union[GpuInfo, _Mapping]]] = ..., deadline_unix: _Optional[float] = ..., cluster_gpus: _Optional[int] = ..., active_apps: _Optional[int] = ..., held: _Optional[_Iterable[_Union[GpuInfo, _Mapping]]] = ...) -> None: ...
+    arbiter_epoch: str
+    def __init__(self, round_id: _Optional[int] = ..., gpus: _Optional[_Iterable[_Union[GpuInfo, _Mapping]]] = ..., deadline_unix: _Optional[float] = ..., cluster_gpus: _Optional[int] = ..., active_apps: _Optional[int] = ..., held: _Optional[_Iterable[_Union[GpuInfo, _Mapping]]] = ..., arbiter_epoch: _Optional[str] = ...) -> None: ...
 
 class Lease(_message.Message):
     __slots__ = ("gpu_ids", "start_unix", "expiry_unix", "via")
