@@ -15,6 +15,7 @@ Environment: as tests/integration/minicluster.py, plus
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -195,6 +196,23 @@ def test_two_apps_share_gpus_fairly(cluster: dict[str, Any], tmp_path: Path) -> 
             for g in rnd["gpus"]:
                 owners.setdefault(g, []).append((rnd["time"], a))
 
+    # --- both apps made progress at the same time: some interval in which each held GPUs
+    #     (each app's history is [time, GPUs held, rho] samples)
+    hists = [finals_st[a].get("history", []) for a in apps]
+
+    def held_at(h: list[list[Any]], t: float) -> int:
+        g = 0
+        for x in h:
+            if x[0] > t:
+                break
+            g = x[1]
+        return int(g)
+
+    times = sorted({x[0] for h in hists for x in h})
+    both_s = sum(t1 - t0 for t0, t1 in itertools.pairwise(times)
+                 if all(held_at(h, t0) > 0 for h in hists))
+    assert both_s > 0, ("the apps never held GPUs at the same time", hists)
+
     # --- GPUs changed hands at lease expiry
     changed = [g for g, seq in owners.items()
                if len({a for _, a in sorted(seq)}) > 1]
@@ -212,7 +230,7 @@ def test_two_apps_share_gpus_fairly(cluster: dict[str, Any], tmp_path: Path) -> 
     for a in apps:
         jobs = finals_st[a]["jobs"]
         assert any(j["status"] == "finished" for j in jobs), jobs
-    print(json.dumps({"moves": moves, "rhos": {a: v[-5:] for a, v in rhos.items()}},
+    print(json.dumps({"both_held_s": both_s, "moves": moves, "rhos": {a: v[-5:] for a, v in rhos.items()}},
                      indent=1))
 
 
