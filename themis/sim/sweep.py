@@ -358,19 +358,34 @@ def _fmt(mean: float, sd: float, pct: bool = False) -> str:
     return f"{mean:.3g} ± {sd:.2g}"
 
 
+#: the markdown table's groups of columns (one sub-table each)
+GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("rho with the exact T_id (section 3.2)",
+     ("max rho", "p99 rho", "p95 rho", "median rho", "apps rho>1", "max excess",
+      "p99 excess")),
+    ("Gavel's rho (JCT / JCT in an isolated 1/N share)",
+     ("max rho (Gavel)", "p99 rho (Gavel)", "p95 rho (Gavel)", "median rho (Gavel)",
+      "apps rho>1 (Gavel)", "max excess (Gavel)", "p99 excess (Gavel)")),
+    ("rho with the paper's T_id (Eq. 2) - and efficiency",
+     ("max rho (paper T_id)", "p99 rho (paper T_id)", "apps rho>1 (paper T_id)",
+      "p99 excess (paper T_id)", "GPU time / best", "avg JCT / best", "makespan / best")),
+)
+
+
 def markdown(table: Sequence[dict[str, Any]], header: str) -> str:
-    """The table as markdown: the headline columns for all runs, then per contention."""
-    cols = [c for c, _, _ in TABLE]
+    """The table as markdown: per contention level (then all runs), one sub-table per
+    group of columns and the share of runs each policy wins."""
     lines = [header, ""]
     for level in dict.fromkeys(r["contention"] for r in table):
         sel = [r for r in table if r["contention"] == level]
-        lines += [f"### Contention {level} ({sel[0]['runs']} runs per policy)", "",
-                  "| policy | " + " | ".join(cols) + " |",
-                  "|---|" + "---|" * len(cols)]
-        for r in sel:
-            cells = [_fmt(r[f"{c} mean"], r[f"{c} sd"], pct="rho>1" in c) for c in cols]
-            lines.append(f"| {r['policy']} | " + " | ".join(cells) + " |")
-        lines.append("")
+        lines += [f"### Contention {level} ({sel[0]['runs']} runs per policy)", ""]
+        for title, cols in GROUPS:
+            lines += [f"{title}:", "", "| policy | " + " | ".join(cols) + " |",
+                      "|---|" + "---|" * len(cols)]
+            for r in sel:
+                cells = [_fmt(r[f"{c} mean"], r[f"{c} sd"], pct="rho>1" in c) for c in cols]
+                lines.append(f"| {r['policy']} | " + " | ".join(cells) + " |")
+            lines.append("")
         lines += ["Share of runs where the policy is lowest (ties count for all):", "",
                   "| policy | p99 excess rho | p99 excess rho (Gavel) | apps rho>1 | "
                   "apps rho>1 (Gavel) |", "|---|---|---|---|---|"]
