@@ -64,15 +64,28 @@ def _resources(text: str) -> dict[str, int]:
         k, v = k.strip().lower(), v.strip()
         if k in ("memory", "memory-mb", "mem"):
             mult = 1024 if v.upper().endswith("G") else 1
-            out["memory_mb"] = int(float(v.rstrip("GgMm")) * mult)
+            out["memory_mb"] = _count(k, v.rstrip("GgMm"), mult)
         elif k in ("vcores", "vcore", "cpu"):
-            out["vcores"] = int(v)
+            out["vcores"] = _count(k, v, whole=True)
         elif k in ("gpu", "gpus", "yarn.io/gpu"):
-            out["gpus"] = int(v)
+            out["gpus"] = _count(k, v, whole=True)
         else:
-            raise SpecError([("--worker_resources", f"unknown resource {k!r} (memory, vcores, "
-                                                    "gpu)")])
+            raise SpecError([("--worker_resources", f"unknown resource {k[:40]!r} (memory, "
+                                                    "vcores, gpu)")])
     return out
+
+
+def _count(key: str, text: str, mult: int = 1, whole: bool = False) -> int:
+    """A resource amount (the spec's bounds are checked by parse_spec)."""
+    try:
+        x = float(text) * mult if len(text) <= 20 else math.nan
+    except ValueError:
+        x = math.nan
+    if not 0 <= x <= 1e12 or (whole and not x.is_integer()):
+        raise SpecError([("--worker_resources", f"{key}={text[:40]!r} is not "
+                                                f"{'an integer' if whole else 'a number'} "
+                                                "in [0, 1e12]")])
+    return int(x)
 
 
 def cmd_job_run(args: argparse.Namespace) -> int:
@@ -153,24 +166,89 @@ def _render(app: dict[str, Any], st: dict[str, Any] | None, detail: bool) -> lis
     return lines
 
 
+ACTIVE_STATES = "NEW,NEW_SAVING,SUBMITTED,ACCEPTED,RUNNING"
+
+
+def _hms(ms: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(ms / 1000.0))
+
+
+def _gpus(n: int) -> str:
+    return f"{n} GPU" if n == 1 else f"{n} GPUs"
+
+
+def _add_gpu_apps(c: Any, out: list[dict[str, Any]]) -> dict[str, Any]:
+    """Adds ``gpus`` (the plugin's entry: agent, asks, running GPUs, wait reason) and
+    ``leases`` to every entry of ``out``, and an entry for every other app that holds or asks
+    GPUs (any application type); returns the plugin's state."""
+    state: dict[str, Any] = c.themis_state()
+    by_id = {str(a["app_id"]): a for a in state.get("apps", [])}
+    leases: dict[str, list[dict[str, Any]]] = {}
+    for lease in state.get("leases", []):
+        leases.setdefault(str(lease["app_id"]), []).append(lease)
+    known = {str(e["app"]["id"]) for e in out}
+    others = sorted((set(by_id) | set(leases)) - known)
+    if others:
+        rest = {str(a["id"]): a for a in c.all_apps(ACTIVE_STATES)}
+        out.extend({"app": rest.get(i, {"id": i}), "status": None} for i in others)
+    for e in out:
+        app_id = str(e["app"]["id"])
+        e["gpus"] = by_id.get(app_id)
+        e["leases"] = leases.get(app_id, [])
+    return state
+
+
+def _render_gpus(e: dict[str, Any], now_ms: float) -> list[str]:
+    """The GPU lines of an app: header (apps without an AM status), leases, wait reason."""
+    lines = []
+    app, g = e["app"], e.get("gpus") or {}
+    if e.get("status") is None:
+        asks = " + ".join(f"{a['containers']}x{_gpus(a['gpus_per_container'])}"
+                          for a in g.get("asks", [])) or "none"
+        running = sum(int(v) for v in (g.get("running_gpus") or {}).values())
+        lines.append(
+            f"{app['id']}  {app.get('name', ''):<14} "
+            f"{str(app.get('state')) + '/' + str(app.get('finalStatus')):<20} "
+            f"{app.get('applicationType', '?')} agent={'yes' if g.get('agent') else 'no'} "
+            f"asks={asks} running={_gpus(running)} {json.dumps(g.get('running_gpus', {}))}")
+    for lease in e.get("leases", []):
+        left = (float(lease["expiry_ms"]) - now_ms) / 1000.0
+        lines.append(f"    lease {lease['lease_id']}: {_gpus(int(lease['gpus']))} on "
+                     f"{lease['node_id']} until {_hms(lease['expiry_ms'])} "
+                     f"(in {max(0.0, left):.0f} s) {lease['state']}")
+    if g.get("diagnostics"):
+        lines.append(f"    {g['diagnostics']}")
+    return lines
+
+
 def _watch(args: argparse.Namespace, app_id: str | None, until_done: bool = False) -> int:
     from themis.submarine_am.client import ClientError
 
     c = _cluster(args)
     interval = getattr(args, "watch", None) or 2.0
+    every = bool(getattr(args, "all", False)) and not app_id
     while True:
         try:
-            apps = [c.app(app_id)] if app_id else c.apps(
-                "" if args.all else "NEW,NEW_SAVING,SUBMITTED,ACCEPTED,RUNNING")
-        except ClientError as e:
-            print(f"themis: {e}", file=sys.stderr)
+            apps = [c.app(app_id)] if app_id else c.apps("" if every else ACTIVE_STATES)
+        except ClientError as exc:
+            print(f"themis: {exc}", file=sys.stderr)
             return 1
         out: list[dict[str, Any]] = []
-        lines = [time.strftime("%H:%M:%S")]
         for a in apps:
-            st = c.am_status(a["id"])
-            out.append({"app": a, "status": st})
-            lines += _render(a, st, detail=bool(app_id))
+            out.append({"app": a, "status": c.am_status(a["id"])})
+        lines = [time.strftime("%H:%M:%S")]
+        state: dict[str, Any] = {}
+        if every:
+            try:
+                state = _add_gpu_apps(c, out)
+            except ClientError as exc:
+                print(f"themis: status --all: {exc}", file=sys.stderr)
+                return 1
+        for e in out:
+            if e["status"] is not None or not every:
+                lines += _render(e["app"], e["status"], detail=bool(app_id))
+            if every:
+                lines += _render_gpus(e, float(state.get("now_ms", time.time() * 1000)))
         if args.json:
             print(json.dumps(out if not app_id else out[0]))
         else:
@@ -256,12 +334,22 @@ def add_parser(sub: Any) -> None:
     r.set_defaults(func=cmd_job_run)
     j.set_defaults(func=lambda a: (j.print_help(), 2)[1])
 
-    s = sub.add_parser("status", help="rho, GPUs and job progress of Themis apps")
+    s = sub.add_parser(
+        "status", help="rho, GPUs and job progress of Themis apps; --all: every GPU app",
+        description="Without APP: one line per running Themis app (rho, GPUs, jobs). With "
+                    "--all: finished Themis apps too, and every app of any type (MapReduce, "
+                    "Spark, ...) that holds or asks GPUs, with its Themis leases (GPUs, node, "
+                    "expiry) and why it waits, from the RM's REST API and the Themis "
+                    "plugin's status in the RM's /jmx.")
     s.add_argument("app", nargs="?", default=None, help="one application id (details)")
     s.add_argument("--watch", type=float, nargs="?", const=2.0, default=None,
-                   help="refresh every N seconds (default 2)")
-    s.add_argument("--all", action="store_true", help="include finished apps")
-    s.add_argument("--json", action="store_true", help="machine-readable output")
+                   help="refresh every N seconds (default: no refresh; 2 if N is omitted)")
+    s.add_argument("--all", action="store_true",
+                   help="also finished Themis apps, and every app of any type that holds or "
+                        "asks GPUs with its leases and wait reason (default: off)")
+    s.add_argument("--json", action="store_true",
+                   help="print JSON only (a list of {app, status} objects, with --all also "
+                        "gpus and leases; default: text)")
     _common(s)
     s.set_defaults(func=cmd_status)
 

@@ -1,5 +1,6 @@
 """The Submarine-style client: submit an app (spec + AM jar to HDFS, then the YARN REST API),
-show its status (RM REST + the AM's JSON status through the RM's web proxy) and kill it.
+show its status (RM REST + the AM's JSON status through the RM's web proxy; the Themis
+plugin's leases from the RM's ``/jmx``) and kill it.
 
 Everything goes over HTTP (no Hadoop client jars on the user's machine): the RM REST API
 (``/ws/v1/cluster/apps/new-application``, ``POST /ws/v1/cluster/apps``), the RM's
@@ -26,6 +27,7 @@ AGENT_PORT_KEY = "yarn.resourcemanager.themis.agent-port"
 AGENT_ADDRESS_KEY = "yarn.resourcemanager.themis.agent-address"
 DEFAULT_AGENT_PORT = "8642"  # ThemisSettings' default
 PYTHON_KEY = "yarn.resourcemanager.themis.python-executable"
+THEMIS_BEAN = "Hadoop:service=ResourceManager,name=Themis"
 JVM_OPTS = " ".join((
     "-Xmx{heap}m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Djava.net.preferIPv4Stack=true",
     *(f"--add-opens=java.base/{p}=ALL-UNNAMED"
@@ -159,6 +161,30 @@ class Cluster:
         q = f"?applicationTypes={APP_TYPE}" + (f"&states={states}" if states else "")
         doc = self._req("GET", f"/ws/v1/cluster/apps{q}") or {}
         return list((doc.get("apps") or {}).get("app", []))
+
+    def all_apps(self, states: str) -> list[dict[str, Any]]:
+        """Apps of every type in ``states`` (comma-separated YARN states)."""
+        doc = self._req("GET", f"/ws/v1/cluster/apps?states={states}") or {}
+        return list((doc.get("apps") or {}).get("app", []))
+
+    def themis_state(self) -> dict[str, Any]:
+        """The Themis plugin's view of the GPUs (read-only): leases (app, node, GPUs, expiry),
+        every app that holds or asks GPUs (agent or not, container asks, running GPUs, the
+        wait reason in its diagnostics) and the stock-app policy; the RM's ``/jmx`` bean
+        ``Hadoop:service=ResourceManager,name=Themis`` (docs/yarn.md)."""
+        doc = self._req("GET", f"/jmx?qry={THEMIS_BEAN}") or {}
+        beans = doc.get("beans") or []
+        if not beans or "StatusJson" not in beans[0]:
+            raise ClientError(
+                f"the ResourceManager at {self.rm_url} runs no Themis plugin (no {THEMIS_BEAN} "
+                "bean in its /jmx); its yarn.resourcemanager.scheduler.class must be "
+                "org.themis.yarn.ThemisCapacityScheduler")
+        try:
+            state = json.loads(beans[0]["StatusJson"])
+        except (TypeError, ValueError) as e:
+            raise ClientError(f"GET {self.rm_url}/jmx: the Themis status is not JSON: {e}") \
+                from None
+        return dict(state)
 
     def app(self, app_id: str) -> dict[str, Any]:
         return dict(self._req("GET", f"/ws/v1/cluster/apps/{app_id}")["app"])

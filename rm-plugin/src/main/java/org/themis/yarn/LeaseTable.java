@@ -130,6 +130,26 @@ public final class LeaseTable {
     return gpus - Math.max(left, 0);
   }
 
+  /**
+   * Renews a live lease in place: {@code gpus} GPUs (at most its current ones) until
+   * {@code expiryMs}, keeping its id and grant time. Returns the renewed lease, or null when it
+   * is gone or no longer ACTIVE.
+   */
+  public synchronized Lease renew(long leaseId, int gpus, long expiryMs) {
+    Lease l = leases.get(leaseId);
+    if (l == null || l.state() != Lease.State.ACTIVE) {
+      return null;
+    }
+    if (gpus <= 0 || gpus > l.gpus()) {
+      throw new IllegalArgumentException("renewal of lease " + leaseId + " must keep 1.."
+          + l.gpus() + " GPU(s), got " + gpus);
+    }
+    Lease x = new Lease(l.id(), l.app(), l.node(), gpus, l.grantedAtMs(), expiryMs,
+        Lease.State.ACTIVE, 0L);
+    leases.put(l.id(), x);
+    return x;
+  }
+
   /** Drops every lease of an application (it finished); returns how many. */
   public synchronized int removeApp(ApplicationId app) {
     int before = leases.size();

@@ -11,6 +11,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.Optional;
 import java.util.Set;
+import java.util.TreeMap;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledExecutorService;
@@ -18,25 +19,32 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.locks.Condition;
 import java.util.concurrent.locks.ReentrantLock;
+import javax.management.ObjectName;
+import org.apache.hadoop.metrics2.util.MBeans;
 import org.apache.hadoop.yarn.api.records.ApplicationAttemptId;
 import org.apache.hadoop.yarn.api.records.ApplicationId;
 import org.apache.hadoop.yarn.api.records.NodeId;
 import org.apache.hadoop.yarn.server.resourcemanager.rmcontainer.RMContainer;
+import org.apache.hadoop.yarn.server.resourcemanager.scheduler.AppSchedulingInfo;
 import org.apache.hadoop.yarn.server.resourcemanager.scheduler.SchedulerApplication;
+import org.apache.hadoop.yarn.server.scheduler.SchedulerRequestKey;
+import org.apache.hadoop.yarn.server.resourcemanager.scheduler.common.PendingAsk;
 import org.apache.hadoop.yarn.server.resourcemanager.scheduler.common.fica.FiCaSchedulerApp;
 import org.apache.hadoop.yarn.server.resourcemanager.scheduler.common.fica.FiCaSchedulerNode;
 import org.apache.hadoop.yarn.server.resourcemanager.scheduler.event.ContainerPreemptEvent;
 import org.apache.hadoop.yarn.server.resourcemanager.scheduler.event.SchedulerEventType;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
+import org.themis.yarn.WaitDiagnostics.AppGpus;
 
 /**
  * The plugin's moving parts inside the RM: lease enforcement (its own thread, whatever the
- * scheduling-monitor keys say), the round driver thread (cluster view out, validated grants
- * in), early lease ends (app finished, container of an agent-less app ended, GPUs released by
- * an AM) and the engine supervisor.
+ * scheduling-monitor keys say) with the stock-app policy, the round driver thread (cluster view
+ * out, validated grants in, apps' wait diagnostics), early lease ends (app finished, container
+ * of an agent-less app ended, GPUs released by an AM), the engine supervisor and the read-only
+ * status bean ({@code Hadoop:service=ResourceManager,name=Themis} in the RM's {@code /jmx}).
  */
-public final class ThemisRuntime implements EngineSupervisor.AgentEvents {
+public final class ThemisRuntime implements EngineSupervisor.AgentEvents, ThemisStatusMXBean {
   private static final Logger LOG = LoggerFactory.getLogger(ThemisRuntime.class);
   private static final ObjectMapper JSON = new ObjectMapper();
 
@@ -62,6 +70,11 @@ public final class ThemisRuntime implements EngineSupervisor.AgentEvents {
   private final AtomicLong grantsRefused = new AtomicLong();
   private final AtomicLong preemptMarks = new AtomicLong();
   private final AtomicLong killMarks = new AtomicLong();
+  private final AtomicLong renewals = new AtomicLong();
+  /** Leases whose max hold was reached (logged once each). */
+  private final Set<Long> holdOver = ConcurrentHashMap.newKeySet();
+  private final WaitDiagnostics waits;
+  private volatile ObjectName statusBean;
   private volatile String lastView = "";
 
   ThemisRuntime(ThemisCapacityScheduler scheduler, ThemisSettings settings, LeaseTable leases) {
@@ -69,6 +82,7 @@ public final class ThemisRuntime implements EngineSupervisor.AgentEvents {
     this.settings = settings;
     this.leases = leases;
     this.engine = new EngineSupervisor(settings, this);
+    this.waits = new WaitDiagnostics(settings);
   }
 
   void start() {
@@ -85,7 +99,13 @@ public final class ThemisRuntime implements EngineSupervisor.AgentEvents {
     enforcer.scheduleWithFixedDelay(this::enforceLeasesSafely, settings.monitorIntervalMs(),
         settings.monitorIntervalMs(), TimeUnit.MILLISECONDS);
     LOG.info("Themis lease enforcement every {} ms (built in; {} in the monitor policies is "
-        + "optional)", settings.monitorIntervalMs(), LeaseExpiryPolicy.class.getName());
+        + "optional); apps without a Themis agent: {}={}, {}={} ms",
+        settings.monitorIntervalMs(), LeaseExpiryPolicy.class.getName(),
+        ThemisSettings.STOCK_APP_POLICY, settings.stockAppPolicy().name().toLowerCase(),
+        ThemisSettings.STOCK_APP_MAX_HOLD_MS, settings.stockAppMaxHoldMs());
+    // read-only status (leases, asks, wait reasons) in the RM's /jmx; a second RM in the same
+    // JVM (tests) logs a warning and goes without
+    statusBean = MBeans.register("ResourceManager", "Themis", this);
     if (!settings.engineEnabled()) {
       LOG.warn("Themis engine disabled ({}=false): no rounds run; leases only change through the "
           + "Java API", ThemisSettings.ENGINE_ENABLED);
@@ -98,6 +118,11 @@ public final class ThemisRuntime implements EngineSupervisor.AgentEvents {
 
   void stop() {
     running = false;
+    ObjectName bean = statusBean;
+    if (bean != null) {
+      MBeans.unregister(bean);
+      statusBean = null;
+    }
     ScheduledExecutorService ex = enforcer;
     if (ex != null) {
       ex.shutdownNow();
@@ -121,6 +146,8 @@ public final class ThemisRuntime implements EngineSupervisor.AgentEvents {
   public long grantsRefused() { return grantsRefused.get(); }
   public long preemptMarks() { return preemptMarks.get(); }
   public long killMarks() { return killMarks.get(); }
+  /** Lease renewals under the stock-app policy {@code hold}. */
+  public long renewals() { return renewals.get(); }
   /** GPUs whose lease ended before its expiry (app finished, container ended, AM release). */
   public long gpusEndedEarly() { return gpusEndedEarly.get(); }
   /** Completed lease-enforcement passes (built-in thread and LeaseExpiryPolicy together). */
@@ -326,6 +353,7 @@ public final class ThemisRuntime implements EngineSupervisor.AgentEvents {
         changed = true;
       }
     }
+    renewStockLeases();
     for (Lease l : leases.expireDue(settings.gracePeriodMs())) {
       List<RMContainer> victims = containersOverLease(l.app(), l.node());
       LOG.info("Themis lease {} expired ({} GPU(s) of {} on {}); preempting {} container(s)",
@@ -353,6 +381,57 @@ public final class ThemisRuntime implements EngineSupervisor.AgentEvents {
     }
     if (changed) {
       signal();
+    }
+  }
+
+  /**
+   * Stock-app policy {@code hold}: a lease of an app without a Themis agent whose GPU containers
+   * still run on its node is renewed shortly before it expires (within two enforcement
+   * intervals, so that it never lapses), for the GPUs those containers use there and for one
+   * more lease length, but never past {@code stock-app.max-hold-ms} after it was granted: then
+   * it expires and is enforced like any lease. GPUs it no longer uses go back at renewal.
+   */
+  private void renewStockLeases() {
+    if (settings.stockAppPolicy() != ThemisSettings.StockAppPolicy.HOLD) {
+      return;
+    }
+    long now = leases.now();
+    long ahead = 2 * settings.monitorIntervalMs();
+    for (Lease l : leases.snapshot()) {
+      if (l.state() != Lease.State.ACTIVE || l.expiryMs() - now > ahead
+          || agentApps.contains(l.app())) {
+        continue;
+      }
+      long holdEnd = l.grantedAtMs() + settings.stockAppMaxHoldMs();
+      if (l.expiryMs() >= holdEnd) {
+        if (holdOver.add(l.id())) {
+          LOG.info("Themis lease {} of {} on {} reached {} ({} ms since {}): it ends at {} and "
+              + "is enforced like any lease", l.id(), l.app(), l.node(),
+              ThemisSettings.STOCK_APP_MAX_HOLD_MS, settings.stockAppMaxHoldMs(),
+              WaitDiagnostics.time(l.grantedAtMs()), WaitDiagnostics.time(l.expiryMs()));
+        }
+        continue;
+      }
+      // GPUs its containers use on the node beyond its other live leases there
+      long others = leases.liveGpus(l.app(), l.node()) - (l.isLive(now) ? l.gpus() : 0);
+      long need = scheduler.usedGpus(l.app(), l.node()) - others;
+      if (need <= 0) {
+        continue; // nothing of it in use: it expires (no container to preempt)
+      }
+      int keep = (int) Math.min(l.gpus(), need);
+      long until = Math.min(l.expiryMs() + settings.leaseDurationMs(), holdEnd);
+      Lease r = leases.renew(l.id(), keep, until);
+      if (r == null) {
+        continue;
+      }
+      renewals.incrementAndGet();
+      LOG.info("Themis lease {} of {} on {} renewed: {} GPU(s) in use until {} ({}=hold, at "
+          + "most until {})", l.id(), l.app(), l.node(), keep, WaitDiagnostics.time(until),
+          ThemisSettings.STOCK_APP_POLICY, WaitDiagnostics.time(holdEnd));
+      if (keep < l.gpus()) {
+        gpusEndedEarly.addAndGet(l.gpus() - keep);
+        gpusFreed();
+      }
     }
   }
 
@@ -432,6 +511,40 @@ public final class ThemisRuntime implements EngineSupervisor.AgentEvents {
     return out;
   }
 
+  /**
+   * Every running app's GPU asks (per container size: GPUs per container -> containers, summed
+   * over its priorities and allocation ids) and GPUs of its live containers per node. Reads the
+   * scheduling info's concurrent structures, not under the attempt's lock (docs/yarn.md).
+   */
+  List<AppGpus> appGpus() {
+    List<AppGpus> out = new ArrayList<>();
+    for (Map.Entry<ApplicationId, SchedulerApplication<FiCaSchedulerApp>> e
+        : scheduler.getSchedulerApplications().entrySet()) {
+      FiCaSchedulerApp attempt = e.getValue().getCurrentAppAttempt();
+      if (attempt == null || attempt.isStopped()) {
+        continue;
+      }
+      TreeMap<Long, Long> asks = new TreeMap<>();
+      AppSchedulingInfo info = attempt.getAppSchedulingInfo();
+      for (SchedulerRequestKey key : info.getSchedulerKeys()) {
+        PendingAsk pa = info.getPendingAsk(key);
+        long k = Gpus.of(pa.getPerAllocationResource());
+        if (k > 0 && pa.getCount() > 0) {
+          asks.merge(k, (long) pa.getCount(), Long::sum);
+        }
+      }
+      Map<NodeId, Long> running = new TreeMap<>();
+      for (RMContainer c : attempt.getLiveContainersMap().values()) {
+        long g = Gpus.of(c.getAllocatedResource());
+        if (g > 0 && c.getAllocatedNode() != null) {
+          running.merge(c.getAllocatedNode(), g, Long::sum);
+        }
+      }
+      out.add(new AppGpus(e.getKey(), agentApps.contains(e.getKey()), asks, running));
+    }
+    return out;
+  }
+
   /** The JSON cluster view sent to the engine; null when there is nothing to decide. */
   ObjectNode clusterView(long roundId) {
     Map<NodeId, Long> free = grantableGpus();
@@ -453,26 +566,22 @@ public final class ThemisRuntime implements EngineSupervisor.AgentEvents {
     }
     ArrayNode apps = root.putArray("apps");
     long pendingTotal = 0;
-    for (Map.Entry<ApplicationId, SchedulerApplication<FiCaSchedulerApp>> e
-        : scheduler.getSchedulerApplications().entrySet()) {
-      FiCaSchedulerApp attempt = e.getValue().getCurrentAppAttempt();
-      if (attempt == null || attempt.isStopped()) {
-        continue;
-      }
+    for (AppGpus a : appGpus()) {
       ObjectNode o = apps.addObject();
-      o.put("app_id", e.getKey().toString());
-      o.put("queue", attempt.getQueueName());
-      o.put("user", attempt.getUser());
-      long pending = Gpus.of(attempt.getAppAttemptResourceUsage().getPending());
+      o.put("app_id", a.app().toString());
+      long pending = a.askedGpus();
       pendingTotal += pending;
       o.put("pending_gpus", pending);
       ObjectNode running = o.putObject("running_gpus");
-      for (RMContainer c : attempt.getLiveContainersMap().values()) {
-        long g = Gpus.of(c.getAllocatedResource());
-        if (g > 0) {
-          String k = c.getAllocatedNode().toString();
-          running.put(k, running.path(k).asLong(0) + g);
-        }
+      for (Map.Entry<NodeId, Long> r : a.running().entrySet()) {
+        running.put(r.getKey().toString(), r.getValue());
+      }
+      // container shape: the leftover step deals whole containers on one node
+      ArrayNode asks = o.putArray("asks");
+      for (Map.Entry<Long, Long> k : a.asks().entrySet()) {
+        ObjectNode ask = asks.addObject();
+        ask.put("gpus_per_container", k.getKey());
+        ask.put("containers", k.getValue());
       }
     }
     ArrayNode ls = root.putArray("leases");
@@ -533,19 +642,116 @@ public final class ThemisRuntime implements EngineSupervisor.AgentEvents {
   public int runOneRound() {
     long id = rounds.get() + 1;
     ObjectNode view = clusterView(id);
-    if (view == null) {
-      return 0;
+    int applied = 0;
+    if (view != null) {
+      Optional<String> reply = engine.runRound(view.toString());
+      if (reply.isPresent()) {
+        rounds.incrementAndGet();
+        applied = applyGrants(reply.get());
+        if (applied > 0) {
+          LOG.info("Themis round {} applied {} lease grant(s)", id, applied);
+        }
+      }
     }
-    Optional<String> reply = engine.runRound(view.toString());
-    if (reply.isEmpty()) {
-      return 0;
-    }
-    rounds.incrementAndGet();
-    int applied = applyGrants(reply.get());
-    if (applied > 0) {
-      LOG.info("Themis round {} applied {} lease grant(s)", id, applied);
-    }
+    updateDiagnostics();
     return applied;
+  }
+
+  /** Refreshes every app's wait diagnostics (a failure here never stops the rounds). */
+  private void updateDiagnostics() {
+    try {
+      waits.update(scheduler.getRMContext(), appGpus(), leases.now(), grantableGpus(),
+          clusterGpus(), leases.snapshot());
+    } catch (RuntimeException e) {
+      LOG.warn("Themis could not update the apps' wait diagnostics", e);
+    }
+  }
+
+  private long clusterGpus() {
+    long total = 0;
+    for (FiCaSchedulerNode n : scheduler.getNodeTracker().getAllNodes()) {
+      total += Gpus.of(n.getTotalResource());
+    }
+    return total;
+  }
+
+  // ---------------------------------------------------------------- status (JMX, read-only)
+
+  @Override
+  public String getStatusJson() {
+    long now = leases.now();
+    ObjectNode root = JSON.createObjectNode();
+    root.put("now_ms", now);
+    root.put("lease_duration_ms", settings.leaseDurationMs());
+    root.put("grace_period_ms", settings.gracePeriodMs());
+    root.put("stock_app_policy", settings.stockAppPolicy().name().toLowerCase());
+    root.put("stock_app_max_hold_ms", settings.stockAppMaxHoldMs());
+    root.put("rounds", rounds.get());
+    Map<NodeId, Long> free = grantableGpus();
+    ArrayNode nodes = root.putArray("nodes");
+    for (FiCaSchedulerNode n : scheduler.getNodeTracker().getAllNodes()) {
+      ObjectNode o = nodes.addObject();
+      o.put("node_id", n.getNodeID().toString());
+      o.put("total_gpus", Gpus.of(n.getTotalResource()));
+      o.put("grantable_gpus", free.getOrDefault(n.getNodeID(), 0L));
+    }
+    List<Lease> all = leases.snapshot();
+    Set<ApplicationId> leased = new java.util.HashSet<>();
+    ArrayNode ls = root.putArray("leases");
+    for (Lease l : all) {
+      leased.add(l.app());
+      ObjectNode o = ls.addObject();
+      o.put("lease_id", l.id());
+      o.put("app_id", l.app().toString());
+      o.put("node_id", l.node().toString());
+      o.put("gpus", l.gpus());
+      o.put("granted_ms", l.grantedAtMs());
+      o.put("expiry_ms", l.expiryMs());
+      o.put("state", l.state().name());
+      if (l.state() == Lease.State.EXPIRING) {
+        o.put("grace_deadline_ms", l.graceDeadlineMs());
+      }
+    }
+    ArrayNode apps = root.putArray("apps");
+    Map<ApplicationId, WaitDiagnostics.Reason> shown = waits.shown();
+    for (AppGpus a : appGpus()) {
+      if (a.asks().isEmpty() && a.running().isEmpty() && !leased.contains(a.app())) {
+        continue; // holds and asks no GPU
+      }
+      ObjectNode o = apps.addObject();
+      o.put("app_id", a.app().toString());
+      o.put("agent", a.agent());
+      o.put("asked_gpus", a.askedGpus());
+      ArrayNode asks = o.putArray("asks");
+      for (Map.Entry<Long, Long> k : a.asks().entrySet()) {
+        ObjectNode ask = asks.addObject();
+        ask.put("gpus_per_container", k.getKey());
+        ask.put("containers", k.getValue());
+      }
+      ObjectNode running = o.putObject("running_gpus");
+      for (Map.Entry<NodeId, Long> r : a.running().entrySet()) {
+        running.put(r.getKey().toString(), r.getValue());
+      }
+      WaitDiagnostics.Reason r = shown.get(a.app());
+      o.put("reason", r == null ? "" : r.kind());
+      o.put("diagnostics", r == null ? "" : r.text());
+    }
+    return root.toString();
+  }
+
+  @Override
+  public long getRounds() {
+    return rounds.get();
+  }
+
+  @Override
+  public long getLeaseRenewals() {
+    return renewals.get();
+  }
+
+  @Override
+  public String getStockAppPolicy() {
+    return settings.stockAppPolicy().name().toLowerCase();
   }
 
   /**

@@ -29,6 +29,19 @@ public final class ThemisSettings {
   public static final String ENGINE_ENABLED = PREFIX + "engine-enabled";
   public static final String MONITOR_INTERVAL_MS = PREFIX + "monitor-interval-ms";
   public static final String FREED_ROUND_DELAY_MS = PREFIX + "freed-round-delay-ms";
+  public static final String STOCK_APP_POLICY = PREFIX + "stock-app.policy";
+  public static final String STOCK_APP_MAX_HOLD_MS = PREFIX + "stock-app.max-hold-ms";
+
+  /**
+   * What happens to the GPU containers of an app whose AM does not speak to the agents'
+   * endpoint (MapReduce, Spark, DistributedShell...) when its lease expires (docs/yarn.md).
+   */
+  public enum StockAppPolicy {
+    /** Leases of running containers renew, up to {@code stock-app.max-hold-ms} per lease. */
+    HOLD,
+    /** Enforced as for Themis apps: preempted at expiry, killed after the grace period. */
+    PREEMPT
+  }
 
   /** Solver chains and back-ends of themis.arbiter.solvers.make_solver usable in the RM. */
   public static final Set<String> SOLVERS =
@@ -51,6 +64,8 @@ public final class ThemisSettings {
   private final boolean engineEnabled;
   private final long monitorIntervalMs;
   private final long freedRoundDelayMs;
+  private final StockAppPolicy stockAppPolicy;
+  private final long stockAppMaxHoldMs;
 
   private ThemisSettings(Configuration conf) {
     fairnessKnob = readDouble(conf, FAIRNESS_KNOB, 0.8);
@@ -96,6 +111,12 @@ public final class ThemisSettings {
     engineEnabled = enabled.equals("true");
     monitorIntervalMs = readLong(conf, MONITOR_INTERVAL_MS, 1_000L, 1L);
     freedRoundDelayMs = readLong(conf, FREED_ROUND_DELAY_MS, 200L, 0L);
+    String policy = conf.getTrimmed(STOCK_APP_POLICY, "hold").toLowerCase(Locale.ROOT);
+    if (!policy.equals("hold") && !policy.equals("preempt")) {
+      throw bad(STOCK_APP_POLICY, conf.get(STOCK_APP_POLICY), "must be hold or preempt");
+    }
+    stockAppPolicy = policy.equals("hold") ? StockAppPolicy.HOLD : StockAppPolicy.PREEMPT;
+    stockAppMaxHoldMs = readLong(conf, STOCK_APP_MAX_HOLD_MS, 3_600_000L, 1L);
   }
 
   /** Reads and validates; throws IllegalArgumentException naming the first bad key. */
@@ -169,4 +190,6 @@ public final class ThemisSettings {
   public boolean engineEnabled() { return engineEnabled; }
   public long monitorIntervalMs() { return monitorIntervalMs; }
   public long freedRoundDelayMs() { return freedRoundDelayMs; }
+  public StockAppPolicy stockAppPolicy() { return stockAppPolicy; }
+  public long stockAppMaxHoldMs() { return stockAppMaxHoldMs; }
 }

@@ -35,6 +35,9 @@ class EnforcementWithoutMonitorIT {
     }
     conf.setBoolean(ThemisSettings.ENGINE_ENABLED, false);
     conf.setLong(ThemisSettings.GRACE_PERIOD_MS, 2000);
+    // TestAm has no Themis agent: enforce its leases as a Themis app's (StockAppPolicyIT
+    // covers the default, hold)
+    conf.set(ThemisSettings.STOCK_APP_POLICY, "preempt");
     try (ThemisMiniCluster mc = new ThemisMiniCluster("themis-no-monitor-" + monitors, 1, conf)) {
       ThemisCapacityScheduler s = mc.scheduler();
       SchedulingMonitorManager monitorsRunning = s.getSchedulingMonitorManager();

@@ -28,6 +28,9 @@ class LeaseEnforcementIT {
     YarnConfiguration conf = ThemisMiniCluster.baseConf(4);
     conf.setBoolean(ThemisSettings.ENGINE_ENABLED, false);
     conf.setLong(ThemisSettings.GRACE_PERIOD_MS, 2000);
+    // TestAm has no Themis agent: enforce its leases as a Themis app's (StockAppPolicyIT
+    // covers the default, hold)
+    conf.set(ThemisSettings.STOCK_APP_POLICY, "preempt");
     mc = new ThemisMiniCluster("themis-leases", 2, conf);
   }
 

@@ -79,6 +79,23 @@ class LeaseTableTest {
   }
 
   @Test
+  void renewKeepsIdAndGrantTimeAndOnlyActiveLeasesRenew() {
+    Lease l = t.grant(a, n1, 2, 100);
+    now.addAndGet(90);
+    Lease r = t.renew(l.id(), 1, now.get() + 100);
+    assertEquals(l.id(), r.id());
+    assertEquals(l.grantedAtMs(), r.grantedAtMs());
+    assertEquals(1, t.liveGpus(a, n1));
+    now.addAndGet(50);
+    assertEquals(1, t.liveGpus(a, n1), "live past its first expiry");
+    assertThrows(IllegalArgumentException.class, () -> t.renew(l.id(), 2, now.get() + 10));
+    now.addAndGet(100);
+    t.expireDue(10);
+    assertEquals(null, t.renew(l.id(), 1, now.get() + 100), "an EXPIRING lease stays expiring");
+    assertEquals(null, t.renew(999, 1, now.get() + 100));
+  }
+
+  @Test
   void concurrentGrantsGetUniqueIds() throws Exception {
     LeaseTable shared = new LeaseTable();
     List<Thread> ts = new ArrayList<>();

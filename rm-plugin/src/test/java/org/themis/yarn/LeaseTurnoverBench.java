@@ -32,6 +32,9 @@ class LeaseTurnoverBench {
     conf.setLong(ThemisSettings.GRACE_PERIOD_MS, 0);
     conf.setLong(ThemisSettings.MONITOR_INTERVAL_MS, 100);
     conf.setLong(ThemisSettings.ROUND_INTERVAL_MS, 100);
+    // TestAm has no Themis agent: enforce its leases as a Themis app's (StockAppPolicyIT
+    // covers the default, hold)
+    conf.set(ThemisSettings.STOCK_APP_POLICY, "preempt");
     long runMs = Long.getLong("bench.ms", 60_000L);
     boolean withAgents = Boolean.getBoolean("bench.agents");
     List<Process> agents = new ArrayList<>();

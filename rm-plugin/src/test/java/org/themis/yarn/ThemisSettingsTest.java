@@ -24,6 +24,8 @@ class ThemisSettingsTest {
     assertEquals(8642, s.agentPort());
     assertEquals(1_000L, s.restartBackoffMs());
     assertTrue(s.engineEnabled());
+    assertEquals(ThemisSettings.StockAppPolicy.HOLD, s.stockAppPolicy());
+    assertEquals(3_600_000L, s.stockAppMaxHoldMs());
   }
 
   @Test
@@ -35,6 +37,8 @@ class ThemisSettingsTest {
     c.set(ThemisSettings.AGENT_PORT, "0");
     c.set(ThemisSettings.GRACE_PERIOD_MS, "0");
     c.set(ThemisSettings.ENGINE_ENABLED, "false");
+    c.set(ThemisSettings.STOCK_APP_POLICY, " Preempt ");
+    c.set(ThemisSettings.STOCK_APP_MAX_HOLD_MS, "60000");
     ThemisSettings s = ThemisSettings.from(c);
     assertEquals(0.0, s.fairnessKnob());
     assertEquals("highs", s.solver());
@@ -42,6 +46,8 @@ class ThemisSettingsTest {
     assertEquals(0, s.agentPort());
     assertEquals(0L, s.gracePeriodMs());
     assertFalse(s.engineEnabled());
+    assertEquals(ThemisSettings.StockAppPolicy.PREEMPT, s.stockAppPolicy());
+    assertEquals(60_000L, s.stockAppMaxHoldMs());
   }
 
   @ParameterizedTest
@@ -55,6 +61,8 @@ class ThemisSettingsTest {
       "yarn.resourcemanager.themis.grace-period-ms|-1",
       "yarn.resourcemanager.themis.solver|cplex",
       "yarn.resourcemanager.themis.ideal-time|gavel",
+      "yarn.resourcemanager.themis.stock-app.policy|renew",
+      "yarn.resourcemanager.themis.stock-app.max-hold-ms|0",
       "yarn.resourcemanager.themis.python-executable|'  '",
       "yarn.resourcemanager.themis.engine-command|'  '",
       "yarn.resourcemanager.themis.agent-port|65536",
