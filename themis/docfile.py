@@ -1,14 +1,14 @@
 """Reading a spec document (cluster spec, app spec, hyper-parameter-group spec) from a
-file: ``.json`` files as JSON, anything else as YAML. Callers wrap :class:`DocumentError`
-in their own error type, which adds what kind of spec it was."""
+file: ``.json`` files as JSON, anything else as YAML, bounded (:mod:`themis.safeinput`).
+Callers wrap :class:`DocumentError` in their own error type, which adds what kind of spec
+it was."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-import yaml
+from themis.safeinput import InputError, Limits, load_document, read_bytes
 
 
 class DocumentError(ValueError):
@@ -20,19 +20,17 @@ class DocumentError(ValueError):
         self.problem = problem
 
 
-def read_document(path: str | Path) -> Any:
-    """The parsed content of ``path`` (JSON for ``.json``, else YAML)."""
+def read_document(path: str | Path, limits: Limits | None = None) -> Any:
+    """The parsed content of ``path`` (JSON for ``.json``, else YAML), within ``limits``
+    (default :class:`~themis.safeinput.Limits`: 1 MiB, depth 32, 100,000 values with YAML
+    aliases expanded, |numbers| <= 1e18; duplicate keys refused) - see
+    :mod:`themis.safeinput`."""
     p = Path(path)
     try:
-        text = p.read_text()
+        data = read_bytes(p, limits or Limits())
     except OSError as exc:
         raise DocumentError(p, f"cannot read: {exc.strerror or exc}") from exc
-    if p.suffix == ".json":
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise DocumentError(p, f"not valid JSON: {exc}") from exc
     try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise DocumentError(p, f"not valid YAML: {exc}") from exc
+        return load_document(data, json_only=p.suffix == ".json", limits=limits or Limits())
+    except InputError as exc:
+        raise DocumentError(p, str(exc)) from None

@@ -51,8 +51,9 @@ def _problems(mutate: Any) -> list[tuple[str, str]]:
 
 
 @pytest.mark.parametrize("mutate, field, words", [
-    (lambda r: r["hyperband"].update(eta=1), "hyperband.eta", "must be >= 2"),
-    (lambda r: r["hyperband"].update(max_resource=0.5), "hyperband.max_resource", ">= 1"),
+    (lambda r: r["hyperband"].update(eta=1), "hyperband.eta", "must be in [2, 1000]"),
+    (lambda r: r["hyperband"].update(max_resource=0.5), "hyperband.max_resource",
+     "in [1, 1000000]"),
     (lambda r: r["hyperband"].update(brackets=[7]), "hyperband.brackets", "no bracket s=[7]"),
     (lambda r: r["search_space"]["lr"].update(min=0), "search_space.lr.min",
      "log scale needs min > 0"),
@@ -152,3 +153,88 @@ def test_load_spec_example_file() -> None:
     root = Path(__file__).resolve().parents[2]
     for p in sorted((root / "examples" / "am").glob("*.yaml")):
         load_spec(p)
+
+
+# ------------------------------------------------------------------ bounded input (limits)
+@pytest.mark.parametrize("mutate, field, words", [
+    (lambda r: r.update(name="digits\n"), "name", "must match"),
+    (lambda r: r.update(queue="root.a\n"), "queue", "must match"),
+    (lambda r: r["job"].update(env={"A\n": "x"}), "job.env.A\n", "not a valid"),
+    (lambda r: r["resources"].update(memory_mb=10**12), "resources.memory_mb",
+     "in [128, 1048576]"),
+    (lambda r: r["resources"].update(vcores=10**6), "resources.vcores", "in [1, 1024]"),
+    (lambda r: r["hyperband"].update(max_resource=1048576, eta=2), "hyperband.max_resource",
+     "in [1, 1000000]"),
+    (lambda r: r["hyperband"].update(max_resource=100000, eta=2, brackets=None),
+     "hyperband", "configurations, more than the limit of 10000"),
+    (lambda r: r["hyperband"].update(steps_per_unit=2 * 10**8), "hyperband.steps_per_unit",
+     "exceeds the limit of 1000000000"),
+    (lambda r: r["job"].update(command=CMD.replace("{max_steps}", "{max_steps!z}")),
+     "job.command", "no conversion or format spec"),
+    (lambda r: r["job"].update(command=CMD + " {job_id.__init__.__globals__}"),
+     "job.command", "only {name} is allowed"),
+    (lambda r: r["job"].update(command=CMD.replace("{max_steps}", "{max_steps:>1000000000}")),
+     "job.command", "no conversion or format spec"),
+    (lambda r: r["job"].update(command=CMD + " {lr[0]}"), "job.command",
+     "only {name} is allowed"),
+    (lambda r: r["job"].update(command=CMD + " {0}"), "job.command", "only {name}"),
+    (lambda r: r["search_space"].update(é={"type": "int", "min": 1, "max": 2}),
+     "search_space.é", "ASCII identifiers"),
+    (lambda r: r["search_space"]["units"].update(max=10**30), "search_space.units.max",
+     "|x| <= 1e18"),
+])
+def test_limits_name_field_and_problem(mutate: Any, field: str, words: str) -> None:
+    raw = good()
+    mutate(raw)
+    if raw["hyperband"].get("brackets", 0) is None:
+        del raw["hyperband"]["brackets"]
+    with pytest.raises(SpecError) as e:
+        parse_spec(raw)
+    assert any(f == field and words in p for f, p in e.value.problems), e.value.problems
+
+
+def test_command_is_rendered_by_the_restricted_formatter() -> None:
+    from themis.submarine_am.spec import render_command
+
+    raw = good()
+    raw["job"]["command"] = CMD + " --literal {{x}}"
+    spec = parse_spec(raw)
+    out = render_command(spec, {"job_id": "j 1", "logdir": "tflogs", "max_steps": 30,
+                                "checkpoint_uri": "hdfs:///c", "lr": 0.01, "opt": "adam"})
+    assert out == ("python3 -m themis.jobs.train --job-id 'j 1' --logdir tflogs --max-steps 30 "
+                   "--checkpoint-uri hdfs:///c --learning-rate 0.01 --optimizer adam "
+                   "--literal {x}")
+
+
+BOMB = "".join(
+    f"{k}: &{k} [{', '.join([f'*{p}'] * 9 if p else ['lol'] * 9)}]\n"
+    for p, k in zip(["", *"abcdefgh"], "abcdefghi", strict=True))
+
+
+@pytest.mark.parametrize("text, words", [
+    (BOMB, "more than 100000 values (aliases expanded)"),
+    ("name: a\nname: b\n", "duplicate key 'name'"),
+    ("name: &x [*x]\n", "recursive alias"),
+    ("name: " + "9" * 5000 + "\n", "is out of range"),
+    ("name: " + "[" * 2000 + "\n", "nesting deeper than the limit of 32"),
+    ("x" * (1 << 20) + "y", "exceed the size limit of 1048576"),
+])
+def test_submit_dry_run_refuses_hostile_files_in_one_error(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, words: str) -> None:
+    import time
+
+    p = tmp_path / "spec.yaml"
+    p.write_text(text)
+    t0 = time.monotonic()
+    assert main(["submit", "--dry-run", str(p)]) == 2
+    assert time.monotonic() - t0 < 5
+    out, err = capsys.readouterr()
+    assert out == "" and words in err and "Traceback" not in err
+
+
+def test_submit_dry_run_refuses_non_utf8(tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    p = tmp_path / "spec.yaml"
+    p.write_bytes(b"name: \xff\xfe\n")
+    assert main(["submit", "--dry-run", str(p)]) == 2
+    assert "not UTF-8 text (byte 0xff at offset 6)" in capsys.readouterr().err

@@ -87,7 +87,7 @@ def test_name_defaults_to_file_stem_and_json_suffix(tmp_path: Path) -> None:
     ({"colour": "red"}, "field 'colour': unknown"),
     ({"name": "has space"}, "name='has space'"),
     ({"seed": "x"}, "seed='x' must be an integer"),
-    ({"submit_at_s": -1}, "submit_at_s=-1 must be a number >= 0"),
+    ({"submit_at_s": -1}, "submit_at_s=-1 must be a number in [0, 1e18]"),
     ({"search_space": None}, "field 'search_space': missing"),
     ({"search_space": {}}, "search_space must be a non-empty mapping"),
     ({"search_space": {"learning_rate": 3}}, "search_space.learning_rate: must be a mapping"),
@@ -103,9 +103,9 @@ def test_name_defaults_to_file_stem_and_json_suffix(tmp_path: Path) -> None:
      "type must be double, int or categorical"),
     ({"search_space": {"learning_rate": {"type": "double", "max": 8}}},
      "missing field 'min'"),
-    ({"hyperband__eta": 1}, "hyperband.eta=1 must be an integer >= 2"),
-    ({"hyperband__max_resource": 0.5}, "hyperband.max_resource=0.5 must be a number >= 1"),
-    ({"hyperband__steps_per_unit": 0}, "hyperband.steps_per_unit=0 must be an integer >= 1"),
+    ({"hyperband__eta": 1}, "hyperband.eta=1 must be an integer in [2, 1000]"),
+    ({"hyperband__max_resource": 0.5}, "hyperband.max_resource=0.5 must be a number in [1, 1000000]"),
+    ({"hyperband__steps_per_unit": 0}, "hyperband.steps_per_unit=0 must be an integer in [1, 1000000000]"),
     ({"hyperband__brackets": [5]}, "has no bracket s=[5] for max_resource=9"),
     ({"hyperband__brackets": "all"}, "hyperband.brackets='all' must be a list"),
     ({"hyperband__rungs": 3}, "hyperband.rungs: unknown setting"),
@@ -116,6 +116,12 @@ def test_name_defaults_to_file_stem_and_json_suffix(tmp_path: Path) -> None:
     ({"job__dropout": 1.0}, "job.dropout=1.0 must be a number in [0, 1)"),
     ({"job__gpus": 2}, "job.gpus: unknown setting"),
     ({"job__learning_rate": 0.1}, "job.learning_rate: is also in search_space"),
+    ({"name": "lr\n"}, "name='lr\\n'"),  # fullmatch: no trailing newline
+    ({"hyperband__max_resource": 100000, "hyperband__eta": 2, "hyperband__brackets": None},
+     "configurations, more than the limit of 10000"),
+    ({"hyperband__steps_per_unit": 10**9}, "exceeds the limit of 1000000000"),
+    ({"seed": 10**30}, "out of range"),  # refused by the loader (|x| <= 1e18)
+    ({"job__step_time_ms": 1.5e300}, "out of range"),
 ])
 def test_bad_spec_names_the_field(tmp_path: Path, changes: dict[str, object],
                                   message: str) -> None:

@@ -20,12 +20,15 @@ A spec declares one app: a Hyperband search over the training job's hyper-parame
       batch_size: 32
       checkpoint_every: 20
 
-Every error is a :class:`SpecError` whose message names the file and the field.
+Every error is a :class:`SpecError` whose message names the file and the field. Limits
+(docs/standalone.md): the file is read by :func:`themis.docfile.read_document` (1 MiB,
+nesting depth 32, 100,000 values with YAML aliases expanded, |numbers| <= 1e18, duplicate
+keys refused); the plan starts at most ``MAX_CONFIGURATIONS`` configurations and trains
+each to at most ``MAX_STEPS`` steps (the bounds of :mod:`themis.submarine_am.spec`).
 """
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -33,7 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from themis.docfile import DocumentError, read_document
-from themis.submarine_am.hyperband import HyperbandError, hyperband_brackets
+from themis.safeinput import short
+from themis.submarine_am.hyperband import HyperbandError, hyperband_brackets, plan_configurations
 from themis.submarine_am.searchspace import (
     Categorical,
     Double,
@@ -45,7 +49,14 @@ from themis.submarine_am.searchspace import (
 
 DATASETS = ("digits", "synthetic")  # = themis.jobs.data.DATASETS (no numpy import here)
 OPTIMIZERS = ("adam", "sgd", "rmsprop", "adagrad")
-_APP_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_APP_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # matched with fullmatch
+#: bounds of a plan and of numbers (shared with the Submarine AM's spec)
+MAX_CONFIGURATIONS = 10_000
+MAX_STEPS = 1_000_000_000
+MAX_RESOURCE = 1_000_000
+MAX_ETA = 1_000
+MAX_GPUS_PER_JOB = 64
+_BIG = 1e18  # any other number: |x| <= 1e18
 
 
 class SpecError(ValueError):
@@ -53,11 +64,11 @@ class SpecError(ValueError):
 
 
 def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
+    return isinstance(v, int) and not isinstance(v, bool) and abs(v) <= _BIG
 
 
 def _is_num(v: Any) -> bool:
-    return (isinstance(v, int | float) and not isinstance(v, bool)) and math.isfinite(v)
+    return (isinstance(v, int | float) and not isinstance(v, bool)) and abs(v) <= _BIG
 
 
 def _check_lr(v: Any) -> str | None:
@@ -174,6 +185,11 @@ def default_app(index: int, *, max_resource: float = 3.0, eta: int = 3,
     return spec
 
 
+def _key(k: Any) -> str:
+    """A mapping key as a field name in a message (strings cut to 64 characters)."""
+    return k[:64] if isinstance(k, str) else short(k)
+
+
 def _err(src: str, where: str, msg: str) -> SpecError:
     return SpecError(f"app spec {src}: {where} {msg}")
 
@@ -181,47 +197,60 @@ def _err(src: str, where: str, msg: str) -> SpecError:
 def _check_values(src: str, section: str, values: Mapping[str, Any],
                   allowed: Mapping[str, Callable[[Any], str | None]]) -> None:
     for key, value in values.items():
-        check = allowed.get(key)
+        check = allowed.get(key) if isinstance(key, str) else None
         if check is None:
-            raise _err(src, f"{section}.{key}:",
+            raise _err(src, f"{section}.{_key(key)}:",
                        f"unknown setting (allowed: {', '.join(sorted(allowed))})")
         problem = check(value)
         if problem:
-            raise _err(src, f"{section}.{key}={value!r}", problem)
+            raise _err(src, f"{section}.{key}={short(value)}", problem)
 
 
 def validate(spec: AppSpec) -> None:
     src = spec.source
-    if not _APP_ID.match(spec.name):
-        raise _err(src, f"name={spec.name!r}", "must be 1-64 letters, digits, '.', '_' or '-' "
-                   "starting with a letter or digit")
+    if not isinstance(spec.name, str) or not _APP_ID.fullmatch(spec.name):
+        raise _err(src, f"name={short(spec.name)}", "must be 1-64 letters, digits, '.', '_' "
+                   "or '-' starting with a letter or digit")
     if not _is_num(spec.submit_at_s) or spec.submit_at_s < 0:
-        raise _err(src, f"submit_at_s={spec.submit_at_s!r}", "must be a number >= 0")
+        raise _err(src, f"submit_at_s={short(spec.submit_at_s)}",
+                   "must be a number in [0, 1e18]")
     if not _is_int(spec.seed):
-        raise _err(src, f"seed={spec.seed!r}", "must be an integer")
+        raise _err(src, f"seed={short(spec.seed)}", "must be an integer (|x| <= 1e18)")
     hb = spec.hyperband
-    if not _is_num(hb.max_resource) or hb.max_resource < 1:
-        raise _err(src, f"hyperband.max_resource={hb.max_resource!r}", "must be a number >= 1")
-    for name in ("eta", "steps_per_unit", "max_gpus_per_job"):
+    if not _is_num(hb.max_resource) or not 1 <= hb.max_resource <= MAX_RESOURCE:
+        raise _err(src, f"hyperband.max_resource={short(hb.max_resource)}",
+                   f"must be a number in [1, {MAX_RESOURCE}]")
+    for name, low, high in (("eta", 2, MAX_ETA), ("steps_per_unit", 1, MAX_STEPS),
+                            ("max_gpus_per_job", 1, MAX_GPUS_PER_JOB)):
         v = getattr(hb, name)
-        low = 2 if name == "eta" else 1
-        if not _is_int(v) or v < low:
-            raise _err(src, f"hyperband.{name}={v!r}", f"must be an integer >= {low}")
+        if not _is_int(v) or not low <= v <= high:
+            raise _err(src, f"hyperband.{name}={short(v)}", f"must be an integer in "
+                                                            f"[{low}, {high}]")
+    if hb.max_resource * hb.steps_per_unit > MAX_STEPS:
+        raise _err(src, "hyperband.steps_per_unit:", f"max_resource x steps_per_unit = "
+                   f"{hb.max_resource * hb.steps_per_unit:g} steps exceeds the limit of "
+                   f"{MAX_STEPS}")
     plan = {b.s for b in hyperband_brackets(hb.max_resource, hb.eta)}
     if hb.brackets is not None:
         if not hb.brackets or not all(_is_int(s) for s in hb.brackets):
-            raise _err(src, f"hyperband.brackets={list(hb.brackets)!r}",
+            raise _err(src, f"hyperband.brackets={short(list(hb.brackets))}",
                        "must be a non-empty list of integers")
         unknown = sorted(set(hb.brackets) - plan)
         if unknown:
-            raise _err(src, f"hyperband.brackets={list(hb.brackets)!r}",
-                       f"has no bracket s={unknown} for max_resource={hb.max_resource} "
+            raise _err(src, f"hyperband.brackets={short(list(hb.brackets))}",
+                       f"has no bracket s={short(unknown)} for max_resource={hb.max_resource} "
                        f"and eta={hb.eta} (valid: {sorted(plan)})")
+    n_conf = plan_configurations(hb.max_resource, hb.eta, hb.brackets)
+    if n_conf > MAX_CONFIGURATIONS:
+        raise _err(src, "hyperband:", f"the plan (max_resource={hb.max_resource}, eta={hb.eta}"
+                   f"{f', brackets={list(hb.brackets)}' if hb.brackets else ''}) starts "
+                   f"{n_conf} configurations, more than the limit of {MAX_CONFIGURATIONS} "
+                   "(lower max_resource, raise eta or choose brackets)")
     if not isinstance(spec.search_space, Mapping) or not spec.search_space:
         raise _err(src, "search_space", "must be a non-empty mapping of hyper-parameters")
     try:
         space = SearchSpace.from_dict(spec.search_space)
-    except (SearchSpaceError, TypeError, ValueError, AttributeError) as exc:
+    except (SearchSpaceError, TypeError, ValueError, AttributeError, OverflowError) as exc:
         raise _err(src, "search_space:", str(exc)) from exc
     for p in space.params:
         check = HYPER_PARAMS.get(p.name)
@@ -238,11 +267,11 @@ def validate(spec: AppSpec) -> None:
         for v in samples:
             problem = check(v)
             if problem:
-                raise _err(src, f"search_space.{p.name}: value {v!r}", problem)
+                raise _err(src, f"search_space.{p.name}: value {short(v)}", problem)
     if not isinstance(spec.job, Mapping):
         raise _err(src, "job", "must be a mapping")
     _check_values(src, "job", spec.job, {**HYPER_PARAMS, **JOB_SETTINGS})
-    both = sorted(set(spec.job) & set(spec.search_space))
+    both = sorted(set(spec.job) & set(spec.search_space), key=repr)
     if both:
         raise _err(src, f"job.{both[0]}:", "is also in search_space (give it in one place)")
 
@@ -259,20 +288,21 @@ def app_from_dict(data: Any, *, source: str, default_name: str) -> AppSpec:
     top = _mapping(source, "the document", data)
     if not top:
         raise _err(source, "the document", "is empty")
-    unknown = sorted(set(top) - set(_TOP_KEYS))
+    unknown = sorted(set(top) - set(_TOP_KEYS), key=repr)
     if unknown:
-        raise _err(source, f"field {unknown[0]!r}:",
+        raise _err(source, f"field {short(unknown[0])}:",
                    f"unknown (allowed: {', '.join(_TOP_KEYS)})")
     hbd = _mapping(source, "hyperband", top.get("hyperband"))
-    unknown = sorted(set(hbd) - set(_HB_KEYS))
+    unknown = sorted(set(hbd) - set(_HB_KEYS), key=repr)
     if unknown:
-        raise _err(source, f"hyperband.{unknown[0]}:",
+        raise _err(source, f"hyperband.{_key(unknown[0])}:",
                    f"unknown setting (allowed: {', '.join(_HB_KEYS)})")
     base = HyperbandSpec()
     plan_given = "max_resource" in hbd or "eta" in hbd  # default: bracket 1 of R=3, eta=3
     brackets = hbd.get("brackets", None if plan_given else base.brackets)
     if brackets is not None and not isinstance(brackets, list | tuple):
-        raise _err(source, f"hyperband.brackets={brackets!r}", "must be a list of integers")
+        raise _err(source, f"hyperband.brackets={short(brackets)}",
+                   "must be a list of integers")
     hb = HyperbandSpec(
         max_resource=hbd.get("max_resource", base.max_resource),
         eta=hbd.get("eta", base.eta),
@@ -286,7 +316,7 @@ def app_from_dict(data: Any, *, source: str, default_name: str) -> AppSpec:
     if isinstance(space, Mapping):
         for name, p in space.items():
             if not isinstance(p, Mapping):
-                raise _err(source, f"search_space.{name}:",
+                raise _err(source, f"search_space.{_key(name)}:",
                            "must be a mapping like {type: double, min: ..., max: ...}")
     name = top.get("name", default_name)
     spec = AppSpec(

@@ -78,6 +78,15 @@ def hyperband_brackets(max_resource: float, eta: int = 3) -> list[Bracket]:
     return brackets
 
 
+def plan_configurations(max_resource: float, eta: int,
+                        brackets: Sequence[int] | None = None) -> int:
+    """Configurations (jobs) a plan starts: the first rungs of its brackets (all, or the
+    chosen ``brackets``). Spec parsers bound it before any configuration is sampled."""
+    chosen = None if brackets is None else set(brackets)
+    return sum(b.rungs[0].n for b in hyperband_brackets(max_resource, eta)
+               if chosen is None or b.s in chosen)
+
+
 class JobStatus(StrEnum):
     RUNNING = "running"  # in the current rung, step target not reached
     RUNG_DONE = "rung-done"  # reached the current rung's target; waiting for the others

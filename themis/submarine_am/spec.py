@@ -31,21 +31,32 @@ Format (docs/am.md)::
       vcores: 1
     max_parallel_jobs: 4             # optional cap on concurrently running jobs
     am: {memory_mb: 768, vcores: 1, max_attempts: 2}
+
+Limits (docs/am.md, "Limits"): the file is read by :func:`themis.docfile.read_document`
+(1 MiB, nesting depth 32, 100,000 values with YAML aliases expanded, |numbers| <= 1e18,
+duplicate keys refused); a plan starts at most :data:`MAX_CONFIGURATIONS` configurations,
+trains each to at most :data:`MAX_STEPS` steps; resources and counts have the upper bounds
+of :data:`BOUNDS`. ``job.command`` is a :class:`themis.safeinput.Template`: ``{name}``
+placeholders only, checked here, rendered by :func:`render_command`.
 """
 
 from __future__ import annotations
 
-import json
-import math
 import re
-import string
+import shlex
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from themis.docfile import DocumentError, read_document
-from themis.submarine_am.hyperband import Hyperband, HyperbandError, hyperband_brackets
+from themis.safeinput import InputError, Limits, Template, load_json, short
+from themis.submarine_am.hyperband import (
+    Hyperband,
+    HyperbandError,
+    hyperband_brackets,
+    plan_configurations,
+)
 from themis.submarine_am.searchspace import Categorical, SearchSpace, SearchSpaceError
 
 KINDS = ("hyperband", "single-job")
@@ -53,7 +64,25 @@ KINDS = ("hyperband", "single-job")
 PLACEHOLDERS = ("job_id", "app_id", "logdir", "max_steps", "checkpoint_uri", "num_gpus", "seed")
 #: placeholders a command must use (resume and rung targets depend on them)
 REQUIRED = ("max_steps", "checkpoint_uri")
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # matched with fullmatch
+_QUEUE_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
+_PARAM_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+_ENV_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+#: most configurations (jobs) one Hyperband plan may start, over its chosen brackets
+MAX_CONFIGURATIONS = 10_000
+#: most training steps of one job (max_resource x steps_per_unit, or max_steps)
+MAX_STEPS = 1_000_000_000
+#: largest max_resource (R) and eta
+MAX_RESOURCE = 1_000_000
+MAX_ETA = 1_000
+#: upper bounds of the integer fields (lower bounds are in parse_spec)
+BOUNDS = {
+    "resources.gpus": 64, "resources.memory_mb": 1 << 20, "resources.vcores": 1024,
+    "am.memory_mb": 1 << 20, "am.vcores": 1024, "am.max_attempts": 10,
+    "job.max_restarts": 1000, "max_parallel_jobs": MAX_CONFIGURATIONS,
+    "hyperband.eta": MAX_ETA, "hyperband.steps_per_unit": MAX_STEPS,
+    "hyperband.seed": (1 << 63) - 1, "max_steps": MAX_STEPS,
+}
 _TOP = {"name", "queue", "kind", "search_space", "hyperband", "max_steps", "job", "resources",
         "max_parallel_jobs", "am"}
 
@@ -126,11 +155,17 @@ class AppSpec:
         return d
 
     def to_json(self) -> str:
+        import json
+
         return json.dumps(self.to_dict(), sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> AppSpec:
-        return parse_spec(json.loads(text))
+        try:
+            raw = load_json(text.encode("utf-8", "surrogatepass"), Limits())
+        except InputError as exc:
+            raise SpecError([("(json)", str(exc))]) from None
+        return parse_spec(raw)
 
     def make_hyperband(self, app_id: str) -> Hyperband:
         """The app's Hyperband plan (a single job is a one-bracket, one-rung plan)."""
@@ -168,12 +203,13 @@ class _Checker:
 
     def int_(self, d: Mapping[str, Any], key: str, where: str, default: int | None, lo: int,
              hi: int | None = None) -> int:
+        hi = BOUNDS.get(f"{where}{key}", hi)
         v = d.get(key, default)
         if v is None:
             self.bad(f"{where}{key}", "is required")
             return lo
         if isinstance(v, bool) or not isinstance(v, int):
-            self.bad(f"{where}{key}", f"must be an integer, got {v!r}")
+            self.bad(f"{where}{key}", f"must be an integer, got {short(v)}")
             return lo
         if v < lo or (hi is not None and v > hi):
             rng = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
@@ -187,7 +223,7 @@ class _Checker:
             self.bad(f"{where}{key}", "is required")
             return ""
         if not isinstance(v, str) or not v.strip():
-            self.bad(f"{where}{key}", f"must be a non-empty string, got {v!r}")
+            self.bad(f"{where}{key}", f"must be a non-empty string, got {short(v)}")
             return ""
         return v
 
@@ -200,7 +236,8 @@ class _Checker:
             return {}
         for k in v:
             if k not in allowed:
-                self.bad(f"{key}.{k}", f"unknown field (known: {', '.join(sorted(allowed))})")
+                self.bad(f"{key}.{k[:64] if isinstance(k, str) else short(k, 40)}",
+                         f"unknown field (known: {', '.join(sorted(allowed))})")
         return v
 
 
@@ -210,45 +247,51 @@ def _check_space(c: _Checker, raw: Any) -> dict[str, dict[str, Any]]:
         return {}
     out: dict[str, dict[str, Any]] = {}
     for name, p in raw.items():
-        where = f"search_space.{name}"
-        if not isinstance(name, str) or not name.isidentifier():
-            c.bad(where, "parameter names must be identifiers (used as {placeholders})")
+        where = f"search_space.{short(name, 40) if not isinstance(name, str) else name[:64]}"
+        if not isinstance(name, str) or not _PARAM_RE.fullmatch(name):
+            c.bad(where, "parameter names must be ASCII identifiers of at most 64 characters "
+                         "(used as {placeholders})")
             continue
         if name in PLACEHOLDERS:
             c.bad(where, f"{name!r} is reserved for the AM's own placeholder")
             continue
         if not isinstance(p, Mapping):
-            c.bad(where, f"must be a mapping with a type, got {p!r}")
+            c.bad(where, f"must be a mapping with a type, got {short(p)}")
             continue
         kind = p.get("type")
         if kind not in ("double", "int", "categorical"):
-            c.bad(f"{where}.type", f"must be double, int or categorical, got {kind!r}")
+            c.bad(f"{where}.type", f"must be double, int or categorical, got {short(kind)}")
             continue
         allowed = {"type", "values"} if kind == "categorical" else {"type", "min", "max", "scale"}
         for k in p:
             if k not in allowed:
-                c.bad(f"{where}.{k}", f"unknown field for a {kind} parameter")
+                c.bad(f"{where}.{k[:64] if isinstance(k, str) else short(k, 40)}",
+                      f"unknown field for a {kind} parameter")
         if kind == "categorical":
             vals = p.get("values")
             if not isinstance(vals, list) or not vals:
                 c.bad(f"{where}.values", "must be a non-empty list")
                 continue
-            if any(not isinstance(v, str | int | float) or isinstance(v, bool) for v in vals):
-                c.bad(f"{where}.values", "values must be strings or numbers")
+            if any(not isinstance(v, str | int | float) or isinstance(v, bool)
+                   or (not isinstance(v, str) and not abs(v) <= 1e18) for v in vals):
+                c.bad(f"{where}.values", "values must be strings or finite numbers "
+                                         "(|x| <= 1e18)")
                 continue
         else:
             ok = True
             for k in ("min", "max"):
                 v = p.get(k)
-                if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
-                    c.bad(f"{where}.{k}", f"must be a finite number, got {v!r}")
+                if isinstance(v, bool) or not isinstance(v, int | float) or not abs(v) <= 1e18:
+                    c.bad(f"{where}.{k}", f"must be a finite number (|x| <= 1e18), got "
+                                          f"{short(v)}")
                     ok = False
                 elif kind == "int" and not isinstance(v, int):
-                    c.bad(f"{where}.{k}", f"must be an integer for an int parameter, got {v!r}")
+                    c.bad(f"{where}.{k}", f"must be an integer for an int parameter, got "
+                                          f"{short(v)}")
                     ok = False
             scale = p.get("scale", "linear")
             if scale not in ("linear", "log"):
-                c.bad(f"{where}.scale", f"must be 'linear' or 'log', got {scale!r}")
+                c.bad(f"{where}.scale", f"must be 'linear' or 'log', got {short(scale)}")
                 ok = False
             if not ok:
                 continue
@@ -267,20 +310,19 @@ def _check_space(c: _Checker, raw: Any) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _template(spec_command: str, params: set[str]) -> Template:
+    """The command as a restricted template (raises InputError naming the problem)."""
+    return Template(spec_command, set(PLACEHOLDERS) | params, "job.command")
+
+
 def _check_command(c: _Checker, cmd: str, params: set[str]) -> None:
     try:
-        fields = {f for _, f, _, _ in string.Formatter().parse(cmd) if f is not None}
-    except ValueError as e:
-        c.bad("job.command", f"bad placeholder syntax: {e} (write {{{{ and }}}} for braces)")
+        names = _template(cmd, params).names
+    except InputError as e:
+        c.bad("job.command", e.problem)
         return
-    known = set(PLACEHOLDERS) | params
-    for f in sorted(fields):
-        base = re.split(r"[.\[!:]", f, maxsplit=1)[0]
-        if f == "" or base not in known:
-            c.bad("job.command", f"unknown placeholder {{{f}}} (known: "
-                                 f"{', '.join(sorted(known))})")
     for r in REQUIRED:
-        if r not in fields:
+        if r not in names:
             c.bad("job.command", f"must use {{{r}}} (jobs are stopped, moved and resumed)")
 
 
@@ -291,14 +333,18 @@ def parse_spec(raw: Any) -> AppSpec:
         raise SpecError([("(top level)", f"must be a mapping, got {type(raw).__name__}")])
     for k in raw:
         if k not in _TOP:
-            c.bad(str(k), f"unknown field (known: {', '.join(sorted(_TOP))})")
+            c.bad(short(k, 40) if not isinstance(k, str) else k[:64],
+                  f"unknown field (known: {', '.join(sorted(_TOP))})")
     name = c.str_(raw, "name", "", None)
-    if name and not _NAME_RE.match(name):
-        c.bad("name", f"must match {_NAME_RE.pattern} (letters, digits, . _ -), got {name!r}")
+    if name and not _NAME_RE.fullmatch(name):
+        c.bad("name", f"must match {_NAME_RE.pattern} (letters, digits, . _ -), got "
+                      f"{short(name)}")
     queue = c.str_(raw, "queue", "", "default")
+    if queue and not _QUEUE_RE.fullmatch(queue):
+        c.bad("queue", f"must match {_QUEUE_RE.pattern}, got {short(queue)}")
     kind = raw.get("kind", "hyperband")
     if kind not in KINDS:
-        c.bad("kind", f"must be one of {', '.join(KINDS)}, got {kind!r}")
+        c.bad("kind", f"must be one of {', '.join(KINDS)}, got {short(kind)}")
         kind = "hyperband"
 
     space: dict[str, dict[str, Any]] = {}
@@ -309,26 +355,39 @@ def parse_spec(raw: Any) -> AppSpec:
         h = c.section(raw, "hyperband", {"max_resource", "eta", "steps_per_unit", "brackets",
                                          "seed"})
         r = h.get("max_resource", 9)
-        if isinstance(r, bool) or not isinstance(r, int | float) or not math.isfinite(r) or r < 1:
-            c.bad("hyperband.max_resource", f"must be a number >= 1, got {r!r}")
+        if (isinstance(r, bool) or not isinstance(r, int | float)
+                or not 1 <= r <= MAX_RESOURCE):
+            c.bad("hyperband.max_resource", f"must be a number in [1, {MAX_RESOURCE}], got "
+                                            f"{short(r)}")
             r = 1
         eta = c.int_(h, "eta", "hyperband.", 3, 2)
         spu = c.int_(h, "steps_per_unit", "hyperband.", 10, 1)
         seed = c.int_(h, "seed", "hyperband.", 0, 0)
+        if r * spu > MAX_STEPS:
+            c.bad("hyperband.steps_per_unit", f"max_resource x steps_per_unit = {r * spu:g} "
+                                              f"steps exceeds the limit of {MAX_STEPS}")
         brackets = h.get("brackets")
         bt: tuple[int, ...] | None = None
         if brackets is not None:
             if (not isinstance(brackets, list) or not brackets
                     or any(isinstance(b, bool) or not isinstance(b, int) for b in brackets)):
                 c.bad("hyperband.brackets", f"must be a non-empty list of integers, got "
-                                            f"{brackets!r}")
+                                            f"{short(brackets)}")
             else:
                 bt = tuple(brackets)
                 valid = {b.s for b in hyperband_brackets(float(r), eta)} if eta >= 2 else set()
                 unknown = sorted(set(bt) - valid)
                 if unknown:
-                    c.bad("hyperband.brackets", f"no bracket s={unknown} for max_resource={r}, "
-                                                f"eta={eta} (valid: {sorted(valid)})")
+                    c.bad("hyperband.brackets", f"no bracket s={short(unknown)} for "
+                                                f"max_resource={r}, eta={eta} (valid: "
+                                                f"{sorted(valid)})")
+                    bt = None
+        n_conf = plan_configurations(float(r), eta, bt) if eta >= 2 else 0
+        if n_conf > MAX_CONFIGURATIONS:
+            c.bad("hyperband", f"the plan (max_resource={r}, eta={eta}"
+                               f"{f', brackets={list(bt)}' if bt else ''}) starts {n_conf} "
+                               f"configurations, more than the limit of {MAX_CONFIGURATIONS} "
+                               "(lower max_resource, raise eta or choose brackets)")
         hbs = HyperbandSettings(float(r), eta, spu, bt, seed)
         if "max_steps" in raw:
             c.bad("max_steps", "only for kind single-job (hyperband sets rung targets)")
@@ -347,13 +406,16 @@ def parse_spec(raw: Any) -> AppSpec:
     env_raw = job.get("env", {})
     env: dict[str, str] = {}
     if not isinstance(env_raw, Mapping):
-        c.bad("job.env", f"must be a mapping of names to values, got {env_raw!r}")
+        c.bad("job.env", f"must be a mapping of names to values, got {short(env_raw)}")
     else:
         for k, v in env_raw.items():
-            if not isinstance(k, str) or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", k):
-                c.bad(f"job.env.{k}", "not a valid environment variable name")
-            elif isinstance(v, Mapping | list) or v is None:
-                c.bad(f"job.env.{k}", f"must be a string or number, got {v!r}")
+            if not isinstance(k, str) or not _ENV_RE.fullmatch(k):
+                c.bad(f"job.env.{short(k, 40) if not isinstance(k, str) else k[:64]}",
+                      "not a valid environment variable name")
+            elif not isinstance(v, str | int | float):  # (bool is an int: "True")
+                c.bad(f"job.env.{k}", f"must be a string or number, got {short(v)}")
+            elif "\0" in str(v):
+                c.bad(f"job.env.{k}", "must not contain a NUL character")
             else:
                 env[k] = str(v)
     max_restarts = c.int_(job, "max_restarts", "job.", 3, 0)
@@ -390,7 +452,5 @@ def load_spec(path: str | Path) -> AppSpec:
 
 def render_command(spec: AppSpec, values: Mapping[str, Any]) -> str:
     """The job command with every placeholder filled in (values are shell-quoted)."""
-    import shlex
-
-    quoted = {k: shlex.quote(str(v)) for k, v in values.items()}
-    return spec.command.format(**quoted)
+    template = _template(spec.command, set(spec.search_space))
+    return template.render({k: shlex.quote(str(v)) for k, v in values.items()})
