@@ -63,7 +63,7 @@ class _Rm(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+    def do_GET(self) -> None:
         url = urlparse(self.path)
         q = parse_qs(url.query)
         if url.path == "/jmx":
