@@ -17,6 +17,7 @@ SUBCOMMANDS = (
     "themis.arbiter.cli_auction",
     "themis.sim.cli",
     "themis.submarine_am.cli",
+    "themis.submarine_am.tblogs",
     "themis.standalone",
     "themis.doctor",
 )

@@ -37,7 +37,7 @@ EXTRAS: dict[str, tuple[tuple[str, str | None], ...]] = {
     "gurobi": (("gurobipy", "gurobipy"),),
     "cpsat": (("ortools", "ortools"),),
     "train": (("tensorflow-cpu", "tensorflow"), ("tensorboard", "tensorboard"),
-              ("hdfs", "hdfs"), ("scikit-learn", "sklearn")),
+              ("scikit-learn", "sklearn")),
     "dev": (("pytest", "pytest"), ("pytest-timeout", "pytest_timeout"),
             ("testcontainers", "testcontainers"), ("docker", "docker"),
             ("hypothesis", "hypothesis"), ("mypy", "mypy"), ("ruff", "ruff"),

@@ -1,12 +1,12 @@
 """Scalar summaries from TensorFlow event files, read incrementally as the files grow.
 
 Records are read by TensorBoard's own reader (``RawEventFileLoader``, the base of the
-``EventFileLoader`` that TensorBoard's ``EventAccumulator`` uses): each :meth:`LogDirTail.poll` returns what was appended
-since the previous one, a record that is not completely written yet is left for the next
-poll, and new files (a job restarted from a checkpoint writes a new one) are picked up.
-Handles both TF1 ``simple_value`` scalars and TF2 scalars (``tf.summary.scalar``), which
-are stored as rank-0 tensors; decoding uses TensorBoard's protobuf classes and tensor
-utilities.
+``EventFileLoader`` that TensorBoard's ``EventAccumulator`` uses): each
+:meth:`LogDirTail.poll` returns what was appended since the previous one, a record that is
+not completely written yet is left for the next poll, and new files (a job restarted from a
+checkpoint writes a new one) are picked up. Handles both TF1 ``simple_value`` scalars and
+TF2 scalars (``tf.summary.scalar``), which are stored as rank-0 tensors; decoding uses
+TensorBoard's protobuf classes and tensor utilities.
 
 No TensorFlow import: where TensorFlow is installed, TensorBoard's reader would import it
 (seconds of start-up and hundreds of MB in the AM and the job runners, and TensorFlow must
@@ -16,9 +16,9 @@ imported TensorFlow therefore selects TensorBoard's TensorFlow-free implementati
 record's CRC32C in Python. Speed, ``python bench/bench_event_reader.py --mib 4``
 (2026-11-25, the shared 2-core development VM, Python 3.11, TensorBoard 2.21): 3.6 MiB/s,
 against 4.2 MiB/s for a hand-written TFRecord reader with a table-driven CRC32C (in the
-benchmark), on the same file in the same run. A job writes about 140 bytes of events per training step (the
-bundled job: 41.5 kB for 300 steps), so following a job at 100 steps/s costs under 0.4 %
-of a core.
+benchmark), on the same file in the same run. A job writes about 140 bytes of events per
+training step (the bundled job: 41.5 kB for 300 steps), so following a job at 100 steps/s
+costs under 0.4 % of a core.
 
 A record that never becomes readable (a corrupt record, or a writer killed in the middle of
 one) stops the reading of that file there; it is logged once, after ``stall_warn_s``

@@ -56,6 +56,7 @@ from themis.submarine_am.records import (
 )
 from themis.submarine_am.shell import JvmShell, Shell
 from themis.submarine_am.spec import AppSpec, render_command
+from themis.submarine_am.tblogs import tensorboard_dir
 from themis.submarine_am.webhdfs import WebHdfs, WebHdfsError
 
 log = logging.getLogger("themis.submarine_am.am")
@@ -366,6 +367,7 @@ class AppMaster:
         am_url = self.tracking_url.rstrip("/")
         cmd = (f"{self.python} -m themis.submarine_am.runner --am {shlex.quote(am_url)} "
                f"--job-id {shlex.quote(run.job_id)} --run-id {run.run_id} --logdir tflogs "
+               f"--tensorboard-dir {shlex.quote(tensorboard_dir(self.app_dir, run.job_id))} "
                f"--report-every {self.report_every_s} -- bash -c {shlex.quote(job_cmd)} "
                f"1><LOG_DIR>/stdout 2><LOG_DIR>/stderr")
         bindir = os.path.dirname(self.python) if os.path.isabs(self.python) else ""

@@ -16,6 +16,11 @@ CPU core of the node; 0 = no limit) before it starts the job and gives it back w
 reports ``start`` (or exits). It keeps reporting to the AM while it waits, and waits at most
 ``--slot-wait`` seconds.
 
+TensorBoard logs: with ``--tensorboard-dir`` the job's event files are copied to that HDFS
+directory as they grow (every ``--tensorboard-every`` seconds and once more after the job
+exited; :mod:`themis.submarine_am.tblogs`), through WebHDFS at ``$THEMIS_WEBHDFS_URL`` as
+``$HADOOP_USER_NAME``.
+
 Exit status: the job's.
 """
 
@@ -36,7 +41,10 @@ import time
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from themis.submarine_am.tblogs import EventLogUpload
 
 log = logging.getLogger("themis.submarine_am.runner")
 
@@ -57,7 +65,8 @@ def parse_event(line: str) -> dict[str, Any] | None:
 class Runner:
     def __init__(self, am_url: str, job_id: str, run_id: int, logdir: Path,
                  command: list[str], report_every: float = 1.0, start_slots: int = 0,
-                 slot_dir: str = "", slot_wait: float = 60.0) -> None:
+                 slot_dir: str = "", slot_wait: float = 60.0,
+                 upload: EventLogUpload | None = None, upload_every: float = 10.0) -> None:
         self.am_url = am_url.rstrip("/")
         self.job_id = job_id
         self.run_id = run_id
@@ -76,6 +85,8 @@ class Runner:
         self.slot_wait = slot_wait
         self._slot: int | None = None  # fd of the start-up slot held
         self._stop_early = threading.Event()  # stop asked before the job was started
+        self.upload = upload  # copies the event files to HDFS
+        self.upload_every = upload_every
 
     # ---------------------------------------------------------------- job process
     def _signal_child(self, why: str) -> None:
@@ -213,10 +224,14 @@ class Runner:
             self._add_event({"event": "runner-exit", "status": 0})
             self.report(final=True)
             return 0
+        if self.upload is not None:
+            self.upload.start(self.upload_every)
         try:
             return self._run_job()
         finally:
             self._release_slot()
+            if self.upload is not None:
+                self.upload.close()
 
     def _run_job(self) -> int:
         self._child = subprocess.Popen(self.command, stdout=subprocess.PIPE, text=True,
@@ -234,6 +249,9 @@ class Runner:
                 self._signal_child("asked by the AM")
         pump.join(timeout=5)
         self._release_slot()
+        if self.upload is not None:
+            self.upload.close()  # the last events, before the AM hears of the exit
+            self._add_event({"event": "tensorboard-copied", "bytes": self.upload.uploaded})
         self._add_event({"event": "runner-exit", "status": rc})
         for _ in range(3):  # the AM may be briefly unreachable
             with self._lock:
@@ -264,6 +282,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                    "(default: the temporary directory, shared by the node's containers)")
     p.add_argument("--slot-wait", type=float, default=60.0,
                    help="start anyway after waiting this long for a slot")
+    p.add_argument("--tensorboard-dir", default="",
+                   help="HDFS directory to copy the job's event files to (default: none; "
+                        "WebHDFS at $THEMIS_WEBHDFS_URL as $HADOOP_USER_NAME)")
+    p.add_argument("--tensorboard-every", type=float, default=10.0,
+                   help="seconds between two copies of the event files (default 10)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- the job command")
     args = p.parse_args(argv)
     cmd = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -272,8 +295,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     slots = (os.cpu_count() or 1) if args.start_slots < 0 else args.start_slots
+    upload = None
+    if args.tensorboard_dir:
+        url = os.environ.get("THEMIS_WEBHDFS_URL", "")
+        if url:
+            from themis.submarine_am.tblogs import EventLogUpload
+            from themis.submarine_am.webhdfs import WebHdfs
+
+            fs = WebHdfs(url, os.environ.get("HADOOP_USER_NAME") or "root", timeout=10.0)
+            upload = EventLogUpload(fs, args.logdir, args.tensorboard_dir)
+        else:
+            log.warning("--tensorboard-dir without $THEMIS_WEBHDFS_URL: event files not kept")
     return Runner(args.am, args.job_id, args.run_id, args.logdir, cmd, args.report_every,
-                  start_slots=slots, slot_dir=args.slot_dir, slot_wait=args.slot_wait).run()
+                  start_slots=slots, slot_dir=args.slot_dir, slot_wait=args.slot_wait,
+                  upload=upload, upload_every=args.tensorboard_every).run()
 
 
 if __name__ == "__main__":

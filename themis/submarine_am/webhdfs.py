@@ -1,103 +1,126 @@
-"""A minimal WebHDFS client (urllib only) for the AM and the client: files are small
-(specs, state, the AM jar). Checkpoints go through :mod:`themis.jobs.storage`."""
+"""HDFS access of the AM, the client and the job runners: the ``hdfs`` package's WebHDFS
+client (``hdfs.InsecureClient``, the same library as the checkpoint store of
+:mod:`themis.jobs.storage`), with the few compound operations they need on top: a
+replace-by-rename for the AM's state, "absent is None" reads, appends that create the
+file, and one error type that names the operation, the path and the NameNode's message.
+
+Files here are small (specs, state, the AM jar, TensorBoard event-file increments).
+``hdfs`` is a base dependency of the package: the AM and the runners run in YARN
+containers whose image may hold only the base package (``docker/yarn/Dockerfile``).
+"""
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.parse
-import urllib.request
-from typing import Any
+import logging
+import posixpath
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import hdfs
+import requests
+
+# The hdfs package logs every call at INFO; the AM logs at INFO.
+logging.getLogger("hdfs").setLevel(logging.WARNING)
+
+T = TypeVar("T")
 
 
 class WebHdfsError(RuntimeError):
-    """A WebHDFS call failed (names the operation, the path and the NameNode's message)."""
+    """A WebHDFS call failed (names the operation, the path and the NameNode's message);
+    ``missing`` when the path does not exist."""
 
-
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None
+    def __init__(self, message: str, missing: bool = False) -> None:
+        super().__init__(message)
+        self.missing = missing
 
 
 class WebHdfs:
     def __init__(self, url: str, user: str = "root", timeout: float = 30.0) -> None:
         self.url = url.rstrip("/")
         self.user = user
-        self.timeout = timeout
-        self._noredirect = urllib.request.build_opener(_NoRedirect)
+        self.client: Any = hdfs.InsecureClient(self.url, user=user, timeout=timeout)
 
-    def _u(self, path: str, op: str, **params: Any) -> str:
-        q = {"op": op, "user.name": self.user, **{k: str(v) for k, v in params.items()}}
-        return f"{self.url}/webhdfs/v1{urllib.parse.quote(path)}?{urllib.parse.urlencode(q)}"
-
-    def _call(self, method: str, path: str, op: str, data: bytes | None = None,
-              **params: Any) -> Any:
-        req = urllib.request.Request(self._u(path, op, **params), data=data, method=method)
+    def _call(self, op: str, path: str, fn: Callable[[], T]) -> T:
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as r:
-                raw = r.read()
-        except urllib.error.HTTPError as e:
-            raise WebHdfsError(f"WebHDFS {op} {path}: HTTP {e.code}: {_message(e)}") from None
-        except OSError as e:
-            raise WebHdfsError(f"WebHDFS {op} {path}: {e}") from None
-        return json.loads(raw) if raw and op != "OPEN" else raw
+            return fn()
+        except hdfs.HdfsError as e:
+            exc = getattr(e, "exception", None)
+            raise WebHdfsError(f"WebHDFS {op} {path}: {e}" + (f" ({exc})" if exc else ""),
+                               missing=exc == "FileNotFoundException") from None
+        except requests.RequestException as e:
+            raise WebHdfsError(f"WebHDFS {op} {path}: {self.url} unreachable: {e}") from None
 
     def mkdirs(self, path: str) -> None:
-        self._call("PUT", path, "MKDIRS")
+        self._call("MKDIRS", path, lambda: self.client.makedirs(path))
 
     def status(self, path: str) -> dict[str, Any] | None:
+        """The FileStatus of ``path``, None if it does not exist."""
         try:
-            return dict(self._call("GET", path, "GETFILESTATUS")["FileStatus"])
+            return dict(self._call("GETFILESTATUS", path, lambda: self.client.status(path)))
         except WebHdfsError as e:
-            if "HTTP 404" in str(e):
+            if e.missing:
                 return None
             raise
 
-    def list(self, path: str) -> list[dict[str, Any]]:
-        return list(self._call("GET", path, "LISTSTATUS")["FileStatuses"]["FileStatus"])
-
     def write(self, path: str, data: bytes, overwrite: bool = True) -> None:
-        """Two-step create: the NameNode redirects (307) to a DataNode."""
-        req = urllib.request.Request(self._u(path, "CREATE", overwrite=str(overwrite).lower()),
-                                     method="PUT", data=b"")
+        self._call("CREATE", path, lambda: self.client.write(path, data, overwrite=overwrite))
+
+    def append(self, path: str, data: bytes) -> None:
+        """Append ``data`` to ``path``, creating the file if it does not exist."""
+        if not data:
+            return
         try:
-            self._noredirect.open(req, timeout=self.timeout)
-            raise WebHdfsError(f"WebHDFS CREATE {path}: no redirect to a DataNode")
-        except urllib.error.HTTPError as e:
-            if e.code != 307:
-                raise WebHdfsError(f"WebHDFS CREATE {path}: HTTP {e.code}: {_message(e)}") from None
-            location = e.headers["Location"]
-        except OSError as e:
-            raise WebHdfsError(f"WebHDFS CREATE {path}: {e}") from None
-        put = urllib.request.Request(location, data=data, method="PUT",
-                                     headers={"Content-Type": "application/octet-stream"})
+            self._call("APPEND", path, lambda: self.client.write(path, data, append=True))
+        except WebHdfsError as e:
+            if not e.missing:
+                raise
+            self.write(path, data, overwrite=False)
+
+    def files_under(self, root: str) -> list[tuple[str, dict[str, Any]]]:
+        """Every file below directory ``root`` (recursively): (path relative to ``root``,
+        FileStatus), in walk order; empty when ``root`` does not exist."""
+        def walk() -> list[tuple[str, dict[str, Any]]]:
+            top = self.client.resolve(root)
+            out = []
+            for (path, _), _, files in self.client.walk(top, status=True, ignore_missing=True):
+                out += [(posixpath.relpath(posixpath.join(path, name), top), dict(st))
+                        for name, st in files]
+            return out
+
         try:
-            with urllib.request.urlopen(put, timeout=self.timeout) as r:
-                r.read()
-        except urllib.error.HTTPError as e:
-            raise WebHdfsError(f"WebHDFS CREATE {path}: HTTP {e.code}: {_message(e)}") from None
-        except OSError as e:
-            raise WebHdfsError(f"WebHDFS CREATE {path}: {e}") from None
+            return self._call("LISTSTATUS", root, walk)
+        except WebHdfsError as e:
+            if e.missing:
+                return []
+            raise
 
     def read(self, path: str) -> bytes:
-        out = self._call("GET", path, "OPEN")
-        assert isinstance(out, bytes)
-        return out
+        def fetch() -> bytes:
+            with self.client.read(path) as r:
+                return bytes(r.read())
+
+        return self._call("OPEN", path, fetch)
 
     def read_or_none(self, path: str) -> bytes | None:
         try:
             return self.read(path)
         except WebHdfsError as e:
-            if "HTTP 404" in str(e):
+            if e.missing:
                 return None
             raise
 
     def rename(self, src: str, dst: str) -> bool:
-        return bool(self._call("PUT", src, "RENAME", destination=dst)["boolean"])
+        try:
+            self._call("RENAME", src, lambda: self.client.rename(src, dst))
+        except WebHdfsError as e:
+            if "Unable to rename" in str(e):
+                return False
+            raise
+        return True
 
     def delete(self, path: str, recursive: bool = False) -> bool:
-        return bool(self._call("DELETE", path, "DELETE",
-                               recursive=str(recursive).lower())["boolean"])
+        return bool(self._call("DELETE", path,
+                               lambda: self.client.delete(path, recursive=recursive)))
 
     def write_atomic(self, path: str, data: bytes) -> None:
         """Write a sibling temp file, then replace ``path`` with it (rename)."""
@@ -111,11 +134,3 @@ class WebHdfs:
         """``path``, else its temp file from an interrupted :meth:`write_atomic`."""
         data = self.read_or_none(path)
         return data if data is not None else self.read_or_none(f"{path}.tmp")
-
-
-def _message(e: urllib.error.HTTPError) -> str:
-    try:
-        body = json.loads(e.read() or b"{}")
-        return str(body.get("RemoteException", {}).get("message", "")) or e.reason
-    except (ValueError, OSError):
-        return str(e.reason)
