@@ -29,9 +29,10 @@ import re
 import sys
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from themis.submarine_am.webhdfs import WebHdfs, WebHdfsError
+if TYPE_CHECKING:  # imported when used: `themis --help` need not load the HDFS client
+    from themis.submarine_am.webhdfs import WebHdfs
 
 LOG = logging.getLogger(__name__)
 
@@ -72,6 +73,8 @@ class EventLogUpload:
         return copied
 
     def _sync_file(self, path: Path, rel: str) -> int:
+        from themis.submarine_am.webhdfs import WebHdfsError
+
         sent = self._sent.get(rel, 0)  # -1: the HDFS copy is in doubt, rewrite it
         remote = posixpath.join(self.dest, rel)
         try:
@@ -165,6 +168,7 @@ def add_parser(sub: Any) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from themis.submarine_am.client import Cluster
+    from themis.submarine_am.webhdfs import WebHdfsError
 
     if not _APP_ID.fullmatch(args.app_id):
         print(f"themis logs: {args.app_id!r} is not a YARN application id "
