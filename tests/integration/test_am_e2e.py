@@ -6,7 +6,7 @@ Checks: both apps finish (SUCCEEDED); GPUs change hands at lease expiry (40 s le
 the RM's yarn-site.xml); a job stopped at a lease end resumes from its HDFS checkpoint with
 its step count; each app's rho is reported (``themis status``); the f and the lease of
 yarn-site.xml are the ones in force; a malformed spec and a bid from a wrong app are refused
-without harming the running apps.
+without harming the running apps; every job's TensorBoard event files are in HDFS.
 
 Environment: as tests/integration/minicluster.py, plus
   THEMIS_IT_MOUNT_SRC=1   bind-mount this checkout's ``themis/`` over the images' package
@@ -230,6 +230,19 @@ def test_two_apps_share_gpus_fairly(cluster: dict[str, Any], tmp_path: Path) -> 
     for a in apps:
         jobs = finals_st[a]["jobs"]
         assert any(j["status"] == "finished" for j in jobs), jobs
+
+    # --- every job's TensorBoard event files are in HDFS (one file per run: a job resumed
+    #     after a move has two or more), and `themis logs --tensorboard` fetches them
+    for a in apps:
+        dest = tmp_path / "tb" / a
+        r = themis("logs", a, "--tensorboard", "--dest", str(dest))
+        assert r.returncode == 0 and r.stdout.strip() == str(dest), r.stderr
+        for j in finals_st[a]["jobs"]:
+            if j["steps"] > 0:
+                assert list((dest / j["id"]).glob("events.out.tfevents.*")), (a, j["id"])
+        for m in finals_st[a].get("reallocations", []):
+            if (m["restored_step"] or 0) > 0:
+                assert len(list((dest / m["job_id"]).glob("events.out.tfevents.*"))) >= 2, m
     print(json.dumps({"both_held_s": both_s, "moves": moves, "rhos": {a: v[-5:] for a, v in rhos.items()}},
                      indent=1))
 

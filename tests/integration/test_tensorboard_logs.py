@@ -1,0 +1,110 @@
+"""On the dockerised mini-cluster: the jobs' TensorBoard event files are kept in HDFS.
+
+One small app (Hyperband bracket 0: two real TensorFlow jobs of 30 steps), submitted with
+``themis submit``. While it runs and after it finished, every job has its event files under
+``/user/root/.themis/<app>/tensorboard/<job>/`` in HDFS, ``themis logs APP --tensorboard``
+downloads them, and they hold each job's losses up to its last step (read by TensorBoard's
+reader, as ``tensorboard --logdir`` would).
+
+Environment: as tests/integration/minicluster.py, plus THEMIS_IT_MOUNT_SRC=1 (this
+checkout's ``themis/`` over the images' package, as in test_am_e2e.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.minicluster import ROOT, running_minicluster
+
+pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.timeout(900)]
+
+SITE = "/opt/themis/venv/lib/python3.11/site-packages/themis"
+AGENT_PORT = 8642
+SPEC = """\
+name: tb-logs
+search_space:
+  learning_rate: {type: double, min: 1.0e-3, max: 1.0e-1, scale: log}
+hyperband: {max_resource: 3, eta: 3, steps_per_unit: 10, brackets: [0], seed: 1}
+job:
+  command: >-
+    python3 -m themis.jobs.train --job-id {job_id} --logdir {logdir}
+    --max-steps {max_steps} --checkpoint-uri {checkpoint_uri} --checkpoint-every 10
+    --learning-rate {learning_rate} --step-sleep-ms 100 --eval-every 10
+resources: {gpus: 1, memory_mb: 512, vcores: 1}
+am: {memory_mb: 512, max_attempts: 1}
+"""
+
+
+def themis(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "themis.cli", *args], capture_output=True,
+                          text=True, timeout=timeout, cwd=ROOT)
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[dict[str, Any]]:
+    jar = ROOT / "submarine-am" / "target" / "themis-submarine-am-0.1.0.jar"
+    if not jar.is_file():
+        r = subprocess.run(["mvn", "-q", "-B", "-o", "-pl", "submarine-am", "package",
+                            "-DskipTests"], cwd=ROOT, timeout=600)
+        assert r.returncode == 0 and jar.is_file(), "cannot build the AM jar"
+    mounts = {str(ROOT / "themis"): SITE} if os.environ.get("THEMIS_IT_MOUNT_SRC") == "1" \
+        else None
+    with running_minicluster("tblogs", conf_overrides={
+            "yarn.resourcemanager.themis.agent-port": str(AGENT_PORT)},
+            extra_ports=[AGENT_PORT], mounts=mounts) as c:
+        yield c
+
+
+def _state(app: str) -> tuple[str, dict[str, Any]]:
+    r = themis("status", app, "--json", timeout=60)
+    if r.returncode != 0:
+        return "UNKNOWN", {}
+    doc = json.loads(r.stdout)
+    return str(doc["app"]["state"]), dict(doc.get("status") or {})
+
+
+def test_every_jobs_event_files_are_kept_in_hdfs(cluster: dict[str, Any],
+                                                 tmp_path: Path) -> None:
+    from themis.profiler import LogDirTail
+
+    spec = tmp_path / "tb.yaml"
+    spec.write_text(SPEC)
+    r = themis("submit", str(spec))
+    assert r.returncode == 0, r.stderr
+    app = r.stdout.strip().splitlines()[-1]
+    dest = tmp_path / "tb"
+    during = 0  # event files downloaded while the app ran
+    state, status = "UNKNOWN", {}
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        state, st = _state(app)
+        status = st or status
+        if state in ("FINISHED", "FAILED", "KILLED"):
+            break
+        r = themis("logs", app, "--tensorboard", "--dest", str(dest))
+        if r.returncode == 0:
+            during = max(during, len(list(dest.rglob("events.out.tfevents.*"))))
+        time.sleep(5)
+    assert state == "FINISHED", (state, status)
+    assert during > 0, "no event file reached HDFS while the app ran"
+
+    r = themis("logs", app, "--tensorboard", "--dest", str(dest))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == str(dest)
+    jobs = status.get("jobs", [])
+    assert len(jobs) == 2, jobs
+    for job in jobs:
+        job_dir = dest / job["id"]
+        files = sorted(job_dir.glob("events.out.tfevents.*"))
+        assert files, f"{job['id']}: no event files in {sorted(dest.rglob('*'))}"
+        steps = {p.step for p in LogDirTail(job_dir).poll() if p.tag == "loss"}
+        assert max(steps) == 30, (job["id"], sorted(steps))
