@@ -14,8 +14,9 @@ giving the same GPUs kept), leftover (per non-bidder), unallocated, solver, solv
 Limits (each an option below): input size, nesting depth, number magnitude (integers are
 refused from their digits; NaN and Infinity are refused), GPUs, apps, bids per app, GPUs
 per bid, and the wall-clock time of the auction. Ids are non-empty printable strings of at
-most 256 characters; unknown fields and duplicate keys are refused. Bad input and any limit exceeded exit with status 2
-and one line naming the field and the problem (apps[3].bids[17].rho: ...).
+most 256 characters; unknown fields and duplicate keys are refused. Bad input and any limit
+exceeded exit with status 2 and one line naming the field and the problem
+(apps[3].bids[17].rho: ...).
 """
 
 from __future__ import annotations
