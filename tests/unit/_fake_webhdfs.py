@@ -130,10 +130,15 @@ class FakeWebHdfs:
             return 200, None, {}, None
         if op == "RENAME":
             dst = q["destination"]
-            if path not in self.files or dst in self.files:
+            if self._status(path) is None or self._status(dst) is not None:
                 return 200, {"boolean": False}, {}, None
+
+            def moved(p: str) -> str:
+                return dst + p[len(path):] if p == path or p.startswith(path + "/") else p
+
             self._mkdirs(posixpath.dirname(dst))
-            self.files[dst] = self.files.pop(path)
+            self.files = {moved(p): data for p, data in self.files.items()}
+            self.dirs = {moved(d) for d in self.dirs}
             return 200, {"boolean": True}, {}, None
         if op == "DELETE":
             gone = [p for p in self.files if p == path or p.startswith(path + "/")]

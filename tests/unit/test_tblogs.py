@@ -1,5 +1,6 @@
-"""TensorBoard logs kept in HDFS (the runner's copy, ``themis logs --tensorboard``) and the
-WebHDFS adapter over the ``hdfs`` package, against an in-memory WebHDFS on loopback."""
+"""TensorBoard logs kept in HDFS (the runner's copy, ``themis logs --tensorboard``), the
+WebHDFS adapter over the ``hdfs`` package and the checkpoint store on the same library,
+against an in-memory WebHDFS on loopback."""
 
 from __future__ import annotations
 
@@ -83,6 +84,25 @@ def test_adapter_errors_name_the_operation_path_and_cause(fake: FakeWebHdfs) -> 
     down = WebHdfs("http://127.0.0.1:9", timeout=2)
     with pytest.raises(WebHdfsError, match=r"GETFILESTATUS /x: http://127.0.0.1:9 unreachable"):
         down.status("/x")
+
+
+def test_checkpoint_store_publishes_atomically_over_the_same_library(
+        fake: FakeWebHdfs, tmp_path: Path) -> None:
+    from themis.jobs.storage import StorageError, WebHdfsStore
+
+    store = WebHdfsStore(fake.url, "/ckpt/j1", "root")
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "model").write_bytes(b"w" * 100)
+    store.put_dir(src, "ckpt-40")
+    assert store.list_names() == ["ckpt-40"]
+    assert not any(".tmp-" in p for p in fake.files)  # published by one rename
+    with pytest.raises(StorageError, match="already exists"):
+        store.put_dir(src, "ckpt-40")
+    store.get_dir("ckpt-40", tmp_path / "back")
+    assert (tmp_path / "back" / "model").read_bytes() == b"w" * 100
+    store.delete("ckpt-40")
+    assert store.list_names() == []
 
 
 # ------------------------------------------------------------------ the runner's copy

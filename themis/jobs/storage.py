@@ -140,7 +140,8 @@ class LocalDirStore(CheckpointStore):
 
 
 class WebHdfsStore(CheckpointStore):
-    """Checkpoints in HDFS through the WebHDFS REST API (the ``hdfs`` PyPI package).
+    """Checkpoints in HDFS through the WebHDFS REST API (the ``hdfs`` PyPI package, the
+    HDFS client of the whole project: :mod:`themis.submarine_am.webhdfs` adapts the same).
 
     Publication uploads to a temporary directory and then issues one HDFS rename, which
     is atomic on the NameNode."""
@@ -151,7 +152,9 @@ class WebHdfsStore(CheckpointStore):
         self.http_url = http_url.rstrip("/")
         self.root = root.rstrip("/") or "/"
         self.user = user or os.environ.get("HADOOP_USER_NAME") or getpass.getuser()
-        self._client: Any = InsecureClient(self.http_url, user=self.user)
+        # timeout: per connect and per read; without one a NameNode that stops answering
+        # would hang the checkpoint a job writes when it is told to stop
+        self._client: Any = InsecureClient(self.http_url, user=self.user, timeout=60)
         try:
             self._client.makedirs(self.root)
         except Exception as e:
