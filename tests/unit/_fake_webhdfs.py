@@ -66,7 +66,7 @@ class FakeWebHdfs:
         path = posixpath.normpath(unquote(u.path[len(PREFIX):]) or "/")
         q = {k: v[0] for k, v in parse_qs(u.query).items()}
         op = q.get("op", "")
-        body = h.rfile.read(int(h.headers.get("Content-Length") or 0))
+        body = self._body(h)
         with self.lock:
             code, doc, headers, raw = self._op(h.command, op, path, q, body)
         h.send_response(code)
@@ -76,6 +76,18 @@ class FakeWebHdfs:
         h.send_header("Content-Length", str(len(data)))
         h.end_headers()
         h.wfile.write(data)
+
+    @staticmethod
+    def _body(h: BaseHTTPRequestHandler) -> bytes:
+        if h.headers.get("Transfer-Encoding", "").lower() != "chunked":
+            return h.rfile.read(int(h.headers.get("Content-Length") or 0))
+        out = b""  # a streamed upload (the hdfs package sends generators chunked)
+        while True:
+            size = int(h.rfile.readline().split(b";")[0], 16)
+            chunk = h.rfile.read(size + 2)[:size]  # + CRLF
+            if size == 0:
+                return out
+            out += chunk
 
     def _error(self, code: int, exception: str, message: str) -> tuple[int, Any, dict[str, str], None]:
         return code, {"RemoteException": {"exception": exception, "message": message,
