@@ -173,7 +173,8 @@ def test_bid_errors_change_nothing(server: ArbiterServer, arb: Any) -> None:
             rho_current=rho0, bundles=[pb.Bundle(gpu_ids=g, rho=r) for g, r in bundles]))
 
     inv = SC.INVALID_ARGUMENT
-    rejected(server, inv, arb.SubmitBid, bid(2.0, (["zz"], 1.0)), match="not in the offer")
+    rejected(server, inv, arb.SubmitBid, bid(2.0, (["m0-g0"], 1.0), (["zz"], 1.0)),
+             match="app 'a': table.bundles[1]: GPU 'zz' is not in the offer")
     rejected(server, inv, arb.SubmitBid, bid(2.0, (["m0-g0", "m0-g0"], 1.0)), match="twice")
     rejected(server, inv, arb.SubmitBid, bid(2.0, (["m0-g0"], -1.0)), match="finite positive")
     rejected(server, inv, arb.SubmitBid, bid(2.0, (["m0-g0"], math.inf)))
@@ -189,6 +190,121 @@ def test_bid_errors_change_nothing(server: ArbiterServer, arb: Any) -> None:
     rejected(server, SC.FAILED_PRECONDITION, arb.SubmitBid, bid(2.0, (["m1-g0"], 1.0)),
              match="already bid")
     st_a.close()
+
+
+def test_bid_tables_beyond_the_limits_are_refused_naming_the_field(
+        server: ArbiterServer, arb: Any) -> None:
+    sa, _sb, st_a, offer = _open_round(server, arb)
+    c = creds("a", sa)
+
+    def bid(*bundles: list[str], n: int = 1) -> Any:
+        return pb.SubmitBidRequest(credentials=c, round_id=offer.round_id, table=pb.BidTable(
+            rho_current=2.0, bundles=[pb.Bundle(gpu_ids=g, rho=1.0) for g in bundles] * n))
+
+    limit = server.core.config.max_bundles
+    rejected(server, SC.RESOURCE_EXHAUSTED, arb.SubmitBid, bid(["m0-g0"], n=limit + 1),
+             match=f"app 'a': table.bundles: {limit + 1} bundles exceed the limit of {limit}")
+    rejected(server, SC.INVALID_ARGUMENT, arb.SubmitBid, bid(["m0-g0"], ["x"] * 5),
+             match="table.bundles[1].gpu_ids: 5 GPUs, more than the cluster's 4")
+    rejected(server, SC.PERMISSION_DENIED, arb.SubmitBid, pb.SubmitBidRequest(
+        credentials=creds("a", "s" * 10_000), round_id=offer.round_id), match="wrong secret")
+    msg = rejected(server, SC.NOT_FOUND, arb.SubmitBid, pb.SubmitBidRequest(
+        credentials=creds("a" * 1_000_000, "s"), round_id=offer.round_id))
+    assert len(msg) < 200 and "at most 128 characters" in msg
+    st_a.close()
+
+
+def test_total_gpu_ids_of_a_table_are_bounded() -> None:
+    cfg = ArbiterConfig(bid_timeout_s=3.0, fairness_knob=0.0, round_delay_s=0.01,
+                        solver="bnb", max_table_gpu_ids=6)
+    srv = ArbiterServer(uniform_cluster(2, 2), cfg, max_workers=8)
+    srv.start(0)
+    channel, s = stub(srv.address)
+    try:
+        sa, _sb, st_a, offer = _open_round(srv, s)
+        table = pb.BidTable(rho_current=2.0, bundles=[
+            pb.Bundle(gpu_ids=["m0-g0", "m0-g1", "m1-g0"], rho=1.0 + k) for k in range(3)])
+        rejected(srv, SC.RESOURCE_EXHAUSTED, s.SubmitBid, pb.SubmitBidRequest(
+            credentials=creds("a", sa), round_id=offer.round_id, table=table),
+            match="table.bundles: 9 GPU ids in all exceed the limit of 6")
+        st_a.close()
+    finally:
+        channel.close()
+        srv.stop(0)
+
+
+@pytest.mark.parametrize("method", ["RegisterApp", "ReportRho", "SubmitBid", "ReleaseGpus",
+                                    "Unregister", "Events"])
+def test_bytes_that_do_not_parse_get_invalid_argument(server: ArbiterServer,
+                                                      method: str) -> None:
+    channel = grpc.insecure_channel(server.address)
+    try:
+        call = (channel.unary_stream if method == "Events" else channel.unary_unary)(
+            f"/themis.v1.Arbiter/{method}")
+        for body in (b"\xff\xff\xff", b"\x0a\x02\xff\xfe", b"\x0a\x80"):
+            before = server.core.snapshot()
+            with pytest.raises(grpc.RpcError) as info:
+                res = call(body, timeout=5)
+                if method == "Events":
+                    next(iter(res))
+            assert info.value.code() == SC.INVALID_ARGUMENT, info.value.details()
+            assert "request: not a valid themis.v1." in info.value.details()
+            assert server.core.snapshot() == before
+    finally:
+        channel.close()
+
+
+def test_messages_beyond_the_size_limit_are_refused_before_parsing() -> None:
+    srv = ArbiterServer(uniform_cluster(1, 2), ArbiterConfig(solver="bnb"), max_workers=4,
+                        max_message_bytes=4096)
+    srv.start(0)
+    channel, s = stub(srv.address)
+    try:
+        with pytest.raises(grpc.RpcError) as info:
+            s.RegisterApp(pb.RegisterAppRequest(app_id="a" * 5000, rho=1.0, max_gpus=1))
+        assert info.value.code() == SC.RESOURCE_EXHAUSTED
+        assert server_apps(srv) == {}
+        s.RegisterApp(pb.RegisterAppRequest(app_id="a", rho=1.0, max_gpus=1))  # still serving
+        assert set(server_apps(srv)) == {"a"}
+    finally:
+        channel.close()
+        srv.stop(0)
+
+
+def server_apps(srv: ArbiterServer) -> dict[str, Any]:
+    return dict(srv.core.snapshot()["apps"])
+
+
+def test_a_huge_bid_table_does_not_delay_the_others() -> None:
+    """A 100,000-bundle table (1.8 MB) is refused from its bundle count alone, fast; the
+    other app's bid is accepted and the round completes."""
+    import time
+
+    cfg = ArbiterConfig(bid_timeout_s=5.0, fairness_knob=0.0, round_delay_s=0.01,
+                        solver="bnb")
+    srv = ArbiterServer(uniform_cluster(2, 2), cfg, max_workers=8)
+    srv.start(0)
+    channel, s = stub(srv.address)
+    try:
+        sa, sb, st_a, offer = _open_round(srv, s)
+        huge = pb.BidTable(rho_current=2.0, bundles=[
+            pb.Bundle(gpu_ids=["m0-g0", "m0-g1"], rho=1.0 + k * 1e-6) for k in range(100_000)])
+        t0 = time.monotonic()
+        with pytest.raises(grpc.RpcError) as info:
+            s.SubmitBid(pb.SubmitBidRequest(credentials=creds("a", sa),
+                                            round_id=offer.round_id, table=huge))
+        assert info.value.code() == SC.RESOURCE_EXHAUSTED
+        assert time.monotonic() - t0 < 2.0
+        rounds = len(srv.core.stats)
+        for app, secret in (("a", sa), ("b", sb)):
+            s.SubmitBid(pb.SubmitBidRequest(credentials=creds(app, secret),
+                                            round_id=offer.round_id, table=pb.BidTable(
+                rho_current=2.0, bundles=[pb.Bundle(gpu_ids=["m0-g0"], rho=1.0)])))
+        assert srv.core.wait_rounds(rounds + 1, timeout=3.0)  # before the 5 s deadline
+        st_a.close()
+    finally:
+        channel.close()
+        srv.stop(0)
 
 
 @dataclass

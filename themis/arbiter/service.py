@@ -1,6 +1,13 @@
 """The arbiter's gRPC service (proto/themis/v1/arbiter.proto) over an :class:`ArbiterCore`.
 
 Only 127.0.0.1 is served. ``ArbiterServer(backend, config).start(port=0)`` returns the port.
+
+Input is bounded (docs/protocol.md, "Limits"): a request larger than ``max_message_bytes``
+is refused by gRPC with RESOURCE_EXHAUSTED before it is parsed; bytes that do not parse as
+the request message get INVALID_ARGUMENT (the methods are registered here with
+deserializers that never raise, instead of the generated ``add_ArbiterServicer_to_server``,
+whose failures reach clients as INTERNAL); bid tables are bounded by the core
+(:meth:`ArbiterCore.submit_bid`); status messages are cut to ``MAX_DETAILS`` characters.
 """
 
 from __future__ import annotations
@@ -9,7 +16,7 @@ import logging
 import queue
 from collections.abc import Callable, Iterator
 from concurrent import futures
-from typing import NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import grpc
 
@@ -21,11 +28,73 @@ from themis.rpc.v1 import arbiter_pb2_grpc as pb_grpc
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 HOST = "127.0.0.1"
+MAX_MESSAGE_BYTES = 32 << 20  # a 4,096-GPU agent menu with long GPU ids is ~25 MB
+MAX_DETAILS = 1024  # characters of a status message
 
 
 def _abort(context: grpc.ServicerContext, exc: CallError) -> NoReturn:
-    context.abort(getattr(grpc.StatusCode, exc.code.value), exc.message)
+    msg = exc.message
+    if len(msg) > MAX_DETAILS:
+        msg = f"{msg[:MAX_DETAILS - 40]}...({len(msg)} characters)"
+    context.abort(getattr(grpc.StatusCode, exc.code.value), msg)
     raise AssertionError("unreachable")  # context.abort raises
+
+
+class _Malformed:
+    """Stands for request bytes that did not parse (answered with INVALID_ARGUMENT)."""
+
+    __slots__ = ("error", "message")
+
+    def __init__(self, message: str, error: str) -> None:
+        self.message = message
+        self.error = error
+
+
+def _parser(kind: Any) -> Callable[[bytes], Any]:
+    def parse(data: bytes) -> Any:
+        try:
+            return kind.FromString(data)
+        except Exception as exc:  # DecodeError, or anything else the runtime raises
+            return _Malformed(kind.DESCRIPTOR.full_name, str(exc)[:200])
+    return parse
+
+
+def _guarded(method: Callable[[Any, grpc.ServicerContext], T]
+             ) -> Callable[[Any, grpc.ServicerContext], T]:
+    def call(request: Any, context: grpc.ServicerContext) -> T:
+        if isinstance(request, _Malformed):
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                          f"request: not a valid {request.message} message ({request.error})")
+        return method(request, context)
+    return call
+
+
+def add_servicer(servicer: ArbiterServicer, server: grpc.Server) -> None:
+    """Register the service's methods (as the generated code does, with total
+    deserializers)."""
+    methods: dict[str, tuple[Any, Any, Any]] = {  # name: (handler factory, request, response)
+        "RegisterApp": (grpc.unary_unary_rpc_method_handler, pb.RegisterAppRequest,
+                        pb.RegisterAppResponse),
+        "ReportRho": (grpc.unary_unary_rpc_method_handler, pb.ReportRhoRequest,
+                      pb.ReportRhoResponse),
+        "Events": (grpc.unary_stream_rpc_method_handler, pb.EventsRequest, pb.Event),
+        "SubmitBid": (grpc.unary_unary_rpc_method_handler, pb.SubmitBidRequest,
+                      pb.SubmitBidResponse),
+        "ReleaseGpus": (grpc.unary_unary_rpc_method_handler, pb.ReleaseGpusRequest,
+                        pb.ReleaseGpusResponse),
+        "Unregister": (grpc.unary_unary_rpc_method_handler, pb.UnregisterRequest,
+                       pb.UnregisterResponse),
+    }
+    service = pb.DESCRIPTOR.services_by_name["Arbiter"]
+    assert set(methods) == set(service.methods_by_name), "proto and service out of step"
+    handlers = {
+        name: factory(_guarded(getattr(servicer, name)), request_deserializer=_parser(req),
+                      response_serializer=resp.SerializeToString)
+        for name, (factory, req, resp) in methods.items()
+    }
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(service.full_name, handlers),))
+    server.add_registered_method_handlers(service.full_name, handlers)
 
 
 def _call(context: grpc.ServicerContext, fn: Callable[[], T]) -> T:
@@ -105,10 +174,12 @@ class ArbiterServer:
         *,
         max_workers: int = 256,
         core: ArbiterCore | None = None,
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
     ) -> None:
         # ``core``: a subclass for external rounds (themis.yarn.agents.ExternalCore)
         self.core = core if core is not None else ArbiterCore(backend, config)
         self._max_workers = max_workers
+        self._max_message_bytes = max_message_bytes
         self._server: grpc.Server | None = None
         self.port = 0
         self.host = HOST
@@ -121,9 +192,9 @@ class ArbiterServer:
             futures.ThreadPoolExecutor(max_workers=self._max_workers,
                                        thread_name_prefix="arbiter-rpc"),
             maximum_concurrent_rpcs=self._max_workers,
+            options=[("grpc.max_receive_message_length", self._max_message_bytes)],
         )
-        pb_grpc.add_ArbiterServicer_to_server(  # type: ignore[no-untyped-call]
-            ArbiterServicer(self.core), server)
+        add_servicer(ArbiterServicer(self.core), server)
         try:
             self.port = server.add_insecure_port(f"{host}:{port}")
         except RuntimeError as exc:  # grpcio raises RuntimeError when the port is taken

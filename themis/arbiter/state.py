@@ -38,10 +38,12 @@ from themis.arbiter.solvers import make_solver
 from themis.cluster.topology import Gpu
 from themis.rpc.convert import gpus_to_pb, lease_to_pb, table_from_pb
 from themis.rpc.v1 import arbiter_pb2 as pb
+from themis.safeinput import short
 
 log = logging.getLogger(__name__)
 
 MAX_APP_ID = 128
+MAX_SECRET = 256  # characters; a longer secret is wrong without being compared
 
 
 class Code(Enum):
@@ -52,6 +54,7 @@ class Code(Enum):
     NOT_FOUND = "NOT_FOUND"
     ALREADY_EXISTS = "ALREADY_EXISTS"
     FAILED_PRECONDITION = "FAILED_PRECONDITION"
+    RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"  # a message beyond a size limit
 
 
 class CallError(Exception):
@@ -73,6 +76,10 @@ class ArbiterConfig:
     seed: int = 0
     # the form of T_id agents use in rho, announced at registration (docs/mechanism.md)
     ideal_time: str = str(DEFAULT_IDEAL_TIME)
+    # bid table bounds (docs/protocol.md, "Limits"): an agent's menu for a 4,096-GPU offer
+    # has ~550 bundles and ~1.05 million GPU ids in all (themis.agent.bids)
+    max_bundles: int = 1024
+    max_table_gpu_ids: int = 1 << 21
 
     def __post_init__(self) -> None:
         check_knob(self.fairness_knob)
@@ -88,6 +95,10 @@ class ArbiterConfig:
             v = getattr(self, name)
             if not math.isfinite(v) or v < 0:
                 raise ValueError(f"arbiter config: {name}={v!r} must be a number >= 0")
+        for name in ("max_bundles", "max_table_gpu_ids"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"arbiter config: {name}={v!r} must be an integer >= 1")
 
     @property
     def effective_warning_s(self) -> float:
@@ -179,12 +190,16 @@ class ArbiterCore:
     def _auth(self, app_id: str, secret: str) -> AppRecord:
         if not app_id:
             raise CallError(Code.PERMISSION_DENIED, "missing credentials: app_id is empty")
+        if len(app_id) > MAX_APP_ID:
+            raise CallError(Code.NOT_FOUND, f"app {short(app_id)} is not registered (app ids "
+                                            f"have at most {MAX_APP_ID} characters)")
         rec = self._apps.get(app_id)
         if rec is None:
             raise CallError(Code.NOT_FOUND, f"app {app_id!r} is not registered")
         if not secret:
             raise CallError(Code.PERMISSION_DENIED, f"app {app_id!r}: missing secret")
-        if not hmac.compare_digest(rec.secret.encode(), secret.encode()):
+        if len(secret) > MAX_SECRET or not hmac.compare_digest(rec.secret.encode(),
+                                                                secret.encode()):
             raise CallError(Code.PERMISSION_DENIED, f"app {app_id!r}: wrong secret")
         return rec
 
@@ -216,7 +231,8 @@ class ArbiterCore:
     def register(self, app_id: str, rho: float, max_gpus: int) -> pb.RegisterAppResponse:
         if not app_id or len(app_id) > MAX_APP_ID or not app_id.isprintable():
             raise CallError(Code.INVALID_ARGUMENT,
-                            f"app_id {app_id!r} must be 1-{MAX_APP_ID} printable characters")
+                            f"app_id {short(app_id)} must be 1-{MAX_APP_ID} printable "
+                            "characters")
         _check_rho(rho, f"app {app_id!r}")
         if max_gpus < 1:
             raise CallError(Code.INVALID_ARGUMENT,
@@ -272,33 +288,82 @@ class ArbiterCore:
                 rec.events = None
                 self._cond.notify_all()  # a round waiting for this app's bid stops waiting
 
+    def _check_table_size(self, app_id: str, table: pb.BidTable) -> None:
+        """Bounds of a bid table, checked on the message before any other work (and
+        without the lock): bundles, GPUs per bundle, GPU ids in all."""
+        n = len(table.bundles)
+        if n > self.config.max_bundles:
+            raise CallError(Code.RESOURCE_EXHAUSTED,
+                            f"app {short(app_id)}: table.bundles: {n} bundles exceed the limit of "
+                            f"{self.config.max_bundles}")
+        cluster = len(self.backend.topology())
+        total = 0
+        for k, b in enumerate(table.bundles):
+            size = len(b.gpu_ids)
+            if size > cluster:
+                raise CallError(Code.INVALID_ARGUMENT,
+                                f"app {short(app_id)}: table.bundles[{k}].gpu_ids: {size} GPUs, "
+                                f"more than the cluster's {cluster}")
+            total += size
+        if total > self.config.max_table_gpu_ids:
+            raise CallError(Code.RESOURCE_EXHAUSTED,
+                            f"app {short(app_id)}: table.bundles: {total} GPU ids in all exceed "
+                            f"the limit of {self.config.max_table_gpu_ids}")
+
+    def _open_round_for(self, app_id: str, round_id: int) -> OpenRound:
+        """The open round ``round_id`` if ``app_id`` may bid in it now (caller holds the
+        lock)."""
+        r = self._open
+        if r is None or round_id != r.round_id:
+            current = r.round_id if r is not None else self._round_id
+            raise CallError(Code.FAILED_PRECONDITION,
+                            f"app {app_id!r}: round {round_id} is stale (current round "
+                            f"{current}{'' if r is not None else ', closed'})")
+        if r.closed or self.clock() > r.deadline:
+            raise CallError(Code.FAILED_PRECONDITION,
+                            f"app {app_id!r}: late bid for round {round_id}: "
+                            "the bid deadline has passed")
+        if app_id not in r.bidders:
+            raise CallError(Code.FAILED_PRECONDITION,
+                            f"app {app_id!r} was not offered GPUs in round {round_id}")
+        return r
+
+    def _resubmitted(self, app_id: str, round_id: int, r: OpenRound, raw: bytes) -> bool:
+        """True for an identical re-submission; raises for a different second table."""
+        if app_id not in r.tables:
+            return False
+        if r.raw[app_id] == raw:
+            return True  # idempotent re-submission of the same table
+        raise CallError(Code.FAILED_PRECONDITION,
+                        f"app {app_id!r} already bid in round {round_id}")
+
     def submit_bid(self, app_id: str, secret: str, round_id: int, table: pb.BidTable) -> None:
+        """Bounds, then credentials and round state under the lock, then the table's
+        validation *outside* the lock (a large table does not hold up other apps' calls or
+        the round), then credentials and round state again and the table is recorded."""
+        self._check_table_size(app_id, table)
+        raw = table.SerializeToString(deterministic=True)
         with self._cond:
             self._auth(app_id, secret)
-            r = self._open
-            if r is None or round_id != r.round_id:
-                current = r.round_id if r is not None else self._round_id
-                raise CallError(Code.FAILED_PRECONDITION,
-                                f"app {app_id!r}: round {round_id} is stale (current round "
-                                f"{current}{'' if r is not None else ', closed'})")
-            if r.closed or self.clock() > r.deadline:
-                raise CallError(Code.FAILED_PRECONDITION,
-                                f"app {app_id!r}: late bid for round {round_id}: "
-                                "the bid deadline has passed")
-            if app_id not in r.bidders:
-                raise CallError(Code.FAILED_PRECONDITION,
-                                f"app {app_id!r} was not offered GPUs in round {round_id}")
-            raw = table.SerializeToString(deterministic=True)
-            if app_id in r.tables:
-                if r.raw[app_id] == raw:
-                    return  # idempotent re-submission of the same table
-                raise CallError(Code.FAILED_PRECONDITION,
-                                f"app {app_id!r} already bid in round {round_id}")
-            bid = table_from_pb(app_id, table)
-            try:
-                validate_tables(list(r.offer_ids), [bid])
-            except (InvalidBid, InvalidOffer) as exc:
-                raise CallError(Code.INVALID_ARGUMENT, str(exc)) from exc
+            r = self._open_round_for(app_id, round_id)
+            if self._resubmitted(app_id, round_id, r, raw):
+                return
+            offer_ids = list(r.offer_ids)
+        bid = table_from_pb(app_id, table)
+        try:
+            validate_tables(offer_ids, [bid])
+        except InvalidBid as exc:
+            where = ("table.rho_current" if exc.bid_index is None
+                     else f"table.bundles[{exc.bid_index}]")
+            raise CallError(Code.INVALID_ARGUMENT,
+                            f"app {app_id!r}: {where}: {exc.problem}") from exc
+        except InvalidOffer as exc:  # pragma: no cover - the arbiter's own offer
+            raise CallError(Code.INVALID_ARGUMENT, str(exc)) from exc
+        with self._cond:
+            self._auth(app_id, secret)
+            self._open_round_for(app_id, round_id)  # still open (round ids are unique)
+            if self._resubmitted(app_id, round_id, r, raw):
+                return
             r.tables[app_id] = bid
             r.raw[app_id] = raw
             self._cond.notify_all()
@@ -308,12 +373,17 @@ class ArbiterCore:
             self._auth(app_id, secret)
             if not gpu_ids:
                 raise CallError(Code.INVALID_ARGUMENT, f"app {app_id!r}: no GPU to release")
+            topo = self.backend.topology()
+            if len(gpu_ids) > len(topo):
+                raise CallError(Code.INVALID_ARGUMENT,
+                                f"app {app_id!r}: gpu_ids: {len(gpu_ids)} GPUs, more than the "
+                                f"cluster's {len(topo)}")
             if len(set(gpu_ids)) != len(gpu_ids):
                 raise CallError(Code.INVALID_ARGUMENT, f"app {app_id!r}: duplicate GPU ids")
-            topo = self.backend.topology()
             for g in gpu_ids:
                 if g not in topo:
-                    raise CallError(Code.INVALID_ARGUMENT, f"app {app_id!r}: unknown GPU {g!r}")
+                    raise CallError(Code.INVALID_ARGUMENT,
+                                    f"app {app_id!r}: unknown GPU {short(g)}")
                 if self._leases.holder(g) != app_id:
                     raise CallError(Code.FAILED_PRECONDITION,
                                     f"app {app_id!r} does not hold a lease on GPU {g!r}")
