@@ -72,13 +72,14 @@ def test_sweep_table_schema_and_resume(tmp_path: Path) -> None:
                 "sweep_gpu_time.png"):
         assert (out / png).stat().st_size > 5000
     meta = json.loads((out / "sweep.json").read_text())
-    assert meta["runs"] == 24 and len(meta["traces"]) == 2
+    assert meta["runs"] == 24 and meta["simulated"] == 24 and len(meta["traces"]) == 2
     # resume: every run is cached, a second sweep simulates nothing
     cached = sorted((out / "runs").rglob("*.json"))
     assert len(cached) == 24
     stamps = [p.stat().st_mtime_ns for p in cached]
     assert _run(tmp_path, traces) == 0
     assert [p.stat().st_mtime_ns for p in cached] == stamps
+    assert json.loads((out / "sweep.json").read_text())["cached"] == 24
 
 
 def test_sized_cluster_and_base_size() -> None:

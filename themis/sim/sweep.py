@@ -219,8 +219,8 @@ def _work(item: tuple[Run, Options, str]) -> dict[str, Any]:
 
 
 def execute(runs: Sequence[Run], opts: Options, out: Path, jobs: int,
-            progress: bool = True) -> list[dict[str, Any]]:
-    """Run (or read from the cache) every run; rows in plan order."""
+            progress: bool = True) -> tuple[list[dict[str, Any]], int]:
+    """Run (or read from the cache) every run: (rows in plan order, runs simulated)."""
     cache = out / "runs" / opts.fingerprint()
     cache.mkdir(parents=True, exist_ok=True)
     rows: dict[str, dict[str, Any]] = {}
@@ -258,7 +258,7 @@ def execute(runs: Sequence[Run], opts: Options, out: Path, jobs: int,
     finally:
         if bar is not None:
             bar.close()
-    return [rows[r.key] for r in runs]
+    return [rows[r.key] for r in runs], len(todo)
 
 
 def _key_of(row: dict[str, Any]) -> str:
@@ -302,8 +302,8 @@ def _setting(row: dict[str, Any]) -> tuple[str, int, int]:
 
 def aggregate(rows: Sequence[dict[str, Any]], policies: Sequence[str]
               ) -> list[dict[str, Any]]:
-    """Per policy (and per contention level, then all): mean and standard deviation across
-    traces of each table metric; ratios are to the best policy of the same trace."""
+    """Per policy (and per contention level, then all): mean, standard deviation and median
+    across traces of each table metric; ratios are to the best policy of the same trace."""
     by_setting: dict[tuple[str, int, int], dict[str, dict[str, Any]]] = {}
     for r in rows:
         by_setting.setdefault(_setting(r), {})[r["policy"]] = r
@@ -333,6 +333,7 @@ def aggregate(rows: Sequence[dict[str, Any]], policies: Sequence[str]
                 vs = [v for v in values[m] if math.isfinite(v)]
                 agg[f"{col} mean"] = statistics.fmean(vs) if vs else math.nan
                 agg[f"{col} sd"] = statistics.pstdev(vs) if len(vs) > 1 else 0.0
+                agg[f"{col} median"] = statistics.median(vs) if vs else math.nan
             for m in WIN_METRICS:
                 agg[f"wins {m}"] = wins[m] / agg["runs"] if agg["runs"] else math.nan
             out.append(agg)
@@ -546,7 +547,7 @@ def run_cli(args: argparse.Namespace) -> int:
     print(f"themis sweep: {len(traces)} traces x {len(opts.workloads)} workloads x "
           f"{len(opts.contentions)} contention levels x {len(policies)} policies = "
           f"{len(runs)} runs on {args.jobs} worker(s)", file=sys.stderr)
-    rows = execute(runs, opts, out, args.jobs, args.progress)
+    rows, simulated = execute(runs, opts, out, args.jobs, args.progress)
     write_csv(out / "runs.csv", rows)
     table = aggregate(rows, policies)
     write_csv(out / "table.csv", table)
@@ -560,10 +561,13 @@ def run_cli(args: argparse.Namespace) -> int:
     write_plots(rows, policies, out, subtitle)
     (out / "sweep.json").write_text(json.dumps({
         "options": asdict(opts), "policies": policies, "traces": [t.name for t in traces],
-        "source": where, "runs": len(runs), "elapsed_s": round(elapsed, 1),
+        "source": where, "runs": len(runs), "simulated": simulated,
+        "cached": len(runs) - simulated, "elapsed_s": round(elapsed, 1),
+        "cpu_s_of_runs": round(sum(float(r["wall_s"]) for r in rows), 1),
         "jobs": args.jobs, "fingerprint": opts.fingerprint(),
     }, indent=2))
-    print(f"themis sweep: {len(runs)} runs in {elapsed:.0f} s; wrote {out}/table.md, "
+    print(f"themis sweep: {len(runs)} runs ({simulated} simulated, "
+          f"{len(runs) - simulated} from the cache) in {elapsed:.0f} s; wrote {out}/table.md, "
           f"table.csv, runs.csv and sweep_*.png", file=sys.stderr)
     return 0
 
