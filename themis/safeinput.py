@@ -309,9 +309,16 @@ def _check_scalar(loader: _Loader, node: yaml.ScalarNode, limits: Limits,
                                           f"range (|x| <= {top:g})")
 
 
+def _one_line(what: object) -> str:
+    return " ".join(str(what).split())[:300]
+
+
 def load_yaml(data: bytes, limits: Limits) -> Any:
     text = decode(data, limits)
-    loader = _Loader(text)
+    try:
+        loader = _Loader(text)  # the reader refuses unprintable characters here
+    except yaml.YAMLError as exc:
+        raise InputError("", f"not valid YAML: {_one_line(exc)}") from None
     loader.limit_depth = limits.max_depth + 1  # + a scalar; _check_nodes is exact
     loader.shown_depth = limits.max_depth
     try:
@@ -323,15 +330,16 @@ def load_yaml(data: bytes, limits: Limits) -> Any:
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = f"line {mark.line + 1}" if mark is not None else ""
-        raise InputError(line, f"not valid YAML: {exc.problem or exc.context}") from None
+        raise InputError(line, f"not valid YAML: {_one_line(exc.problem or exc.context)}"
+                         ) from None
     except yaml.YAMLError as exc:
-        raise InputError("", f"not valid YAML: {exc}") from None
+        raise InputError("", f"not valid YAML: {_one_line(exc)}") from None
     except RecursionError:
         raise InputError("", f"nesting deeper than the limit of {limits.max_depth}") from None
     except (ValueError, TypeError, OverflowError) as exc:  # e.g. a bad !!binary
         if isinstance(exc, InputError):
             raise
-        raise InputError("", f"not valid YAML: {exc}") from None
+        raise InputError("", f"not valid YAML: {_one_line(exc)}") from None
     finally:
         loader.dispose()
 

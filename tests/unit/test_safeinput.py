@@ -55,6 +55,7 @@ BOMB = b"".join(
     (b"a: !!binary xx\n", "line 1", "not valid YAML"),
     (b"a: 1\n---\nb: 2\n", "line 2", "not valid YAML"),
     (b"a: \x85\n", "", "not UTF-8 text"),
+    (b"\x00a: 1\n", "", "not valid YAML: unacceptable character #x0000"),
 ])
 def test_yaml_refusals_name_the_field(data: bytes, where: str, words: str) -> None:
     t0 = time.monotonic()

@@ -307,6 +307,38 @@ def test_a_huge_bid_table_does_not_delay_the_others() -> None:
         srv.stop(0)
 
 
+def test_a_cancelled_stream_frees_its_worker_at_once() -> None:
+    """An agent that goes away releases its worker thread when its stream ends, not at
+    the next heartbeat: with 2 workers and a 60 s heartbeat, five streams opened and
+    cancelled one after the other leave the server able to answer at once."""
+    import time
+
+    cfg = ArbiterConfig(heartbeat_s=60.0, solver="bnb")
+    srv = ArbiterServer(uniform_cluster(1, 2), cfg, max_workers=2)
+    srv.start(0, own_rounds=False)
+    channel, s = stub(srv.address)
+    try:
+        secret = s.RegisterApp(pb.RegisterAppRequest(app_id="a", rho=1.0, max_gpus=1)).secret
+        for _ in range(5):
+            call = s.Events(pb.EventsRequest(credentials=creds("a", secret)))
+            assert next(iter(call)).WhichOneof("kind") == "hello"
+            call.cancel()
+        t0 = time.monotonic()
+        assert wait_for(lambda: _answers(s, secret), timeout=5.0)
+        assert time.monotonic() - t0 < 5.0
+    finally:
+        channel.close()
+        srv.stop(0)
+
+
+def _answers(s: Any, secret: str) -> bool:
+    try:
+        s.ReportRho(pb.ReportRhoRequest(credentials=creds("a", secret), rho=2.0), timeout=1)
+        return True
+    except grpc.RpcError:
+        return False
+
+
 @dataclass
 class OneBidder:
     """A 2 x 2-GPU arbiter with f = 0.5 and two apps: a (rho 5, the only bidder) and b."""

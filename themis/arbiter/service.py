@@ -148,7 +148,11 @@ class ArbiterServicer(pb_grpc.ArbiterServicer):
     ) -> Iterator[pb.Event]:
         c = request.credentials
         gen, events = _call(context, lambda: self.core.open_stream(c.app_id, c.secret))
-        context.add_callback(lambda: self.core.close_stream(c.app_id, gen))
+        def ended() -> None:  # the client went away: free this worker now, not at the
+            events.put(None)  # next heartbeat
+            self.core.close_stream(c.app_id, gen)
+
+        context.add_callback(ended)
         heartbeat = self.core.config.heartbeat_s
         try:
             while context.is_active():
