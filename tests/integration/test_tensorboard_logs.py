@@ -1,6 +1,7 @@
 """On the dockerised mini-cluster: the jobs' TensorBoard event files are kept in HDFS.
 
-One small app (Hyperband bracket 0: two real TensorFlow jobs of 30 steps), submitted with
+One small app (Hyperband bracket 0: two real TensorFlow jobs of 60 steps, 0.5 s each, so
+that the runners' copies every 10 s are seen while the jobs run), submitted with
 ``themis submit``. While it runs and after it finished, every job has its event files under
 ``/user/root/.themis/<app>/tensorboard/<job>/`` in HDFS, ``themis logs APP --tensorboard``
 downloads them, and they hold each job's losses up to its last step (read by TensorBoard's
@@ -33,12 +34,12 @@ SPEC = """\
 name: tb-logs
 search_space:
   learning_rate: {type: double, min: 1.0e-3, max: 1.0e-1, scale: log}
-hyperband: {max_resource: 3, eta: 3, steps_per_unit: 10, brackets: [0], seed: 1}
+hyperband: {max_resource: 3, eta: 3, steps_per_unit: 20, brackets: [0], seed: 1}
 job:
   command: >-
     python3 -m themis.jobs.train --job-id {job_id} --logdir {logdir}
     --max-steps {max_steps} --checkpoint-uri {checkpoint_uri} --checkpoint-every 10
-    --learning-rate {learning_rate} --step-sleep-ms 100 --eval-every 10
+    --learning-rate {learning_rate} --step-sleep-ms 500 --eval-every 10
 resources: {gpus: 1, memory_mb: 512, vcores: 1}
 am: {memory_mb: 512, max_attempts: 1}
 """
@@ -65,11 +66,21 @@ def cluster() -> Iterator[dict[str, Any]]:
 
 
 def _state(app: str) -> tuple[str, dict[str, Any]]:
+    """(YARN state/final status, the AM's status)."""
     r = themis("status", app, "--json", timeout=60)
     if r.returncode != 0:
         return "UNKNOWN", {}
     doc = json.loads(r.stdout)
-    return str(doc["app"]["state"]), dict(doc.get("status") or {})
+    a = doc["app"]
+    return f"{a['state']}/{a.get('finalStatus')}", dict(doc.get("status") or {})
+
+
+def _dump_logs(cluster: dict[str, Any]) -> str:
+    out = []
+    for c in cluster["containers"]:
+        w = c.get_wrapped_container()
+        out.append(f"==== {w.name}\n" + w.logs(tail=40).decode(errors="replace"))
+    return "\n".join(out)
 
 
 def test_every_jobs_event_files_are_kept_in_hdfs(cluster: dict[str, Any],
@@ -88,13 +99,13 @@ def test_every_jobs_event_files_are_kept_in_hdfs(cluster: dict[str, Any],
     while time.monotonic() < deadline:
         state, st = _state(app)
         status = st or status
-        if state in ("FINISHED", "FAILED", "KILLED"):
+        if state.split("/")[0] in ("FINISHED", "FAILED", "KILLED"):
             break
         r = themis("logs", app, "--tensorboard", "--dest", str(dest))
         if r.returncode == 0:
             during = max(during, len(list(dest.rglob("events.out.tfevents.*"))))
-        time.sleep(5)
-    assert state == "FINISHED", (state, status)
+        time.sleep(2)
+    assert state == "FINISHED/SUCCEEDED", (state, status, _dump_logs(cluster))
     assert during > 0, "no event file reached HDFS while the app ran"
 
     r = themis("logs", app, "--tensorboard", "--dest", str(dest))
@@ -107,4 +118,4 @@ def test_every_jobs_event_files_are_kept_in_hdfs(cluster: dict[str, Any],
         files = sorted(job_dir.glob("events.out.tfevents.*"))
         assert files, f"{job['id']}: no event files in {sorted(dest.rglob('*'))}"
         steps = {p.step for p in LogDirTail(job_dir).poll() if p.tag == "loss"}
-        assert max(steps) == 30, (job["id"], sorted(steps))
+        assert max(steps) == job["target_steps"] == 60, (job, sorted(steps))
