@@ -16,9 +16,9 @@ imported TensorFlow therefore selects TensorBoard's TensorFlow-free implementati
 record's CRC32C in Python. Speed, ``python bench/bench_event_reader.py --mib 4``
 (2026-11-25, the shared 2-core development VM, Python 3.11, TensorBoard 2.21; two runs):
 3.6-3.9 MiB/s, against 4.2-5.4 MiB/s for a hand-written TFRecord reader with a
-table-driven CRC32C (in the benchmark), on the same file in the same run. A job writes about 140 bytes of events per
-training step (the bundled job: 41.5 kB for 300 steps), so following a job at 100 steps/s
-costs under 0.4 % of a core.
+table-driven CRC32C (in the benchmark), on the same file in the same run. A job writes
+about 140 bytes of events per training step (the bundled job: 41.5 kB for 300 steps), so
+following a job at 100 steps/s costs under 0.4 % of a core.
 
 A record that never becomes readable (a corrupt record, or a writer killed in the middle of
 one) stops the reading of that file there; it is logged once, after ``stall_warn_s``
