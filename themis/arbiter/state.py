@@ -139,6 +139,18 @@ class RoundStats:
     solve_ms: float
 
 
+#: Why a bid was refused, by the call's status code (a bounded set, for the RM's metrics):
+#: a malformed table, a table over the size limits, a round that is not open for the app
+#: (late, closed, or a different table resubmitted), unknown app or wrong credentials.
+REJECT_CAUSES: dict[Code, str] = {
+    Code.INVALID_ARGUMENT: "invalid",
+    Code.RESOURCE_EXHAUSTED: "too_large",
+    Code.FAILED_PRECONDITION: "not_open",
+    Code.NOT_FOUND: "unauthenticated",
+    Code.PERMISSION_DENIED: "unauthenticated",
+}
+
+
 def _check_rho(rho: float, what: str) -> None:
     if math.isnan(rho) or rho <= 0:
         raise CallError(Code.INVALID_ARGUMENT, f"{what}: rho {rho!r} must be > 0 (or +inf)")
@@ -169,6 +181,7 @@ class ArbiterCore:
         self._thread: threading.Thread | None = None
         self.stats: list[RoundStats] = []
         self.outcomes: list[RoundOutcome] = []
+        self._rejected: dict[str, int] = {}  # bids refused since the last drain, by cause
         self.on_round: Callable[[RoundOutcome], None] | None = None
 
     # ----------------------------------------------------------------- lifecycle
@@ -338,6 +351,24 @@ class ArbiterCore:
                         f"app {app_id!r} already bid in round {round_id}")
 
     def submit_bid(self, app_id: str, secret: str, round_id: int, table: pb.BidTable) -> None:
+        """Records the app's bid table for the open round; a refused bid raises
+        :class:`CallError` and is counted by cause (:meth:`drain_rejected_bids`)."""
+        try:
+            self._submit_bid(app_id, secret, round_id, table)
+        except CallError as exc:
+            cause = REJECT_CAUSES.get(exc.code, "other")
+            with self._cond:
+                self._rejected[cause] = self._rejected.get(cause, 0) + 1
+            raise
+
+    def drain_rejected_bids(self) -> dict[str, int]:
+        """Bids refused since the last call, by cause (a key of :data:`REJECT_CAUSES`'s
+        values); the counts restart at zero."""
+        with self._cond:
+            out, self._rejected = self._rejected, {}
+        return out
+
+    def _submit_bid(self, app_id: str, secret: str, round_id: int, table: pb.BidTable) -> None:
         """Bounds, then credentials and round state under the lock, then the table's
         validation *outside* the lock (a large table does not hold up other apps' calls or
         the round), then credentials and round state again and the table is recorded."""

@@ -149,6 +149,9 @@ class AgentEndpoint:
         self._round_id = rid
         return tables
 
+    def rejected_bids(self) -> Mapping[str, int]:
+        return self.server.core.drain_rejected_bids()
+
     def announce(self, offer: Sequence[Gpu], outcome: RoundOutcome) -> None:
         self.view.set_offer(offer)
         # A round whose bidders were all agent-less never opened a gRPC round: the id of

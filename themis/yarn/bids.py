@@ -31,6 +31,10 @@ class BidSource(Protocol):
         """The round is decided (grants validated by the RM afterwards); tell the apps."""
         ...
 
+    def rejected_bids(self) -> Mapping[str, int]:
+        """Bids refused since the last call, by cause (counts restart at zero)."""
+        ...
+
 
 class ReportedBids:
     """Thread-safe store of the last rho / bid table reported per app."""
@@ -57,6 +61,9 @@ class ReportedBids:
 
     def announce(self, offer: Sequence[Gpu], outcome: RoundOutcome) -> None:
         return None  # nobody to tell: tables were reported out of band
+
+    def rejected_bids(self) -> Mapping[str, int]:
+        return {}  # tables are reported, not submitted: nothing is refused here
 
     def rho(self, app_ids: Sequence[str]) -> Mapping[str, float]:
         with self._lock:

@@ -7,6 +7,7 @@ leftover) is :func:`themis.arbiter.round.run_round`.
 from __future__ import annotations
 
 import logging
+import math
 import random
 import threading
 import time
@@ -40,7 +41,8 @@ class RoundEngine:
             wanting = {a: sum(k * n for k, n in s.items()) for a, s in shape.items()}
             offer = offer_of(view)
             if not wanting or not offer:
-                return grants_json([], {"round": view.round_id, "skipped": True})
+                return grants_json([], {"round": view.round_id, "skipped": True,
+                                        "bids_rejected": dict(self.source.rejected_bids())})
             rho = self.source.rho(sorted(wanting))
             source = self.source
             outcome = run_round(
@@ -63,6 +65,10 @@ class RoundEngine:
                 "nonbidders": list(outcome.nonbidders),
                 "unallocated": len(outcome.unallocated),
                 "elapsed_ms": round((time.perf_counter() - started) * 1000.0, 3),
+                # for the RM's metrics: each app's rho this round (null when infinite:
+                # JSON has no infinity) and bids refused since the last round, by cause
+                "rho": {a: (r if math.isfinite(r) else None) for a, r in rho.items()},
+                "bids_rejected": dict(source.rejected_bids()),
             }
             log.info("round %d: %s", view.round_id, info)
             return grants_json(((g.app_id, g.gpus) for g in outcome.grants), info)
