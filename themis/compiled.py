@@ -5,7 +5,7 @@ logs when it first falls back (``themis doctor`` lists them all).
 Each part is optional at build time: without a C compiler the package still installs and
 its modules use their Python references instead - the same results, slower. The costs are
 measured on the simulator's captured auctions and bid tables (bench/RESULTS.md,
-sessions 8-10; docs/mechanism.md)."""
+measured; docs/mechanism.md)."""
 
 from __future__ import annotations
 

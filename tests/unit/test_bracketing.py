@@ -202,8 +202,8 @@ def test_a_failed_bracketing_solve_does_not_make_the_later_ones_patient(
     bracketing: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """After an impatient bracketing solve runs out of nodes, only that solve is retried
-    with the full cutting effort (session 14); an exact one makes the later ones patient
-    too (session 7)."""
+    with the full cutting effort (measured); an exact one makes the later ones patient
+    too (measured)."""
     from themis.arbiter.solvers import lpbb as lpbb_mod
 
     problem, _, winners, thresholds = _instance_solves(64, 10, 0)

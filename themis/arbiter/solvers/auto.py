@@ -123,7 +123,7 @@ class FallbackSolver(Solver):
         fallback takes that one solve, then the primary the next ones (again and again).
         Failures of a bracketing solve are sporadic, unlike those of exact solves, and a
         fallback MILP solve costs 10-30x a bracketing solve of lpbb (256 x 50 benchmark,
-        seed 99: 24 solves handed over took 3.8 s; bench/RESULTS.md, session 14)."""
+        seed 99: 24 solves handed over took 3.8 s; bench/RESULTS.md, "Design choices, measured")."""
         primary = self.primary
         if primary is None:
             raise SolverError("no primary back-end to resume")  # a bug, not input
@@ -207,7 +207,7 @@ FAST_NODE_LIMIT_LARGE = 0
 # ... and so it does, in open-fast, beyond this many bundles: within its 100 nodes it
 # finished none of the simulator's captured auctions of more than 200 bundles and 2 of
 # 138 of 150-200, nor any bench_rounds auction of more than 100 (bench/RESULTS.md,
-# session 8); its failed attempts cost ~5 s of the Workload-2 simulation.
+# "Design choices, measured"); its failed attempts cost ~5 s of the Workload-2 simulation.
 FAST_BNB_MAX_BUNDLES = 150
 FAST_LP_NODE_LIMIT_LARGE = 200
 FAST_LP_NODE_LIMIT_LARGE_GUROBI = 50  # auto-fast: Gurobi takes the hard ones sooner

@@ -13,7 +13,8 @@ the average cost per unit of gain observed so far in that direction (so that, li
 unobserved columns by x alone, did worse: 10.25 s against 9.91 s over the benchmark's
 seeds 0-299), and before any observation the choice is :func:`first_choice`.
 
-Measured on the 256-GPU x 50-app benchmark's seeds 0-99 (bench/RESULTS.md, session 14):
+Measured on the 256-GPU x 50-app benchmark's seeds 0-99 (bench/RESULTS.md, "Design
+choices, measured"):
 the solves without a winner that branch took 3,056 nodes instead of 5,219, the optima
 580 instead of 716 (seed 5's now within `lpbb`'s budget, where HiGHS' MILP had taken
 it over); over seeds 0-299 the auctions took 9.9 s instead of 11.0 s."""
@@ -73,5 +74,5 @@ class PseudoCosts:
 def first_choice(frac: np.ndarray, x: np.ndarray, gain: np.ndarray) -> int:
     """Before any observation: the largest min(x, 1 - x) * gain (fractional and worth much;
     measured on the 256-GPU x 50-app instances: 3x fewer nodes than the column closest to
-    0.5, bench/RESULTS.md session 4)."""
+    0.5, bench/RESULTS.md, "Design choices, measured")."""
     return int(frac[np.argmax(np.minimum(x[frac], 1.0 - x[frac]) * gain[frac])])

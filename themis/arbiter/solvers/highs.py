@@ -182,7 +182,7 @@ def _mip_start(h: Any, cols: Sequence[tuple[int, int]], choice: Sequence[int],
                excluded: int) -> None:
     """Give HiGHS the optimum without app ``excluded`` as a feasible start: a lower bound
     from the outset (measured on the 256-GPU x 50-app auction that lpbb hands to the
-    MILP: its solves without a winner ~40% faster, bench/RESULTS.md session 12)."""
+    MILP: its solves without a winner ~40% faster, bench/RESULTS.md, "Design choices, measured")."""
     _set_start(h, [1.0 if i != excluded and choice[i] == j else 0.0 for i, j in cols])
 
 

@@ -5,7 +5,7 @@ after cut rows are added and column bounds change.
 * :class:`NativeEngine`: the compiled warm-started bounded dual simplex of
   ``_simplex.c`` (dense kernel of the basic columns, Harris ratio test with bound
   flipping). Measured on the simulator's auctions and at 256 GPUs x 50 apps
-  (bench/RESULTS.md, session 8): a warm re-solve ~9x (simulator sizes) and ~3x
+  (bench/RESULTS.md, "Design choices, measured"): a warm re-solve ~9x (simulator sizes) and ~3x
   (256 x 50) faster than HiGHS; at the simulator's sizes nearly all of HiGHS' time is its
   fixed cost per run (~0.16 ms even when nothing changed).
 * :class:`HighsEngine`: HiGHS' dual simplex through highspy (always installed).

@@ -89,7 +89,7 @@ GAP_STALL = 0.02
 IMPATIENT_NODES = 100
 # The optimum's solve gets this many times the per-solve budget: when lpbb gives up on
 # it, HiGHS' MILP takes 50-350 ms at 256 x 50, where lpbb's nodes cost 0.2-0.5 ms
-# (bench/RESULTS.md, session 14)
+# (bench/RESULTS.md, "Design choices, measured")
 OPTIMUM_BUDGET_FACTOR = 2
 # Basis snapshots (one per node on the stack, ~8 k^2 bytes for k basic columns: up to
 # ~1.2 MB at 1024 GPUs x 200 apps) are kept up to this many bytes per solve; past it, a
@@ -415,11 +415,11 @@ class LpBranchAndBound(Solver):
                 try:
                     # a solve without a winner cuts while the cuts close its gap fast
                     # and branches sooner; given the full cutting effort if it runs out
-                    # of nodes that way (measured: bench/RESULTS.md, session 5). So are
+                    # of nodes that way (bench/RESULTS.md, "Design choices, measured"). So are
                     # the problem's later exact solves: such failures come in runs (the
-                    # points in thirds of bench_rounds; session 7). Not its later
+                    # points in thirds of bench_rounds). Not its later
                     # bracketing solves: there the full effort's costly rounds (mod-k)
-                    # cost more than the failures (session 14: the 256 x 50 benchmark's
+                    # cost more than the failures (measured: the 256 x 50 benchmark's
                     # 100 seeds 5.9 s -> 4.4 s, the same GPUs granted)
                     sol = self._solve(relax, e, hint, goals,
                                       patient=e is None or relax.stubborn)
@@ -565,7 +565,7 @@ class LpBranchAndBound(Solver):
                 hi_in[relax.conflicts(c)] = 0.0
                 # the "leave it" child restarts from this node's basis, not from wherever
                 # the "take it" subtree ended (seeds 0-299 of the 256 x 50 benchmark:
-                # 21% fewer pivots, bench/RESULTS.md session 14)
+                # 21% fewer pivots, bench/RESULTS.md, "Design choices, measured")
                 snap = relax.engine.snapshot() if held < SNAPSHOT_BYTES else None
                 held += len(snap) if snap is not None else 0
                 stack.append((lo_out, hi_out, self.node_cut_rounds, bound, c, False, xc, snap))
