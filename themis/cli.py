@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
+import signal
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -70,7 +72,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    return int(args.func(args))
+    try:
+        return int(args.func(args))
+    except BrokenPipeError:
+        # stdout closed early (e.g. `themis ... | head`): not an error of ours; silence
+        # the interpreter's flush at exit and end as a process killed by SIGPIPE would.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
 
 
 if __name__ == "__main__":
