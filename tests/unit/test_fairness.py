@@ -201,3 +201,39 @@ def test_remaining_time_for_many_counts_is_bit_identical_to_phase_times(
     for g in gpus:
         assert many(g) == _remaining_reference(app, g)  # exact, not approximate
         assert many(g, 1.3) == 1.3 * _remaining_reference(app, g)
+
+
+def test_served_now_rho_is_rho_at_full_demand_best_placed() -> None:
+    from themis.agent.fairness import best_locality, served_now_rho
+    from themis.cluster.topology import Gpu
+
+    # 2 machines of 4 GPUs (2 slots of 2 each), one rack
+    cluster = [Gpu(f"m{m}g{i}", f"m{m}", "r0", f"s{i // 2}") for m in range(2) for i in range(4)]
+    assert best_locality(cluster, 1) is Locality.SLOT
+    assert best_locality(cluster, 2) is Locality.SLOT
+    assert best_locality(cluster, 4) is Locality.MACHINE
+    assert best_locality(cluster, 8) is Locality.RACK
+    assert best_locality([*cluster, Gpu("x", "m9", "r1")], 9) is Locality.CLUSTER
+    # an app of demand 4 that arrived at 0 and has waited 100 s: 400 s of serial work
+    app = AppModel("w", 0.0, [Job("j", 1.0, 400, 4)],
+                   placement=PlacementProfile(1.0, 1.1, 1.5, 2.0))
+    ctx = FairnessContext(now=100.0, cluster_gpus=8, n_avg=2.0)
+    place = lambda n: best_locality(cluster, n)  # noqa: E731
+    got = served_now_rho(app, ctx, place)
+    assert got == pytest.approx(rho(app, 4, Locality.MACHINE, ctx))
+    assert got == pytest.approx((100 + 400 / 4 * 1.1) / ideal_time(app, ctx))
+    # it grows with the wait, and a short app that waited as long ranks worse
+    later = FairnessContext(now=1000.0, cluster_gpus=8, n_avg=2.0)
+    assert served_now_rho(app, later, place) > got
+    short = AppModel("s", 0.0, [Job("j", 1.0, 40, 4)])
+    assert served_now_rho(short, ctx, place) > got
+    assert math.isinf(rho(short, 0, Locality.SLOT, ctx))  # rho itself stays +inf
+
+
+def test_parse_starvation() -> None:
+    from themis.agent.fairness import Starvation, parse_starvation
+
+    assert parse_starvation(" Served-Now ") is Starvation.SERVED_NOW
+    assert parse_starvation("inf") is Starvation.INF
+    with pytest.raises(ModelError, match="starvation 'never': must be one of inf, served-now"):
+        parse_starvation("never")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Mapping, Sequence
 
@@ -46,6 +47,25 @@ def test_ties_in_rho_and_in_the_auction_favour_no_app() -> None:
     assert select_bidders(rhos, 0.8, random.Random(7)) == select_bidders(rhos, 0.8,
                                                                          random.Random(7))
     assert select_bidders(rhos, 0.8)[0] == ["a0", "a1"]  # no rng: by app id
+
+
+def test_priority_orders_ties_only() -> None:
+    """The secondary key (starvation-aware filtering) orders apps of equal rho - the
+    starving ones at +inf - the larger first, never above an app of larger rho; apps
+    without a key come after those with one among equals."""
+    inf = math.inf
+    rhos = {"a": inf, "b": inf, "c": inf, "d": 5.0, "e": 1.0}
+    pri = {"a": 1.0, "b": 7.0, "c": 3.0, "d": 100.0}
+    for seed in range(20):
+        got, rest = select_bidders(rhos, 0.0, random.Random(seed), pri)
+        assert got == ["b", "c", "a", "d", "e"] and rest == []
+    assert select_bidders(rhos, 0.5, random.Random(1), pri)[0] == ["b", "c", "a"]
+    assert select_bidders({"x": inf, "y": inf}, 0.5, random.Random(0), {"y": 0.5})[0] == ["y"]
+    # without priorities the seeded draw is unchanged (the default reads no key)
+    assert select_bidders(rhos, 0.5, random.Random(3)) == select_bidders(
+        rhos, 0.5, random.Random(3), {})
+    with pytest.raises(RoundError, match="filter priority"):
+        select_bidders(rhos, 0.5, None, {"a": math.nan})
 
 
 @pytest.mark.parametrize("f", [1.0, -0.1, 2])

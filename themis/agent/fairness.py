@@ -23,18 +23,20 @@ Conventions (documented in docs/mechanism.md):
     T_cluster = B / min(R_C, app_demand_max), i.e. the whole budget at the app's largest
     demand.
 
-* With no GPU at all an unfinished app never finishes: rho = +inf.
+* With no GPU at all an unfinished app never finishes: rho = +inf. The arbiter's (1-f)
+  filter can order such apps by a secondary key (:class:`Starvation`,
+  :func:`served_now_rho`); rho itself and the bid tables stay as above.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
 from themis.agent.model import AppModel, ModelError, PhaseShape
-from themis.cluster.topology import Locality
+from themis.cluster.topology import Gpu, Locality
 
 
 class IdealTime(StrEnum):
@@ -224,3 +226,64 @@ def rho(app: AppModel, gpus: int, locality: Locality, ctx: FairnessContext) -> f
     elapsed = max(0.0, ctx.now - app.start_time)
     s = app.placement.slowdown(locality)
     return (elapsed + remaining_time(app, gpus, s)) / t_id
+
+
+class Starvation(StrEnum):
+    """How the (1-f) filter orders apps holding no GPU (docs/mechanism.md, "Starvation").
+
+    ``inf`` (the paper's reading): they all report rho = +inf and tie; the filter draws
+    among them at random. ``served-now``: they still rank above every app holding GPUs,
+    but among themselves by :func:`served_now_rho`, the worst first. Only the filter's
+    order changes: rho, the bid tables and the auction are the paper's."""
+
+    INF = "inf"
+    SERVED_NOW = "served-now"
+
+
+DEFAULT_STARVATION = Starvation.INF
+STARVATION_NAMES = tuple(str(m) for m in Starvation)
+
+
+def parse_starvation(value: str | Starvation) -> Starvation:
+    """``"inf"``/``"served-now"`` (any case, blanks ignored) -> :class:`Starvation`."""
+    if isinstance(value, Starvation):
+        return value
+    try:
+        return Starvation(str(value).strip().lower())
+    except ValueError:
+        raise ModelError(
+            f"starvation {value!r}: must be one of {', '.join(STARVATION_NAMES)}"
+        ) from None
+
+
+def best_locality(cluster: Sequence[Gpu], gpus: int) -> Locality:
+    """The tightest locality at which ``gpus`` GPUs of ``cluster`` could be placed if
+    they were all free: one slot, one machine, one rack, else the whole cluster."""
+    if gpus <= 1:
+        return Locality.SLOT
+    slots: dict[tuple[str, str], int] = {}
+    machines: dict[str, int] = {}
+    racks: dict[str, int] = {}
+    for g in cluster:
+        slots[g.slot_key] = slots.get(g.slot_key, 0) + 1
+        machines[g.machine] = machines.get(g.machine, 0) + 1
+        racks[g.rack] = racks.get(g.rack, 0) + 1
+    for level, sizes in ((Locality.SLOT, slots), (Locality.MACHINE, machines),
+                         (Locality.RACK, racks)):
+        if max(sizes.values(), default=0) >= gpus:
+            return level
+    return Locality.CLUSTER
+
+
+def served_now_rho(
+    app: AppModel, ctx: FairnessContext, place: Callable[[int], Locality]
+) -> float:
+    """The filter key of a starving app under ``served-now``: Eq. 1's rho if the app were
+    granted its full current demand now (``demand_now``, at most R_C GPUs) at the best
+    placement the cluster allows (``place``: GPU count -> locality, e.g.
+    :func:`best_locality` on the cluster), i.e. (time since arrival + remaining time on
+    that allocation) / T_id. It grows with the time already spent waiting and is larger
+    for an app whose wait weighs more against its ideal time (a short app that has waited
+    long): the app the filter should let bid first."""
+    g = max(1, min(app.demand_now, ctx.cluster_gpus))
+    return rho(app, g, place(g), ctx)

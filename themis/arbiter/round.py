@@ -56,18 +56,32 @@ def check_knob(fairness_knob: float) -> None:
 
 
 def select_bidders(
-    rho_current: Mapping[str, float], fairness_knob: float, rng: random.Random | None = None
+    rho_current: Mapping[str, float],
+    fairness_knob: float,
+    rng: random.Random | None = None,
+    priority: Mapping[str, float] | None = None,
 ) -> tuple[list[str], list[str]]:
     """Keep ceil((1-f) N) apps with the worst (largest) rho, at least one (line 17).
-    Ties in rho are broken at random with ``rng`` (seeded: reproducible; a fixed order
-    would always favour the same one of several equally badly off apps), else by app id."""
+
+    ``priority`` (optional, app -> number, larger = worse off) is a secondary key: among
+    apps of equal rho - in particular the apps holding no GPU, all at rho = +inf - the
+    larger priority ranks first (starvation-aware filtering, docs/mechanism.md); an app
+    missing from it ranks after those present. It never overrides rho: an app of larger
+    rho ranks first whatever the priorities. Remaining ties are broken at random with
+    ``rng`` (seeded: reproducible; a fixed order would always favour the same one of
+    several equally badly off apps), else by app id."""
     check_knob(fairness_knob)
     for app, r in rho_current.items():
         if not isinstance(r, int | float) or math.isnan(r) or r < 0:
             raise RoundError(f"app {app!r}: current rho {r!r} must be a number >= 0")
+    pri: dict[str, float] = {}
+    for app, v in (priority or {}).items():
+        if not isinstance(v, int | float) or math.isnan(v):
+            raise RoundError(f"app {app!r}: filter priority {v!r} must be a number")
+        pri[app] = float(v)
     apps = sorted(rho_current)
     tie = {a: rng.random() for a in apps} if rng is not None else {a: 0.0 for a in apps}
-    ranked = sorted(apps, key=lambda a: (-rho_current[a], tie[a], a))
+    ranked = sorted(apps, key=lambda a: (-rho_current[a], -pri.get(a, -math.inf), tie[a], a))
     if not ranked:
         return [], []
     keep = max(1, math.ceil((1.0 - fairness_knob) * len(ranked) - 1e-9))
@@ -248,16 +262,18 @@ def run_round(
     room: Mapping[str, int] | None = None,
     previous: Mapping[str, str] | None = None,
     shape: Shape | None = None,
+    priority: Mapping[str, float] | None = None,
 ) -> RoundOutcome:
     """One round: filter, auction, leftover, lease grants. ``collect_bids`` receives the
     bidders and returns the tables that arrived in time; missing ones count as
     non-bidders (late or vanished agents). ``previous`` (GPU id -> app whose lease on it
     just expired) makes the leftover step renew those GPUs to their holders first;
     ``shape`` (app -> ``{GPUs per container: containers}``) makes it deal such apps whole
-    containers on one machine (:func:`distribute_leftover`). Bidders' bundles are theirs."""
+    containers on one machine (:func:`distribute_leftover`); ``priority`` is the filter's
+    secondary key (:func:`select_bidders`). Bidders' bundles are theirs."""
     if not math.isfinite(lease_s) or lease_s <= 0:
         raise RoundError(f"lease length {lease_s!r} s must be a positive number")
-    bidders, nonbidders = select_bidders(rho_current, fairness_knob, rng)
+    bidders, nonbidders = select_bidders(rho_current, fairness_knob, rng, priority)
     auction: AuctionResult | None = None
     free = list(offer)
     tables: list[BidTable] = []

@@ -20,6 +20,8 @@ from themis.sim.policies.tiresias import TiresiasPolicy
 
 FACTORIES: dict[str, Callable[[float], Policy]] = {
     "themis": lambda f: ThemisPolicy(fairness_knob=f),
+    # Themis with starvation-aware filtering (an option, not the paper's reading)
+    "themis-starve": lambda f: ThemisPolicy(fairness_knob=f, starvation="served-now"),
     "gandiva": lambda f: GandivaPolicy(),
     "tiresias": lambda f: TiresiasPolicy(gittins=False),
     "tiresias-gittins": lambda f: TiresiasPolicy(gittins=True),

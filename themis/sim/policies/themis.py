@@ -9,21 +9,33 @@ expired leases returned) with N_avg from the ContentionTracker; the arbiter keep
 GPUs the leftover step cannot place (no non-bidder has room) go to bidders that still
 have room inside ``run_round`` (work conservation, section 3.3.2), as in YARN and
 standalone mode.
+
+``starvation`` (:class:`~themis.agent.fairness.Starvation`, default ``inf``, the paper's
+reading) selects how the filter orders apps holding no GPU; ``served-now`` ranks them,
+still above every app holding GPUs, by :func:`~themis.agent.fairness.served_now_rho`
+(registered as the policy ``themis-starve``; docs/mechanism.md, "Starvation").
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from themis.agent.bids import BidTable, OfferIndex, make_bid_table
-from themis.agent.fairness import rho
+from themis.agent.fairness import (
+    DEFAULT_STARVATION,
+    Starvation,
+    best_locality,
+    parse_starvation,
+    rho,
+    served_now_rho,
+)
 from themis.agent.model import AppModel
 from themis.agent.placement import PlacementProfile
 from themis.arbiter.round import run_round
 from themis.arbiter.solvers import Solver, make_solver
-from themis.cluster.topology import locality_of
+from themis.cluster.topology import Locality, Topology, locality_of
 from themis.sim.policies.base import Allocation, Policy, RoundContext
 from themis.sim.state import AppState
 
@@ -37,8 +49,12 @@ class ThemisPolicy(Policy):
         solver: Solver | str = "auto-fast",
         errors: Mapping[str, float] | None = None,
         reported_profiles: Mapping[str, PlacementProfile] | None = None,
+        starvation: Starvation | str = DEFAULT_STARVATION,
     ) -> None:
         self.fairness_knob = fairness_knob
+        self.starvation = parse_starvation(starvation)
+        self._places: dict[int, Locality] = {}  # GPU count -> best locality (served-now)
+        self._topology: Topology | None = None
         self.solver = make_solver(solver) if isinstance(solver, str) else solver
         self.errors = dict(errors or {})  # app id -> relative estimate error (Fig. 17)
         self.reported = dict(reported_profiles or {})  # app id -> lying profile (Fig. 18)
@@ -47,6 +63,18 @@ class ThemisPolicy(Policy):
 
     def _model(self, app: AppState) -> AppModel:
         return app.model(self.errors.get(app.spec.id, 0.0), self.reported.get(app.spec.id))
+
+    def _place(self, topo: Topology) -> Callable[[int], Locality]:
+        """GPU count -> the best locality the cluster allows, memoised per topology."""
+        if self._topology is not topo:
+            self._topology, self._places = topo, {}
+
+        def place(n: int) -> Locality:
+            if n not in self._places:
+                self._places[n] = best_locality(list(topo.values()), n)
+            return self._places[n]
+
+        return place
 
     def allocate(self, ctx: RoundContext) -> Allocation:
         topo = ctx.topology
@@ -63,6 +91,12 @@ class ThemisPolicy(Policy):
             rho_now[a.spec.id] = r if not math.isnan(r) else math.inf
         if not rho_now:
             return {}
+        priority: dict[str, float] | None = None
+        if self.starvation is Starvation.SERVED_NOW:
+            starving = [a for a in rho_now if math.isinf(rho_now[a])]
+            if len(starving) > 1:  # the key only orders apps tied at +inf
+                place = self._place(topo)
+                priority = {a: served_now_rho(models[a], fairness[a], place) for a in starving}
         room = {a: by_id[a].room() for a in rho_now}
         # The GPUs whose lease each app just lost: its agent names them first among
         # equally placed bundles, and the leftover step renews them (docs/simulator.md).
@@ -94,6 +128,7 @@ class ThemisPolicy(Policy):
             rng=ctx.rng,
             room=room,
             previous=ctx.previous,
+            priority=priority,
         )
         if outcome.auction is not None:
             self.auction_ms.append(outcome.auction.solve_ms)
