@@ -74,6 +74,7 @@ public final class ThemisRuntime implements EngineSupervisor.AgentEvents, Themis
   /** Leases whose max hold was reached (logged once each). */
   private final Set<Long> holdOver = ConcurrentHashMap.newKeySet();
   private final WaitDiagnostics waits;
+  private final ThemisMetrics metrics;
   private volatile ObjectName statusBean;
   private volatile String lastView = "";
 
@@ -83,6 +84,7 @@ public final class ThemisRuntime implements EngineSupervisor.AgentEvents, Themis
     this.leases = leases;
     this.engine = new EngineSupervisor(settings, this);
     this.waits = new WaitDiagnostics(settings);
+    this.metrics = new ThemisMetrics(this, leases, settings);
   }
 
   void start() {
@@ -106,6 +108,8 @@ public final class ThemisRuntime implements EngineSupervisor.AgentEvents, Themis
     // read-only status (leases, asks, wait reasons) in the RM's /jmx; a second RM in the same
     // JVM (tests) logs a warning and goes without
     statusBean = MBeans.register("ResourceManager", "Themis", this);
+    // metrics2 source (Hadoop:service=ResourceManager,name=ThemisMetrics, any metrics2 sink)
+    metrics.register();
     if (!settings.engineEnabled()) {
       LOG.warn("Themis engine disabled ({}=false): no rounds run; leases only change through the "
           + "Java API", ThemisSettings.ENGINE_ENABLED);
@@ -123,6 +127,7 @@ public final class ThemisRuntime implements EngineSupervisor.AgentEvents, Themis
       MBeans.unregister(bean);
       statusBean = null;
     }
+    metrics.unregister();
     ScheduledExecutorService ex = enforcer;
     if (ex != null) {
       ex.shutdownNow();
@@ -141,6 +146,8 @@ public final class ThemisRuntime implements EngineSupervisor.AgentEvents, Themis
   }
 
   public EngineSupervisor engine() { return engine; }
+  /** The metrics2 source (docs/yarn.md, Metrics). */
+  ThemisMetrics metrics() { return metrics; }
   public long rounds() { return rounds.get(); }
   public long grantsApplied() { return grantsApplied.get(); }
   public long grantsRefused() { return grantsRefused.get(); }
@@ -175,6 +182,7 @@ public final class ThemisRuntime implements EngineSupervisor.AgentEvents, Themis
   public void gpusFreed() {
     lock.lock();
     try {
+      metrics.gpusFreed(leases.now());
       if (freedRoundAtMs == 0) {
         freedRoundAtMs = System.currentTimeMillis() + settings.freedRoundDelayMs();
         wake.signalAll();
@@ -213,6 +221,7 @@ public final class ThemisRuntime implements EngineSupervisor.AgentEvents, Themis
   /** The app finished (or was killed or failed): every lease of it ends now. */
   void appRemoved(ApplicationId app) {
     agentApps.remove(app);
+    metrics.appRemoved(app);
     endAllLeases(app, "finished");
   }
 
@@ -380,6 +389,7 @@ public final class ThemisRuntime implements EngineSupervisor.AgentEvents, Themis
       changed = true;
     }
     if (changed) {
+      metrics.gpusFreed(leases.now());
       signal();
     }
   }
@@ -641,13 +651,17 @@ public final class ThemisRuntime implements EngineSupervisor.AgentEvents, Themis
   /** Runs one round if there is something to decide. Returns the number of grants applied. */
   public int runOneRound() {
     long id = rounds.get() + 1;
+    long started = System.nanoTime();
     ObjectNode view = clusterView(id);
     int applied = 0;
-    if (view != null) {
+    if (view == null) {
+      metrics.nothingToDecide();
+    } else {
       Optional<String> reply = engine.runRound(view.toString());
       if (reply.isPresent()) {
         rounds.incrementAndGet();
         applied = applyGrants(reply.get());
+        metrics.roundDone(leases.now(), (System.nanoTime() - started) / 1e6, applied);
         if (applied > 0) {
           LOG.info("Themis round {} applied {} lease grant(s)", id, applied);
         }
@@ -667,7 +681,7 @@ public final class ThemisRuntime implements EngineSupervisor.AgentEvents, Themis
     }
   }
 
-  private long clusterGpus() {
+  long clusterGpus() {
     long total = 0;
     for (FiCaSchedulerNode n : scheduler.getNodeTracker().getAllNodes()) {
       total += Gpus.of(n.getTotalResource());
@@ -771,6 +785,7 @@ public final class ThemisRuntime implements EngineSupervisor.AgentEvents, Themis
       LOG.error("Themis engine reply has no 'grants' array; no grants applied: {}", replyJson);
       return 0;
     }
+    metrics.engineInfo(reply.path("info"));
     synchronized (this) {
       Map<NodeId, Long> free = grantableGpus();
       Map<String, NodeId> nodesByName = new HashMap<>();

@@ -31,6 +31,7 @@ public final class ThemisSettings {
   public static final String FREED_ROUND_DELAY_MS = PREFIX + "freed-round-delay-ms";
   public static final String STOCK_APP_POLICY = PREFIX + "stock-app.policy";
   public static final String STOCK_APP_MAX_HOLD_MS = PREFIX + "stock-app.max-hold-ms";
+  public static final String METRICS_TOP_APPS = PREFIX + "metrics.top-apps";
 
   /**
    * What happens to the GPU containers of an app whose AM does not speak to the agents'
@@ -66,6 +67,7 @@ public final class ThemisSettings {
   private final long freedRoundDelayMs;
   private final StockAppPolicy stockAppPolicy;
   private final long stockAppMaxHoldMs;
+  private final int metricsTopApps;
 
   private ThemisSettings(Configuration conf) {
     fairnessKnob = readDouble(conf, FAIRNESS_KNOB, 0.8);
@@ -117,6 +119,12 @@ public final class ThemisSettings {
     }
     stockAppPolicy = policy.equals("hold") ? StockAppPolicy.HOLD : StockAppPolicy.PREEMPT;
     stockAppMaxHoldMs = readLong(conf, STOCK_APP_MAX_HOLD_MS, 3_600_000L, 1L);
+    // apps whose rho the metrics show (the worst K of the last round; bounded cardinality)
+    long top = readLong(conf, METRICS_TOP_APPS, 10L, 0L);
+    if (top > 1000) {
+      throw bad(METRICS_TOP_APPS, conf.get(METRICS_TOP_APPS), "must be <= 1000");
+    }
+    metricsTopApps = (int) top;
   }
 
   /** Reads and validates; throws IllegalArgumentException naming the first bad key. */
@@ -192,4 +200,5 @@ public final class ThemisSettings {
   public long freedRoundDelayMs() { return freedRoundDelayMs; }
   public StockAppPolicy stockAppPolicy() { return stockAppPolicy; }
   public long stockAppMaxHoldMs() { return stockAppMaxHoldMs; }
+  public int metricsTopApps() { return metricsTopApps; }
 }

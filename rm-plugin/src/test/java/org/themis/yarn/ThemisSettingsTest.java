@@ -26,6 +26,7 @@ class ThemisSettingsTest {
     assertTrue(s.engineEnabled());
     assertEquals(ThemisSettings.StockAppPolicy.HOLD, s.stockAppPolicy());
     assertEquals(3_600_000L, s.stockAppMaxHoldMs());
+    assertEquals(10, s.metricsTopApps());
   }
 
   @Test
@@ -39,6 +40,7 @@ class ThemisSettingsTest {
     c.set(ThemisSettings.ENGINE_ENABLED, "false");
     c.set(ThemisSettings.STOCK_APP_POLICY, " Preempt ");
     c.set(ThemisSettings.STOCK_APP_MAX_HOLD_MS, "60000");
+    c.set(ThemisSettings.METRICS_TOP_APPS, "0");
     ThemisSettings s = ThemisSettings.from(c);
     assertEquals(0.0, s.fairnessKnob());
     assertEquals("highs", s.solver());
@@ -48,6 +50,7 @@ class ThemisSettingsTest {
     assertFalse(s.engineEnabled());
     assertEquals(ThemisSettings.StockAppPolicy.PREEMPT, s.stockAppPolicy());
     assertEquals(60_000L, s.stockAppMaxHoldMs());
+    assertEquals(0, s.metricsTopApps());
   }
 
   @ParameterizedTest
@@ -70,6 +73,8 @@ class ThemisSettingsTest {
       "yarn.resourcemanager.themis.engine-restart-backoff-ms|0",
       "yarn.resourcemanager.themis.round-timeout-ms|x",
       "yarn.resourcemanager.themis.engine-enabled|yes",
+      "yarn.resourcemanager.themis.metrics.top-apps|-1",
+      "yarn.resourcemanager.themis.metrics.top-apps|1001",
   })
   void badValueNamesKeyAndValue(String key, String value) {
     Configuration c = new Configuration(false);
