@@ -16,6 +16,7 @@ import json
 import os
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -245,3 +246,24 @@ def running_minicluster(
             for c in reversed(started):
                 with contextlib.suppress(Exception):  # best-effort teardown
                     c.stop()  # stop + remove
+
+
+# The package inside the images (THEMIS_IT_MOUNT_SRC=1 mounts the checkout's over it).
+IMAGE_SITE = "/opt/themis/venv/lib/python3.11/site-packages/themis"
+
+
+def themis(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """``themis ARGS`` on the host (the client side of the mini-cluster tests)."""
+    return subprocess.run([sys.executable, "-m", "themis.cli", *args], capture_output=True,
+                          text=True, timeout=timeout, cwd=ROOT)
+
+
+def am_jar_and_mounts() -> dict[str, str] | None:
+    """Build the AM jar if it is missing; the source mounts THEMIS_IT_MOUNT_SRC asks for."""
+    jar = ROOT / "submarine-am" / "target" / "themis-submarine-am-0.1.0.jar"
+    if not jar.is_file():
+        r = subprocess.run(["mvn", "-q", "-B", "-o", "-pl", "submarine-am", "package",
+                            "-DskipTests"], cwd=ROOT, timeout=600)
+        assert r.returncode == 0 and jar.is_file(), "cannot build the AM jar"
+    return {str(ROOT / "themis"): IMAGE_SITE} if os.environ.get("THEMIS_IT_MOUNT_SRC") == "1" \
+        else None

@@ -18,8 +18,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.minicluster import ROOT, _get, running_minicluster
+from tests.integration.minicluster import _get, am_jar_and_mounts, running_minicluster, themis
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.timeout(900)]
 os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
@@ -43,7 +41,6 @@ OVERRIDES = {
     "yarn.resourcemanager.themis.fairness-knob": str(KNOB),
     "yarn.resourcemanager.themis.agent-port": str(AGENT_PORT),
 }
-SITE = "/opt/themis/venv/lib/python3.11/site-packages/themis"
 
 # Bracket s=1 of max_resource 9, eta 3: 5 jobs of 3 units (120 steps), then the best one
 # promoted to 9 units (resumed from its checkpoint: 240 more steps). At 250 ms a step the
@@ -68,20 +65,9 @@ am: {{memory_mb: 512, max_attempts: 2}}
 """
 
 
-def themis(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "themis.cli", *args], capture_output=True,
-                          text=True, timeout=timeout, cwd=ROOT)
-
-
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[dict[str, Any]]:
-    jar = ROOT / "submarine-am" / "target" / "themis-submarine-am-0.1.0.jar"
-    if not jar.is_file():
-        r = subprocess.run(["mvn", "-q", "-B", "-o", "-pl", "submarine-am", "package",
-                            "-DskipTests"], cwd=ROOT, timeout=600)
-        assert r.returncode == 0 and jar.is_file(), "cannot build the AM jar"
-    mounts = {str(ROOT / "themis"): SITE} if os.environ.get("THEMIS_IT_MOUNT_SRC") == "1" \
-        else None
+    mounts = am_jar_and_mounts()
     with running_minicluster("e2e", conf_overrides=OVERRIDES, extra_ports=[AGENT_PORT],
                              mounts=mounts) as c:
         yield c

@@ -14,9 +14,6 @@ checkout's ``themis/`` over the images' package, as in test_am_e2e.py).
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,11 +21,10 @@ from typing import Any
 
 import pytest
 
-from tests.integration.minicluster import ROOT, running_minicluster
+from tests.integration.minicluster import am_jar_and_mounts, running_minicluster, themis
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.timeout(900)]
 
-SITE = "/opt/themis/venv/lib/python3.11/site-packages/themis"
 AGENT_PORT = 8642
 SPEC = """\
 name: tb-logs
@@ -45,20 +41,9 @@ am: {memory_mb: 512, max_attempts: 1}
 """
 
 
-def themis(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "themis.cli", *args], capture_output=True,
-                          text=True, timeout=timeout, cwd=ROOT)
-
-
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[dict[str, Any]]:
-    jar = ROOT / "submarine-am" / "target" / "themis-submarine-am-0.1.0.jar"
-    if not jar.is_file():
-        r = subprocess.run(["mvn", "-q", "-B", "-o", "-pl", "submarine-am", "package",
-                            "-DskipTests"], cwd=ROOT, timeout=600)
-        assert r.returncode == 0 and jar.is_file(), "cannot build the AM jar"
-    mounts = {str(ROOT / "themis"): SITE} if os.environ.get("THEMIS_IT_MOUNT_SRC") == "1" \
-        else None
+    mounts = am_jar_and_mounts()
     with running_minicluster("tblogs", conf_overrides={
             "yarn.resourcemanager.themis.agent-port": str(AGENT_PORT)},
             extra_ports=[AGENT_PORT], mounts=mounts) as c:
