@@ -1,0 +1,272 @@
+"""Stock YARN apps share the dockerised mini-cluster with Themis apps (docs/yarn.md, "Apps that
+do not speak Themis"): two Themis apps hold every GPU; a real MapReduce job (``pi`` with the
+3.5.0 MapReduce jars, not in uber mode: the NodeManagers run the ``mapreduce_shuffle``
+aux-service) and a GPU app written against YARN's client API (``StockGpuApp`` in the rm-plugin
+test sources: its AM asks one 2-GPU container running ``sleep``, DistributedShell-style, and
+fails on a preempted container) are submitted meanwhile. Checks: all finish successfully under
+the default stock-app policy (hold); while the stock app waits its YARN diagnostics (REST) say
+why and ``themis status --all`` lists it with its ask; once GPUs it fits on are free it has
+them within one round (its wait reason never stays "offered in the next round"); its 2 GPUs
+are on one node; the RM log has no exception. Then, on idle GPUs, the time from the stock
+app's GPU ask to its container running (5 trials, printed).
+
+Short leases (20 s) keep it small: about 5 min on the project's 2-core VM, cluster start-up
+included. Environment: as tests/integration/minicluster.py.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.minicluster import ROOT, _get, running_minicluster
+
+pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.timeout(1200)]
+os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
+
+RM = "http://127.0.0.1:8088"
+LEASE_MS = 20000
+AGENT_PORT = 8642
+OVERRIDES = {
+    "yarn.resourcemanager.themis.lease-duration-ms": str(LEASE_MS),
+    "yarn.resourcemanager.themis.grace-period-ms": "5000",
+    "yarn.resourcemanager.themis.agent-port": str(AGENT_PORT),
+}
+JAR_IN_RM = "/tmp/stock-gpu-app.jar"
+CLASSES = ROOT / "rm-plugin" / "target" / "test-classes" / "org" / "themis" / "yarn"
+MAIN_CLASSES = ROOT / "rm-plugin" / "target" / "classes" / "org" / "themis" / "yarn"
+SOURCE = ROOT / "rm-plugin" / "src" / "test" / "java" / "org" / "themis" / "yarn" / \
+    "StockGpuApp.java"
+
+# Hyperband s=1 of max_resource 3, eta 3: three 2-GPU jobs, then the best one again; each run
+# sleeps 25 s (the job prints the runner's "start" event first, so it holds no start slot;
+# the step target and checkpoint URI every command must take are passed and not used).
+SPEC = """\
+name: {name}
+search_space:
+  learning_rate: {{type: double, min: 1.0e-3, max: 3.0e-1, scale: log}}
+hyperband: {{max_resource: 3, eta: 3, steps_per_unit: 10, brackets: [1], seed: {seed}}}
+job:
+  command: >-
+    python3 -c "import json, time; print(json.dumps(dict(event='start', step=0)), flush=True);
+    time.sleep(25)" {{max_steps}} {{checkpoint_uri}}
+resources: {{gpus: 2, memory_mb: 256, vcores: 1}}
+am: {{memory_mb: 512, max_attempts: 1}}
+"""
+
+
+def themis(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "themis.cli", *args], capture_output=True,
+                          text=True, timeout=timeout, cwd=ROOT)
+
+
+def _stock_jar() -> bytes:
+    """StockGpuApp (+ Gpus) as a small jar, compiled from the test sources when stale."""
+    cls = CLASSES / "StockGpuApp.class"
+    if not cls.is_file() or cls.stat().st_mtime < SOURCE.stat().st_mtime:
+        r = subprocess.run(["mvn", "-q", "-B", "-o", "-pl", "rm-plugin", "test-compile"],
+                           cwd=ROOT, timeout=900)
+        assert r.returncode == 0 and cls.is_file(), "cannot compile StockGpuApp"
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        for f in [*CLASSES.glob("StockGpuApp*.class"), MAIN_CLASSES / "Gpus.class"]:
+            z.write(f, f"org/themis/yarn/{f.name}")
+    return buf.getvalue()
+
+
+def _put(container: Any, path: str, data: bytes) -> None:
+    tar = io.BytesIO()
+    with tarfile.open(fileobj=tar, mode="w") as t:
+        info = tarfile.TarInfo(Path(path).name)
+        info.size = len(data)
+        t.addfile(info, io.BytesIO(data))
+    assert container.put_archive(str(Path(path).parent), tar.getvalue())
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[dict[str, Any]]:
+    am_jar = ROOT / "submarine-am" / "target" / "themis-submarine-am-0.1.0.jar"
+    if not am_jar.is_file():
+        r = subprocess.run(["mvn", "-q", "-B", "-o", "-pl", "submarine-am", "package",
+                            "-DskipTests"], cwd=ROOT, timeout=600)
+        assert r.returncode == 0 and am_jar.is_file(), "cannot build the AM jar"
+    jar = _stock_jar()
+    with running_minicluster("stock", conf_overrides=OVERRIDES,
+                             extra_ports=[AGENT_PORT]) as c:
+        rm = next(x for x in c["containers"] if "-rm-" in x.get_wrapped_container().name)
+        c["rm"] = rm.get_wrapped_container()
+        _put(c["rm"], JAR_IN_RM, jar)
+        yield c
+
+
+class Client(threading.Thread):
+    """A Hadoop client run in the RM container (``themis-daemon client``)."""
+
+    def __init__(self, rm: Any, *args: str) -> None:
+        super().__init__(daemon=True)
+        self.rm, self.args = rm, args
+        self.code: int | None = None
+        self.out = ""
+
+    def run(self) -> None:
+        r = self.rm.exec_run(["themis-daemon", "client", *self.args],
+                             environment={"THEMIS_EXTRA_CLASSPATH": JAR_IN_RM})
+        self.code, self.out = r.exit_code, r.output.decode(errors="replace")
+
+
+def _themis_state() -> dict[str, Any]:
+    bean = _get(f"{RM}/jmx?qry=Hadoop:service=ResourceManager,name=Themis")["beans"][0]
+    return dict(json.loads(bean["StatusJson"]))
+
+
+def _app(app_id: str) -> dict[str, Any]:
+    return dict(_get(f"{RM}/ws/v1/cluster/apps/{app_id}", timeout=15)["app"])
+
+
+def _wait(what: str, timeout: float, cond: Any, pause: float = 1.0) -> Any:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            got = cond()
+        except OSError:
+            got = None
+        if got:
+            return got
+        time.sleep(pause)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def _stock_app(rm: Any, name: str, sleep_s: int) -> tuple[Client, str]:
+    c = Client(rm, "org.themis.yarn.StockGpuApp", "submit", JAR_IN_RM, "1", "2", str(sleep_s),
+               name)
+    c.start()
+
+    def submitted() -> str | None:
+        assert c.code is None, f"{name}: client exited {c.code} before submitting:\n{c.out}"
+        apps = (_get(f"{RM}/ws/v1/cluster/apps", timeout=15).get("apps") or {}).get("app", [])
+        return next((a["id"] for a in apps if a["name"] == name), None)
+    app_id = _wait(f"{name} submitted", 180, submitted)
+    return c, str(app_id)
+
+
+def _timings(diagnostics: str) -> dict[str, int]:
+    m = re.search(r"stock-gpu-app: asked=(\d+) allocated=(-?\d+) running=(-?\d+)", diagnostics)
+    assert m, diagnostics
+    return {"asked": int(m[1]), "allocated": int(m[2]), "running": int(m[3])}
+
+
+def _rm_log(cluster: dict[str, Any]) -> str:
+    return str(cluster["rm"].logs().decode(errors="replace"))
+
+
+def test_stock_apps_and_mapreduce_share_gpus_with_themis_apps(
+    cluster: dict[str, Any], tmp_path: Path
+) -> None:
+    t_start = time.monotonic()
+    themis_apps = []
+    for i, name in enumerate(("hb-one", "hb-two")):
+        spec = tmp_path / f"{name}.yaml"
+        spec.write_text(SPEC.format(name=name, seed=i))
+        r = themis("submit", str(spec))
+        assert r.returncode == 0, (r.stdout, r.stderr)
+        themis_apps.append(r.stdout.strip().splitlines()[-1])
+
+    # --- the Themis apps hold every GPU (8: nm1 4, nm2 2, nm3 2)
+    def all_held() -> bool:
+        st = _themis_state()
+        live = sum(le["gpus"] for le in st["leases"] if le["state"] == "ACTIVE")
+        return live == 8 and {le["app_id"] for le in st["leases"]} <= set(themis_apps)
+    _wait("the Themis apps to hold every GPU", 240, all_held)
+
+    # --- a MapReduce job (on YARN, not uber) and a stock 2-GPU app, submitted now
+    pi = Client(cluster["rm"], "org.apache.hadoop.examples.ExampleDriver", "pi", "2", "20")
+    pi.start()
+    stock, stock_id = _stock_app(cluster["rm"], "stock-2gpu", 10)
+    # --- while it waits, its YARN diagnostics (REST) and `themis status --all` say so
+    why, listed = "", None
+    end = time.monotonic() + 120
+    while time.monotonic() < end and not (why and listed):
+        d = str(_app(stock_id).get("diagnostics", ""))
+        if "Themis: waiting for GPUs: 2 GPUs asked (1 container of 2 GPUs)" in d:
+            why = d
+        r = themis("status", "--all", "--json")
+        assert r.returncode == 0, r.stderr
+        entry = {e["app"]["id"]: e for e in json.loads(r.stdout)}.get(stock_id)
+        if entry and entry["gpus"] and entry["gpus"]["asks"]:
+            listed = entry
+        time.sleep(0.5)
+    assert why and "next round" in why, why
+    assert listed, f"themis status --all never showed {stock_id}'s ask"
+    assert listed["gpus"]["agent"] is False, listed
+    assert listed["gpus"]["asks"] == [{"gpus_per_container": 2, "containers": 1}], listed
+    assert listed["app"]["applicationType"] == "YARN", listed
+
+    # --- everything finishes
+    for t in (pi, stock):
+        t.join(timeout=600)
+        assert t.code is not None, "client still running after 10 min"
+    assert pi.code == 0, pi.out[-3000:]
+    assert "Estimated value of Pi is" in pi.out, pi.out[-2000:]
+    assert "uber mode : false" in pi.out, pi.out[-2000:]
+    assert stock.code == 0, stock.out[-3000:]
+    final = _app(stock_id)
+    assert final["finalStatus"] == "SUCCEEDED", final
+    timing = _timings(final["diagnostics"])
+    nodes = re.search(r"nodes=\{([^}]*)\}", final["diagnostics"])
+    assert nodes and re.fullmatch(r"nm\d:\d+=2", nodes[1]), final["diagnostics"]
+    for a in themis_apps:
+        done = _wait(f"{a} to finish", 600, lambda a=a: (
+            x if (x := _app(a))["state"] in ("FINISHED", "FAILED", "KILLED") else None), 5)
+        assert done["finalStatus"] == "SUCCEEDED", done
+
+    # --- from the RM log: the stock app's wait reasons, each change once, at INFO; it never
+    # stayed "offered in the next round" (free GPUs that fit it) longer than about a round
+    log = _rm_log(cluster)
+    reasons = [(m[1], m[2]) for m in re.finditer(
+        r"^(\S+ \S+) INFO .*WaitDiagnostics: Themis: " + re.escape(stock_id) + r" (.*)$",
+        log, re.M)]
+    assert reasons and reasons[0][1].startswith("waiting for GPUs"), reasons
+    stamps = [time.mktime(time.strptime(t.split(",")[0], "%Y-%m-%d %H:%M:%S"))
+              for t, _ in reasons]
+    for i, (_, text) in enumerate(reasons):
+        if "offered in the next round" in text and i + 1 < len(reasons):
+            assert stamps[i + 1] - stamps[i] <= 3, reasons
+    assert any(t.startswith("placing its containers") for _, t in reasons), reasons
+    bad = [ln for ln in log.splitlines() if "Exception" in ln]
+    assert not bad, "\n".join(bad[:20])
+    print(f"stock app waited {timing['running'] / 1000:.1f} s (ask -> container running) "
+          f"while Themis apps held the GPUs; reasons: {[t[:60] for _, t in reasons]}; "
+          f"scenario {time.monotonic() - t_start:.0f} s")
+
+
+def test_idle_gpus_reach_a_stock_app_at_once(cluster: dict[str, Any]) -> None:
+    """On idle GPUs: time from the stock app's GPU ask (AM side) to its 2-GPU container
+    allocated and running; target <= 2 s."""
+    _wait("no lease left", 120, lambda: not _themis_state()["leases"], 2)
+    running, allocated = [], []
+    for i in range(5):
+        c, app_id = _stock_app(cluster["rm"], f"stock-idle-{i}", 1)
+        c.join(timeout=300)
+        assert c.code == 0, c.out[-3000:]
+        t = _timings(_app(app_id)["diagnostics"])
+        allocated.append(t["allocated"])
+        running.append(t["running"])
+    running.sort()
+    print(f"idle GPUs: stock app's GPU ask -> 2-GPU container allocated {sorted(allocated)} ms, "
+          f"running {running} ms (median {statistics.median(running):.0f}, max {running[-1]}; "
+          "round-interval 250 ms, NM heartbeat 500 ms)")
+    assert statistics.median(running) <= 2000, running
