@@ -10,6 +10,8 @@
 # ran passed, 1 otherwise.
 #
 # Environment: PYTHON (default python3); THEMIS_SKIP_DOCKER=1 skips the mini-cluster stage;
+# THEMIS_DOCKER_LOCK=FILE runs the Docker stages under `flock FILE` (a machine shared by
+# several checkouts: the mini-cluster uses host networking, so one at a time);
 # THEMIS_STAGE_TIMEOUT_MIN overrides every stage's time limit (minutes; the limits only
 # catch hangs).
 set -uo pipefail
@@ -74,16 +76,18 @@ if stage "setup (python, locked versions)" 15 plain scripts/setup.sh dev,train; 
     "${PYTEST[@]}" -m "not docker and not tensorflow" tests
   stage "pytest (TensorFlow in-process)" 10 pytest \
     "${PYTEST[@]}" -m "tensorflow and not docker" tests
+  LOCK=()
+  [[ -n "${THEMIS_DOCKER_LOCK:-}" ]] && LOCK=(flock "$THEMIS_DOCKER_LOCK")
   if [[ "${THEMIS_SKIP_DOCKER:-0}" == "1" ]]; then
     skip "docker mini-cluster" "THEMIS_SKIP_DOCKER=1"
   elif ! stage "docker engine (scripts/docker-setup.sh)" 8 plain scripts/docker-setup.sh; then
     skip "docker mini-cluster" "no Docker engine"
-  elif ! stage "docker images (build.sh --with-tf)" 25 plain docker/build.sh --with-tf; then
+  elif ! stage "docker images (build.sh --with-tf)" 25 plain "${LOCK[@]}" docker/build.sh --with-tf; then
     skip "docker mini-cluster" "images not built"
   else
     export THEMIS_REQUIRE_DOCKER=1  # a skipped mini-cluster test fails this stage
-    stage "docker mini-cluster" 25 pytest \
-      "${PYTEST[@]}" -m docker tests/integration
+    stage "docker mini-cluster" 30 pytest \
+      "${LOCK[@]}" "${PYTEST[@]}" -m docker tests/integration
   fi
 else
   skip "everything else" "setup failed"
