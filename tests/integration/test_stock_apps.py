@@ -10,7 +10,7 @@ them within one round (its wait reason never stays "offered in the next round");
 are on one node; the RM log has no exception. Then, on idle GPUs, the time from the stock
 app's GPU ask to its container running (5 trials, printed).
 
-Short leases (20 s) keep it small: about 5 min on the project's 2-core VM, cluster start-up
+Short leases (40 s) and jobs (15 s) keep it small: about 5 min on the project's 2-core VM, cluster start-up
 included. Environment: as tests/integration/minicluster.py.
 """
 
@@ -39,7 +39,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.timeout(1
 os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
 
 RM = "http://127.0.0.1:8088"
-LEASE_MS = 20000
+LEASE_MS = 40000
 AGENT_PORT = 8642
 OVERRIDES = {
     "yarn.resourcemanager.themis.lease-duration-ms": str(LEASE_MS),
@@ -53,8 +53,10 @@ SOURCE = ROOT / "rm-plugin" / "src" / "test" / "java" / "org" / "themis" / "yarn
     "StockGpuApp.java"
 
 # Hyperband s=1 of max_resource 3, eta 3: three 2-GPU jobs, then the best one again; each run
-# sleeps 25 s (the job prints the runner's "start" event first, so it holds no start slot;
-# the step target and checkpoint URI every command must take are passed and not used).
+# sleeps 15 s, well inside a lease (a job stopped at a lease end restarts from scratch: one
+# longer than the lease would never end), at most 2 jobs per node: the runners' start slots, one per core, suffice; the
+# step target and checkpoint URI every command must take are passed to `true`). No quotes or
+# parentheses: YARN puts the command into its launch script inside double quotes.
 SPEC = """\
 name: {name}
 search_space:
@@ -62,8 +64,7 @@ search_space:
 hyperband: {{max_resource: 3, eta: 3, steps_per_unit: 10, brackets: [1], seed: {seed}}}
 job:
   command: >-
-    python3 -c "import json, time; print(json.dumps(dict(event='start', step=0)), flush=True);
-    time.sleep(25)" {{max_steps}} {{checkpoint_uri}}
+    sleep 15 && true {{max_steps}} {{checkpoint_uri}}
 resources: {{gpus: 2, memory_mb: 256, vcores: 1}}
 am: {{memory_mb: 512, max_attempts: 1}}
 """
@@ -169,6 +170,18 @@ def _timings(diagnostics: str) -> dict[str, int]:
     return {"asked": int(m[1]), "allocated": int(m[2]), "running": int(m[3])}
 
 
+def _am_log(cluster: dict[str, Any], app_id: str) -> str:
+    """The tail of an app's AM log, from whichever NodeManager ran it."""
+    for c in cluster["containers"]:
+        w = c.get_wrapped_container()
+        if "-nm" not in w.name:
+            continue
+        r = w.exec_run(["sh", "-c", f"tail -n 40 /data/nm-logs/{app_id}/*_000001/AppMaster.stderr"])
+        if r.exit_code == 0:
+            return f"AM log of {app_id} ({w.name}):\n" + r.output.decode(errors="replace")
+    return f"no AM log of {app_id} found"
+
+
 def _rm_log(cluster: dict[str, Any]) -> str:
     return str(cluster["rm"].logs().decode(errors="replace"))
 
@@ -229,9 +242,12 @@ def test_stock_apps_and_mapreduce_share_gpus_with_themis_apps(
     nodes = re.search(r"nodes=\{([^}]*)\}", final["diagnostics"])
     assert nodes and re.fullmatch(r"nm\d:\d+=2", nodes[1]), final["diagnostics"]
     for a in themis_apps:
-        done = _wait(f"{a} to finish", 600, lambda a=a: (
-            x if (x := _app(a))["state"] in ("FINISHED", "FAILED", "KILLED") else None), 5)
-        assert done["finalStatus"] == "SUCCEEDED", done
+        try:
+            done = _wait(f"{a} to finish", 420, lambda a=a: (
+                x if (x := _app(a))["state"] in ("FINISHED", "FAILED", "KILLED") else None), 5)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{_am_log(cluster, a)}") from None
+        assert done["finalStatus"] == "SUCCEEDED", (done, _am_log(cluster, a))
 
     # --- from the RM log: the stock app's wait reasons, each change once, at INFO; it never
     # stayed "offered in the next round" (free GPUs that fit it) longer than about a round
