@@ -191,3 +191,36 @@ def test_view_asks_are_parsed_and_checked() -> None:
                 [{"gpus_per_container": 2}], "2x1", [3]):
         with pytest.raises(ViewError, match="asks"):
             parse_view(_view({"h:1": 2}, [{"app_id": "a", "pending_gpus": 1, "asks": bad}]))
+
+
+def test_a_partial_allocation_keeps_whole_containers_and_leaves_the_rest() -> None:
+    """Partial allocation keeps a fraction c_i of the winning bundle (here 2/3 of 4 GPUs on
+    m0: 3 GPUs, or 2 for some seeds); a bidder asking 2-GPU containers never keeps an odd GPU
+    on a machine: it goes to the leftover (the non-bidder's), so every grant of the bidder is
+    whole containers per machine and no GPU is lost."""
+    from themis.agent.bids import Bid, BidTable
+
+    gpus = _gpus([4, 4])
+    ids = [g.id for g in gpus]
+    tables = {"pair": BidTable("pair", 4.0, (Bid(tuple(ids[:4]), 2.0), Bid(tuple(ids), 3.0))),
+              "rival": BidTable("rival", 3.0, (Bid(tuple(ids[4:]), 1.5),
+                                               Bid(tuple(ids[:2]), 1.0)))}
+    seen_cut = False
+    for seed in range(10):
+        out = run_round(gpus, {"pair": 4.0, "rival": 3.0, "other": 0.5},
+                        lambda bidders: {b: tables[b] for b in bidders}, fairness_knob=0.4,
+                        lease_s=60.0, now=0.0, solver=make_solver("bnb"),
+                        rng=random.Random(seed), room={"pair": 8, "rival": 4, "other": 8},
+                        shape={"pair": {2: 4}})
+        assert out.auction is not None and set(out.bidders) == {"pair", "rival"}
+        kept = _per_machine(out.allocation.get("pair", ()))
+        assert all(c % 2 == 0 for c in kept.values()), (seed, kept)
+        raw = _per_machine(out.auction.allocation["pair"])
+        if any(c % 2 for c in raw.values()):
+            seen_cut = True
+            assert sum(kept.values()) == sum(raw.values()) - 1
+            assert out.leftover.get("other"), out.leftover  # the odd GPU went on
+        dealt = [g for gs in out.allocation.values() for g in gs]
+        assert len(dealt) == len(set(dealt))
+        assert sorted([*dealt, *out.unallocated]) == sorted(ids)
+    assert seen_cut, "no seed cut a bundle to an odd count: the test would prove nothing"

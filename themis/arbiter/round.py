@@ -215,6 +215,30 @@ def _deal(
     return {a: tuple(sorted(gs)) for a, gs in grants.items()}, tuple(sorted(unused))
 
 
+def _whole_containers(
+    allocation: Mapping[str, tuple[str, ...]], offer: Sequence[Gpu], shape: Shape | None
+) -> dict[str, tuple[str, ...]]:
+    """The auction's allocation with, for apps whose asks have a shape, each machine's GPUs
+    cut down to a multiple of the gcd of their container sizes: partial allocation keeps a
+    fraction c_i of the winning bundle (section 3.3.2), which can leave a GPU on a machine
+    that no container of the app fits (3 GPUs for 2-GPU containers). Such GPUs go to the
+    leftover instead of idling under the app's lease; the app loses nothing it could use."""
+    if not shape:
+        return dict(allocation)
+    machine = {g.id: g.machine for g in offer}
+    out: dict[str, tuple[str, ...]] = {}
+    for app, gs in allocation.items():
+        unit = math.gcd(*(k for k, n in shape.get(app, {}).items() if n > 0)) or 1
+        if unit == 1:
+            out[app] = gs
+            continue
+        per: dict[str, list[str]] = {}
+        for g in sorted(gs):
+            per.setdefault(machine[g], []).append(g)
+        out[app] = tuple(sorted(g for ids in per.values() for g in ids[: len(ids) // unit * unit]))
+    return out
+
+
 def distribute_leftover(
     gpus: Sequence[Gpu],
     nonbidders: Sequence[str],
@@ -283,9 +307,13 @@ def run_round(
         late = [a for a in bidders if a not in got]
         nonbidders = [*nonbidders, *late]
         bidders = [t.app_id for t in tables]
+    won: dict[str, tuple[str, ...]] = {}
     if tables:
         auction = run_auction(free, tables, solver, rng)
-        left_ids = set(auction.leftover)
+        won = _whole_containers(auction.allocation, offer, shape)
+        cut = {g for gs in auction.allocation.values() for g in gs}
+        cut -= {g for gs in won.values() for g in gs}  # partial containers: leftover too
+        left_ids = set(auction.leftover) | cut
         free = [g for g in free if g.id in left_ids]
     asks = _asks(nonbidders, len(free), room, shape)
     order = list(nonbidders)
@@ -297,8 +325,7 @@ def run_round(
         # leftover than the non-bidders can take - go, by the same leftover rule, to any
         # app that can still use them rather than idling until the next round.
         held = Counter({a: len(gs) for a, gs in leftover.items()})
-        if auction is not None:
-            held.update({a: len(gs) for a, gs in auction.allocation.items()})
+        held.update({a: len(gs) for a, gs in won.items()})
         everyone = [*bidders, *nonbidders]
         idle = set(unallocated)
         spare = [g for g in free if g.id in idle]
@@ -316,8 +343,8 @@ def run_round(
             leftover[app] = tuple(sorted((*leftover.get(app, ()), *gs)))
     allocation: dict[str, tuple[str, ...]] = {}
     grants: list[LeaseGrant] = []
-    if auction is not None:
-        for app, gs in sorted(auction.allocation.items()):
+    for app, gs in sorted(won.items()):
+        if gs:
             allocation[app] = gs
             grants.append(LeaseGrant(app, gs, now, now + lease_s, "auction"))
     for app, gs in sorted(leftover.items()):
