@@ -22,7 +22,6 @@ import os
 import re
 import statistics
 import subprocess
-import sys
 import tarfile
 import threading
 import time
@@ -33,7 +32,13 @@ from typing import Any
 
 import pytest
 
-from tests.integration.minicluster import ROOT, _get, running_minicluster
+from tests.integration.minicluster import (
+    ROOT,
+    _get,
+    am_jar_and_mounts,
+    running_minicluster,
+    themis,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.timeout(1200)]
 os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
@@ -70,11 +75,6 @@ am: {{memory_mb: 512, max_attempts: 1}}
 """
 
 
-def themis(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "themis.cli", *args], capture_output=True,
-                          text=True, timeout=timeout, cwd=ROOT)
-
-
 def _stock_jar() -> bytes:
     """StockGpuApp (+ Gpus) as a small jar, compiled from the test sources when stale."""
     cls = CLASSES / "StockGpuApp.class"
@@ -100,14 +100,10 @@ def _put(container: Any, path: str, data: bytes) -> None:
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[dict[str, Any]]:
-    am_jar = ROOT / "submarine-am" / "target" / "themis-submarine-am-0.1.0.jar"
-    if not am_jar.is_file():
-        r = subprocess.run(["mvn", "-q", "-B", "-o", "-pl", "submarine-am", "package",
-                            "-DskipTests"], cwd=ROOT, timeout=600)
-        assert r.returncode == 0 and am_jar.is_file(), "cannot build the AM jar"
+    mounts = am_jar_and_mounts()
     jar = _stock_jar()
-    with running_minicluster("stock", conf_overrides=OVERRIDES,
-                             extra_ports=[AGENT_PORT]) as c:
+    with running_minicluster("stock", conf_overrides=OVERRIDES, extra_ports=[AGENT_PORT],
+                             mounts=mounts) as c:
         rm = next(x for x in c["containers"] if "-rm-" in x.get_wrapped_container().name)
         c["rm"] = rm.get_wrapped_container()
         _put(c["rm"], JAR_IN_RM, jar)
@@ -178,7 +174,7 @@ def _am_log(cluster: dict[str, Any], app_id: str) -> str:
             continue
         r = w.exec_run(["sh", "-c", f"tail -n 40 /data/nm-logs/{app_id}/*_000001/AppMaster.stderr"])
         if r.exit_code == 0:
-            return f"AM log of {app_id} ({w.name}):\n" + r.output.decode(errors="replace")
+            return f"AM log of {app_id} ({w.name}):\n" + str(r.output.decode(errors="replace"))
     return f"no AM log of {app_id} found"
 
 
