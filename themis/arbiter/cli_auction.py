@@ -217,25 +217,22 @@ def _count(lo: int, hi: int) -> Any:
     return parse
 
 
-def _seconds(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        v = math.nan
-    if not 0 <= v <= 86_400:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds in [0, 86400], got "
-                                         f"{text[:30]!r}")
-    return v
+def _number(lo: float, hi: float, what: str) -> Any:
+    """argparse type: a float in [lo, hi] (NaN and junk refused); ``what`` names it in the
+    error, which shows the bounds as ``what`` says them."""
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            v = math.nan
+        if not lo <= v <= hi:
+            raise argparse.ArgumentTypeError(f"must be {what}, got {text[:30]!r}")
+        return v
+    return parse
 
 
-def _magnitude(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        v = math.nan
-    if not 1 <= v <= 1e300:
-        raise argparse.ArgumentTypeError(f"must be a number in [1, 1e300], got {text[:30]!r}")
-    return v
+_seconds = _number(0, 86_400, "a number of seconds in [0, 86400]")
+_magnitude = _number(1, 1e300, "a number in [1, 1e300]")
 
 
 def add_parser(sub: Any) -> None:
