@@ -582,17 +582,8 @@ public final class ThemisRuntime implements EngineSupervisor.AgentEvents, Themis
       long pending = a.askedGpus();
       pendingTotal += pending;
       o.put("pending_gpus", pending);
-      ObjectNode running = o.putObject("running_gpus");
-      for (Map.Entry<NodeId, Long> r : a.running().entrySet()) {
-        running.put(r.getKey().toString(), r.getValue());
-      }
       // container shape: the leftover step deals whole containers on one node
-      ArrayNode asks = o.putArray("asks");
-      for (Map.Entry<Long, Long> k : a.asks().entrySet()) {
-        ObjectNode ask = asks.addObject();
-        ask.put("gpus_per_container", k.getKey());
-        ask.put("containers", k.getValue());
-      }
+      putGpuUse(o, a);
     }
     ArrayNode ls = root.putArray("leases");
     for (Lease l : leases.snapshot()) {
@@ -736,16 +727,7 @@ public final class ThemisRuntime implements EngineSupervisor.AgentEvents, Themis
       o.put("app_id", a.app().toString());
       o.put("agent", a.agent());
       o.put("asked_gpus", a.askedGpus());
-      ArrayNode asks = o.putArray("asks");
-      for (Map.Entry<Long, Long> k : a.asks().entrySet()) {
-        ObjectNode ask = asks.addObject();
-        ask.put("gpus_per_container", k.getKey());
-        ask.put("containers", k.getValue());
-      }
-      ObjectNode running = o.putObject("running_gpus");
-      for (Map.Entry<NodeId, Long> r : a.running().entrySet()) {
-        running.put(r.getKey().toString(), r.getValue());
-      }
+      putGpuUse(o, a);
       WaitDiagnostics.Reason r = shown.get(a.app());
       o.put("reason", r == null ? "" : r.kind());
       o.put("diagnostics", r == null ? "" : r.text());
@@ -830,6 +812,21 @@ public final class ThemisRuntime implements EngineSupervisor.AgentEvents, Themis
       return ApplicationId.fromString(s);
     } catch (IllegalArgumentException e) {
       return null;
+    }
+  }
+
+  /** An app's GPUs in use per node ("running_gpus") and its pending asks by container
+   *  shape ("asks"), as both the engine's view and the status bean report them. */
+  private static void putGpuUse(ObjectNode o, AppGpus a) {
+    ObjectNode running = o.putObject("running_gpus");
+    for (Map.Entry<NodeId, Long> r : a.running().entrySet()) {
+      running.put(r.getKey().toString(), r.getValue());
+    }
+    ArrayNode asks = o.putArray("asks");
+    for (Map.Entry<Long, Long> k : a.asks().entrySet()) {
+      ObjectNode ask = asks.addObject();
+      ask.put("gpus_per_container", k.getKey());
+      ask.put("containers", k.getValue());
     }
   }
 }
