@@ -60,8 +60,10 @@ SOURCE = ROOT / "rm-plugin" / "src" / "test" / "java" / "org" / "themis" / "yarn
 # Hyperband s=1 of max_resource 3, eta 3: three 2-GPU jobs, then the best one again; each run
 # sleeps 15 s, well inside a lease (a job stopped at a lease end restarts from scratch: one
 # longer than the lease would never end), at most 2 jobs per node: the runners' start slots, one per core, suffice; the
-# step target and checkpoint URI every command must take are passed to `true`). No quotes or
-# parentheses: YARN puts the command into its launch script inside double quotes.
+# step target and checkpoint URI every command must take are passed to `true`). Quotes, $ and
+# parentheses on purpose: YARN puts a container's command inside double quotes in its launch
+# script, and the AM must pass the job command through unharmed (a broken one exits non-zero
+# and its app fails).
 SPEC = """\
 name: {name}
 search_space:
@@ -69,7 +71,7 @@ search_space:
 hyperband: {{max_resource: 3, eta: 3, steps_per_unit: 10, brackets: [1], seed: {seed}}}
 job:
   command: >-
-    sleep 15 && true {{max_steps}} {{checkpoint_uri}}
+    sleep 15 && test "$((1 + 1))" = '2' && true "(steps)" {{max_steps}} {{checkpoint_uri}}
 resources: {{gpus: 2, memory_mb: 256, vcores: 1}}
 am: {{memory_mb: 512, max_attempts: 1}}
 """

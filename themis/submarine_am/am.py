@@ -54,6 +54,7 @@ from themis.submarine_am.records import (
     node_of,
     parse_container_id,
 )
+from themis.submarine_am.runner import encode_command
 from themis.submarine_am.shell import JvmShell, Shell
 from themis.submarine_am.spec import AppSpec, render_command
 from themis.submarine_am.tblogs import tensorboard_dir
@@ -364,12 +365,9 @@ class AppMaster:
             "checkpoint_uri": self.checkpoint_uri(run.job_id),
         }
         job_cmd = render_command(self.spec, values)
-        am_url = self.tracking_url.rstrip("/")
-        cmd = (f"{self.python} -m themis.submarine_am.runner --am {shlex.quote(am_url)} "
-               f"--job-id {shlex.quote(run.job_id)} --run-id {run.run_id} --logdir tflogs "
-               f"--tensorboard-dir {shlex.quote(tensorboard_dir(self.app_dir, run.job_id))} "
-               f"--report-every {self.report_every_s} -- bash -c {shlex.quote(job_cmd)} "
-               f"1><LOG_DIR>/stdout 2><LOG_DIR>/stderr")
+        cmd = container_command(
+            self.python, self.tracking_url.rstrip("/"), run.job_id, run.run_id,
+            tensorboard_dir(self.app_dir, run.job_id), self.report_every_s, job_cmd)
         bindir = os.path.dirname(self.python) if os.path.isabs(self.python) else ""
         path = os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin")
         env = {"THEMIS_WEBHDFS_URL": self.webhdfs_url, "HADOOP_USER_NAME": "root",
@@ -875,6 +873,19 @@ class AppMaster:
 
 
 # ------------------------------------------------------------------------------ main
+
+
+def container_command(python: str, am_url: str, job_id: str, run_id: int, tb_dir: str,
+                      report_every_s: float, job_cmd: str) -> str:
+    """A job container's command: the runner, told the job command in base64 (YARN puts the
+    command inside double quotes in the container's launch script, so the user's quotes, $
+    and backquotes must not reach that shell; the runner runs it with ``bash -c``)."""
+    return (f"{python} -m themis.submarine_am.runner --am {shlex.quote(am_url)} "
+            f"--job-id {shlex.quote(job_id)} --run-id {run_id} --logdir tflogs "
+            f"--tensorboard-dir {shlex.quote(tb_dir)} --report-every {report_every_s} "
+            f"--command-b64 {encode_command(job_cmd)} 1><LOG_DIR>/stdout 2><LOG_DIR>/stderr")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     del argv
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
@@ -915,3 +926,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+

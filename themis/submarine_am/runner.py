@@ -27,6 +27,7 @@ Exit status: the job's.
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import fcntl
 import json
@@ -266,6 +267,20 @@ class Runner:
         return rc
 
 
+def encode_command(command: str) -> str:
+    """A shell command as the value of ``--command-b64``: only ``[A-Za-z0-9_=-]``, so it
+    passes through any quoting of YARN's container launch script unchanged."""
+    return base64.urlsafe_b64encode(command.encode()).decode("ascii")
+
+
+def decode_command(value: str, p: argparse.ArgumentParser) -> str:
+    try:
+        return base64.b64decode(value.encode("ascii"), altchars=b"-_", validate=True).decode()
+    except (ValueError, UnicodeError) as e:
+        p.error(f"--command-b64 {value[:40]!r}: not URL-safe base64 of a UTF-8 string ({e})")
+    raise AssertionError("unreachable")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m themis.submarine_am.runner",
                                 description=__doc__,
@@ -287,9 +302,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "WebHDFS at $THEMIS_WEBHDFS_URL as $HADOOP_USER_NAME)")
     p.add_argument("--tensorboard-every", type=float, default=10.0,
                    help="seconds between two copies of the event files (default 10)")
+    p.add_argument("--command-b64", default="",
+                   help="the job command as a shell string, base64 (RFC 4648 URL-safe) "
+                        "encoded, run by `bash -c` (default: none, the command follows --). "
+                        "The AM passes commands this way: YARN puts a container's command "
+                        "inside double quotes in its launch script, where quotes, $ and "
+                        "backquotes of the user's command would be taken by that shell")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- the job command")
     args = p.parse_args(argv)
     cmd = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if args.command_b64:
+        if cmd:
+            p.error("give the job command either after -- or as --command-b64, not both")
+        cmd = ["bash", "-c", decode_command(args.command_b64, p)]
     if not cmd:
         p.error("no job command after --")
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
