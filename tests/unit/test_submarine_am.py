@@ -3,6 +3,7 @@ YARN shell whose "jobs" advance a step counter, checkpoint on stop and resume fr
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import threading
@@ -61,9 +62,12 @@ class FakeShell:
 
     def launch(self, container: str, command: str, env_json: str) -> None:
         c = self.containers[container]
-        m = re.search(r"--max-steps (\d+)", command)
-        job = re.search(r"--job-id (\S+)", command)
-        assert m and job, command
+        b64 = re.search(r"--command-b64 (\S+)", command)
+        assert b64, command
+        job_cmd = base64.urlsafe_b64decode(b64.group(1)).decode()  # what the runner runs
+        m = re.search(r"--max-steps (\d+)", job_cmd)
+        job = re.search(r"--job-id (\S+)", job_cmd)
+        assert m and job, job_cmd
         c.update(job=job.group(1), max_steps=int(m.group(1)), running=True)
         start = self.checkpoints.get(c["job"], 0)
         c["step"] = start
