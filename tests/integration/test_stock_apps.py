@@ -7,8 +7,12 @@ fails on a preempted container) are submitted meanwhile. Checks: all finish succ
 the default stock-app policy (hold); while the stock app waits its YARN diagnostics (REST) say
 why and ``themis status --all`` lists it with its ask; once GPUs it fits on are free it has
 them within one round (its wait reason never stays "offered in the next round"); its 2 GPUs
-are on one node; the RM log has no exception. Then, on idle GPUs, the time from the stock
-app's GPU ask to its container running (5 trials, printed).
+are on one node; the RM log has no exception; no GPU is used by two containers at once (the
+NodeManagers' logs: running GPU containers never exceed a node's GPUs; with the lease log:
+every GPU container runs inside a lease of its app on its node). Then, on idle GPUs, the
+time from the stock app's GPU ask to its container running (5 trials, printed). The Themis
+apps' job command carries quotes, ``$((..))`` and parentheses: the AM passes it through
+YARN's launch script unharmed.
 
 Short leases (40 s) and jobs (15 s) keep it small: about 5 min on the project's 2-core VM, cluster start-up
 included. Environment: as tests/integration/minicluster.py.
@@ -16,47 +20,44 @@ included. Environment: as tests/integration/minicluster.py.
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import re
 import statistics
-import subprocess
-import tarfile
-import threading
 import time
-import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.integration.minicluster import (
-    ROOT,
-    _get,
-    am_jar_and_mounts,
-    running_minicluster,
-    themis,
+from tests.integration.minicluster import NMS, themis
+from tests.integration.stockapps import (
+    Client,
+    am_log,
+    app_report,
+    gpu_containers,
+    gpu_use_violations,
+    nm_logs,
+    rm_log,
+    stock_cluster,
+    stock_timings,
+    submit_stock_app,
+    themis_state,
+    wait_for,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.timeout(1200)]
 os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
 
-RM = "http://127.0.0.1:8088"
 LEASE_MS = 40000
+GRACE_MS = 5000
 AGENT_PORT = 8642
 OVERRIDES = {
     "yarn.resourcemanager.themis.lease-duration-ms": str(LEASE_MS),
-    "yarn.resourcemanager.themis.grace-period-ms": "5000",
+    "yarn.resourcemanager.themis.grace-period-ms": str(GRACE_MS),
     "yarn.resourcemanager.themis.agent-port": str(AGENT_PORT),
 }
-JAR_IN_RM = "/tmp/stock-gpu-app.jar"
-CLASSES = ROOT / "rm-plugin" / "target" / "test-classes" / "org" / "themis" / "yarn"
-MAIN_CLASSES = ROOT / "rm-plugin" / "target" / "classes" / "org" / "themis" / "yarn"
-SOURCE = ROOT / "rm-plugin" / "src" / "test" / "java" / "org" / "themis" / "yarn" / \
-    "StockGpuApp.java"
-
 # Hyperband s=1 of max_resource 3, eta 3: three 2-GPU jobs, then the best one again; each run
 # sleeps 15 s, well inside a lease (a job stopped at a lease end restarts from scratch: one
 # longer than the lease would never end), at most 2 jobs per node: the runners' start slots, one per core, suffice; the
@@ -77,111 +78,10 @@ am: {{memory_mb: 512, max_attempts: 1}}
 """
 
 
-def _stock_jar() -> bytes:
-    """StockGpuApp (+ Gpus) as a small jar, compiled from the test sources when stale."""
-    cls = CLASSES / "StockGpuApp.class"
-    if not cls.is_file() or cls.stat().st_mtime < SOURCE.stat().st_mtime:
-        r = subprocess.run(["mvn", "-q", "-B", "-o", "-pl", "rm-plugin", "test-compile"],
-                           cwd=ROOT, timeout=900)
-        assert r.returncode == 0 and cls.is_file(), "cannot compile StockGpuApp"
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w") as z:
-        for f in [*CLASSES.glob("StockGpuApp*.class"), MAIN_CLASSES / "Gpus.class"]:
-            z.write(f, f"org/themis/yarn/{f.name}")
-    return buf.getvalue()
-
-
-def _put(container: Any, path: str, data: bytes) -> None:
-    tar = io.BytesIO()
-    with tarfile.open(fileobj=tar, mode="w") as t:
-        info = tarfile.TarInfo(Path(path).name)
-        info.size = len(data)
-        t.addfile(info, io.BytesIO(data))
-    assert container.put_archive(str(Path(path).parent), tar.getvalue())
-
-
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[dict[str, Any]]:
-    mounts = am_jar_and_mounts()
-    jar = _stock_jar()
-    with running_minicluster("stock", conf_overrides=OVERRIDES, extra_ports=[AGENT_PORT],
-                             mounts=mounts) as c:
-        rm = next(x for x in c["containers"] if "-rm-" in x.get_wrapped_container().name)
-        c["rm"] = rm.get_wrapped_container()
-        _put(c["rm"], JAR_IN_RM, jar)
+    with stock_cluster("stock", OVERRIDES, AGENT_PORT) as c:
         yield c
-
-
-class Client(threading.Thread):
-    """A Hadoop client run in the RM container (``themis-daemon client``)."""
-
-    def __init__(self, rm: Any, *args: str) -> None:
-        super().__init__(daemon=True)
-        self.rm, self.args = rm, args
-        self.code: int | None = None
-        self.out = ""
-
-    def run(self) -> None:
-        r = self.rm.exec_run(["themis-daemon", "client", *self.args],
-                             environment={"THEMIS_EXTRA_CLASSPATH": JAR_IN_RM})
-        self.code, self.out = r.exit_code, r.output.decode(errors="replace")
-
-
-def _themis_state() -> dict[str, Any]:
-    bean = _get(f"{RM}/jmx?qry=Hadoop:service=ResourceManager,name=Themis")["beans"][0]
-    return dict(json.loads(bean["StatusJson"]))
-
-
-def _app(app_id: str) -> dict[str, Any]:
-    return dict(_get(f"{RM}/ws/v1/cluster/apps/{app_id}", timeout=15)["app"])
-
-
-def _wait(what: str, timeout: float, cond: Any, pause: float = 1.0) -> Any:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        try:
-            got = cond()
-        except OSError:
-            got = None
-        if got:
-            return got
-        time.sleep(pause)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-
-
-def _stock_app(rm: Any, name: str, sleep_s: int) -> tuple[Client, str]:
-    c = Client(rm, "org.themis.yarn.StockGpuApp", "submit", JAR_IN_RM, "1", "2", str(sleep_s),
-               name)
-    c.start()
-
-    def submitted() -> str | None:
-        assert c.code is None, f"{name}: client exited {c.code} before submitting:\n{c.out}"
-        apps = (_get(f"{RM}/ws/v1/cluster/apps", timeout=15).get("apps") or {}).get("app", [])
-        return next((a["id"] for a in apps if a["name"] == name), None)
-    app_id = _wait(f"{name} submitted", 180, submitted)
-    return c, str(app_id)
-
-
-def _timings(diagnostics: str) -> dict[str, int]:
-    m = re.search(r"stock-gpu-app: asked=(\d+) allocated=(-?\d+) running=(-?\d+)", diagnostics)
-    assert m, diagnostics
-    return {"asked": int(m[1]), "allocated": int(m[2]), "running": int(m[3])}
-
-
-def _am_log(cluster: dict[str, Any], app_id: str) -> str:
-    """The tail of an app's AM log, from whichever NodeManager ran it."""
-    for c in cluster["containers"]:
-        w = c.get_wrapped_container()
-        if "-nm" not in w.name:
-            continue
-        r = w.exec_run(["sh", "-c", f"tail -n 40 /data/nm-logs/{app_id}/*_000001/AppMaster.stderr"])
-        if r.exit_code == 0:
-            return f"AM log of {app_id} ({w.name}):\n" + str(r.output.decode(errors="replace"))
-    return f"no AM log of {app_id} found"
-
-
-def _rm_log(cluster: dict[str, Any]) -> str:
-    return str(cluster["rm"].logs().decode(errors="replace"))
 
 
 def test_stock_apps_and_mapreduce_share_gpus_with_themis_apps(
@@ -198,20 +98,20 @@ def test_stock_apps_and_mapreduce_share_gpus_with_themis_apps(
 
     # --- the Themis apps hold every GPU (8: nm1 4, nm2 2, nm3 2)
     def all_held() -> bool:
-        st = _themis_state()
+        st = themis_state()
         live = sum(le["gpus"] for le in st["leases"] if le["state"] == "ACTIVE")
         return live == 8 and {le["app_id"] for le in st["leases"]} <= set(themis_apps)
-    _wait("the Themis apps to hold every GPU", 240, all_held)
+    wait_for("the Themis apps to hold every GPU", 240, all_held)
 
     # --- a MapReduce job (on YARN, not uber) and a stock 2-GPU app, submitted now
     pi = Client(cluster["rm"], "org.apache.hadoop.examples.ExampleDriver", "pi", "2", "20")
     pi.start()
-    stock, stock_id = _stock_app(cluster["rm"], "stock-2gpu", 10)
+    stock, stock_id = submit_stock_app(cluster["rm"], "stock-2gpu", 10)
     # --- while it waits, its YARN diagnostics (REST) and `themis status --all` say so
     why, listed = "", None
     end = time.monotonic() + 120
     while time.monotonic() < end and not (why and listed):
-        d = str(_app(stock_id).get("diagnostics", ""))
+        d = str(app_report(stock_id).get("diagnostics", ""))
         if "Themis: waiting for GPUs: 2 GPUs asked (1 container of 2 GPUs)" in d:
             why = d
         r = themis("status", "--all", "--json")
@@ -234,22 +134,22 @@ def test_stock_apps_and_mapreduce_share_gpus_with_themis_apps(
     assert "Estimated value of Pi is" in pi.out, pi.out[-2000:]
     assert "uber mode : false" in pi.out, pi.out[-2000:]
     assert stock.code == 0, stock.out[-3000:]
-    final = _app(stock_id)
+    final = app_report(stock_id)
     assert final["finalStatus"] == "SUCCEEDED", final
-    timing = _timings(final["diagnostics"])
+    timing = stock_timings(final["diagnostics"])
     nodes = re.search(r"nodes=\{([^}]*)\}", final["diagnostics"])
     assert nodes and re.fullmatch(r"nm\d:\d+=2", nodes[1]), final["diagnostics"]
     for a in themis_apps:
         try:
-            done = _wait(f"{a} to finish", 420, lambda a=a: (
-                x if (x := _app(a))["state"] in ("FINISHED", "FAILED", "KILLED") else None), 5)
+            done = wait_for(f"{a} to finish", 420, lambda a=a: (
+                x if (x := app_report(a))["state"] in ("FINISHED", "FAILED", "KILLED") else None), 5)
         except AssertionError as exc:
-            raise AssertionError(f"{exc}\n{_am_log(cluster, a)}") from None
-        assert done["finalStatus"] == "SUCCEEDED", (done, _am_log(cluster, a))
+            raise AssertionError(f"{exc}\n{am_log(cluster, a)}") from None
+        assert done["finalStatus"] == "SUCCEEDED", (done, am_log(cluster, a))
 
     # --- from the RM log: the stock app's wait reasons, each change once, at INFO; it never
     # stayed "offered in the next round" (free GPUs that fit it) longer than about a round
-    log = _rm_log(cluster)
+    log = rm_log(cluster)
     reasons = [(m[1], m[2]) for m in re.finditer(
         r"^(\S+ \S+) INFO .*WaitDiagnostics: Themis: " + re.escape(stock_id) + r" (.*)$",
         log, re.M)]
@@ -262,6 +162,8 @@ def test_stock_apps_and_mapreduce_share_gpus_with_themis_apps(
     assert any(t.startswith("placing its containers") for _, t in reasons), reasons
     bad = [ln for ln in log.splitlines() if "Exception" in ln]
     assert not bad, "\n".join(bad[:20])
+    # --- no GPU used by two containers at once (NodeManager logs and the lease log)
+    _assert_gpus_used_once(cluster)
     print(f"stock app waited {timing['running'] / 1000:.1f} s (ask -> container running) "
           f"while Themis apps held the GPUs; reasons: {[t[:60] for _, t in reasons]}; "
           f"scenario {time.monotonic() - t_start:.0f} s")
@@ -270,13 +172,13 @@ def test_stock_apps_and_mapreduce_share_gpus_with_themis_apps(
 def test_idle_gpus_reach_a_stock_app_at_once(cluster: dict[str, Any]) -> None:
     """On idle GPUs: time from the stock app's GPU ask (AM side) to its 2-GPU container
     allocated and running; target <= 2 s."""
-    _wait("no lease left", 120, lambda: not _themis_state()["leases"], 2)
+    wait_for("no lease left", 120, lambda: not themis_state()["leases"], 2)
     running, allocated = [], []
     for i in range(5):
-        c, app_id = _stock_app(cluster["rm"], f"stock-idle-{i}", 1)
+        c, app_id = submit_stock_app(cluster["rm"], f"stock-idle-{i}", 1)
         c.join(timeout=300)
         assert c.code == 0, c.out[-3000:]
-        t = _timings(_app(app_id)["diagnostics"])
+        t = stock_timings(app_report(app_id)["diagnostics"])
         allocated.append(t["allocated"])
         running.append(t["running"])
     running.sort()
@@ -284,3 +186,12 @@ def test_idle_gpus_reach_a_stock_app_at_once(cluster: dict[str, Any]) -> None:
           f"running {running} ms (median {statistics.median(running):.0f}, max {running[-1]}; "
           "round-interval 250 ms, NM heartbeat 500 ms)")
     assert statistics.median(running) <= 2000, running
+    _assert_gpus_used_once(cluster)
+
+
+def _assert_gpus_used_once(cluster: dict[str, Any]) -> None:
+    logs = nm_logs(cluster)
+    assert gpu_containers(logs), "no GPU container found in the NodeManager logs"
+    bad = gpu_use_violations(logs, {n: g for n, (g, _) in NMS.items()}, rm_log(cluster),
+                             lease_s=LEASE_MS / 1000, grace_s=GRACE_MS / 1000)
+    assert not bad, "\n".join(bad[:20])
