@@ -73,3 +73,37 @@ def test_inf_passes_no_key_and_is_the_default(monkeypatch: pytest.MonkeyPatch) -
     assert calls[0]["priority"] is None
     with pytest.raises(ValueError, match="starvation 'x'"):
         ThemisPolicy(starvation="x")
+
+
+def test_cap_keeps_as_many_starving_bidders_as_free_gpus_worst_first() -> None:
+    rho = {"a": math.inf, "b": math.inf, "c": math.inf, "d": 2.0, "e": 1.0}
+    bidders, non = round_mod.cap_starving_bidders(["c", "a", "b", "d"], ["e"], rho, 2)
+    assert bidders == ["c", "a", "d"] and non == ["e", "b"]
+    # enough GPUs for every starving bidder: nothing changes
+    assert round_mod.cap_starving_bidders(["c", "a", "d"], ["e"], rho, 3) == (
+        ["c", "a", "d"], ["e"])
+
+
+def test_run_round_with_priority_serves_the_worst_starving_app_on_one_gpu() -> None:
+    """One free GPU, two starving apps: with the filter key the worse-off one is the only
+    starving bidder and wins the GPU whole (sole bidder: c = 1); without it the auction
+    would prefer the app with the lower rho once served."""
+    from themis.agent.bids import Bid, BidTable
+    from themis.arbiter.solvers import make_solver
+    from themis.cluster.topology import Gpu
+
+    gpu = Gpu("m0/0", "m0", "r0", "s0")
+    # "short" would finish at rho 1.5 with the GPU, "long" at rho 1.1: the auction alone
+    # prefers "long" (gain log(rho_ref / 1.1) > log(rho_ref / 1.5))
+    tables = {"short": BidTable("short", math.inf, (Bid(("m0/0",), 1.5),)),
+              "long": BidTable("long", math.inf, (Bid(("m0/0",), 1.1),))}
+    rho = {"short": math.inf, "long": math.inf}
+
+    def run(priority: dict[str, float] | None) -> dict[str, tuple[str, ...]]:
+        out = round_mod.run_round([gpu], rho, lambda bs: {b: tables[b] for b in bs},
+                                  fairness_knob=0.0, lease_s=60, now=0.0,
+                                  solver=make_solver("highs"), rng=random.Random(0),
+                                  priority=priority)
+        return dict(out.allocation)
+    assert run(None) == {"long": ("m0/0",)}
+    assert run({"short": 30.0, "long": 2.0}) == {"short": ("m0/0",)}

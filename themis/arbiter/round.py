@@ -88,6 +88,28 @@ def select_bidders(
     return ranked[:keep], ranked[keep:]
 
 
+def cap_starving_bidders(
+    bidders: Sequence[str], nonbidders: Sequence[str], rho_current: Mapping[str, float],
+    free_gpus: int,
+) -> tuple[list[str], list[str]]:
+    """Starvation-aware filtering, second half (docs/mechanism.md, "Starvation"): at most
+    ``free_gpus`` starving bidders (rho = +inf) stay bidders, the first in ``bidders``' order
+    (the filter's: worst off first); the others join the non-bidders this round.
+
+    Why: the auction serves as many starving bidders as the offer allows and, among them,
+    prefers the one with the *lowest* rho once served (the largest gain log(rho_ref /
+    rho(b))), the opposite of the filter's order; with fewer free GPUs than starving bidders
+    the worst-off one then loses every round and, being a bidder, never gets leftover GPUs.
+    Each bundle holds at least one GPU, so ``free_gpus`` bidders can all be served, and the
+    auction itself (bids, gains, payments) is unchanged."""
+    starving = [a for a in bidders if math.isinf(rho_current[a])]
+    if len(starving) <= free_gpus:
+        return list(bidders), list(nonbidders)
+    dropped = set(starving[free_gpus:])
+    return ([a for a in bidders if a not in dropped],
+            [*nonbidders, *(a for a in bidders if a in dropped)])
+
+
 Shape = Mapping[str, Mapping[int, int]]
 """Container asks per app: GPUs per container -> number of containers (all of a container's
 GPUs on one machine, as YARN places a container on one node)."""
@@ -294,12 +316,15 @@ def run_round(
     just expired) makes the leftover step renew those GPUs to their holders first;
     ``shape`` (app -> ``{GPUs per container: containers}``) makes it deal such apps whole
     containers on one machine (:func:`distribute_leftover`); ``priority`` is the filter's
-    secondary key (:func:`select_bidders`). Bidders' bundles are theirs."""
+    secondary key (:func:`select_bidders`) and, when given, caps the starving bidders
+    (:func:`cap_starving_bidders`). Bidders' bundles are theirs."""
     if not math.isfinite(lease_s) or lease_s <= 0:
         raise RoundError(f"lease length {lease_s!r} s must be a positive number")
     bidders, nonbidders = select_bidders(rho_current, fairness_knob, rng, priority)
-    auction: AuctionResult | None = None
     free = list(offer)
+    if priority is not None:
+        bidders, nonbidders = cap_starving_bidders(bidders, nonbidders, rho_current, len(free))
+    auction: AuctionResult | None = None
     tables: list[BidTable] = []
     if bidders and free:
         got = collect_bids(bidders)
