@@ -41,6 +41,7 @@ from tests.integration.stockapps import (
     RM,
     app_report,
     gpu_containers,
+    hyperband_spec,
     nm_logs,
     stock_cluster,
     stock_timings,
@@ -50,18 +51,6 @@ from tests.integration.stockapps import (
 )
 
 AGENT_PORT = 8643
-# Two Hyperband apps of three 2-GPU jobs each: 12 GPUs asked of 8, every GPU leased while
-# their first jobs run (``sleep``: no TensorFlow start-up in the way of the measurement).
-HB_SPEC = """\
-name: {name}
-search_space:
-  learning_rate: {{type: double, min: 1.0e-3, max: 3.0e-1, scale: log}}
-hyperband: {{max_resource: 3, eta: 3, steps_per_unit: 10, brackets: [1], seed: {seed}}}
-job:
-  command: sleep {sleep} && true {{max_steps}} {{checkpoint_uri}}
-resources: {{gpus: 2, memory_mb: 256, vcores: 1}}
-am: {{memory_mb: 512, max_attempts: 1}}
-"""
 # One 4-GPU job: only nm1 (4 GPUs) fits it.
 SINGLE_SPEC = """\
 name: {name}
@@ -130,8 +119,10 @@ def idle_gpu_and_nongpu(rm: Any, trials: int) -> tuple[list[float], list[float]]
 def busy_nongpu(rm: Any, trials: int, job_s: int) -> tuple[list[float], int]:
     """Non-GPU starts while two Themis apps hold every GPU; returns the times and how many
     trials ran entirely under that condition (the others are reported, not dropped)."""
-    apps = {submit_themis(HB_SPEC.format(name=f"hb-{i}", seed=i, sleep=job_s), f"hb-{i}")
-            for i in range(2)}
+    # two Hyperband apps of three 2-GPU jobs each: 12 GPUs asked of 8, every GPU leased while
+    # their first jobs run (``sleep``: no TensorFlow start-up in the way of the measurement)
+    job = f"sleep {job_s} && true {{max_steps}} {{checkpoint_uri}}"
+    apps = {submit_themis(hyperband_spec(f"hb-{i}", i, job), f"hb-{i}") for i in range(2)}
     wait_for("the Themis apps to hold every GPU", 300, lambda: leased(apps) == 8)
     out, held = [], 0
     for i in range(trials):

@@ -31,6 +31,23 @@ SOURCE = ROOT / "rm-plugin" / "src" / "test" / "java" / "org" / "themis" / "yarn
     "StockGpuApp.java"
 
 
+def hyperband_spec(name: str, seed: int, command: str) -> str:
+    """A Themis app spec: Hyperband s=1 of max_resource 3, eta 3 (three 2-GPU jobs, then
+    the best one again) running ``command`` (which takes ``{max_steps}`` and
+    ``{checkpoint_uri}``, as every job command must), small AM and containers."""
+    return f"""\
+name: {name}
+search_space:
+  learning_rate: {{type: double, min: 1.0e-3, max: 3.0e-1, scale: log}}
+hyperband: {{max_resource: 3, eta: 3, steps_per_unit: 10, brackets: [1], seed: {seed}}}
+job:
+  command: >-
+    {command}
+resources: {{gpus: 2, memory_mb: 256, vcores: 1}}
+am: {{memory_mb: 512, max_attempts: 1}}
+"""
+
+
 def stock_jar() -> bytes:
     """StockGpuApp (+ Gpus) as a small jar, compiled from the test sources when stale."""
     cls = CLASSES / "StockGpuApp.class"

@@ -38,6 +38,7 @@ from tests.integration.stockapps import (
     app_report,
     gpu_containers,
     gpu_use_violations,
+    hyperband_spec,
     nm_logs,
     rm_log,
     stock_cluster,
@@ -58,24 +59,14 @@ OVERRIDES = {
     "yarn.resourcemanager.themis.grace-period-ms": str(GRACE_MS),
     "yarn.resourcemanager.themis.agent-port": str(AGENT_PORT),
 }
-# Hyperband s=1 of max_resource 3, eta 3: three 2-GPU jobs, then the best one again; each run
-# sleeps 15 s, well inside a lease (a job stopped at a lease end restarts from scratch: one
-# longer than the lease would never end), at most 2 jobs per node: the runners' start slots, one per core, suffice; the
-# step target and checkpoint URI every command must take are passed to `true`). Quotes, $ and
+# The Themis apps' job (stockapps.hyperband_spec: three 2-GPU jobs, then the best one again):
+# each run sleeps 15 s, well inside a lease (a job stopped at a lease end restarts from
+# scratch: one longer than the lease would never end); the step target and checkpoint URI
+# every command must take are passed to `true`. Quotes, $ and
 # parentheses on purpose: YARN puts a container's command inside double quotes in its launch
 # script, and the AM must pass the job command through unharmed (a broken one exits non-zero
 # and its app fails).
-SPEC = """\
-name: {name}
-search_space:
-  learning_rate: {{type: double, min: 1.0e-3, max: 3.0e-1, scale: log}}
-hyperband: {{max_resource: 3, eta: 3, steps_per_unit: 10, brackets: [1], seed: {seed}}}
-job:
-  command: >-
-    sleep 15 && test "$((1 + 1))" = '2' && true "(steps)" {{max_steps}} {{checkpoint_uri}}
-resources: {{gpus: 2, memory_mb: 256, vcores: 1}}
-am: {{memory_mb: 512, max_attempts: 1}}
-"""
+JOB = """sleep 15 && test "$((1 + 1))" = '2' && true "(steps)" {max_steps} {checkpoint_uri}"""
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +82,7 @@ def test_stock_apps_and_mapreduce_share_gpus_with_themis_apps(
     themis_apps = []
     for i, name in enumerate(("hb-one", "hb-two")):
         spec = tmp_path / f"{name}.yaml"
-        spec.write_text(SPEC.format(name=name, seed=i))
+        spec.write_text(hyperband_spec(name, i, JOB))
         r = themis("submit", str(spec))
         assert r.returncode == 0, (r.stdout, r.stderr)
         themis_apps.append(r.stdout.strip().splitlines()[-1])
