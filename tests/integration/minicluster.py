@@ -176,11 +176,16 @@ def running_minicluster(
     conf_overrides: Mapping[str, str] | None = None,
     extra_ports: Sequence[int] = (),
     mounts: Mapping[str, str] | None = None,
+    rm_image: str | None = None,
+    rm_volumes: Mapping[str, str] | None = None,
 ) -> Iterator[dict[str, Any]]:
     """Start the mini-cluster (Docker set up and images built when needed), wait until every
     NodeManager runs and HDFS has left safe mode, yield ``{"containers", "image",
     "nm_image", "startup_s"}``, and stop everything afterwards. ``conf_overrides`` are
-    yarn-site.xml settings for the RM; ``mounts`` maps host paths to container paths."""
+    yarn-site.xml settings for the RM; ``mounts`` maps host paths to container paths
+    (read-only, every container). ``rm_image`` runs the ResourceManager from another image
+    (e.g. ``themis/hadoop``: stock Hadoop); ``rm_volumes`` maps host paths to paths in the
+    RM container, read-write (e.g. its configuration template)."""
     ok, why = _docker_available()  # runs scripts/docker-setup.sh when no daemon answers
     if not ok:
         skip_or_fail(why)
@@ -194,7 +199,8 @@ def running_minicluster(
     assert not busy, f"ports already in use on 127.0.0.1 (another cluster?): {busy}"
     aliases = " ".join(NMS)
 
-    def daemon(role: str, image_: str, name: str, **env: str) -> DockerContainer:
+    def daemon(role: str, image_: str, name: str, volumes: Mapping[str, str] | None = None,
+               **env: str) -> DockerContainer:
         c = (
             DockerContainer(image_)
             .with_command(role)
@@ -204,6 +210,8 @@ def running_minicluster(
         )
         for host, inside in (mounts or {}).items():
             c = c.with_volume_mapping(host, inside, "ro")
+        for host, inside in (volumes or {}).items():
+            c = c.with_volume_mapping(host, inside, "rw")
         for k, v in env.items():
             c = c.with_env(k, v)
         return c
@@ -214,7 +222,7 @@ def running_minicluster(
     containers: list[DockerContainer] = [
         daemon("namenode", image, "nn"),
         daemon("datanode", image, "dn"),
-        daemon("resourcemanager", image, "rm", **rm_env),
+        daemon("resourcemanager", rm_image or image, "rm", rm_volumes, **rm_env),
     ]
     for i, (name, (gpus, _rack)) in enumerate(NMS.items(), start=1):
         containers.append(
