@@ -1,13 +1,20 @@
-"""``themis standalone`` end to end: the gRPC arbiter, two competing Hyperband apps and real
-TensorFlow job processes on 4 emulated GPUs (2 machines x 2 GPUs), short leases.
+"""``themis standalone`` end to end: the gRPC arbiter, competing Hyperband apps and real
+TensorFlow job processes on 4 emulated GPUs (2 machines x 2 GPUs).
 
-Each app runs one Hyperband bracket (3 configurations of 30 steps, the best one continued
-to 90 steps; 150 ms per step), so each app wants 3 GPUs at first and the two compete for
-4; neither can finish before the first lease expiry (15 s), even on a fast machine. The test
-checks, from report.json and the job files, that both apps complete, that GPUs change
-hands at lease expiry, that job processes run only on GPUs leased to their app, and that
-stopped/promoted jobs resume from their checkpoints with their step counts. A second test
-interrupts a run with SIGINT (Ctrl-C) and checks the clean shutdown.
+* The default run, scaled down by its documented options (``--steps-per-unit 100
+  --lease-s 30 --stagger-s 10``; the apps, cluster, Hyperband plan and step time are the
+  defaults): three apps each wanting 2 of the 4 GPUs arrive 10 s apart, so one of them
+  always waits. The test checks that apps share the cluster (two apps hold GPUs at the
+  same time for most of the run), that GPUs change hands at lease expiry, that GPUs freed
+  by a finished app go to a waiting app within a second, and that every app completes.
+* Two apps from spec files (3 configurations of 30 steps, the best one continued to 90
+  steps; 150 ms per step; 15 s leases): each wants 3 GPUs at first and the two compete
+  for 4; neither can finish before the first lease expiry, even on a fast machine.
+
+Both check, from report.json and the job files, that job processes run only on GPUs
+leased to their app, never two on one GPU, and that stopped/promoted jobs resume from
+their checkpoints with their step counts. A third test interrupts a run with SIGINT
+(Ctrl-C) and checks the clean shutdown.
 """
 
 from __future__ import annotations
@@ -27,6 +34,8 @@ import pytest
 
 if importlib.util.find_spec("tensorflow") is None:  # no import: TF takes seconds to load
     pytest.skip("needs TensorFlow (the 'train' extra)", allow_module_level=True)
+
+from themis.standalone.report import held_at, overlap_s  # after the skip: imports TensorBoard
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
@@ -85,6 +94,118 @@ def _leased(report: dict[str, Any], app: str, gpu: str, t: float, slack: float =
                for r in report["rounds"] for g in r["grants"])
 
 
+def _check_jobs(report: dict[str, Any]) -> int:
+    """Invariants of every run: no two job processes (of any app) on one GPU at once, each
+    started on GPUs leased to its app, resumes from the step its predecessor saved, every
+    job at its target. Returns the number of resumed segments."""
+    # No two job processes (of any app) ever ran on one GPU at the same time.
+    per_gpu: dict[str, list[tuple[float, float, str]]] = {}
+    for app in report["apps"].values():
+        for job_id, job in app["jobs"].items():
+            for s in job["segments"]:
+                for gpu in s["gpus"]:
+                    per_gpu.setdefault(gpu, []).append((s["t_start"], s["t_end"], job_id))
+    for gpu, spans in per_gpu.items():
+        spans.sort()
+        for (_, end, j1), (start, _, j2) in itertools.pairwise(spans):
+            assert end <= start + 0.05, f"{gpu}: {j1} until {end}, {j2} from {start}"
+
+    # Every job process ran on GPUs leased to its app when it started.
+    for name, app in report["apps"].items():
+        for job_id, job in app["jobs"].items():
+            for s in job["segments"]:
+                assert s["gpus"], (job_id, s)
+                for gpu in s["gpus"]:
+                    assert _leased(report, name, gpu, s["t_start"]), (name, job_id, s)
+
+    # Checkpoints resumed: each resumed segment starts at the step its predecessor saved,
+    # and the optimizer/step state came back (train.py restores model + optimizer + step).
+    resumed = 0
+    for app in report["apps"].values():
+        for job_id, job in app["jobs"].items():
+            prev_end = None
+            for s in job["segments"]:
+                if s["start_step"] is not None and prev_end is not None:
+                    assert s["start_step"] == prev_end, (job_id, job["segments"])
+                    assert s["restored_from"] == f"ckpt-{prev_end:012d}"
+                    resumed += 1
+                if s["end_step"] is not None:
+                    prev_end = s["end_step"]
+            assert job["steps_done"] == job["target_steps"], job_id
+            assert job["checkpoints"][-1] == job["target_steps"], job_id
+    assert len(report["resumes"]) >= resumed
+    return resumed
+
+
+def test_default_run_shares_the_gpus_across_leases(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    # the default run (3 built-in apps, 2 x 2 GPUs), shorter: half the steps, leases and
+    # arrival gaps scaled alike (docs/standalone.md, "The default run")
+    cmd = _cmd(out, "--steps-per-unit", "100", "--lease-s", "30", "--stagger-s", "10",
+               "--timeout-s", "240")
+    t0 = time.monotonic()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=330)
+    elapsed = time.monotonic() - t0
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    report = json.loads((out / "report.json").read_text())
+    apps = report["apps"]
+    assert report["status"] == "completed" and sorted(apps) == ["app-0", "app-1", "app-2"]
+    for name, app in apps.items():
+        assert app["completed"] and app["steps_done"] == app["steps_planned"] == 2 * 100 + 100
+        assert app["best"] is not None, name
+
+    # Sharing: at least two apps held GPUs at the same time for most of the run, and at
+    # least two apps' job processes ran at the same time (progress, not only leases).
+    duration = report["duration_s"]
+    shared = overlap_s(report)
+    assert shared >= 0.5 * duration, (shared, duration)
+    running: list[tuple[float, int]] = []  # (time, +1/-1) per app with a live process
+    for app in apps.values():
+        spans = sorted((s["t_start"], s["t_end"]) for j in app["jobs"].values()
+                       for s in j["segments"] if (s["end_step"] or 0) > (s["start_step"] or 0))
+        merged: list[list[float]] = []
+        for a, b in spans:
+            if merged and a <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], b)
+            else:
+                merged.append([a, b])
+        running += [(a, 1) for a, _ in merged] + [(b, -1) for _, b in merged]
+    both, live, last = 0.0, 0, 0.0
+    for t, d in sorted(running):
+        if live >= 2:
+            both += t - last
+        live, last = live + d, t
+    assert both >= 0.3 * duration, (both, duration)
+
+    # GPUs changed hands at lease expiry: the waiting app bid and won the expired GPUs.
+    moves = [m for m in report["moves"] if m["at_lease_expiry"]]
+    assert moves, report["rounds"]
+    expiries = {g["expiry"] for r in report["rounds"] for g in r["grants"]}
+    for m in moves:
+        assert any(abs(m["t"] - e) < 1.0 for e in expiries), m
+
+    # GPUs freed by a finished app went to an app waiting for GPUs (holding fewer than the
+    # 2 it can use) in the next round, within a second of the app's last job exiting.
+    delays = []
+    for name, app in apps.items():
+        freed = max(s["t_end"] for j in app["jobs"].values() for s in j["segments"])
+        waiting = [o for o, a in apps.items() if o != name
+                   and a["submit_s"] <= freed < a["completion_s"] and held_at(a, freed) < 2]
+        if not waiting:
+            continue
+        took = [r["t"] for r in report["rounds"] if r["t"] >= freed - 0.5
+                and any(g["app"] in waiting for g in r["grants"])]
+        assert took and took[0] - freed <= 1.0, (name, freed, waiting, took[:1])
+        delays.append(round(took[0] - freed, 3))
+    assert delays, "no app finished while another waited"
+
+    resumed = _check_jobs(report)
+    assert not _processes_mentioning(str(out)), "orphan job processes"
+    print(f"default run (scaled): {elapsed:.1f}s, {len(moves)} moves at lease expiry, "
+          f"{shared:.0f} of {duration:.0f}s with 2+ apps holding GPUs ({both:.0f}s with 2+ "
+          f"apps' jobs running), freed GPUs re-granted after {delays} s, {resumed} resumes")
+
+
 def test_two_apps_compete_for_four_gpus(tmp_path: Path) -> None:
     out = tmp_path / "run"
     cmd = _cmd(out, "--machines", "2", "--gpus-per-machine", "2", *_write_apps(tmp_path),
@@ -122,44 +243,8 @@ def test_two_apps_compete_for_four_gpus(tmp_path: Path) -> None:
         assert any(abs(m["t"] - e) < 1.0 for e in expiries), m
     assert {m["to"] for m in moves} <= {"a", "b"}
 
-    # No two job processes (of any app) ever ran on one GPU at the same time.
-    per_gpu: dict[str, list[tuple[float, float, str]]] = {}
-    for app in report["apps"].values():
-        for job_id, job in app["jobs"].items():
-            for s in job["segments"]:
-                for gpu in s["gpus"]:
-                    per_gpu.setdefault(gpu, []).append((s["t_start"], s["t_end"], job_id))
-    for gpu, spans in per_gpu.items():
-        spans.sort()
-        for (_, end, j1), (start, _, j2) in itertools.pairwise(spans):
-            assert end <= start + 0.05, f"{gpu}: {j1} until {end}, {j2} from {start}"
-
-    # Every job process ran on GPUs leased to its app when it started.
-    for name, app in report["apps"].items():
-        for job_id, job in app["jobs"].items():
-            for s in job["segments"]:
-                assert s["gpus"], (job_id, s)
-                for gpu in s["gpus"]:
-                    assert _leased(report, name, gpu, s["t_start"]), (name, job_id, s)
-
-    # Checkpoints resumed: each resumed segment starts at the step its predecessor saved,
-    # and the optimizer/step state came back (train.py restores model + optimizer + step).
-    resumed = 0
-    for app in report["apps"].values():
-        for job_id, job in app["jobs"].items():
-            prev_end = None
-            for s in job["segments"]:
-                if s["start_step"] is not None and prev_end is not None:
-                    assert s["start_step"] == prev_end, (job_id, job["segments"])
-                    assert s["restored_from"] == f"ckpt-{prev_end:012d}"
-                    resumed += 1
-                if s["end_step"] is not None:
-                    prev_end = s["end_step"]
-            assert job["steps_done"] == job["target_steps"], job_id
-            assert job["checkpoints"][-1] == job["target_steps"], job_id
+    resumed = _check_jobs(report)
     assert resumed >= 2  # at least the two promoted jobs
-    assert len(report["resumes"]) >= resumed
-
     # Binding: the GPU ids were exported to the job processes.
     seg_cmds = list(out.glob("apps/*/jobs/*/segment-*.cmd"))
     assert seg_cmds and all("--num-gpus" in p.read_text() for p in seg_cmds)

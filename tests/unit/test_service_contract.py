@@ -460,3 +460,61 @@ def test_cluster_spec_files(tmp_path: Any) -> None:
     with pytest.raises(ClusterSpecError, match="missing field 'racks'"):
         j.write_text("{}")
         load_cluster_spec(j)
+
+
+def test_expired_leases_are_renewed_to_holders_that_do_not_bid() -> None:
+    """Renewal (docs/mechanism.md): at each expiry the GPUs go back to their holder when it
+    does not bid and nothing else claims them. b and c never bid (their offers time out),
+    so every round is leftover only; a random deal would swap the two machines between
+    them in half of the rounds, renewal never does."""
+    cfg = ArbiterConfig(lease_s=0.4, bid_timeout_s=0.05, warning_s=0.1, fairness_knob=0.5,
+                        heartbeat_s=0.2, round_delay_s=0.01, solver="bnb", seed=3)
+    srv = ArbiterServer(uniform_cluster(2, 2), cfg, max_workers=16)
+    srv.start(0)
+    ch, s = stub(srv.address)
+    try:
+        streams = [Stream(s, app, register(s, app, rho=2.0, max_gpus=2)) for app in "bc"]
+        assert srv.core.wait_rounds(8, timeout=20.0)
+        granted = [o.allocation for o in srv.core.outcomes if o.allocation]
+        first = next(a for a in granted if len(a) == 2)  # both apps registered
+        later = granted[granted.index(first):]
+        assert len(later) >= 5
+        assert all(a == first for a in later), later
+        assert sorted(g for gs in first.values() for g in gs) == ["m0-g0", "m0-g1", "m1-g0",
+                                                                  "m1-g1"]
+        for st in streams:
+            st.close()
+    finally:
+        ch.close()
+        srv.stop(0)
+
+
+def test_gpus_of_an_app_that_leaves_go_to_a_waiting_app_at_once() -> None:
+    """a holds every GPU under a 30 s lease; b registers and waits. When a unregisters
+    (an app that finished), the next round offers its GPUs at once: b holds them within
+    a second, not at a's lease expiry."""
+    import time
+
+    cfg = ArbiterConfig(lease_s=30.0, bid_timeout_s=0.2, warning_s=1.0, fairness_knob=0.5,
+                        heartbeat_s=0.5, round_delay_s=0.05, solver="bnb", seed=1)
+    srv = ArbiterServer(uniform_cluster(2, 2), cfg, max_workers=16)
+    srv.start(0)
+    ch, s = stub(srv.address)
+    try:
+        sa = register(s, "a", rho=1.0, max_gpus=4)
+        st_a = Stream(s, "a", sa)
+        alloc = st_a.next("allocation")  # a's offer times out: a takes all 4 as leftover
+        assert sum(len(lease.gpu_ids) for lease in alloc.leases) == 4
+        st_b = Stream(s, "b", register(s, "b", rho=1.0, max_gpus=2))
+        settle(srv.core)
+        assert "b" not in srv.core.backend.owners().values()
+        t0 = time.monotonic()
+        s.Unregister(pb.UnregisterRequest(credentials=creds("a", sa)))
+        got = st_b.next("allocation", timeout=2.0)
+        assert time.monotonic() - t0 < 1.0
+        assert sum(len(lease.gpu_ids) for lease in got.leases) == 2
+        st_a.close()
+        st_b.close()
+    finally:
+        ch.close()
+        srv.stop(0)

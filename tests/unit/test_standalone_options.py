@@ -11,7 +11,7 @@ import pytest
 
 from themis.cli import build_parser, main
 from themis.standalone.cli import build_options
-from themis.standalone.report import gpu_moves
+from themis.standalone.report import gpu_moves, held_at, held_steps, overlap_s
 from themis.standalone.runner import Display
 from themis.standalone.spec import (
     AppSpec,
@@ -70,10 +70,17 @@ def test_good_spec_parses_and_counts_planned_steps(tmp_path: Path) -> None:
     assert len(s.space().params) == 3
 
 
-def test_default_app_is_one_bracket_of_three_configurations() -> None:
+def test_default_app_is_one_bracket_of_two_configurations_arriving_staggered() -> None:
     s = default_app(1, steps_per_unit=20)
     assert s.name == "app-1" and s.seed == 1 and s.hyperband.brackets == (1,)
-    assert s.planned_steps() == 3 * 20 + 40
+    # R=2, eta=2, s=1: two configurations of 20 steps, the better one continued to 40 steps
+    # on min(2, eta^1) = 2 GPUs; app-i arrives i x 15 s after start-up
+    assert s.planned_steps() == 2 * 20 + 20
+    assert s.hyperband.max_gpus_per_job == 2 and s.submit_at_s == 15.0
+    assert s.step_time_ms == 200.0
+    s3 = default_app(2, max_resource=3, eta=3, steps_per_unit=20, max_gpus_per_job=1,
+                     stagger_s=0)
+    assert s3.planned_steps() == 3 * 20 + 40 and s3.submit_at_s == 0
 
 
 def test_name_defaults_to_file_stem_and_json_suffix(tmp_path: Path) -> None:
@@ -172,13 +179,30 @@ def test_help_explains_every_option(capsys: pytest.CaptureFixture[str]) -> None:
     assert exc.value.code == 0
     out = capsys.readouterr().out
     for opt in ("--cluster", "--machines", "--gpus-per-machine", "--racks", "--apps", "--app",
-                "--max-resource", "--eta", "--steps-per-unit", "--step-time-ms", "--lease-s",
+                "--max-resource", "--eta", "--steps-per-unit", "--step-time-ms",
+                "--max-gpus-per-job", "--stagger-s", "--lease-s",
                 "--fairness-knob", "--bid-timeout-s", "--warning-s", "--grace-s", "--solver",
                 "--seed", "--port", "--out", "--display", "--refresh-s", "--timeout-s",
                 "--shutdown-timeout-s", "--no-plot", "THEMIS_GPU_IDS", "SIGTERM",
                 "Exit status"):
         assert opt in out, opt
     assert "standalone" in build_parser().format_help()
+
+
+def test_help_states_every_default() -> None:
+    parser = argparse.ArgumentParser()
+    from themis.standalone.cli import add_parser
+
+    add_parser(parser.add_subparsers())
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    p = sub.choices["standalone"]
+    text = p.format_help()
+    assert "default 2 x 2 GPUs" in text
+    for action in p._actions:
+        if not action.option_strings or action.required or action.dest in (
+                "help", "cluster", "app"):  # no default: required, or an alternative input
+            continue
+        assert "default" in (p._get_formatter()._expand_help(action)), action.option_strings
 
 
 @pytest.mark.parametrize(("argv", "message"), [
@@ -190,6 +214,8 @@ def test_help_explains_every_option(capsys: pytest.CaptureFixture[str]) -> None:
     (["--machines", "-1"], "--machines: must be an integer >= 1"),
     (["--port", "70000"], "--port: must be in 0..65535"),
     (["--display", "fancy"], "--display: invalid choice"),
+    (["--stagger-s", "-1"], "--stagger-s: must be a number >= 0"),
+    (["--max-gpus-per-job", "0"], "--max-gpus-per-job: must be an integer >= 1"),
 ])
 def test_bad_option_values_exit_2(capsys: pytest.CaptureFixture[str], tmp_path: Path,
                                   argv: list[str], message: str) -> None:
@@ -214,8 +240,14 @@ def _opts(tmp_path: Path, *argv: str) -> argparse.Namespace:
 
 def test_build_options_defaults(tmp_path: Path) -> None:
     o = build_options(_opts(tmp_path))
-    assert len(o.cluster.topology()) == 8 and [a.name for a in o.apps] == ["app-0", "app-1", "app-2"]
-    assert o.lease_s == 60 and o.fairness_knob == 0.8 and o.ideal_time == "exact"
+    assert len(o.cluster.topology()) == 4 and [a.name for a in o.apps] == ["app-0", "app-1", "app-2"]
+    assert [a.submit_at_s for a in o.apps] == [0, 15, 30]
+    assert o.lease_s == 40 and o.fairness_knob == 0.8 and o.ideal_time == "exact"
+    o1 = build_options(_opts(tmp_path, "--stagger-s", "0", "--max-gpus-per-job", "1",
+                             "--steps-per-unit", "10"))
+    assert [a.submit_at_s for a in o1.apps] == [0, 0, 0]
+    assert {a.hyperband.max_gpus_per_job for a in o1.apps} == {1}
+    assert o1.apps[0].planned_steps() == 2 * 10 + 10
     assert build_options(_opts(tmp_path, "--ideal-time", "paper")).ideal_time == "paper"
     o2 = build_options(_opts(tmp_path, "--machines", "2", "--gpus-per-machine", "2",
                              "--apps", "3", "--racks", "2"))
@@ -239,6 +271,8 @@ def test_build_options_defaults(tmp_path: Path) -> None:
     (None, ["--app", "{tmp}/missing.yaml"], "missing.yaml"),
     (None, ["--eta", "1"], "--eta must be an integer >= 2"),
     (None, ["--max-resource", "0.5"], "--max-resource must be a number >= 1, got 0.5"),
+    (None, ["--max-gpus-per-job", "65"], "hyperband.max_gpus_per_job=65 must be an integer "
+                                         "in [1, 64]"),
     (None, ["--solver", "magic"], "unknown solver 'magic'"),
     ("out:not a directory", [], "exists and is not a directory"),
     ("out/apps/x/f:old run", [], "already holds a run"),
@@ -274,6 +308,19 @@ def test_gpu_moves_distinguish_lease_expiry_from_release() -> None:
         ("g0", "a", "b", True), ("g1", "a", "b", False)]
 
 
+def test_held_steps_and_overlap_of_two_apps() -> None:
+    report = {"duration_s": 30.0, "apps": {
+        "a": {"held": [[0.0, ["g0", "g1"]], [10.0, []], [20.0, ["g0"]]]},
+        "b": {"held": [[5.0, ["g2"]], [25.0, []]]},
+    }}
+    times, stacks = held_steps(report)
+    assert times == [0.0, 5.0, 10.0, 20.0, 25.0, 30.0]
+    assert stacks == {"a": [2, 2, 0, 1, 1, 1], "b": [0, 1, 1, 1, 0, 0]}
+    assert held_at(report["apps"]["a"], 9.9) == 2 and held_at(report["apps"]["b"], 4.0) == 0
+    assert overlap_s(report) == 5.0 + 5.0  # 5-10 s and 20-25 s
+    assert overlap_s(report, min_apps=1) == 30.0
+
+
 def test_display_rows_and_lines_mode(tmp_path: Path) -> None:
     path = tmp_path / "view.txt"
     with open(path, "w") as stream:
@@ -297,8 +344,8 @@ def test_assignment_is_sticky_and_prefers_running_jobs(tmp_path: Path) -> None:
     from themis.standalone.jobs import Segment
 
     topo = uniform_cluster(2, 2).topology()
-    am = AppMaster(default_app(0, steps_per_unit=20), "127.0.0.1:1", tmp_path, topo,
-                   t0=time.time())
+    app = default_app(0, max_resource=3, eta=3, steps_per_unit=20, max_gpus_per_job=1)
+    am = AppMaster(app, "127.0.0.1:1", tmp_path, topo, t0=time.time())  # 3 one-GPU jobs
     am._sync_jobs()
     jobs = sorted(am.runners)
     assert len(jobs) == 3

@@ -1,10 +1,13 @@
 """The arbiter service's state machine, independent of gRPC (thread-safe).
 
 Keeps the registered apps (id, secret, last rho, demand, event queue), the lease table and
-the round loop: on a trigger (lease expiry, released GPUs, a new or reconnected app) it
-runs the core's :func:`~themis.arbiter.round.run_round` over the free GPUs of a
-:class:`~themis.arbiter.cluster_backend.ClusterBackend`, sending offers to the bidders
-chosen by the fairness knob and collecting bids until the deadline.
+the round loop: on a trigger (lease expiry, released GPUs, a new or reconnected app, an
+app leaving) it runs the core's :func:`~themis.arbiter.round.run_round` over the free GPUs
+of a :class:`~themis.arbiter.cluster_backend.ClusterBackend`, sending offers to the bidders
+chosen by the fairness knob and collecting bids until the deadline. GPUs whose lease ran
+out since the last round are passed as ``previous`` (renewed to a holder that does not
+bid, docs/mechanism.md "Renewal"); GPUs given back (release, unregister) are offered in a
+round ``round_delay_s`` later, not at the next lease expiry.
 
 Every public call validates everything before it changes anything: a call that raises
 :class:`CallError` leaves the state exactly as it was.
@@ -172,6 +175,10 @@ class ArbiterCore:
         self._cond = threading.Condition()
         self._apps: dict[str, AppRecord] = {}
         self._leases = LeaseTable()
+        # GPU id -> app whose lease on it ran out since the last round: the next round
+        # renews such a GPU to that app when it does not bid and nothing else claims it
+        # (run_round's ``previous``, docs/mechanism.md "Renewal")
+        self._expired: dict[str, str] = {}
         self._round_id = 0
         self._open: OpenRound | None = None
         self._trigger = False
@@ -510,6 +517,7 @@ class ArbiterCore:
             by_app: dict[str, list[str]] = {}
             for x in expired:
                 by_app.setdefault(x.app_id, []).append(x.gpu_id)
+                self._expired[x.gpu_id] = x.app_id
             for app, gids in by_app.items():
                 self.backend.revoke(app, gids)
             self._kick(0.0)
@@ -614,6 +622,7 @@ class ArbiterCore:
         with self._cond:
             free = self.backend.free_gpus()
             apps = self._connected()
+            expired, self._expired = self._expired, {}
             if not free or not apps:
                 return
             self._round_id += 1
@@ -621,6 +630,7 @@ class ArbiterCore:
             rho = {a: self._apps[a].rho for a in apps}
             room = {a: max(0, self._apps[a].max_gpus - len(self._leases.held_by(a)))
                     for a in apps}
+            previous = {g.id: expired[g.id] for g in free if g.id in expired}
             now = self.clock()
 
         def collect(bidders: Sequence[str]) -> Mapping[str, BidTable]:
@@ -628,7 +638,7 @@ class ArbiterCore:
 
         outcome = run_round(free, rho, collect, fairness_knob=cfg.fairness_knob,
                             lease_s=cfg.lease_s, now=now, solver=self._solver,
-                            rng=self._rng, room=room)
+                            rng=self._rng, room=room, previous=previous)
         with self._cond:
             offered = self._close_round(rid)
             # Apps that left during the round get nothing; their GPUs stay free.

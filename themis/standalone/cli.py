@@ -10,6 +10,14 @@ from pathlib import Path
 from typing import Any
 
 from themis.agent.fairness import DEFAULT_IDEAL_TIME, IDEAL_TIME_NAMES
+from themis.standalone.spec import (
+    DEFAULT_ETA,
+    DEFAULT_MAX_GPUS_PER_JOB,
+    DEFAULT_MAX_RESOURCE,
+    DEFAULT_STAGGER_S,
+    DEFAULT_STEP_TIME_MS,
+    DEFAULT_STEPS_PER_UNIT,
+)
 
 EXIT_USAGE = 2
 
@@ -23,6 +31,11 @@ THEMIS_GPU_IDS and CUDA_VISIBLE_DEVICES), is stopped with SIGTERM - it checkpoin
 the lease is not renewed, and resumes from its checkpoint when its app gets GPUs again.
 There is no real GPU: a GPU's speed is emulated by a per-step sleep (job step_time_ms).
 
+The default run (only --out given) shows the mechanism in about 3 minutes on 2 cores:
+3 built-in apps, each able to use 2 GPUs, arrive 15 s apart on 2 machines x 2 GPUs with
+40 s leases, so one app always waits; at each lease expiry it bids and wins the expired
+GPUs, the others keep theirs (renewal), and the apps take turns until they finish.
+
 Live rho and allocations are printed per app; at the end OUT/report.json (rho over time,
 GPU-seconds, completion, rounds, GPU moves, job segments) and OUT/report.png are written.
 Ctrl-C stops cleanly: every job checkpoints and exits, nothing is left running.
@@ -32,8 +45,9 @@ files; 130 interrupted (Ctrl-C / SIGTERM)."""
 
 EPILOG = """\
 examples:
-  themis standalone --apps 2 --out /tmp/themis-run
-  themis standalone --machines 2 --gpus-per-machine 2 --apps 3 --lease-s 20 --out run
+  themis standalone --out /tmp/themis-run
+  themis standalone --steps-per-unit 100 --lease-s 30 --stagger-s 10 --out run
+  themis standalone --machines 2 --gpus-per-machine 4 --apps 4 --lease-s 60 --out run
   themis standalone --cluster cluster.yaml --app a.yaml --app b.yaml --out run
 
 cluster spec (YAML/JSON): racks: [{name: r0, machines: [{name: m0, gpus: 4,
@@ -91,32 +105,47 @@ def _port(text: str) -> int:
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    c = p.add_argument_group("cluster (a spec file, or a uniform cluster; default 2 x 4 GPUs)")
+    c = p.add_argument_group("cluster (a spec file, or a uniform cluster; default 2 x 2 GPUs)")
     c.add_argument("--cluster", type=Path, metavar="SPEC",
                    help="cluster spec file (.json or YAML) declaring racks, machines and GPUs")
     c.add_argument("--machines", type=_positive_int, metavar="M",
                    help="uniform cluster: number of machines (default 2)")
     c.add_argument("--gpus-per-machine", type=_positive_int, metavar="G",
-                   help="uniform cluster: GPUs per machine (default 4)")
+                   help="uniform cluster: GPUs per machine (default 2)")
     c.add_argument("--racks", type=_positive_int, metavar="R",
                    help="uniform cluster: racks, machines spread round-robin (default 1)")
     a = p.add_argument_group("apps (built-in apps, or spec files)")
     a.add_argument("--apps", type=_positive_int, metavar="N",
-                   help="run N built-in Hyperband apps app-0..app-N-1 (default 3): each "
-                        "samples learning rate and width, R=--max-resource, eta=--eta, one "
-                        "bracket (3 configurations, the best trained 3x longer for R=3)")
+                   help="run N built-in Hyperband apps app-0..app-N-1 (default 3): app-i "
+                        "samples learning rate and width with seed i, runs one bracket of "
+                        "R=--max-resource, eta=--eta (R=2, eta=2: two configurations, the "
+                        "better one trained to twice the steps on --max-gpus-per-job GPUs) "
+                        "and is submitted i x --stagger-s seconds after start-up")
     a.add_argument("--app", type=Path, action="append", metavar="SPEC.yaml",
                    help="an app spec file (YAML or .json); repeat for several apps; "
-                        "not together with --apps")
-    a.add_argument("--max-resource", type=_positive_float, default=3.0, metavar="R",
+                        "not together with --apps (the built-in app options below do not "
+                        "apply to spec files)")
+    a.add_argument("--max-resource", type=_positive_float, default=DEFAULT_MAX_RESOURCE,
+                   metavar="R",
                    help="built-in apps: Hyperband's maximum resource per configuration")
-    a.add_argument("--eta", type=int, default=3, help="built-in apps: Hyperband halving rate")
-    a.add_argument("--steps-per-unit", type=_positive_int, default=60, metavar="STEPS",
+    a.add_argument("--eta", type=int, default=DEFAULT_ETA,
+                   help="built-in apps: Hyperband halving rate")
+    a.add_argument("--steps-per-unit", type=_positive_int, default=DEFAULT_STEPS_PER_UNIT,
+                   metavar="STEPS",
                    help="built-in apps: training steps per Hyperband resource unit")
-    a.add_argument("--step-time-ms", type=_nonneg_float, default=100.0, metavar="MS",
+    a.add_argument("--step-time-ms", type=_nonneg_float, default=DEFAULT_STEP_TIME_MS,
+                   metavar="MS",
                    help="built-in apps: emulated time of one training step on one GPU")
+    a.add_argument("--max-gpus-per-job", type=_positive_int, default=DEFAULT_MAX_GPUS_PER_JOB,
+                   metavar="K",
+                   help="built-in apps: a job in rung i uses up to min(K, eta^i) GPUs (rung "
+                        "0: one GPU per job; at most 64)")
+    a.add_argument("--stagger-s", type=_nonneg_float, default=DEFAULT_STAGGER_S,
+                   metavar="SECONDS",
+                   help="built-in apps: app-i is submitted i x this many seconds after "
+                        "start-up (0: all at once)")
     m = p.add_argument_group("mechanism")
-    m.add_argument("--lease-s", type=_positive_float, default=60.0, metavar="SECONDS",
+    m.add_argument("--lease-s", type=_positive_float, default=40.0, metavar="SECONDS",
                    help="GPU lease length (the paper uses 600 s on real clusters)")
     m.add_argument("--fairness-knob", type=_knob, default=0.8, metavar="F",
                    help="f in [0, 1): the (1-f) fraction of apps with the worst rho bid")
@@ -147,11 +176,13 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="live view refresh period: the table is redrawn, or in lines mode "
                         "printed, this often (default: 1 for the table, 10 for lines)")
     o.add_argument("--timeout-s", type=_positive_float, default=None, metavar="SECONDS",
-                   help="stop cleanly after this long even if apps are not done (exit 1)")
+                   help="stop cleanly after this long even if apps are not done (exit 1) "
+                        "(default: no limit)")
     o.add_argument("--shutdown-timeout-s", type=_positive_float, default=30.0,
                    metavar="SECONDS",
                    help="on stop, how long jobs get to checkpoint before SIGKILL")
-    o.add_argument("--no-plot", action="store_true", help="do not write report.png")
+    o.add_argument("--no-plot", action="store_true",
+                   help="do not write report.png (default: it is written)")
 
 
 class _Formatter(argparse.RawDescriptionHelpFormatter):
@@ -223,7 +254,7 @@ def build_options(args: argparse.Namespace) -> Any:
             desc = f"{args.cluster.name} ({len(cluster.topology().machines)} machines)"
         else:
             machines = args.machines or 2
-            per = args.gpus_per_machine or 4
+            per = args.gpus_per_machine or 2
             racks = args.racks or 1
             if racks > machines:
                 raise UsageError(f"--racks {racks} is more than --machines {machines}")
@@ -244,7 +275,9 @@ def build_options(args: argparse.Namespace) -> Any:
         else:
             apps = [default_app(i, max_resource=args.max_resource, eta=args.eta,
                                 steps_per_unit=args.steps_per_unit,
-                                step_time_ms=args.step_time_ms)
+                                step_time_ms=args.step_time_ms,
+                                max_gpus_per_job=args.max_gpus_per_job,
+                                stagger_s=args.stagger_s)
                     for i in range(args.apps or 3)]
     except (SpecError, HyperbandError) as exc:
         raise UsageError(str(exc)) from exc

@@ -26,6 +26,7 @@ the app held no GPU)::
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -133,6 +134,33 @@ def resumes(apps: Mapping[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def held_at(app: Mapping[str, Any], t: float) -> int:
+    """GPUs ``app`` (a report's app entry) held at time ``t``."""
+    n = 0
+    for at, gpus in app["held"]:
+        if at > t:
+            break
+        n = len(gpus)
+    return n
+
+
+def held_steps(report: Mapping[str, Any]) -> tuple[list[float], dict[str, list[int]]]:
+    """Every instant at which some app's held GPUs changed (plus the end of the run), and
+    per app the GPUs it held from each instant on: step functions for a stacked plot."""
+    apps = report["apps"]
+    times = sorted({h[0] for a in apps.values() for h in a["held"]})
+    if times:
+        times.append(max(times[-1], report["duration_s"]))
+    return times, {name: [held_at(a, t) for t in times] for name, a in apps.items()}
+
+
+def overlap_s(report: Mapping[str, Any], min_apps: int = 2) -> float:
+    """Seconds during which at least ``min_apps`` apps held GPUs at the same time."""
+    times, stacks = held_steps(report)
+    return sum(t1 - t0 for k, (t0, t1) in enumerate(itertools.pairwise(times))
+               if sum(1 for v in stacks.values() if v[k] > 0) >= min_apps)
+
+
 def write_report(path: Path, report: Mapping[str, Any]) -> None:
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(report, indent=1, sort_keys=False, allow_nan=False) + "\n")
@@ -161,19 +189,18 @@ def plot_report(report: Mapping[str, Any], path: Path) -> None:
         inf_t = [r[0] for r in a["rho"] if r[1] is None]
         if inf_t:
             ax1.plot(inf_t, [cap] * len(inf_t), "|", color=colors[name], alpha=0.6)
-        ht = [h[0] for h in a["held"]]
-        hy = [len(h[1]) for h in a["held"]]
-        if ht:
-            end = a["completion_s"] or report["duration_s"]
-            ax2.step([*ht, end], [*hy, hy[-1]], where="post", color=colors[name], label=name)
+    times, stacks = held_steps(report)
+    if times:
+        ax2.stackplot(times, *stacks.values(), step="post", labels=list(stacks),
+                      colors=[colors[n] for n in stacks], alpha=0.85)
     ax1.set_ylabel("rho (live)")
     ax1.set_ylim(bottom=0, top=cap * 1.05)
     ax1.legend(loc="upper right", fontsize=8)
     ax1.set_title(f"themis standalone: {len(apps)} apps, {len(gpus)} GPUs, lease "
                   f"{report['config']['lease_s']:g}s, f={report['config']['fairness_knob']:g}"
                   " (| = no GPU, rho infinite)", fontsize=10)
-    ax2.set_ylabel("GPUs held")
-    ax2.set_ylim(0, len(gpus) + 0.5)
+    ax2.set_ylabel("GPUs held (stacked)")
+    ax2.set_ylim(0, len(gpus))  # (held counts come from each master's 0.5 s ticks)
     row = {g: i for i, g in enumerate(gpus)}
     for name, a in apps.items():
         for job in a["jobs"].values():

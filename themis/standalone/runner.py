@@ -23,6 +23,7 @@ from themis.standalone.appmaster import AppMaster, GpuRegistry
 from themis.standalone.report import (
     app_json,
     gpu_moves,
+    overlap_s,
     plot_report,
     resumes,
     rounds_json,
@@ -47,7 +48,7 @@ class Options:
     cluster_desc: str
     apps: list[AppSpec]
     out: Path
-    lease_s: float = 60.0
+    lease_s: float = 40.0
     fairness_knob: float = 0.8
     ideal_time: str = str(DEFAULT_IDEAL_TIME)  # the form of T_id in rho (themis.agent.fairness)
     bid_timeout_s: float = 2.0
@@ -290,7 +291,8 @@ class Standalone:
         print(f"\nstatus: {report['status']} after {report['duration_s']:.1f}s; "
               f"{len(report['rounds'])} rounds, "
               f"{sum(1 for m in report['moves'] if m['at_lease_expiry'])} GPU moves at lease "
-              f"expiry, {len(report['resumes'])} job resumes from checkpoints", file=p)
+              f"expiry, {len(report['resumes'])} job resumes from checkpoints; 2+ apps held "
+              f"GPUs for {overlap_s(report):.0f}s", file=p)
         for name, a in report["apps"].items():
             best = a["best"]
             print(f"  {name}: {a['state']}, JCT {a['jct_s'] if a['jct_s'] is not None else '-'}"

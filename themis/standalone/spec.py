@@ -168,18 +168,37 @@ DEFAULT_SPACE: dict[str, dict[str, Any]] = {
 }
 
 
-def default_app(index: int, *, max_resource: float = 3.0, eta: int = 3,
-                steps_per_unit: int = 30, step_time_ms: float = 100.0) -> AppSpec:
-    """The built-in app ``app-<index>`` used by ``--apps N``: one Hyperband bracket
-    (s = 1 for R = 3, eta = 3: three configurations, then the best one trained 3x longer)."""
+#: Built-in apps (``themis standalone --apps N``), sized so that the default run shows the
+#: mechanism on a 2-core machine (docs/standalone.md, "The default run"): one Hyperband
+#: bracket of R=2, eta=2 (two configurations, the better one continued to twice the steps
+#: on 2 GPUs), 200 steps per unit of 200 ms each, a new app every 15 s.
+DEFAULT_MAX_RESOURCE = 2.0
+DEFAULT_ETA = 2
+DEFAULT_STEPS_PER_UNIT = 200
+DEFAULT_STEP_TIME_MS = 200.0
+DEFAULT_MAX_GPUS_PER_JOB = 2
+DEFAULT_STAGGER_S = 15.0
+
+
+def default_app(index: int, *, max_resource: float = DEFAULT_MAX_RESOURCE,
+                eta: int = DEFAULT_ETA, steps_per_unit: int = DEFAULT_STEPS_PER_UNIT,
+                step_time_ms: float = DEFAULT_STEP_TIME_MS,
+                max_gpus_per_job: int = DEFAULT_MAX_GPUS_PER_JOB,
+                stagger_s: float = DEFAULT_STAGGER_S) -> AppSpec:
+    """The built-in app ``app-<index>`` used by ``--apps N``: one Hyperband bracket, s = 1
+    (for R = 2, eta = 2: two configurations, then the better one trained to twice the steps
+    on up to ``max_gpus_per_job`` GPUs; for R = 3, eta = 3: three, then the best to 3x),
+    submitted ``index * stagger_s`` seconds after start-up."""
     s_max = len(hyperband_brackets(max_resource, eta)) - 1
     spec = AppSpec(
         name=f"app-{index}",
         search_space=DEFAULT_SPACE,
-        hyperband=HyperbandSpec(max_resource, eta, (min(1, s_max),), steps_per_unit, 1),
+        hyperband=HyperbandSpec(max_resource, eta, (min(1, s_max),), steps_per_unit,
+                                max_gpus_per_job),
         job={"step_time_ms": step_time_ms, "batch_size": 32, "num_layers": 1,
-             "checkpoint_every": max(1, steps_per_unit // 3)},
+             "checkpoint_every": max(1, steps_per_unit // 4)},
         seed=index,
+        submit_at_s=index * stagger_s,
     )
     validate(spec)
     return spec
