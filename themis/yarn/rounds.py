@@ -15,7 +15,7 @@ import time
 from themis.arbiter.round import run_round
 from themis.arbiter.solvers import Solver, make_solver
 from themis.yarn.bids import BidSource, ReportedBids
-from themis.yarn.view import grants_json, offer_of, parse_view
+from themis.yarn.view import cluster_of, grants_json, offer_of, parse_view
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +45,8 @@ class RoundEngine:
                                         "bids_rejected": dict(self.source.rejected_bids())})
             rho = self.source.rho(sorted(wanting))
             source = self.source
+            # starvation = served-now: the starving apps' filter keys (else None)
+            priority = source.priority(sorted(wanting), cluster_of(view))
             outcome = run_round(
                 offer,
                 rho,
@@ -56,6 +58,7 @@ class RoundEngine:
                 rng=random.Random(view.round_id),
                 room=wanting,
                 shape=shape,
+                priority=priority,
             )
             source.announce(offer, outcome)
             self.rounds += 1
