@@ -160,12 +160,13 @@ class ModelBidder:
         """The filter key of an app holding no GPU under ``served-now`` (docs/mechanism.md,
         "Starvation"): :func:`served_now_rho` with the agent's own fairness context (R_C
         and N_avg as for its last bid) and the best placement of the cluster's announced
-        shape, and T_id, by which the arbiter ages the key. None unless the cluster uses
-        ``served-now``, the current rho is +inf and R_C and the shape are known."""
+        shape, and T_id, by which the arbiter ages the key; sent only with rho = +inf (the
+        client's rule). None unless the cluster uses ``served-now`` and R_C and the shape
+        are known."""
         with self._lock:
             shape = self._shape
-            if (self.starvation is not Starvation.SERVED_NOW or not math.isinf(self._rho)
-                    or shape is None or self._cluster_gpus < 1):
+            if (self.starvation is not Starvation.SERVED_NOW or shape is None
+                    or self._cluster_gpus < 1):
                 return None
             ctx = FairnessContext(self.clock(), self._cluster_gpus, self._n_avg.value,
                                   self.ideal)

@@ -162,7 +162,7 @@ class AgentClient:
     def _report_key(self) -> None:
         """Under ``served-now``, a starving app sends its filter key right after registering
         (the registration carries rho only)."""
-        if self.bidder.starving_key() is None:
+        if not math.isinf(self.bidder.current_rho()) or self.bidder.starving_key() is None:
             return
         try:
             self.report_rho(self.bidder.current_rho())
