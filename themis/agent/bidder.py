@@ -22,8 +22,18 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from themis.agent.bids import BidTable, make_bid_table
-from themis.agent.fairness import DEFAULT_IDEAL_TIME, FairnessContext, parse_ideal_time, rho
-from themis.agent.model import AppModel
+from themis.agent.fairness import (
+    DEFAULT_IDEAL_TIME,
+    ClusterShape,
+    FairnessContext,
+    Starvation,
+    ideal_time,
+    parse_ideal_time,
+    parse_starvation,
+    rho,
+    served_now_rho,
+)
+from themis.agent.model import AppModel, ModelError
 from themis.cluster.topology import Gpu, locality_of
 
 
@@ -36,6 +46,7 @@ class OfferInfo:
     cluster_gpus: int
     active_apps: int
     epoch: str = ""  # the arbiter's epoch (round ids restart at 1 when it restarts)
+    shape: ClusterShape | None = None  # the cluster's largest slot/machine/rack, if sent
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +67,16 @@ class Bidder(Protocol):
 
     def set_ideal_time(self, form: str) -> None:
         """The cluster's form of T_id ("exact"/"paper"), announced at registration."""
+        ...
+
+    def set_starvation(self, form: str, shape: ClusterShape | None) -> None:
+        """The cluster's starvation option ("inf"/"served-now") and shape, announced at
+        registration."""
+        ...
+
+    def starving_key(self) -> tuple[float, float] | None:
+        """(served-now rho, T_id seconds) to report with rho = +inf when the cluster uses
+        ``served-now``; None otherwise."""
         ...
 
     def current_rho(self) -> float: ...
@@ -115,6 +136,8 @@ class ModelBidder:
         self._n_avg = _NAvg(app.start_time)
         self._cluster_gpus = 0
         self.ideal = DEFAULT_IDEAL_TIME  # the form of T_id (the arbiter's, once registered)
+        self.starvation = Starvation.INF  # the arbiter's option, once registered
+        self._shape: ClusterShape | None = None
 
     def max_gpus(self) -> int:
         return self.app.app_demand_max
@@ -126,6 +149,36 @@ class ModelBidder:
         """Use the cluster's form of T_id (raises ModelError naming the valid forms)."""
         self.ideal = parse_ideal_time(form)
 
+    def set_starvation(self, form: str, shape: ClusterShape | None) -> None:
+        """Use the cluster's starvation option (raises ModelError naming the valid ones)."""
+        value = parse_starvation(form)
+        with self._lock:
+            self.starvation = value
+            self._shape = shape
+
+    def starving_key(self) -> tuple[float, float] | None:
+        """The filter key of an app holding no GPU under ``served-now`` (docs/mechanism.md,
+        "Starvation"): :func:`served_now_rho` with the agent's own fairness context (R_C
+        and N_avg as for its last bid) and the best placement of the cluster's announced
+        shape, and T_id, by which the arbiter ages the key; sent only with rho = +inf (the
+        client's rule). None unless the cluster uses ``served-now`` and R_C and the shape
+        are known."""
+        with self._lock:
+            shape = self._shape
+            if (self.starvation is not Starvation.SERVED_NOW or shape is None
+                    or self._cluster_gpus < 1):
+                return None
+            ctx = FairnessContext(self.clock(), self._cluster_gpus, self._n_avg.value,
+                                  self.ideal)
+            try:
+                key = served_now_rho(self.app, ctx, shape.best_locality)
+                t_id = ideal_time(self.app, ctx)
+            except ModelError:
+                return None
+        if not (math.isfinite(key) and key > 0 and math.isfinite(t_id) and t_id > 0):
+            return None
+        return key, t_id
+
     def current_rho(self) -> float:
         with self._lock:
             return self._rho
@@ -136,6 +189,10 @@ class ModelBidder:
             cached = self._tables.get(key)
             if cached is not None:
                 return cached
+            if offer.shape is not None:
+                self._shape = offer.shape
+            if offer.cluster_gpus >= 1:
+                self._cluster_gpus = offer.cluster_gpus
             now = self.clock()
             ctx = FairnessContext(now, offer.cluster_gpus,
                                   self._n_avg.observe(now, offer.active_apps), self.ideal)

@@ -15,6 +15,7 @@ opens the event stream and, on a background thread:
 from __future__ import annotations
 
 import logging
+import math
 import random
 import threading
 import time
@@ -25,7 +26,8 @@ from typing import Any, cast
 import grpc
 
 from themis.agent.bidder import AllocationInfo, Bidder, OfferInfo
-from themis.rpc.convert import gpu_from_pb, table_to_pb
+from themis.agent.model import ModelError
+from themis.rpc.convert import gpu_from_pb, shape_from_pb, table_to_pb
 from themis.rpc.v1 import arbiter_pb2 as pb
 from themis.rpc.v1 import arbiter_pb2_grpc as pb_grpc
 
@@ -112,8 +114,13 @@ class AgentClient:
             self._channel.close()
 
     def report_rho(self, rho: float) -> None:
-        self._stub.ReportRho(pb.ReportRhoRequest(credentials=self._creds(), rho=rho),
-                             timeout=5.0)
+        """Report ``rho``; with rho = +inf, also the bidder's ``served-now`` filter key when
+        the cluster uses it (:meth:`Bidder.starving_key`)."""
+        key = self.bidder.starving_key() if math.isinf(rho) else None
+        starving = None if key is None else pb.StarvingKey(served_now_rho=key[0],
+                                                           ideal_seconds=key[1])
+        self._stub.ReportRho(pb.ReportRhoRequest(credentials=self._creds(), rho=rho,
+                                                 starving=starving), timeout=5.0)
 
     def release(self, gpu_ids: list[str]) -> None:
         self._stub.ReleaseGpus(pb.ReleaseGpusRequest(credentials=self._creds(),
@@ -141,9 +148,26 @@ class AgentClient:
         self.bidder.set_cluster_gpus(resp.cluster_gpus)
         if resp.ideal_time:  # an older arbiter sends none: the agent's default stays
             self.bidder.set_ideal_time(resp.ideal_time)
+        try:  # an older arbiter sends none ("inf"); an unknown option is not used
+            self.bidder.set_starvation(resp.starvation or "inf",
+                                       shape_from_pb(resp, "cluster_shape"))
+        except ModelError as exc:
+            log.warning("%s: %s; the filter key is not reported", self.app_id, exc)
+            self.bidder.set_starvation("inf", None)
         with self._lock:
             self.leases.clear()  # a restarted arbiter has no lease for us
         self.stats.registrations += 1
+        self._report_key()
+
+    def _report_key(self) -> None:
+        """Under ``served-now``, a starving app sends its filter key right after registering
+        (the registration carries rho only)."""
+        if not math.isinf(self.bidder.current_rho()) or self.bidder.starving_key() is None:
+            return
+        try:
+            self.report_rho(self.bidder.current_rho())
+        except grpc.RpcError as exc:
+            log.info("%s: report rho failed: %s", self.app_id, exc.details())
 
     def _run(self) -> None:
         delay = self.backoff[0]
@@ -204,6 +228,7 @@ class AgentClient:
             active_apps=m.active_apps,
             # an arbiter older than the field sends none: the epoch of its Hello
             epoch=m.arbiter_epoch or self.epoch,
+            shape=shape_from_pb(m, "cluster_shape"),
         )
         if self.on_offer is not None:
             self.on_offer(offer)

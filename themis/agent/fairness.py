@@ -256,23 +256,50 @@ def parse_starvation(value: str | Starvation) -> Starvation:
         ) from None
 
 
+@dataclass(frozen=True, slots=True)
+class ClusterShape:
+    """The largest group of GPUs at each locality level of a cluster (GPUs in one slot, one
+    machine, one rack): all :func:`best_locality` needs, and what the arbiter announces to
+    agents for ``served-now`` (proto ``ClusterShape``). Every count is >= 0."""
+
+    slot: int
+    machine: int
+    rack: int
+
+    def __post_init__(self) -> None:
+        for name in ("slot", "machine", "rack"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ModelError(f"cluster shape: {name}={v!r} must be an integer >= 0")
+
+    @classmethod
+    def of(cls, cluster: Iterable[Gpu]) -> ClusterShape:
+        slots: dict[tuple[str, str], int] = {}
+        machines: dict[str, int] = {}
+        racks: dict[str, int] = {}
+        for g in cluster:
+            slots[g.slot_key] = slots.get(g.slot_key, 0) + 1
+            machines[g.machine] = machines.get(g.machine, 0) + 1
+            racks[g.rack] = racks.get(g.rack, 0) + 1
+        return cls(max(slots.values(), default=0), max(machines.values(), default=0),
+                   max(racks.values(), default=0))
+
+    def best_locality(self, gpus: int) -> Locality:
+        """The tightest locality at which ``gpus`` GPUs of the cluster could be placed if
+        they were all free: one slot, one machine, one rack, else the whole cluster."""
+        if gpus <= 1:
+            return Locality.SLOT
+        for level, size in ((Locality.SLOT, self.slot), (Locality.MACHINE, self.machine),
+                            (Locality.RACK, self.rack)):
+            if size >= gpus:
+                return level
+        return Locality.CLUSTER
+
+
 def best_locality(cluster: Sequence[Gpu], gpus: int) -> Locality:
     """The tightest locality at which ``gpus`` GPUs of ``cluster`` could be placed if
     they were all free: one slot, one machine, one rack, else the whole cluster."""
-    if gpus <= 1:
-        return Locality.SLOT
-    slots: dict[tuple[str, str], int] = {}
-    machines: dict[str, int] = {}
-    racks: dict[str, int] = {}
-    for g in cluster:
-        slots[g.slot_key] = slots.get(g.slot_key, 0) + 1
-        machines[g.machine] = machines.get(g.machine, 0) + 1
-        racks[g.rack] = racks.get(g.rack, 0) + 1
-    for level, sizes in ((Locality.SLOT, slots), (Locality.MACHINE, machines),
-                         (Locality.RACK, racks)):
-        if max(sizes.values(), default=0) >= gpus:
-            return level
-    return Locality.CLUSTER
+    return ClusterShape.of(cluster).best_locality(gpus)
 
 
 def served_now_rho(

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from themis.agent.fairness import ClusterShape
 from themis.arbiter.round import LeaseGrant
 from themis.cluster.topology import Gpu, Topology
 from themis.docfile import DocumentError, read_document
@@ -56,6 +57,16 @@ class ClusterBackend(ABC):
     @abstractmethod
     def owners(self) -> dict[str, str]:
         """GPU id -> owning app id, for the GPUs that are owned."""
+
+    def cluster_gpus(self) -> int:
+        """R_C, the GPUs in the cluster (announced to agents for rho)."""
+        return len(self.topology())
+
+    def shape(self) -> ClusterShape | None:
+        """The cluster's largest slot/machine/rack (announced to agents for the
+        ``served-now`` key); None when unknown."""
+        topo = self.topology()
+        return ClusterShape.of(topo.values()) if len(topo) else None
 
 
 class StaticCluster(ClusterBackend):

@@ -118,7 +118,8 @@ class ArbiterServicer(pb_grpc.ArbiterServicer):
         self, request: pb.ReportRhoRequest, context: grpc.ServicerContext
     ) -> pb.ReportRhoResponse:
         c = request.credentials
-        _call(context, lambda: self.core.report_rho(c.app_id, c.secret, request.rho))
+        key = request.starving if request.HasField("starving") else None
+        _call(context, lambda: self.core.report_rho(c.app_id, c.secret, request.rho, key))
         return pb.ReportRhoResponse()
 
     def SubmitBid(

@@ -30,7 +30,13 @@ from enum import Enum
 from typing import Any
 
 from themis.agent.bids import BidTable
-from themis.agent.fairness import DEFAULT_IDEAL_TIME, parse_ideal_time
+from themis.agent.fairness import (
+    DEFAULT_IDEAL_TIME,
+    DEFAULT_STARVATION,
+    Starvation,
+    parse_ideal_time,
+    parse_starvation,
+)
 from themis.agent.model import ModelError
 from themis.arbiter.auction import validate_tables
 from themis.arbiter.cluster_backend import ClusterBackend
@@ -39,7 +45,7 @@ from themis.arbiter.leases import LeaseTable
 from themis.arbiter.round import LeaseGrant, RoundOutcome, check_knob, run_round
 from themis.arbiter.solvers import make_solver
 from themis.cluster.topology import Gpu
-from themis.rpc.convert import gpus_to_pb, lease_to_pb, table_from_pb
+from themis.rpc.convert import gpus_to_pb, lease_to_pb, shape_to_pb, table_from_pb
 from themis.rpc.v1 import arbiter_pb2 as pb
 from themis.safeinput import short
 
@@ -79,6 +85,9 @@ class ArbiterConfig:
     seed: int = 0
     # the form of T_id agents use in rho, announced at registration (docs/mechanism.md)
     ideal_time: str = str(DEFAULT_IDEAL_TIME)
+    # how the (1-f) filter orders apps holding no GPU (docs/mechanism.md, "Starvation"),
+    # announced at registration: "served-now" uses the keys agents report with rho = +inf
+    starvation: str = str(DEFAULT_STARVATION)
     # bid table bounds (docs/protocol.md, "Limits"): an agent's menu for a 4,096-GPU offer
     # has ~550 bundles and ~1.05 million GPU ids in all (themis.agent.bids)
     max_bundles: int = 1024
@@ -88,6 +97,10 @@ class ArbiterConfig:
         check_knob(self.fairness_knob)
         try:
             object.__setattr__(self, "ideal_time", str(parse_ideal_time(self.ideal_time)))
+        except ModelError as exc:
+            raise ValueError(f"arbiter config: {exc}") from None
+        try:
+            object.__setattr__(self, "starvation", str(parse_starvation(self.starvation)))
         except ModelError as exc:
             raise ValueError(f"arbiter config: {exc}") from None
         for name in ("lease_s", "bid_timeout_s", "heartbeat_s"):
@@ -115,6 +128,9 @@ class AppRecord:
     rho: float
     max_gpus: int
     stream: int = 0  # generation of the open event stream, 0 = none
+    # starvation = served-now: the reported key (served-now rho, T_id seconds, clock() of
+    # the report), or None
+    key: tuple[float, float, float] | None = None
     events: queue.SimpleQueue[pb.Event | None] | None = None
 
 
@@ -157,6 +173,23 @@ REJECT_CAUSES: dict[Code, str] = {
 def _check_rho(rho: float, what: str) -> None:
     if math.isnan(rho) or rho <= 0:
         raise CallError(Code.INVALID_ARGUMENT, f"{what}: rho {rho!r} must be > 0 (or +inf)")
+
+
+MAX_KEY = 1e18  # bound of a starving key's numbers (themis.safeinput.Limits.max_number)
+
+
+def _check_key(rho: float, key: pb.StarvingKey, what: str) -> tuple[float, float]:
+    """A ReportRho's starving key: only with rho = +inf, each number finite in (0, 1e18]."""
+    if not math.isinf(rho):
+        raise CallError(Code.INVALID_ARGUMENT,
+                        f"{what}: starving: a key is only sent with rho = +inf (rho {rho!r})")
+    for name in ("served_now_rho", "ideal_seconds"):
+        v = getattr(key, name)
+        if not (math.isfinite(v) and 0 < v <= MAX_KEY):
+            raise CallError(Code.INVALID_ARGUMENT,
+                            f"{what}: starving.{name} {v!r} must be a finite number in "
+                            f"(0, {MAX_KEY:g}]")
+    return key.served_now_rho, key.ideal_seconds
 
 
 class ArbiterCore:
@@ -268,15 +301,42 @@ class ArbiterCore:
                 arbiter_epoch=self.epoch,
                 lease_seconds=self.config.lease_s,
                 bid_timeout_seconds=self.config.bid_timeout_s,
-                cluster_gpus=len(self.backend.topology()),
+                cluster_gpus=self.backend.cluster_gpus(),
                 ideal_time=self.config.ideal_time,
+                starvation=self.config.starvation,
+                cluster_shape=shape_to_pb(self.backend.shape()),
             )
 
-    def report_rho(self, app_id: str, secret: str, rho: float) -> None:
+    def report_rho(self, app_id: str, secret: str, rho: float,
+                   key: pb.StarvingKey | None = None) -> None:
+        """The app's rho and, with rho = +inf, optionally its ``served-now`` filter key
+        (kept only when the arbiter's starvation is served-now); a report without a key
+        clears the previous one."""
         with self._cond:
             rec = self._auth(app_id, secret)
             _check_rho(rho, f"app {app_id!r}")
+            value = None if key is None else _check_key(rho, key, f"app {app_id!r}")
             rec.rho = rho
+            rec.key = None if value is None else (*value, self.clock())
+
+    def _served_now(self) -> bool:
+        return self.config.starvation == str(Starvation.SERVED_NOW)
+
+    def _priority(self, app_ids: Sequence[str], now: float) -> dict[str, float] | None:
+        """The filter's secondary key for ``run_round`` (caller holds the lock): None unless
+        starvation = served-now; else each starving app's reported key aged to ``now``
+        (served-now rho grows by 1 / T_id per second waited, Eq. 1), apps without a key
+        left out (they rank after those with one)."""
+        if not self._served_now():
+            return None
+        out: dict[str, float] = {}
+        for a in app_ids:
+            rec = self._apps.get(a)
+            if rec is None or rec.key is None or not math.isinf(rec.rho):
+                continue
+            value, ideal_s, at = rec.key
+            out[a] = value + max(0.0, now - at) / ideal_s
+        return out
 
     def open_stream(
         self, app_id: str, secret: str
@@ -448,7 +508,7 @@ class ArbiterCore:
         with self._cond:
             r = self._open
             return {
-                "apps": {a: (x.secret, x.rho, x.max_gpus, x.stream)
+                "apps": {a: (x.secret, x.rho, x.max_gpus, x.stream, x.key)
                          for a, x in sorted(self._apps.items())},
                 "leases": self._leases.snapshot(),
                 "owners": self.backend.owners(),
@@ -536,10 +596,11 @@ class ArbiterCore:
             round_id=r.round_id,
             gpus=gpus_to_pb(topo[g] for g in r.offer_ids),
             deadline_unix=r.deadline,
-            cluster_gpus=len(topo),
+            cluster_gpus=self.backend.cluster_gpus(),
             active_apps=len(self._apps),
             held=gpus_to_pb(topo[g] for g in self._held_ids(app_id)),
             arbiter_epoch=self.epoch,
+            cluster_shape=shape_to_pb(self.backend.shape()),
         ))
 
     def _collect(self, rid: int, offer: Sequence[Gpu], bidders: Sequence[str],
@@ -598,6 +659,12 @@ class ArbiterCore:
         with self._cond:
             return {a: self._apps[a].rho if a in self._apps else default for a in app_ids}
 
+    def priority_of(self, app_ids: Sequence[str]) -> dict[str, float] | None:
+        """The filter's secondary key of ``app_ids`` now (see :meth:`_priority`): None
+        unless the arbiter's starvation is served-now."""
+        with self._cond:
+            return self._priority(app_ids, self.clock())
+
     def collect_external(self, offer: Sequence[Gpu], bidders: Sequence[str]
                          ) -> tuple[int, dict[str, BidTable]]:
         """Offer ``offer`` to the registered, connected ``bidders``; (round id, bid tables)."""
@@ -628,6 +695,7 @@ class ArbiterCore:
             self._round_id += 1
             rid = self._round_id
             rho = {a: self._apps[a].rho for a in apps}
+            priority = self._priority(apps, self.clock())
             room = {a: max(0, self._apps[a].max_gpus - len(self._leases.held_by(a)))
                     for a in apps}
             previous = {g.id: expired[g.id] for g in free if g.id in expired}
@@ -638,7 +706,7 @@ class ArbiterCore:
 
         outcome = run_round(free, rho, collect, fairness_knob=cfg.fairness_knob,
                             lease_s=cfg.lease_s, now=now, solver=self._solver,
-                            rng=self._rng, room=room, previous=previous)
+                            rng=self._rng, room=room, previous=previous, priority=priority)
         with self._cond:
             offered = self._close_round(rid)
             # Apps that left during the round get nothing; their GPUs stay free.

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from themis.agent.bids import Bid, BidTable
+from themis.agent.fairness import ClusterShape
+from themis.agent.model import ModelError
 from themis.arbiter.round import LeaseGrant
 from themis.cluster.topology import Gpu
 from themis.rpc.v1 import arbiter_pb2 as pb
@@ -21,6 +23,24 @@ def gpu_from_pb(m: pb.GpuInfo) -> Gpu:
 
 def gpus_to_pb(gpus: Iterable[Gpu]) -> list[pb.GpuInfo]:
     return [gpu_to_pb(g) for g in gpus]
+
+
+def shape_to_pb(shape: ClusterShape | None) -> pb.ClusterShape | None:
+    if shape is None:
+        return None
+    return pb.ClusterShape(slot_gpus=shape.slot, machine_gpus=shape.machine,
+                           rack_gpus=shape.rack)
+
+
+def shape_from_pb(m: pb.RegisterAppResponse | pb.Offer, field: str) -> ClusterShape | None:
+    """The message's cluster shape; None when absent, or invalid (negative counts)."""
+    if not m.HasField(field):
+        return None
+    x = getattr(m, field)
+    try:
+        return ClusterShape(x.slot_gpus, x.machine_gpus, x.rack_gpus)
+    except ModelError:
+        return None
 
 
 def table_to_pb(table: BidTable) -> pb.BidTable:

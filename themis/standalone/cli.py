@@ -9,7 +9,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from themis.agent.fairness import DEFAULT_IDEAL_TIME, IDEAL_TIME_NAMES
+from themis.agent.fairness import (
+    DEFAULT_IDEAL_TIME,
+    DEFAULT_STARVATION,
+    IDEAL_TIME_NAMES,
+    STARVATION_NAMES,
+)
 from themis.standalone.spec import (
     DEFAULT_ETA,
     DEFAULT_MAX_GPUS_PER_JOB,
@@ -153,6 +158,11 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="the ideal finish time T_id in rho: 'exact' = the app's plan on an "
                         "independent 1/N_avg share of the cluster (section 3.2), 'paper' = "
                         "Eq. 2's T_cluster x N_avg (docs/mechanism.md) (default: %(default)s)")
+    m.add_argument("--starvation", choices=STARVATION_NAMES, default=str(DEFAULT_STARVATION),
+                   help="how the filter orders apps holding no GPU: 'inf' = they tie at "
+                        "rho = +inf (the paper), 'served-now' = the worst off first, by the "
+                        "rho each would have if served now, at most as many as free GPUs "
+                        "(docs/mechanism.md, \"Starvation\") (default: %(default)s)")
     m.add_argument("--bid-timeout-s", type=_positive_float, default=2.0, metavar="SECONDS",
                    help="bid deadline after an offer; late agents count as non-bidders")
     m.add_argument("--warning-s", type=_nonneg_float, default=10.0, metavar="SECONDS",
@@ -310,7 +320,7 @@ def build_options(args: argparse.Namespace) -> Any:
     return Options(
         cluster=cluster, cluster_desc=desc, apps=apps, out=args.out, lease_s=args.lease_s,
         fairness_knob=args.fairness_knob, ideal_time=args.ideal_time,
-        bid_timeout_s=args.bid_timeout_s,
+        starvation=args.starvation, bid_timeout_s=args.bid_timeout_s,
         warning_s=args.warning_s, grace_s=args.grace_s, solver=args.solver, seed=args.seed,
         port=args.port, refresh_s=args.refresh_s, display=args.display,
         timeout_s=args.timeout_s, plot=not args.no_plot,

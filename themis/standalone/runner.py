@@ -15,7 +15,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, TextIO
 
-from themis.agent.fairness import DEFAULT_IDEAL_TIME
+from themis.agent.fairness import DEFAULT_IDEAL_TIME, DEFAULT_STARVATION
 from themis.arbiter.cluster_backend import StaticCluster
 from themis.arbiter.service import ArbiterServer
 from themis.arbiter.state import ArbiterConfig
@@ -51,6 +51,7 @@ class Options:
     lease_s: float = 40.0
     fairness_knob: float = 0.8
     ideal_time: str = str(DEFAULT_IDEAL_TIME)  # the form of T_id in rho (themis.agent.fairness)
+    starvation: str = str(DEFAULT_STARVATION)  # the filter's order of apps holding no GPU
     bid_timeout_s: float = 2.0
     warning_s: float = 10.0
     grace_s: float = 3.0
@@ -189,7 +190,7 @@ class Standalone:
                             warning_s=min(o.warning_s, o.lease_s / 2),
                             fairness_knob=o.fairness_knob, heartbeat_s=2.0,
                             round_delay_s=0.05, solver=o.solver, seed=o.seed,
-                            ideal_time=o.ideal_time)
+                            ideal_time=o.ideal_time, starvation=o.starvation)
         self.server = ArbiterServer(o.cluster, cfg, max_workers=len(o.apps) + 32)
         try:
             port = self.server.start(o.port)
@@ -262,7 +263,7 @@ class Standalone:
             "config": {
                 "cluster": o.cluster_desc, "lease_s": o.lease_s,
                 "fairness_knob": o.fairness_knob, "ideal_time": o.ideal_time,
-                "bid_timeout_s": o.bid_timeout_s,
+                "starvation": o.starvation, "bid_timeout_s": o.bid_timeout_s,
                 "warning_s": o.warning_s, "grace_s": o.grace_s, "solver": o.solver,
                 "seed": o.seed,
                 "apps": [{"name": s.name, "source": s.source, "seed": s.seed,

@@ -29,6 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
 
 from themis.agent.bids import BidTable
+from themis.agent.fairness import ClusterShape
 from themis.arbiter.cluster_backend import ClusterBackend
 from themis.arbiter.round import LeaseGrant, RoundOutcome
 from themis.arbiter.service import ArbiterServer
@@ -40,11 +41,31 @@ log = logging.getLogger(__name__)
 
 
 class OfferView(ClusterBackend):
-    """The GPUs of the round in progress. Leases live in the RM, so apply/revoke are no-ops."""
+    """The GPUs of the round in progress. Leases live in the RM, so apply/revoke are no-ops.
+    R_C and the cluster's shape announced to agents are those of the whole cluster of the
+    last round's view (:meth:`set_cluster`), the offer's until one was seen."""
 
     def __init__(self) -> None:
         self._topo = Topology([])
+        self._cluster: tuple[int, ClusterShape] | None = None
         self._lock = threading.Lock()
+
+    def set_cluster(self, gpus: Sequence[Gpu]) -> None:
+        """Every GPU of the cluster (free or not), from the RM's view of a round."""
+        if gpus:
+            cluster = (len(gpus), ClusterShape.of(gpus))
+            with self._lock:
+                self._cluster = cluster
+
+    def cluster_gpus(self) -> int:
+        with self._lock:
+            cluster = self._cluster
+        return cluster[0] if cluster is not None else super().cluster_gpus()
+
+    def shape(self) -> ClusterShape | None:
+        with self._lock:
+            cluster = self._cluster
+        return cluster[1] if cluster is not None else super().shape()
 
     def set_offer(self, gpus: Iterable[Gpu]) -> None:
         topo = Topology(gpus)
@@ -142,6 +163,11 @@ class AgentEndpoint:
     # ------------------------------------------------------------------ BidSource
     def rho(self, app_ids: Sequence[str]) -> Mapping[str, float]:
         return self.server.core.rho_of(app_ids, self.default_rho)
+
+    def priority(self, app_ids: Sequence[str], cluster: Sequence[Gpu]
+                 ) -> Mapping[str, float] | None:
+        self.view.set_cluster(cluster)
+        return self.server.core.priority_of(app_ids)
 
     def collect(self, bidders: Sequence[str], offer: Sequence[Gpu]) -> Mapping[str, BidTable]:
         self.view.set_offer(offer)

@@ -23,6 +23,13 @@ class BidSource(Protocol):
         """Current rho of each app (every id in ``app_ids`` must be present)."""
         ...
 
+    def priority(self, app_ids: Sequence[str], cluster: Sequence[Gpu]
+                 ) -> Mapping[str, float] | None:
+        """The (1-f) filter's secondary key of the starving apps (``run_round``'s
+        ``priority``), None unless starvation = served-now; ``cluster`` is every GPU of the
+        cluster this round (for the shape announced to agents)."""
+        ...
+
     def collect(self, bidders: Sequence[str], offer: Sequence[Gpu]) -> Mapping[str, BidTable]:
         """Bid tables of the bidders for this offer; missing apps count as non-bidders."""
         ...
@@ -64,6 +71,10 @@ class ReportedBids:
 
     def rejected_bids(self) -> Mapping[str, int]:
         return {}  # tables are reported, not submitted: nothing is refused here
+
+    def priority(self, app_ids: Sequence[str], cluster: Sequence[Gpu]
+                 ) -> Mapping[str, float] | None:
+        return None  # no filter keys are reported out of band: starvation = inf
 
     def rho(self, app_ids: Sequence[str]) -> Mapping[str, float]:
         with self._lock:

@@ -175,7 +175,7 @@ def _agent_endpoint(
     """Start the agents' gRPC endpoint when asked to; (bid source, "host:port")."""
     if args.agent_port < 0:
         return None, ""
-    from themis.agent.fairness import DEFAULT_IDEAL_TIME
+    from themis.agent.fairness import DEFAULT_IDEAL_TIME, DEFAULT_STARVATION
     from themis.arbiter.state import ArbiterConfig
     from themis.yarn.agents import AgentEndpoint
 
@@ -186,6 +186,8 @@ def _agent_endpoint(
         solver=os.environ.get("THEMIS_SOLVER", "auto"),
         # yarn.resourcemanager.themis.ideal-time, announced to the AMs' agents
         ideal_time=os.environ.get("THEMIS_IDEAL_TIME", str(DEFAULT_IDEAL_TIME)),
+        # yarn.resourcemanager.themis.starvation: the filter's order of starving apps
+        starvation=os.environ.get("THEMIS_STARVATION", str(DEFAULT_STARVATION)),
     )
     endpoint = AgentEndpoint(config, owner=owner)
     address = endpoint.start(args.agent_port, host=args.agent_host)

@@ -15,7 +15,7 @@ import time
 from themis.arbiter.round import run_round
 from themis.arbiter.solvers import Solver, make_solver
 from themis.yarn.bids import BidSource, ReportedBids
-from themis.yarn.view import grants_json, offer_of, parse_view
+from themis.yarn.view import cluster_of, grants_json, offer_of, parse_view
 
 log = logging.getLogger(__name__)
 
@@ -40,11 +40,14 @@ class RoundEngine:
             shape = {a.app_id: a.shape() for a in view.apps if a.wanted() > 0}
             wanting = {a: sum(k * n for k, n in s.items()) for a, s in shape.items()}
             offer = offer_of(view)
+            source = self.source
+            # starvation = served-now: the starving apps' filter keys (else None); the
+            # source also learns the whole cluster, announced to agents, in every round
+            priority = source.priority(sorted(wanting), cluster_of(view))
             if not wanting or not offer:
                 return grants_json([], {"round": view.round_id, "skipped": True,
                                         "bids_rejected": dict(self.source.rejected_bids())})
-            rho = self.source.rho(sorted(wanting))
-            source = self.source
+            rho = source.rho(sorted(wanting))
             outcome = run_round(
                 offer,
                 rho,
@@ -56,6 +59,7 @@ class RoundEngine:
                 rng=random.Random(view.round_id),
                 room=wanting,
                 shape=shape,
+                priority=priority,
             )
             source.announce(offer, outcome)
             self.rounds += 1

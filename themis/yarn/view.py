@@ -160,6 +160,15 @@ def offer_of(view: ClusterView) -> list[Gpu]:
     ]
 
 
+def cluster_of(view: ClusterView) -> list[Gpu]:
+    """Every GPU of the view's nodes, free or not (ids as :func:`offer_of`'s)."""
+    return [
+        Gpu(gpu_id(n.node_id, k), n.node_id, n.rack)
+        for n in view.nodes
+        for k in range(max(0, n.total_gpus))
+    ]
+
+
 def grants_json(allocation: Iterable[tuple[str, Iterable[str]]], info: Mapping[str, Any]) -> str:
     """Sum per-GPU allocations to per-(app, node) grants and encode the reply."""
     per: dict[tuple[str, str], int] = {}

@@ -40,28 +40,52 @@ class RegisterAppRequest(_message.Message):
     def __init__(self, app_id: _Optional[str] = ..., rho: _Optional[float] = ..., max_gpus: _Optional[int] = ...) -> None: ...
 
 class RegisterAppResponse(_message.Message):
-    __slots__ = ("secret", "arbiter_epoch", "lease_seconds", "bid_timeout_seconds", "cluster_gpus", "ideal_time")
+    __slots__ = ("secret", "arbiter_epoch", "lease_seconds", "bid_timeout_seconds", "cluster_gpus", "ideal_time", "starvation", "cluster_shape")
     SECRET_FIELD_NUMBER: _ClassVar[int]
     ARBITER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     LEASE_SECONDS_FIELD_NUMBER: _ClassVar[int]
     BID_TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_GPUS_FIELD_NUMBER: _ClassVar[int]
     IDEAL_TIME_FIELD_NUMBER: _ClassVar[int]
+    STARVATION_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_SHAPE_FIELD_NUMBER: _ClassVar[int]
     secret: str
     arbiter_epoch: str
     lease_seconds: float
     bid_timeout_seconds: float
     cluster_gpus: int
     ideal_time: str
-    def __init__(self, secret: _Optional[str] = ..., arbiter_epoch: _Optional[str] = ..., lease_seconds: _Optional[float] = ..., bid_timeout_seconds: _Optional[float] = ..., cluster_gpus: _Optional[int] = ..., ideal_time: _Optional[str] = ...) -> None: ...
+    starvation: str
+    cluster_shape: ClusterShape
+    def __init__(self, secret: _Optional[str] = ..., arbiter_epoch: _Optional[str] = ..., lease_seconds: _Optional[float] = ..., bid_timeout_seconds: _Optional[float] = ..., cluster_gpus: _Optional[int] = ..., ideal_time: _Optional[str] = ..., starvation: _Optional[str] = ..., cluster_shape: _Optional[_Union[ClusterShape, _Mapping]] = ...) -> None: ...
+
+class ClusterShape(_message.Message):
+    __slots__ = ("slot_gpus", "machine_gpus", "rack_gpus")
+    SLOT_GPUS_FIELD_NUMBER: _ClassVar[int]
+    MACHINE_GPUS_FIELD_NUMBER: _ClassVar[int]
+    RACK_GPUS_FIELD_NUMBER: _ClassVar[int]
+    slot_gpus: int
+    machine_gpus: int
+    rack_gpus: int
+    def __init__(self, slot_gpus: _Optional[int] = ..., machine_gpus: _Optional[int] = ..., rack_gpus: _Optional[int] = ...) -> None: ...
+
+class StarvingKey(_message.Message):
+    __slots__ = ("served_now_rho", "ideal_seconds")
+    SERVED_NOW_RHO_FIELD_NUMBER: _ClassVar[int]
+    IDEAL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    served_now_rho: float
+    ideal_seconds: float
+    def __init__(self, served_now_rho: _Optional[float] = ..., ideal_seconds: _Optional[float] = ...) -> None: ...
 
 class ReportRhoRequest(_message.Message):
-    __slots__ = ("credentials", "rho")
+    __slots__ = ("credentials", "rho", "starving")
     CREDENTIALS_FIELD_NUMBER: _ClassVar[int]
     RHO_FIELD_NUMBER: _ClassVar[int]
+    STARVING_FIELD_NUMBER: _ClassVar[int]
     credentials: Credentials
     rho: float
-    def __init__(self, credentials: _Optional[_Union[Credentials, _Mapping]] = ..., rho: _Optional[float] = ...) -> None: ...
+    starving: StarvingKey
+    def __init__(self, credentials: _Optional[_Union[Credentials, _Mapping]] = ..., rho: _Optional[float] = ..., starving: _Optional[_Union[StarvingKey, _Mapping]] = ...) -> None: ...
 
 class ReportRhoResponse(_message.Message):
     __slots__ = ()
@@ -96,7 +120,7 @@ class Hello(_message.Message):
     def __init__(self, arbiter_epoch: _Optional[str] = ..., leases: _Optional[_Iterable[_Union[Lease, _Mapping]]] = ...) -> None: ...
 
 class Offer(_message.Message):
-    __slots__ = ("round_id", "gpus", "deadline_unix", "cluster_gpus", "active_apps", "held", "arbiter_epoch")
+    __slots__ = ("round_id", "gpus", "deadline_unix", "cluster_gpus", "active_apps", "held", "arbiter_epoch", "cluster_shape")
     ROUND_ID_FIELD_NUMBER: _ClassVar[int]
     GPUS_FIELD_NUMBER: _ClassVar[int]
     DEADLINE_UNIX_FIELD_NUMBER: _ClassVar[int]
@@ -104,6 +128,7 @@ class Offer(_message.Message):
     ACTIVE_APPS_FIELD_NUMBER: _ClassVar[int]
     HELD_FIELD_NUMBER: _ClassVar[int]
     ARBITER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_SHAPE_FIELD_NUMBER: _ClassVar[int]
     round_id: int
     gpus: _containers.RepeatedCompositeFieldContainer[GpuInfo]
     deadline_unix: float
@@ -111,7 +136,8 @@ class Offer(_message.Message):
     active_apps: int
     held: _containers.RepeatedCompositeFieldContainer[GpuInfo]
     arbiter_epoch: str
-    def __init__(self, round_id: _Optional[int] = ..., gpus: _Optional[_Iterable[_Union[GpuInfo, _Mapping]]] = ..., deadline_unix: _Optional[float] = ..., cluster_gpus: _Optional[int] = ..., active_apps: _Optional[int] = ..., held: _Optional[_Iterable[_Union[GpuInfo, _Mapping]]] = ..., arbiter_epoch: _Optional[str] = ...) -> None: ...
+    cluster_shape: ClusterShape
+    def __init__(self, round_id: _Optional[int] = ..., gpus: _Optional[_Iterable[_Union[GpuInfo, _Mapping]]] = ..., deadline_unix: _Optional[float] = ..., cluster_gpus: _Optional[int] = ..., active_apps: _Optional[int] = ..., held: _Optional[_Iterable[_Union[GpuInfo, _Mapping]]] = ..., arbiter_epoch: _Optional[str] = ..., cluster_shape: _Optional[_Union[ClusterShape, _Mapping]] = ...) -> None: ...
 
 class Lease(_message.Message):
     __slots__ = ("gpu_ids", "start_unix", "expiry_unix", "via")

@@ -285,6 +285,7 @@ public final class EngineSupervisor {
     env.put("THEMIS_FAIRNESS_KNOB", Double.toString(settings.fairnessKnob()));
     env.put("THEMIS_SOLVER", settings.solver());
     env.put("THEMIS_IDEAL_TIME", settings.idealTime());
+    env.put("THEMIS_STARVATION", settings.starvation());
     env.put("THEMIS_AGENT_PORT", Integer.toString(settings.agentPort()));
     env.put("THEMIS_LEASE_MS", Long.toString(settings.leaseDurationMs()));
     Process p;

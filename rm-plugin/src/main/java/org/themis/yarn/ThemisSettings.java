@@ -17,6 +17,7 @@ public final class ThemisSettings {
   public static final String GRACE_PERIOD_MS = PREFIX + "grace-period-ms";
   public static final String SOLVER = PREFIX + "solver";
   public static final String IDEAL_TIME = PREFIX + "ideal-time";
+  public static final String STARVATION = PREFIX + "starvation";
   public static final String PYTHON_EXECUTABLE = PREFIX + "python-executable";
   public static final String ENGINE_COMMAND = PREFIX + "engine-command";
   public static final String AGENT_PORT = PREFIX + "agent-port";
@@ -53,6 +54,7 @@ public final class ThemisSettings {
   private final long gracePeriodMs;
   private final String solver;
   private final String idealTime;
+  private final String starvation;
   private final String pythonExecutable;
   private final String engineCommand;
   private final int agentPort;
@@ -89,6 +91,13 @@ public final class ThemisSettings {
       throw bad(IDEAL_TIME, conf.get(IDEAL_TIME), "must be exact or paper");
     }
     idealTime = ideal;
+    // how the (1-f) filter orders apps holding no GPU (themis.agent.fairness.Starvation),
+    // passed to the engine, which announces it to the AMs' agents at registration
+    String starve = conf.getTrimmed(STARVATION, "inf").toLowerCase(Locale.ROOT);
+    if (!starve.equals("inf") && !starve.equals("served-now")) {
+      throw bad(STARVATION, conf.get(STARVATION), "must be inf or served-now");
+    }
+    starvation = starve;
     pythonExecutable = readNonEmpty(conf, PYTHON_EXECUTABLE, "python3");
     engineCommand = readNonEmpty(conf, ENGINE_COMMAND, "-m themis.yarn.engine");
     long port = readLong(conf, AGENT_PORT, 8642L, 0L);
@@ -186,6 +195,7 @@ public final class ThemisSettings {
   public long gracePeriodMs() { return gracePeriodMs; }
   public String solver() { return solver; }
   public String idealTime() { return idealTime; }
+  public String starvation() { return starvation; }
   public String pythonExecutable() { return pythonExecutable; }
   public String engineCommand() { return engineCommand; }
   public int agentPort() { return agentPort; }

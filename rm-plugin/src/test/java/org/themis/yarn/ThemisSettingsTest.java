@@ -19,6 +19,7 @@ class ThemisSettingsTest {
     assertEquals(30_000L, s.gracePeriodMs());
     assertEquals("auto-fast", s.solver());
     assertEquals("exact", s.idealTime());
+    assertEquals("inf", s.starvation());
     assertEquals("python3", s.pythonExecutable());
     assertEquals("-m themis.yarn.engine", s.engineCommand());
     assertEquals(8642, s.agentPort());
@@ -35,6 +36,7 @@ class ThemisSettingsTest {
     c.set(ThemisSettings.FAIRNESS_KNOB, "0");
     c.set(ThemisSettings.SOLVER, " HiGHS ");
     c.set(ThemisSettings.IDEAL_TIME, " Paper ");
+    c.set(ThemisSettings.STARVATION, " Served-Now ");
     c.set(ThemisSettings.AGENT_PORT, "0");
     c.set(ThemisSettings.GRACE_PERIOD_MS, "0");
     c.set(ThemisSettings.ENGINE_ENABLED, "false");
@@ -45,6 +47,7 @@ class ThemisSettingsTest {
     assertEquals(0.0, s.fairnessKnob());
     assertEquals("highs", s.solver());
     assertEquals("paper", s.idealTime());
+    assertEquals("served-now", s.starvation());
     assertEquals(0, s.agentPort());
     assertEquals(0L, s.gracePeriodMs());
     assertFalse(s.engineEnabled());
@@ -64,6 +67,8 @@ class ThemisSettingsTest {
       "yarn.resourcemanager.themis.grace-period-ms|-1",
       "yarn.resourcemanager.themis.solver|cplex",
       "yarn.resourcemanager.themis.ideal-time|gavel",
+      "yarn.resourcemanager.themis.starvation|served",
+      "yarn.resourcemanager.themis.starvation|'  '",
       "yarn.resourcemanager.themis.stock-app.policy|renew",
       "yarn.resourcemanager.themis.stock-app.max-hold-ms|0",
       "yarn.resourcemanager.themis.python-executable|'  '",
