@@ -51,6 +51,11 @@ public final class FsLeaseStore implements LeaseStore {
   }
 
   @Override
+  public StoredLeases read() throws IOException {
+    return load();
+  }
+
+  @Override
   public void save(StoredLeases leases) throws IOException {
     byte[] data = leases.toJson();
     fc.mkdir(dir, new FsPermission((short) 0700), true);

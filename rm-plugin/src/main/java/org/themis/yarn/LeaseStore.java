@@ -16,6 +16,9 @@ public interface LeaseStore extends Closeable {
    */
   StoredLeases load() throws IOException;
 
+  /** The stored leases (null when none) without taking the store over: diagnostics, tests. */
+  StoredLeases read() throws IOException;
+
   /** Replaces the stored leases. Throws {@link Fenced} when another RM took the store over. */
   void save(StoredLeases leases) throws IOException;
 

@@ -84,6 +84,20 @@ public final class ZkLeaseStore implements LeaseStore {
   }
 
   @Override
+  public StoredLeases read() throws IOException {
+    try {
+      byte[] data = curator.getData().forPath(path);
+      return data.length == 0 ? null : StoredLeases.fromJson(data, describe());
+    } catch (KeeperException.NoNodeException e) {
+      return null;
+    } catch (IOException e) {
+      throw e;
+    } catch (Exception e) {
+      throw new IOException("Themis lease store " + describe() + ": " + e, e);
+    }
+  }
+
+  @Override
   public synchronized void save(StoredLeases leases) throws IOException {
     if (version < 0) {
       throw new IllegalStateException("save before load of " + describe());
