@@ -11,7 +11,6 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.Set;
 import java.util.TreeSet;
-import org.apache.hadoop.fs.Path;
 import org.apache.hadoop.yarn.api.records.Container;
 import org.apache.hadoop.yarn.api.records.ContainerExitStatus;
 import org.apache.hadoop.yarn.api.records.ContainerId;
@@ -35,10 +34,13 @@ import org.junit.jupiter.api.Test;
 class RmRestartIT {
   private static final long LEASE_MS = 600_000;
   private static final long GRACE_MS = 3000;
-  private static ThemisMiniCluster mc;
-  private static File dir;
-  private static NodeId n0;
-  private static NodeId n1;
+  static ThemisMiniCluster mc;
+  static NodeId n0;
+  static NodeId n1;
+  /** The lease store, opened by the test for reading it on its own (never claimed). */
+  static LeaseStore check;
+  /** How the RM names its store: {@code fs } or {@code zookeeper }. */
+  static String storeKind;
   private final List<TestAm> apps = new ArrayList<>();
 
   static YarnConfiguration restartConf(File stateDir) {
@@ -84,8 +86,15 @@ class RmRestartIT {
 
   @BeforeAll
   static void up() throws Exception {
-    dir = Files.createTempDirectory("themis-restart").toFile();
-    mc = new ThemisMiniCluster("themis-restart", 2, restartConf(dir));
+    File dir = Files.createTempDirectory("themis-restart").toFile();
+    YarnConfiguration conf = restartConf(dir);
+    start("themis-restart", conf, "fs ");
+    check = new FsLeaseStore(conf, LeaseStores.fsDir(conf, ThemisSettings.from(conf)));
+  }
+
+  static void start(String name, YarnConfiguration conf, String kind) throws Exception {
+    storeKind = kind;
+    mc = new ThemisMiniCluster(name, 2, conf);
     n0 = mc.nodeIds().get(0);
     n1 = mc.nodeIds().get(1);
     ThemisMiniCluster.waitFor("engine up", 60_000,
@@ -93,7 +102,10 @@ class RmRestartIT {
   }
 
   @AfterAll
-  static void down() {
+  static void down() throws Exception {
+    if (check != null) {
+      check.close();
+    }
     if (mc != null) {
       mc.close();
     }
@@ -122,7 +134,7 @@ class RmRestartIT {
   void leasesSurviveARestartAndRunningContainersKeepTheirGpus() throws Exception {
     ThemisCapacityScheduler s = mc.scheduler();
     assertTrue(s.recovery().enabled());
-    assertTrue(s.recovery().storeName().startsWith("fs "), s.recovery().storeName());
+    assertTrue(s.recovery().storeName().startsWith(storeKind), s.recovery().storeName());
     // A holds both GPUs of n0 (two running containers) and one GPU of n1 between jobs (no
     // container there); A's AM speaks to the agents' endpoint.
     TestAm a = app("holder");
@@ -144,8 +156,7 @@ class RmRestartIT {
     assertTrue(b.pollFor(1000).isEmpty());
     // write-through: the store holds the table as it is now (read independently of the RM)
     assertTrue(s.recovery().flush(5000), "lease store write");
-    StoredLeases stored = new FsLeaseStore(mc.conf,
-        new Path(new File(dir, "rmstore").toURI().toString(), "themis")).load();
+    StoredLeases stored = check.read();
     assertNotNull(stored);
     assertEquals(keys(s.leases().snapshot()), keys(stored.leases()));
     assertTrue(stored.agentApps().contains(a.appId), stored.agentApps().toString());
