@@ -17,7 +17,7 @@ import org.apache.zookeeper.data.Stat;
  * claims the node (rewrites it, bumping the version), and every save expects the version of
  * this store's last write, so an RM that lost the active role and still writes is refused
  * ({@link LeaseStore.Fenced}) once the new active has loaded. The document must stay under
- * ZooKeeper's node size limit ({@code jute.maxbuffer}, 1 MB: about 8000 leases).
+ * ZooKeeper's node size limit ({@code jute.maxbuffer}, 1 MB: about 5000 leases).
  */
 public final class ZkLeaseStore implements LeaseStore {
   static final String ZK_ADDRESS = "hadoop.zk.address";
