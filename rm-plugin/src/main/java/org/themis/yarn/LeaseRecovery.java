@@ -192,7 +192,9 @@ public final class LeaseRecovery {
 
   /** A node is being added (NODE_ADDED): its containers are not recovered yet. */
   void nodeAdding(NodeId node) {
-    adding.add(node);
+    if (enabled) {
+      adding.add(node);
+    }
   }
 
   void nodeAdded(NodeId node) {
