@@ -16,6 +16,8 @@ public final class LeaseTable {
   private final LongSupplier clock;
   private final Map<Long, Lease> leases = new LinkedHashMap<>();
   private long nextId = 1;
+  /** Told after every change (the restart store's writer, {@link LeaseStoreWriter}); may be null. */
+  private volatile Runnable onChange;
 
   public LeaseTable(LongSupplier clock) {
     this.clock = clock;
@@ -40,7 +42,54 @@ public final class LeaseTable {
     long now = now();
     Lease l = new Lease(nextId++, app, node, gpus, now, now + durationMs, Lease.State.ACTIVE, 0L);
     leases.put(l.id(), l);
+    changed();
     return l;
+  }
+
+  /**
+   * Adds an ACTIVE lease with a given expiry (in the past too: it then expires at the next
+   * enforcement pass), for GPUs that running containers use without a lease record after a
+   * restart ({@link LeaseRecovery}).
+   */
+  public synchronized Lease adopt(ApplicationId app, NodeId node, int gpus, long expiryMs) {
+    if (gpus <= 0) {
+      throw new IllegalArgumentException("lease must cover at least one GPU, got " + gpus);
+    }
+    Lease l = new Lease(nextId++, app, node, gpus, now(), expiryMs, Lease.State.ACTIVE, 0L);
+    leases.put(l.id(), l);
+    changed();
+    return l;
+  }
+
+  /** Calls {@code r} after every change of the table (one listener; null removes it). */
+  public void onChange(Runnable r) {
+    onChange = r;
+  }
+
+  private void changed() {
+    Runnable r = onChange;
+    if (r != null) {
+      r.run();
+    }
+  }
+
+  /**
+   * Puts leases read back after a ResourceManager restart ({@link LeaseRecovery}) into the
+   * table as they are (ids, expiries, states); later grants get ids above {@code nextId} and
+   * above every restored id.
+   */
+  public synchronized void restore(List<Lease> restored, long nextIdAtLeast) {
+    for (Lease l : restored) {
+      leases.put(l.id(), l);
+      nextId = Math.max(nextId, l.id() + 1);
+    }
+    nextId = Math.max(nextId, nextIdAtLeast);
+    changed();
+  }
+
+  /** The id the next grant gets (stored with the leases, so ids are not reused). */
+  public synchronized long nextId() {
+    return nextId;
   }
 
   /** GPUs that (app, node) may hold right now: the sum of its live leases on that node. */
@@ -79,6 +128,9 @@ public final class LeaseTable {
         out.add(x);
       }
     }
+    if (!out.isEmpty()) {
+      changed();
+    }
     return out;
   }
 
@@ -93,11 +145,18 @@ public final class LeaseTable {
       }
       return false;
     });
+    if (!out.isEmpty()) {
+      changed();
+    }
     return out;
   }
 
   public synchronized boolean remove(long leaseId) {
-    return leases.remove(leaseId) != null;
+    boolean removed = leases.remove(leaseId) != null;
+    if (removed) {
+      changed();
+    }
+    return removed;
   }
 
   /**
@@ -127,6 +186,9 @@ public final class LeaseTable {
       }
       left -= cut;
     }
+    if (left < gpus) {
+      changed();
+    }
     return gpus - Math.max(left, 0);
   }
 
@@ -147,6 +209,7 @@ public final class LeaseTable {
     Lease x = new Lease(l.id(), l.app(), l.node(), gpus, l.grantedAtMs(), expiryMs,
         Lease.State.ACTIVE, 0L);
     leases.put(l.id(), x);
+    changed();
     return x;
   }
 
@@ -154,6 +217,9 @@ public final class LeaseTable {
   public synchronized int removeApp(ApplicationId app) {
     int before = leases.size();
     leases.values().removeIf(l -> l.app().equals(app));
+    if (leases.size() < before) {
+      changed();
+    }
     return before - leases.size();
   }
 

@@ -11,7 +11,9 @@ import org.apache.hadoop.yarn.api.records.ContainerStatus;
 import org.apache.hadoop.yarn.api.records.NodeId;
 import org.apache.hadoop.yarn.api.records.Resource;
 import org.apache.hadoop.yarn.conf.YarnConfiguration;
+import org.apache.hadoop.yarn.server.api.protocolrecords.NMContainerStatus;
 import org.apache.hadoop.yarn.server.resourcemanager.rmcontainer.RMContainer;
+import org.apache.hadoop.yarn.server.resourcemanager.rmnode.RMNode;
 import org.apache.hadoop.yarn.server.resourcemanager.rmcontainer.RMContainerEventType;
 import org.apache.hadoop.yarn.server.resourcemanager.scheduler.SchedulerApplication;
 import org.apache.hadoop.yarn.server.resourcemanager.scheduler.capacity.CapacityScheduler;
@@ -21,6 +23,7 @@ import org.apache.hadoop.yarn.server.resourcemanager.scheduler.common.SchedulerC
 import org.apache.hadoop.yarn.server.resourcemanager.scheduler.common.fica.FiCaSchedulerApp;
 import org.apache.hadoop.yarn.server.resourcemanager.scheduler.common.fica.FiCaSchedulerNode;
 import org.apache.hadoop.yarn.server.resourcemanager.scheduler.event.AppRemovedSchedulerEvent;
+import org.apache.hadoop.yarn.server.resourcemanager.scheduler.event.NodeAddedSchedulerEvent;
 import org.apache.hadoop.yarn.server.resourcemanager.scheduler.event.SchedulerEvent;
 import org.apache.hadoop.yarn.server.resourcemanager.scheduler.event.SchedulerEventType;
 import org.apache.hadoop.yarn.util.resource.DominantResourceCalculator;
@@ -43,6 +46,7 @@ public class ThemisCapacityScheduler extends CapacityScheduler {
   private final AtomicLong filteredGpuAsks = new AtomicLong();
   private volatile ThemisSettings settings;
   private volatile ThemisRuntime runtime;
+  private volatile LeaseRecovery recovery;
 
   @Override
   public void serviceInit(Configuration conf) throws Exception {
@@ -67,6 +71,7 @@ public class ThemisCapacityScheduler extends CapacityScheduler {
           + " declared in resource-types.xml (yarn.resource-types)");
     }
     runtime = new ThemisRuntime(this, settings, leases);
+    recovery = new LeaseRecovery(this, settings, leases, conf);
     LOG.info("Themis scheduler initialised: fairness-knob={}, lease-duration-ms={}, "
         + "grace-period-ms={}, solver={}, engine-enabled={}", settings.fairnessKnob(),
         settings.leaseDurationMs(), settings.gracePeriodMs(), settings.solver(),
@@ -75,6 +80,7 @@ public class ThemisCapacityScheduler extends CapacityScheduler {
 
   @Override
   public void serviceStart() throws Exception {
+    recovery.start(); // RM restart: the RM recovered its apps, NMs have not re-registered yet
     super.serviceStart();
     runtime.start();
   }
@@ -84,6 +90,10 @@ public class ThemisCapacityScheduler extends CapacityScheduler {
     ThemisRuntime rt = runtime;
     if (rt != null) {
       rt.stop();
+    }
+    LeaseRecovery rec = recovery;
+    if (rec != null) {
+      rec.stop();
     }
     super.serviceStop();
   }
@@ -109,15 +119,45 @@ public class ThemisCapacityScheduler extends CapacityScheduler {
   /** After the base class: an app removed (finished, killed, failed) loses its leases now. */
   @Override
   public void handle(SchedulerEvent event) {
-    super.handle(event);
+    NodeId adding = event.getType() == SchedulerEventType.NODE_ADDED
+        ? ((NodeAddedSchedulerEvent) event).getAddedRMNode().getNodeID() : null;
+    LeaseRecovery rec = recovery;
+    if (adding != null && rec != null) {
+      rec.nodeAdding(adding); // its GPUs are not grantable before its containers are in
+    }
+    try {
+      super.handle(event);
+    } finally {
+      if (adding != null && rec != null) {
+        rec.nodeAdded(adding);
+      }
+    }
     ThemisRuntime rt = runtime;
     if (rt != null && event.getType() == SchedulerEventType.APP_REMOVED) {
       rt.appRemoved(((AppRemovedSchedulerEvent) event).getApplicationID());
     }
   }
 
+  /**
+   * A NodeManager (re-)registered with running containers (RM restart, work-preserving): after
+   * the base class recovered them, every running GPU container gets a lease (LeaseRecovery).
+   */
+  @Override
+  public void recoverContainersOnNode(List<NMContainerStatus> containerReports, RMNode nm) {
+    super.recoverContainersOnNode(containerReports, nm);
+    LeaseRecovery rec = recovery;
+    if (rec != null && containerReports != null && !containerReports.isEmpty()) {
+      rec.containersRecovered(nm.getNodeID());
+    }
+  }
+
   public LeaseTable leases() {
     return leases;
+  }
+
+  /** Work-preserving restart of the leases (docs/yarn.md, "Restart and HA"). */
+  public LeaseRecovery recovery() {
+    return recovery;
   }
 
   public ThemisSettings settings() {

@@ -161,6 +161,8 @@ public final class ThemisRuntime implements EngineSupervisor.AgentEvents, Themis
   public long enforcementPasses() { return enforcementPasses.get(); }
   /** Is {@code app}'s AM registered with the agents' endpoint? */
   public boolean hasAgent(ApplicationId app) { return agentApps.contains(app); }
+  /** The apps whose AM registered with the agents' endpoint (a copy; kept across restarts). */
+  Set<ApplicationId> agentApps() { return new java.util.TreeSet<>(agentApps); }
   /** The last cluster view built (for diagnostics), sent or not. */
   public String lastView() { return lastView; }
 
@@ -246,6 +248,7 @@ public final class ThemisRuntime implements EngineSupervisor.AgentEvents, Themis
     ApplicationId app = parseApp(appId);
     if (app != null) {
       agentApps.add(app);
+      scheduler.recovery().agentsChanged();
     }
   }
 
@@ -261,6 +264,7 @@ public final class ThemisRuntime implements EngineSupervisor.AgentEvents, Themis
       return;
     }
     agentApps.remove(app);
+    scheduler.recovery().agentsChanged();
     Set<NodeId> nodes = new java.util.HashSet<>();
     for (Lease l : leases.snapshot()) {
       if (l.app().equals(app)) {
@@ -348,6 +352,9 @@ public final class ThemisRuntime implements EngineSupervisor.AgentEvents, Themis
    */
   public void enforceLeases() {
     synchronized (enforceLock) {
+      if (!scheduler.recovery().settle()) {
+        return; // after an RM restart nothing ends before the NMs reported their containers
+      }
       enforceLeasesLocked();
       enforcementPasses.incrementAndGet();
     }
@@ -487,6 +494,10 @@ public final class ThemisRuntime implements EngineSupervisor.AgentEvents, Themis
     List<Lease> snapshot = leases.snapshot();
     long now = leases.now();
     for (FiCaSchedulerNode n : scheduler.getNodeTracker().getAllNodes()) {
+      if (scheduler.recovery().nodeRecovering(n.getNodeID())) {
+        out.put(n.getNodeID(), 0L); // (re-)registering: its containers are not in yet
+        continue;
+      }
       Map<ApplicationId, Long> used = new HashMap<>();
       for (RMContainer c : n.getCopiedListOfRunningContainers()) {
         long g = Gpus.of(c.getAllocatedResource());
@@ -641,6 +652,9 @@ public final class ThemisRuntime implements EngineSupervisor.AgentEvents, Themis
 
   /** Runs one round if there is something to decide. Returns the number of grants applied. */
   public int runOneRound() {
+    if (!scheduler.recovery().settled()) {
+      return 0; // after an RM restart: no grant before the NMs reported their containers
+    }
     long id = rounds.get() + 1;
     long started = System.nanoTime();
     ObjectNode view = clusterView(id);

@@ -33,6 +33,10 @@ public final class ThemisSettings {
   public static final String STOCK_APP_POLICY = PREFIX + "stock-app.policy";
   public static final String STOCK_APP_MAX_HOLD_MS = PREFIX + "stock-app.max-hold-ms";
   public static final String METRICS_TOP_APPS = PREFIX + "metrics.top-apps";
+  public static final String LEASE_STORE = PREFIX + "lease-store";
+  public static final String LEASE_STORE_FS_URI = PREFIX + "lease-store.fs.uri";
+  public static final String LEASE_STORE_ZK_PATH = PREFIX + "lease-store.zk.parent-path";
+  public static final String RECOVERY_SETTLE_MS = PREFIX + "recovery-settle-ms";
 
   /**
    * What happens to the GPU containers of an app whose AM does not speak to the agents'
@@ -70,6 +74,10 @@ public final class ThemisSettings {
   private final StockAppPolicy stockAppPolicy;
   private final long stockAppMaxHoldMs;
   private final int metricsTopApps;
+  private final String leaseStore;
+  private final String leaseStoreFsUri;
+  private final String leaseStoreZkPath;
+  private final long recoverySettleMs;
 
   private ThemisSettings(Configuration conf) {
     fairnessKnob = readDouble(conf, FAIRNESS_KNOB, 0.8);
@@ -134,6 +142,23 @@ public final class ThemisSettings {
       throw bad(METRICS_TOP_APPS, conf.get(METRICS_TOP_APPS), "must be <= 1000");
     }
     metricsTopApps = (int) top;
+    // where leases survive an RM restart when yarn.resourcemanager.recovery.enabled is true
+    // (docs/yarn.md, "Restart and HA"); auto follows yarn.resourcemanager.store.class
+    String store = conf.getTrimmed(LEASE_STORE, "auto").toLowerCase(Locale.ROOT);
+    if (!store.equals("auto") && !store.equals("zk") && !store.equals("fs")
+        && !store.equals("none")) {
+      throw bad(LEASE_STORE, conf.get(LEASE_STORE), "must be auto, zk, fs or none");
+    }
+    leaseStore = store;
+    leaseStoreFsUri = conf.getTrimmed(LEASE_STORE_FS_URI, "");
+    String zkPath = conf.getTrimmed(LEASE_STORE_ZK_PATH, "/themis");
+    if (!zkPath.startsWith("/") || (zkPath.length() > 1 && zkPath.endsWith("/"))
+        || zkPath.contains("//")) {
+      throw bad(LEASE_STORE_ZK_PATH, conf.get(LEASE_STORE_ZK_PATH),
+          "must be an absolute ZooKeeper path such as /themis");
+    }
+    leaseStoreZkPath = zkPath.equals("/") ? "" : zkPath;
+    recoverySettleMs = readLong(conf, RECOVERY_SETTLE_MS, 60_000L, 0L);
   }
 
   /** Reads and validates; throws IllegalArgumentException naming the first bad key. */
@@ -211,4 +236,11 @@ public final class ThemisSettings {
   public StockAppPolicy stockAppPolicy() { return stockAppPolicy; }
   public long stockAppMaxHoldMs() { return stockAppMaxHoldMs; }
   public int metricsTopApps() { return metricsTopApps; }
+  /** auto, zk, fs or none. */
+  public String leaseStore() { return leaseStore; }
+  /** Directory of the fs lease store; empty: derived from the RM's state store. */
+  public String leaseStoreFsUri() { return leaseStoreFsUri; }
+  /** Parent of {@code <cluster-id>/leases} in ZooKeeper ("" for the root). */
+  public String leaseStoreZkPath() { return leaseStoreZkPath; }
+  public long recoverySettleMs() { return recoverySettleMs; }
 }

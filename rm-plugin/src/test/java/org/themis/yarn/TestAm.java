@@ -24,6 +24,7 @@ import org.apache.hadoop.yarn.api.records.Resource;
 import org.apache.hadoop.yarn.client.ClientRMProxy;
 import org.apache.hadoop.yarn.client.api.AMRMClient;
 import org.apache.hadoop.yarn.client.api.AMRMClient.ContainerRequest;
+import org.apache.hadoop.yarn.client.api.NMClient;
 import org.apache.hadoop.yarn.client.api.YarnClientApplication;
 import org.apache.hadoop.yarn.security.AMRMTokenIdentifier;
 import org.apache.hadoop.yarn.server.resourcemanager.rmapp.RMApp;
@@ -35,6 +36,7 @@ final class TestAm {
   final ApplicationId appId;
   private final UserGroupInformation ugi;
   private final AMRMClient<ContainerRequest> amrm;
+  private NMClient nm;
   final List<Container> allocated = new ArrayList<>();
   final Set<ContainerId> preemptAsked = new HashSet<>();
   final List<ContainerStatus> completed = new ArrayList<>();
@@ -150,10 +152,29 @@ final class TestAm {
     return sum;
   }
 
+  /**
+   * Starts {@code command} in an allocated container on its NodeManager (NM tokens come with
+   * the allocate responses), so that the container really runs and survives an RM restart.
+   */
+  void launch(ThemisMiniCluster c, Container ct, String command) throws Exception {
+    if (nm == null) {
+      nm = NMClient.createNMClient();
+      nm.init(c.cluster.getConfig());
+      nm.start();
+    }
+    nm.startContainer(ct, ContainerLaunchContext.newInstance(
+        java.util.Collections.<String, org.apache.hadoop.yarn.api.records.LocalResource>emptyMap(),
+        java.util.Collections.<String, String>emptyMap(),
+        java.util.Collections.singletonList(command), null, null, null));
+  }
+
   void finish() throws Exception {
     ugi.doAs((PrivilegedExceptionAction<Void>) () -> {
       amrm.unregisterApplicationMaster(FinalApplicationStatus.SUCCEEDED, "", "");
       amrm.stop();
+      if (nm != null) {
+        nm.stop();
+      }
       return null;
     });
   }

@@ -1,0 +1,104 @@
+package org.themis.yarn;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.io.File;
+import java.nio.file.Files;
+import org.apache.hadoop.yarn.api.records.Container;
+import org.apache.hadoop.yarn.api.records.NodeId;
+import org.apache.hadoop.yarn.conf.YarnConfiguration;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+
+/**
+ * No round before recovery has settled: after a restart the RM waits for the NodeManager of
+ * a restored lease; that NM never comes back, so recovery settles at
+ * {@code recovery-settle-ms}. Until then an app asking GPUs gets nothing although another
+ * node has free GPUs; right after, the next round grants them. The lease on the missing
+ * node is kept (it ends at its expiry as usual).
+ */
+class RmRestartSettleIT {
+  private static final long SETTLE_MS = 8000;
+  private static ThemisMiniCluster mc;
+
+  @BeforeAll
+  static void up() throws Exception {
+    File dir = Files.createTempDirectory("themis-settle").toFile();
+    YarnConfiguration conf = RmRestartIT.restartConf(dir);
+    conf.setLong(ThemisSettings.RECOVERY_SETTLE_MS, SETTLE_MS);
+    mc = new ThemisMiniCluster("themis-settle", 2, conf);
+    ThemisMiniCluster.waitFor("engine up", 60_000,
+        () -> mc.scheduler().runtime().engine().pid() > 0);
+  }
+
+  @AfterAll
+  static void down() {
+    if (mc != null) {
+      mc.close();
+    }
+  }
+
+  @Test
+  void roundsWaitForTheNodesOfRestoredLeasesAtMostTheSettleTime() throws Exception {
+    ThemisCapacityScheduler s = mc.scheduler();
+    // the NM that will not come back, and the one that will
+    int goneIndex = 1;
+    NodeId gone = mc.cluster.getNodeManager(goneIndex).getNMContext().getNodeId();
+    NodeId stays = mc.cluster.getNodeManager(1 - goneIndex).getNMContext().getNodeId();
+    TestAm a = TestAm.start(mc, "on-the-lost-node");
+    Lease l = s.leases().grant(a.appId, gone, 1, 600_000);
+    assertTrue(s.recovery().flush(5000));
+
+    // the NM first (stopping it while no RM answers waits for the RM for minutes)
+    mc.cluster.getNodeManager(goneIndex).stop();
+    mc.cluster.stopResourceManager(0);
+    long t0 = System.currentTimeMillis();
+    mc.cluster.restartResourceManager(0);
+    ThemisCapacityScheduler s2 = mc.scheduler();
+    ThemisMiniCluster.waitFor("the other NM back", 60_000,
+        () -> s2.getNodeTracker().getNode(stays) != null);
+    TestAm b = TestAm.start(mc, "waits-for-recovery");
+    b.ask(1, 1);
+    // while recovery waits for the lost node: no round, no grant, the lease untouched
+    long end = t0 + SETTLE_MS - 2500;
+    boolean sawFree = false;
+    while (System.currentTimeMillis() < end) {
+      b.poll();
+      assertFalse(s2.recovery().settled(), "settled before its timeout without the lost node");
+      assertEquals(0, s2.runtime().runOneRound(), "a round ran before recovery settled");
+      assertEquals(0, s2.runtime().rounds());
+      sawFree |= s2.runtime().grantableGpus().getOrDefault(stays, 0L) == 2L;
+      Thread.sleep(200);
+    }
+    assertTrue(sawFree, "GPUs were free on " + stays + " all along");
+    assertTrue(b.gpuContainers().isEmpty(), "granted before recovery settled");
+    ThemisMiniCluster.waitFor("recovery settled by its timeout", SETTLE_MS + 10_000,
+        () -> s2.recovery().settled());
+    long settled = System.currentTimeMillis() - t0;
+    assertTrue(settled >= SETTLE_MS - 1000, "settled after " + settled + " ms");
+    ThemisMiniCluster.waitFor("B's container after recovery settled", 15_000, () -> {
+      try {
+        b.poll();
+      } catch (Exception e) {
+        throw new RuntimeException(e);
+      }
+      return b.gpuContainers().size() == 1;
+    });
+    long granted = System.currentTimeMillis() - t0;
+    Container c = b.gpuContainers().get(0);
+    assertEquals(stays, c.getNodeId());
+    System.out.println("settle timeout: settled " + settled + " ms after the restart began, B's "
+        + "container at " + granted + " ms (recovery-settle-ms " + SETTLE_MS + ")");
+    boolean kept = false;
+    for (Lease x : s2.leases().snapshot()) {
+      kept |= x.id() == l.id() && x.node().equals(gone) && x.expiryMs() == l.expiryMs();
+    }
+    assertTrue(kept, "the lease on the lost node is kept until its expiry: "
+        + s2.leases().snapshot());
+    b.finish();
+    a.finish();
+  }
+}

@@ -1,0 +1,37 @@
+package org.themis.yarn;
+
+import java.io.File;
+import java.nio.file.Files;
+import org.apache.hadoop.yarn.conf.YarnConfiguration;
+import org.apache.hadoop.yarn.server.resourcemanager.recovery.ZKRMStateStore;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+
+/**
+ * {@link RmRestartIT}'s restarts with the RM's state in ZooKeeper (ZKRMStateStore) and the
+ * leases in a ZooKeeper node next to it, on a real ZooKeeper server.
+ */
+class RmRestartZkIT extends RmRestartIT {
+  private static ZkTestServer zk;
+
+  @BeforeAll
+  static void up() throws Exception {
+    zk = new ZkTestServer();
+    File dir = Files.createTempDirectory("themis-restart-zk").toFile();
+    YarnConfiguration conf = restartConf(dir);
+    conf.set(YarnConfiguration.RM_STORE, ZKRMStateStore.class.getName());
+    conf.set(ZkLeaseStore.ZK_ADDRESS, zk.address());
+    conf.set(YarnConfiguration.RM_CLUSTER_ID, "restart-zk");
+    start("themis-restart-zk", conf, "zookeeper ");
+    check = new ZkLeaseStore(conf, zk.address(),
+        LeaseStores.zkPath(conf, ThemisSettings.from(conf)));
+  }
+
+  @AfterAll
+  static void down() throws Exception {
+    RmRestartIT.down();
+    if (zk != null) {
+      zk.close();
+    }
+  }
+}
