@@ -208,7 +208,34 @@ public class ThemisCapacityScheduler extends CapacityScheduler {
     }
   }
 
-  private record AppNode(ApplicationId app, NodeId node) {}
+  private static final class AppNode {
+    private final ApplicationId app;
+    private final NodeId node;
+
+    AppNode(ApplicationId app, NodeId node) {
+      this.app = app;
+      this.node = node;
+    }
+
+    ApplicationId app() {
+      return app;
+    }
+
+    NodeId node() {
+      return node;
+    }
+
+    @Override
+    public boolean equals(Object o) {
+      return o instanceof AppNode && app.equals(((AppNode) o).app)
+          && node.equals(((AppNode) o).node);
+    }
+
+    @Override
+    public int hashCode() {
+      return 31 * app.hashCode() + node.hashCode();
+    }
+  }
 
   private static Map<AppNode, Long> gpuAsks(
       ResourceCommitRequest<FiCaSchedulerApp, FiCaSchedulerNode> request) {
