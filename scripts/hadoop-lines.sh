@@ -26,7 +26,7 @@ QUICK_TESTS='*Test,LeaseEnforcementIT,EnforcementWithoutMonitorIT,ThemisMetricsI
 
 usage() {
   cat <<EOF
-usage: scripts/hadoop-lines.sh [--lines LIST] [--quick] [-h|--help]
+usage: scripts/hadoop-lines.sh [--lines LIST] [--quick] [--test-jvm JAVA] [-h|--help]
 
 Builds the plugin and the AM against each Hadoop line, runs the JUnit suite on each, checks
 that the class files are Java 8 (major 52) and identical across lines, prints a per-line
@@ -39,6 +39,11 @@ options:
   --quick       per line, the unit tests and 4 of the 8 ITs instead of the whole suite:
                 ${QUICK_TESTS#\*Test,}
                 (default: the whole suite, about 3-4 min per line on 2 cores)
+  --test-jvm JAVA
+                run the tests (and so the mini-cluster's RM) in JAVA, a Java 11+ \`java\`
+                binary, instead of the build JDK; the test classes are compiled for its
+                version. Hadoop 3.5 needs Java 17+, so with a Java 11 JAVA pass --lines 3.3,3.4
+                (default: the build JDK)
   -h, --help    show this help and exit
 
 Logs: out/hadoop-lines/hadoop-<line>.log. Needs mvn, a JDK 17 and python3 (the ITs run the
@@ -50,6 +55,7 @@ die_usage() { echo "hadoop-lines.sh: $1 (see --help)" >&2; exit 2; }
 
 LINES=("${ALL_LINES[@]}")
 QUICK=0
+TEST_JVM=""
 while [[ $# -gt 0 ]]; do
   case $1 in
     --lines)
@@ -61,11 +67,27 @@ while [[ $# -gt 0 ]]; do
       done
       shift 2 ;;
     --quick) QUICK=1; shift ;;
+    --test-jvm)
+      [[ $# -ge 2 && -x $2 && -f $2 ]] || die_usage "--test-jvm needs the path of a java binary"
+      TEST_JVM=$2; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) die_usage "unknown argument '$1'" ;;
   esac
 done
 command -v mvn >/dev/null 2>&1 || { echo "hadoop-lines.sh: no mvn on PATH" >&2; exit 1; }
+JVM_ARGS=()
+if [[ -n $TEST_JVM ]]; then
+  # java.specification.version: 1.8, 11, 17, ...
+  spec=$("$TEST_JVM" -XshowSettings:properties -version 2>&1 \
+    | sed -n 's/^ *java.specification.version = //p')
+  [[ $spec =~ ^[0-9]+$ && $spec -ge 11 ]] \
+    || die_usage "--test-jvm $TEST_JVM is Java ${spec:-?}; the tests need Java 11 or newer"
+  for l in "${LINES[@]}"; do
+    [[ $l == 3.5 && $spec -lt 17 ]] \
+      && die_usage "Hadoop ${VERSION[3.5]} needs Java 17+, --test-jvm is Java $spec (--lines 3.3,3.4)"
+  done
+  JVM_ARGS=("-Djvm=$TEST_JVM" "-Dmaven.compiler.testRelease=$spec")
+fi
 
 LOGS=out/hadoop-lines
 mkdir -p "$LOGS"
@@ -80,26 +102,31 @@ tested() {
   return 1
 }
 
-# counts DIR: "tests failures errors skipped" summed over DIR's surefire XML reports
+# counts DIR: "tests failures errors skipped java" summed over DIR's surefire XML reports
+# (java: the java.version the tests ran on)
 counts() {
   python3 - "$1" <<'EOF'
 import glob, sys
 import xml.etree.ElementTree as ET
 t = [0, 0, 0, 0]
+java = "?"
 for f in glob.glob(sys.argv[1] + "/TEST-*.xml"):
     s = ET.parse(f).getroot()
     for i, k in enumerate(("tests", "failures", "errors", "skipped")):
         t[i] += int(s.get(k, "0"))
-print(*t)
+    for p in s.iter("property"):
+        if p.get("name") == "java.version":
+            java = p.get("value")
+print(*t, java)
 EOF
 }
 
 for l in "${ALL_LINES[@]}"; do
   log="$LOGS/hadoop-$l.log" t=$SECONDS
   reports="rm-plugin/target/hadoop-$l/surefire-reports"
-  rm -rf "$reports"
+  for m in "${MODULES[@]}"; do rm -rf "$m/target/hadoop-$l"; done # a fresh build per line
   if tested "$l"; then
-    args=(verify)
+    args=(verify "${JVM_ARGS[@]}")
     [[ $QUICK -eq 1 ]] && args+=("-Dtest=$QUICK_TESTS")
     echo "== Hadoop ${VERSION[$l]}: mvn -B -ntp -P hadoop-$l ${args[*]} (log: $log)"
   else
@@ -110,14 +137,14 @@ for l in "${ALL_LINES[@]}"; do
   rc=$?
   secs=$(( SECONDS - t ))
   if tested "$l"; then
-    read -r n f e s < <(counts "$reports")
+    read -r n f e s j < <(counts "$reports")
     status=$([[ $rc -eq 0 ]] && echo passed || echo "FAILED (mvn exit $rc)")
-    SUMMARY+=("$(printf 'Hadoop %-6s %-22s tests %3d, failures %d, errors %d, skipped %d  %4d s' \
-      "${VERSION[$l]}" "$status" "$n" "$f" "$e" "$s" "$secs")")
+    SUMMARY+=("$(printf 'Hadoop %-6s %-20s tests %3d, failures %d, errors %d, skipped %d, Java %-8s %4d s' \
+      "${VERSION[$l]}" "$status" "$n" "$f" "$e" "$s" "$j" "$secs")")
   else
     status=$([[ $rc -eq 0 ]] && echo "compiled" || echo "FAILED (mvn exit $rc)")
-    SUMMARY+=("$(printf 'Hadoop %-6s %-22s tests not run                               %4d s' \
-      "${VERSION[$l]}" "$status" "$secs")")
+    SUMMARY+=("$(printf 'Hadoop %-6s %-20s tests not run %41s %4d s' \
+      "${VERSION[$l]}" "$status" "" "$secs")")
   fi
   if [[ $rc -ne 0 ]]; then
     FAILED=1
