@@ -7,7 +7,6 @@ import java.net.InetAddress;
 import java.nio.charset.StandardCharsets;
 import java.security.SecureRandom;
 import java.util.ArrayList;
-import java.util.HexFormat;
 import java.util.List;
 import java.util.Map;
 import java.util.Optional;
@@ -147,7 +146,25 @@ public final class EngineSupervisor {
   /** PID of the live engine process, or -1. */
   public long pid() {
     Incarnation inc = current;
-    return inc != null && inc.process.isAlive() ? inc.process.pid() : -1;
+    return inc != null && inc.process.isAlive() ? pidOf(inc.process) : -1;
+  }
+
+  /**
+   * A process's PID, or -1: {@code Process.pid()} on Java 9+, the {@code pid} field of Java 8's
+   * {@code java.lang.UNIXProcess} otherwise (the jar targets Java 8, which has no PID API).
+   */
+  static long pidOf(Process p) {
+    try {
+      return ((Number) Process.class.getMethod("pid").invoke(p)).longValue();
+    } catch (ReflectiveOperationException | RuntimeException e) {
+      try {
+        java.lang.reflect.Field f = p.getClass().getDeclaredField("pid");
+        f.setAccessible(true);
+        return f.getLong(p);
+      } catch (ReflectiveOperationException | RuntimeException e2) {
+        return -1;
+      }
+    }
   }
 
   /** Sends one round to the engine; empty when the engine is unavailable or failed. */
@@ -260,7 +277,11 @@ public final class EngineSupervisor {
   private Incarnation launch() throws IOException {
     byte[] raw = new byte[24];
     new SecureRandom().nextBytes(raw);
-    String token = HexFormat.of().formatHex(raw);
+    StringBuilder hex = new StringBuilder(2 * raw.length);
+    for (byte b : raw) {
+      hex.append(Character.forDigit((b >> 4) & 0xf, 16)).append(Character.forDigit(b & 0xf, 16));
+    }
+    String token = hex.toString();
     Registry registry = new Registry(events);
     InetAddress lo = InetAddress.getLoopbackAddress();
     GatewayServer server = new GatewayServer.GatewayServerBuilder()
@@ -301,23 +322,25 @@ public final class EngineSupervisor {
     registry.owner = inc;
     starts.incrementAndGet();
     pump(p);
-    LOG.info("Themis engine started: pid {}, gateway 127.0.0.1:{}, command {}", p.pid(), port, cmd);
+    LOG.info("Themis engine started: pid {}, gateway 127.0.0.1:{}, command {}", pidOf(p), port,
+        cmd);
     return inc;
   }
 
   private void pump(Process p) {
+    long pid = pidOf(p);
     Thread t = new Thread(() -> {
       try (BufferedReader r = new BufferedReader(
           new InputStreamReader(p.getInputStream(), StandardCharsets.UTF_8))) {
         String line;
         while ((line = r.readLine()) != null) {
-          LOG.info("[engine {}] {}", p.pid(), line);
-          remember("[engine " + p.pid() + "] " + line);
+          LOG.info("[engine {}] {}", pid, line);
+          remember("[engine " + pid + "] " + line);
         }
       } catch (IOException e) {
         // process gone
       }
-    }, "themis-engine-log-" + p.pid());
+    }, "themis-engine-log-" + pid);
     t.setDaemon(true);
     t.start();
   }

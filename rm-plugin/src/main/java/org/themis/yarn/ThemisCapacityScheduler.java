@@ -12,16 +12,19 @@ import org.apache.hadoop.yarn.api.records.NodeId;
 import org.apache.hadoop.yarn.api.records.Resource;
 import org.apache.hadoop.yarn.conf.YarnConfiguration;
 import org.apache.hadoop.yarn.server.api.protocolrecords.NMContainerStatus;
+import org.apache.hadoop.yarn.server.resourcemanager.rmapp.RMApp;
 import org.apache.hadoop.yarn.server.resourcemanager.rmcontainer.RMContainer;
 import org.apache.hadoop.yarn.server.resourcemanager.rmnode.RMNode;
 import org.apache.hadoop.yarn.server.resourcemanager.rmcontainer.RMContainerEventType;
 import org.apache.hadoop.yarn.server.resourcemanager.scheduler.SchedulerApplication;
 import org.apache.hadoop.yarn.server.resourcemanager.scheduler.capacity.CapacityScheduler;
+import org.apache.hadoop.yarn.server.resourcemanager.scheduler.common.ApplicationSchedulingConfig;
 import org.apache.hadoop.yarn.server.resourcemanager.scheduler.common.ContainerAllocationProposal;
 import org.apache.hadoop.yarn.server.resourcemanager.scheduler.common.ResourceCommitRequest;
 import org.apache.hadoop.yarn.server.resourcemanager.scheduler.common.SchedulerContainer;
 import org.apache.hadoop.yarn.server.resourcemanager.scheduler.common.fica.FiCaSchedulerApp;
 import org.apache.hadoop.yarn.server.resourcemanager.scheduler.common.fica.FiCaSchedulerNode;
+import org.apache.hadoop.yarn.server.resourcemanager.scheduler.event.AppAddedSchedulerEvent;
 import org.apache.hadoop.yarn.server.resourcemanager.scheduler.event.AppRemovedSchedulerEvent;
 import org.apache.hadoop.yarn.server.resourcemanager.scheduler.event.NodeAddedSchedulerEvent;
 import org.apache.hadoop.yarn.server.resourcemanager.scheduler.event.SchedulerEvent;
@@ -38,6 +41,8 @@ import org.slf4j.LoggerFactory;
  */
 public class ThemisCapacityScheduler extends CapacityScheduler {
   private static final Logger LOG = LoggerFactory.getLogger(ThemisCapacityScheduler.class);
+  /** YarnConfiguration.APPLICATION_PLACEMENT_TYPE_CLASS of Hadoop 3.4+ (3.3 has no such key). */
+  static final String PLACEMENT_CLASS_KEY = "yarn.scheduler.app-placement-allocator.class";
 
   private final LeaseTable leases = new LeaseTable();
   private final Object gpuCommitLock = new Object();
@@ -47,19 +52,22 @@ public class ThemisCapacityScheduler extends CapacityScheduler {
   private volatile ThemisSettings settings;
   private volatile ThemisRuntime runtime;
   private volatile LeaseRecovery recovery;
+  /** The value of PLACEMENT_CLASS_KEY after serviceInit (given to each app on Hadoop 3.3). */
+  private volatile String placementClass;
 
   @Override
   public void serviceInit(Configuration conf) throws Exception {
     settings = ThemisSettings.from(conf);
-    String placement = conf.get(YarnConfiguration.APPLICATION_PLACEMENT_TYPE_CLASS);
+    String placement = conf.get(PLACEMENT_CLASS_KEY);
     if (placement == null) {
-      conf.set(YarnConfiguration.APPLICATION_PLACEMENT_TYPE_CLASS,
+      conf.set(PLACEMENT_CLASS_KEY,
           ThemisPlacementAllocator.class.getName());
     } else if (!placement.equals(ThemisPlacementAllocator.class.getName())) {
       LOG.warn("{}={} is not {}: GPU asks of apps without a lease may block nodes for other "
-          + "apps (tryCommit still enforces leases)", YarnConfiguration.APPLICATION_PLACEMENT_TYPE_CLASS,
+          + "apps (tryCommit still enforces leases)", PLACEMENT_CLASS_KEY,
           placement, ThemisPlacementAllocator.class.getName());
     }
+    placementClass = conf.get(PLACEMENT_CLASS_KEY);
     super.serviceInit(conf);
     if (!(getResourceCalculator() instanceof DominantResourceCalculator)) {
       throw new IllegalArgumentException("Themis needs yarn.scheduler.capacity.resource-calculator="
@@ -116,9 +124,23 @@ public class ThemisCapacityScheduler extends CapacityScheduler {
     }
   }
 
-  /** After the base class: an app removed (finished, killed, failed) loses its leases now. */
+  /**
+   * After the base class: an app removed (finished, killed, failed) loses its leases now.
+   * Before it, on Hadoop 3.3 (no {@code PLACEMENT_CLASS_KEY}), a new app gets the placement
+   * allocator as its scheduling env unless it set one itself, which is what 3.4+ do with the
+   * key; the attempts created after this event copy the app's env.
+   */
   @Override
   public void handle(SchedulerEvent event) {
+    if (!HadoopLine.PLACEMENT_CLASS_FROM_CONF && event.getType() == SchedulerEventType.APP_ADDED
+        && placementClass != null) {
+      RMApp app = getRMContext().getRMApps()
+          .get(((AppAddedSchedulerEvent) event).getApplicationId());
+      if (app != null) {
+        app.getApplicationSchedulingEnvs().putIfAbsent(
+            ApplicationSchedulingConfig.ENV_APPLICATION_PLACEMENT_TYPE_CLASS, placementClass);
+      }
+    }
     NodeId adding = event.getType() == SchedulerEventType.NODE_ADDED
         ? ((NodeAddedSchedulerEvent) event).getAddedRMNode().getNodeID() : null;
     LeaseRecovery rec = recovery;
@@ -248,7 +270,34 @@ public class ThemisCapacityScheduler extends CapacityScheduler {
     }
   }
 
-  private record AppNode(ApplicationId app, NodeId node) {}
+  private static final class AppNode {
+    private final ApplicationId app;
+    private final NodeId node;
+
+    AppNode(ApplicationId app, NodeId node) {
+      this.app = app;
+      this.node = node;
+    }
+
+    ApplicationId app() {
+      return app;
+    }
+
+    NodeId node() {
+      return node;
+    }
+
+    @Override
+    public boolean equals(Object o) {
+      return o instanceof AppNode && app.equals(((AppNode) o).app)
+          && node.equals(((AppNode) o).node);
+    }
+
+    @Override
+    public int hashCode() {
+      return 31 * app.hashCode() + node.hashCode();
+    }
+  }
 
   private static Map<AppNode, Long> gpuAsks(
       ResourceCommitRequest<FiCaSchedulerApp, FiCaSchedulerNode> request) {

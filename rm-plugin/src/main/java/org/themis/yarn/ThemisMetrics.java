@@ -4,6 +4,8 @@ import static org.apache.hadoop.metrics2.lib.Interns.info;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.Collections;
 import java.util.Comparator;
 import java.util.Iterator;
 import java.util.LinkedHashMap;
@@ -38,7 +40,8 @@ final class ThemisMetrics implements MetricsSource {
   static final String CONTEXT = "yarn";
   /** Causes of refused bids, as the engine's round reply names them (else "other"). */
   static final List<String> REJECT_CAUSES =
-      List.of("invalid", "too_large", "not_open", "unauthenticated", "other");
+      Collections.unmodifiableList(
+          Arrays.asList("invalid", "too_large", "not_open", "unauthenticated", "other"));
   /** The agents' lease warning: min(60 s, lease / 2), as in themis.arbiter.state. */
   static final long WARNING_MS = 60_000;
 
@@ -66,7 +69,7 @@ final class ThemisMetrics implements MetricsSource {
       "LatencyMs", 60);
   private final Map<String, MutableCounterLong> rejected = new LinkedHashMap<>();
   /** rho of each app in the last round that ran an auction (NaN: reported as infinite). */
-  private volatile Map<String, Double> rho = Map.of();
+  private volatile Map<String, Double> rho = Collections.emptyMap();
   private final Map<String, Boolean> gone = new ConcurrentHashMap<>();
   /** When GPUs were first freed since the last grant (0: none pending). */
   private long freedAtMs;

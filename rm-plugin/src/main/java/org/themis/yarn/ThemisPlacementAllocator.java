@@ -31,9 +31,10 @@ public class ThemisPlacementAllocator<N extends SchedulerNode>
       return true;
     }
     ResourceScheduler s = rmContext == null ? null : rmContext.getScheduler();
-    if (!(s instanceof ThemisCapacityScheduler themis)) {
+    if (!(s instanceof ThemisCapacityScheduler)) {
       return true;
     }
+    ThemisCapacityScheduler themis = (ThemisCapacityScheduler) s;
     ApplicationId app = appSchedulingInfo.getApplicationId();
     long room = themis.leases().liveGpus(app, node.getNodeID())
         - themis.usedGpus(app, node.getNodeID());

@@ -1,5 +1,8 @@
 package org.themis.yarn;
 
+import java.util.Arrays;
+import java.util.Collections;
+import java.util.LinkedHashSet;
 import java.util.Locale;
 import java.util.Set;
 import org.apache.hadoop.conf.Configuration;
@@ -51,7 +54,8 @@ public final class ThemisSettings {
 
   /** Solver chains and back-ends of themis.arbiter.solvers.make_solver usable in the RM. */
   public static final Set<String> SOLVERS =
-      Set.of("auto-fast", "open-fast", "auto", "highs", "gurobi", "lpbb");
+      Collections.unmodifiableSet(new LinkedHashSet<>(
+          Arrays.asList("auto-fast", "open-fast", "auto", "highs", "gurobi", "lpbb")));
 
   private final double fairnessKnob;
   private final long leaseDurationMs;

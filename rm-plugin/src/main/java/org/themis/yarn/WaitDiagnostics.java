@@ -36,8 +36,36 @@ final class WaitDiagnostics {
       DateTimeFormatter.ofPattern("HH:mm:ss").withZone(ZoneId.systemDefault());
 
   /** An app's GPU situation as the round driver sees it in one pass. */
-  record AppGpus(ApplicationId app, boolean agent, NavigableMap<Long, Long> asks,
-      Map<NodeId, Long> running) {
+  static final class AppGpus {
+    private final ApplicationId app;
+    private final boolean agent;
+    private final NavigableMap<Long, Long> asks;
+    private final Map<NodeId, Long> running;
+
+    AppGpus(ApplicationId app, boolean agent, NavigableMap<Long, Long> asks,
+        Map<NodeId, Long> running) {
+      this.app = app;
+      this.agent = agent;
+      this.asks = asks;
+      this.running = running;
+    }
+
+    ApplicationId app() {
+      return app;
+    }
+
+    boolean agent() {
+      return agent;
+    }
+
+    NavigableMap<Long, Long> asks() {
+      return asks;
+    }
+
+    Map<NodeId, Long> running() {
+      return running;
+    }
+
     long askedGpus() {
       long sum = 0;
       for (Map.Entry<Long, Long> e : asks.entrySet()) {
@@ -52,7 +80,23 @@ final class WaitDiagnostics {
   }
 
   /** What an app is told, and the reason's kind (a change of kind is logged). */
-  record Reason(String kind, String text) {}
+  static final class Reason {
+    private final String kind;
+    private final String text;
+
+    Reason(String kind, String text) {
+      this.kind = kind;
+      this.text = text;
+    }
+
+    String kind() {
+      return kind;
+    }
+
+    String text() {
+      return text;
+    }
+  }
 
   private final ThemisSettings settings;
   private final Map<ApplicationId, Reason> shown = new ConcurrentHashMap<>();

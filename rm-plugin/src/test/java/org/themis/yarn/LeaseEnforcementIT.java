@@ -50,6 +50,9 @@ class LeaseEnforcementIT {
     assertTrue(got.isEmpty(), "no lease yet, but got " + got);
     long rejected = s.rejectedGpuProposals() + s.filteredGpuAsks();
     assertTrue(rejected > 0, "GPU asks should have been filtered or refused");
+    // the early filter is in place (on Hadoop 3.3 through the app's scheduling env)
+    assertTrue(s.filteredGpuAsks() > 0, "ThemisPlacementAllocator filtered no GPU ask; tryCommit "
+        + "refusals " + s.rejectedGpuProposals());
 
     // A non-GPU ask still schedules normally, even after many refused GPU proposals.
     am.ask(1, 0);

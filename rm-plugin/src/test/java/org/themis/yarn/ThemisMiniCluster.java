@@ -3,6 +3,7 @@ package org.themis.yarn;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.function.BooleanSupplier;
+import org.apache.hadoop.util.VersionInfo;
 import org.apache.hadoop.yarn.api.records.NodeId;
 import org.apache.hadoop.yarn.client.api.YarnClient;
 import org.apache.hadoop.yarn.conf.YarnConfiguration;
@@ -58,6 +59,19 @@ final class ThemisMiniCluster implements AutoCloseable {
     waitFor("nodes in scheduler with GPUs", 30_000,
         () -> nodes().size() == nodeManagers
             && nodes().stream().allMatch(n -> Gpus.of(n.getTotalResource()) == gpusPerNode()));
+  }
+
+  /**
+   * Whether the RM's REST API ({@code /ws/v1/cluster}) answers in a mini-cluster: only from
+   * Hadoop 3.5 on. The web apps of 3.3/3.4 (Jersey 1 behind Guice's GuiceFilter) share one
+   * static Guice pipeline per JVM, and the NodeManagers start after the RM, so the RM's HTTP
+   * port serves a NodeManager's {@code /ws/v1/node} and answers 404 for {@code /ws/v1/cluster}
+   * (a real RM has a JVM of its own). The RM's {@code /jmx} servlet is outside that pipeline.
+   */
+  static boolean rmRestServed() {
+    String[] v = VersionInfo.getVersion().split("\\.");
+    int major = Integer.parseInt(v[0]);
+    return major > 3 || major == 3 && Integer.parseInt(v[1]) >= 5;
   }
 
   int gpusPerNode() {

@@ -2,6 +2,7 @@ package org.themis.am;
 
 import java.nio.ByteBuffer;
 import java.util.ArrayList;
+import java.util.Collections;
 import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -160,7 +161,7 @@ public final class AmShell {
     }
     Map<String, String> env = JSON.readValue(envJson, new TypeReference<HashMap<String, String>>() {});
     ContainerLaunchContext ctx = ContainerLaunchContext.newInstance(
-        new HashMap<String, LocalResource>(), env, List.of(command), null,
+        new HashMap<String, LocalResource>(), env, Collections.singletonList(command), null,
         (ByteBuffer) null, null);
     nm.startContainerAsync(c, ctx);
   }

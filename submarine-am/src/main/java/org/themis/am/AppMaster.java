@@ -5,7 +5,6 @@ import java.net.InetAddress;
 import java.security.SecureRandom;
 import java.util.ArrayList;
 import java.util.Arrays;
-import java.util.HexFormat;
 import java.util.List;
 import java.util.concurrent.TimeUnit;
 
@@ -33,7 +32,11 @@ public final class AppMaster {
     AmShell shell = new AmShell(conf);
     byte[] raw = new byte[24];
     new SecureRandom().nextBytes(raw);
-    String token = HexFormat.of().formatHex(raw);
+    StringBuilder hex = new StringBuilder(2 * raw.length);
+    for (byte b : raw) {
+      hex.append(Character.forDigit((b >> 4) & 0xf, 16)).append(Character.forDigit(b & 0xf, 16));
+    }
+    String token = hex.toString();
     GatewayServer gateway = new GatewayServer.GatewayServerBuilder()
         .entryPoint(shell)
         .javaPort(0)
@@ -52,7 +55,7 @@ public final class AppMaster {
     pb.environment().put("THEMIS_GATEWAY_PORT", Integer.toString(port));
     pb.environment().put("THEMIS_GATEWAY_TOKEN", token);
     Process child = pb.start();
-    log("started " + String.join(" ", cmd) + " (pid " + child.pid() + ")");
+    log("started " + String.join(" ", cmd) + " (pid " + pid(child) + ")");
 
     Runtime.getRuntime().addShutdownHook(new Thread(() -> {
       if (child.isAlive()) { // container killed: give Python the SIGTERM and a moment
@@ -73,6 +76,21 @@ public final class AppMaster {
       rc = 0; // the app already told the RM how it ended
     }
     System.exit(rc);
+  }
+
+  /** Process.pid() on Java 9+, Java 8's UNIXProcess.pid field otherwise, else -1. */
+  static long pid(Process p) {
+    try {
+      return ((Number) Process.class.getMethod("pid").invoke(p)).longValue();
+    } catch (ReflectiveOperationException | RuntimeException e) {
+      try {
+        java.lang.reflect.Field f = p.getClass().getDeclaredField("pid");
+        f.setAccessible(true);
+        return f.getLong(p);
+      } catch (ReflectiveOperationException | RuntimeException e2) {
+        return -1;
+      }
+    }
   }
 
   static void log(String msg) {
