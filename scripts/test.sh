@@ -71,6 +71,10 @@ if stage "setup (python, locked versions)" 15 plain scripts/setup.sh dev,train; 
   stage "types (mypy --strict)" 10 plain "$PY" -m mypy
   if [[ -f pom.xml ]]; then
     stage "maven build + JUnit" 15 maven mvn -B -ntp verify
+    # the other Hadoop lines: the same Java 8 classes against 3.3.6 and 3.4.3, the unit tests
+    # and the ITs that reach line-specific code (scripts/hadoop-lines.sh --help; docs/yarn.md)
+    stage "maven: Hadoop 3.3 + 3.4 lines (quick)" 10 maven \
+      scripts/hadoop-lines.sh --lines 3.3,3.4 --quick
   fi
   stage "pytest (unit + integration)" 25 pytest \
     "${PYTEST[@]}" -m "not docker and not tensorflow" tests

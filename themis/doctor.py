@@ -243,8 +243,9 @@ def check_tools() -> list[Check]:
     out = []
     java = shutil.which("java")
     if java is None:
-        out.append(Check("tool", "java", False, "no java on PATH (YARN mode and building "
-                         "the jars need Java 17)", "install a JDK 17 (Debian/Ubuntu: "
+        out.append(Check("tool", "java", False, "no java on PATH (building the jars needs "
+                         "a JDK 17; they run on Java 8+ in Hadoop 3.3/3.4 RMs, 17+ in 3.5)",
+                         "install a JDK 17 (Debian/Ubuntu: "
                          "apt-get install openjdk-17-jdk-headless)"))
     else:
         jdk = "JDK: javac found" if shutil.which("javac") else "no javac (a JRE: cannot " \
