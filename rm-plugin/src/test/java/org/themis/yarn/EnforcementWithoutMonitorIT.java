@@ -54,18 +54,18 @@ class EnforcementWithoutMonitorIT {
       s.leases().grant(am.appId, node, 1, 3000);
       am.ask(1, 1);
       ThemisMiniCluster.waitFor("GPU container", 15_000, () -> {
-        poll(am);
+        am.pollUnchecked();
         return am.gpuContainers().size() == 1;
       });
       Container c = am.gpuContainers().get(0);
       long t0 = System.currentTimeMillis();
       ThemisMiniCluster.waitFor("preemption message at lease expiry", 15_000, () -> {
-        poll(am);
+        am.pollUnchecked();
         return am.preemptAsked.contains(c.getId());
       });
       long preemptedAt = System.currentTimeMillis();
       ThemisMiniCluster.waitFor("kill after the grace period", 15_000, () -> {
-        poll(am);
+        am.pollUnchecked();
         return am.completed.stream().anyMatch(st -> st.getContainerId().equals(c.getId()));
       });
       long killedAt = System.currentTimeMillis();
@@ -80,14 +80,6 @@ class EnforcementWithoutMonitorIT {
           + " ms (lease of 3000 ms granted before the allocation), preempt->kill " + (killedAt - preemptedAt)
           + " ms (grace 2000 ms)");
       am.finish();
-    }
-  }
-
-  private static void poll(TestAm am) {
-    try {
-      am.poll();
-    } catch (Exception e) {
-      throw new RuntimeException(e);
     }
   }
 }

@@ -28,7 +28,7 @@ class EngineBridgeIT {
   @BeforeAll
   static void up() throws Exception {
     YarnConfiguration conf = ThemisMiniCluster.baseConf(4);
-    String py = System.getenv().getOrDefault("THEMIS_PYTHON", "python3");
+    String py = ThemisMiniCluster.testPython();
     conf.set(ThemisSettings.PYTHON_EXECUTABLE, py);
     // Each round sleeps 1 s in the engine so that the test can kill it mid-round.
     conf.set(ThemisSettings.ENGINE_COMMAND, "-m themis.yarn.engine --round-delay-s 1.0");
@@ -174,7 +174,7 @@ class EngineBridgeIT {
     String address = e.agentAddress();
     assertTrue(address.startsWith("127.0.0.1:"), "agent address published: '" + address + "'");
     TestAm d = TestAm.start(mc, "app-d");
-    String py = System.getenv().getOrDefault("THEMIS_PYTHON", "python3");
+    String py = ThemisMiniCluster.testPython();
     Process probe = new ProcessBuilder(py, "-m", "themis.agent.probe", "--arbiter", address,
         "--app-id", d.appId.toString(), "--demand", "1", "--timeout-s", "120")
         .redirectErrorStream(true).start();

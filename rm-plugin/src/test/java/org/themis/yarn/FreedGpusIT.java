@@ -28,15 +28,13 @@ class FreedGpusIT {
   static void up() throws Exception {
     YarnConfiguration conf = ThemisMiniCluster.baseConf(2);
     conf.set(ThemisSettings.PYTHON_EXECUTABLE,
-        System.getenv().getOrDefault("THEMIS_PYTHON", "python3"));
+        ThemisMiniCluster.testPython());
     conf.setLong(ThemisSettings.LEASE_DURATION_MS, LEASE_MS);
     conf.setLong(ThemisSettings.ROUND_INTERVAL_MS, 60_000);
     conf.setLong(ThemisSettings.FREED_ROUND_DELAY_MS, 200);
     mc = new ThemisMiniCluster("themis-freed", 1, conf);
     node = mc.nodeIds().get(0);
-    // The engine starts with the round driver; wait for it so that start-up is not measured.
-    ThemisMiniCluster.waitFor("engine up", 60_000,
-        () -> mc.scheduler().runtime().engine().pid() > 0);
+    mc.awaitEngine();
   }
 
   @AfterAll
@@ -57,15 +55,8 @@ class FreedGpusIT {
     TestAm a = TestAm.start(mc, name);
     mc.scheduler().leases().grant(a.appId, node, 2, LEASE_MS);
     a.ask(2, 1);
-    waitGpuContainers(a, 2, 15_000);
+    a.awaitGpuContainers(2, 15_000);
     return a;
-  }
-
-  private static void waitGpuContainers(TestAm am, int n, long ms) throws InterruptedException {
-    ThemisMiniCluster.waitFor(am.appId + " to hold " + n + " GPU container(s)", ms, () -> {
-      poll(am);
-      return am.gpuContainers().size() >= n;
-    });
   }
 
   /** B asks {@code n} GPUs while none is free: nothing for a while. */
@@ -84,9 +75,9 @@ class FreedGpusIT {
     long rounds = s.runtime().rounds();
     Container done = a.gpuContainers().get(0);
     a.release(done.getId());
-    poll(a); // carries the release; the RM completes the container inside this call
+    a.pollUnchecked(); // carries the release; the RM completes the container inside this call
     long t0 = System.currentTimeMillis();
-    waitGpuContainers(b, 1, 10_000);
+    b.awaitGpuContainers(1, 10_000);
     long latency = System.currentTimeMillis() - t0;
     System.out.println("container end -> next grant: B's container after " + latency
         + " ms (lease " + LEASE_MS + " ms, freed-round-delay 200 ms, round interval 60 s)");
@@ -105,7 +96,7 @@ class FreedGpusIT {
     long rounds = s.runtime().rounds();
     long t0 = System.currentTimeMillis();
     a.finish(); // both containers end and the app is removed: one burst
-    waitGpuContainers(b, 2, 10_000);
+    b.awaitGpuContainers(2, 10_000);
     long latency = System.currentTimeMillis() - t0;
     System.out.println("app finish -> next grant: B's 2 containers after " + latency + " ms, "
         + (s.runtime().rounds() - rounds) + " round(s)");
@@ -122,14 +113,14 @@ class FreedGpusIT {
     rt.agentJoined(a.appId.toString()); // as the engine reports an AM's registration
     TestAm b = waiter("waiter-c", 1);
     a.release(a.gpuContainers().get(0).getId());
-    poll(a);
+    a.pollUnchecked();
     // Its AM may start its next job on the lease: the GPU stays A's.
     assertTrue(b.pollFor(2000).isEmpty(), "the agent app's lease was kept");
     assertEquals(2, s.leases().liveGpus(a.appId, node));
     String reply = rt.releaseGpus(a.appId.toString(), "[\"" + node + "/0\"]");
     assertTrue(reply.contains("\"released\":1"), reply);
     long t0 = System.currentTimeMillis();
-    waitGpuContainers(b, 1, 10_000);
+    b.awaitGpuContainers(1, 10_000);
     System.out.println("ReleaseGpus -> next grant: B's container after "
         + (System.currentTimeMillis() - t0) + " ms");
     assertEquals(1, s.leases().liveGpus(a.appId, node));
@@ -137,13 +128,5 @@ class FreedGpusIT {
     assertTrue(bad.contains("\"ok\":false") && bad.contains("nowhere:1/0"), bad);
     a.finish();
     b.finish();
-  }
-
-  private static void poll(TestAm am) {
-    try {
-      am.poll();
-    } catch (Exception e) {
-      throw new RuntimeException(e);
-    }
   }
 }

@@ -27,7 +27,7 @@ class LeaseTurnoverBench {
   void leaseExpiryToNextCommit() throws Exception {
     YarnConfiguration conf = ThemisMiniCluster.baseConf(4);
     conf.set(ThemisSettings.PYTHON_EXECUTABLE,
-        System.getenv().getOrDefault("THEMIS_PYTHON", "python3"));
+        ThemisMiniCluster.testPython());
     conf.setLong(ThemisSettings.LEASE_DURATION_MS, 4000);
     conf.setLong(ThemisSettings.GRACE_PERIOD_MS, 0);
     conf.setLong(ThemisSettings.MONITOR_INTERVAL_MS, 100);

@@ -45,8 +45,7 @@ class RmRestartIT {
 
   static YarnConfiguration restartConf(File stateDir) {
     YarnConfiguration conf = ThemisMiniCluster.baseConf(2);
-    String python = System.getenv("THEMIS_PYTHON");
-    conf.set(ThemisSettings.PYTHON_EXECUTABLE, python == null ? "python3" : python);
+    conf.set(ThemisSettings.PYTHON_EXECUTABLE, ThemisMiniCluster.testPython());
     conf.setLong(ThemisSettings.LEASE_DURATION_MS, LEASE_MS);
     conf.setLong(ThemisSettings.GRACE_PERIOD_MS, GRACE_MS);
     // rounds only when woken (lease changes, freed GPUs, recovery settled): no stray grants
@@ -97,8 +96,7 @@ class RmRestartIT {
     mc = new ThemisMiniCluster(name, 2, conf);
     n0 = mc.nodeIds().get(0);
     n1 = mc.nodeIds().get(1);
-    ThemisMiniCluster.waitFor("engine up", 60_000,
-        () -> mc.scheduler().runtime().engine().pid() > 0);
+    mc.awaitEngine();
   }
 
   @AfterAll
@@ -191,8 +189,8 @@ class RmRestartIT {
     assertEquals(0L, s2.runtime().grantableGpus().get(n0));
     assertEquals(0L, s2.runtime().grantableGpus().get(n1));
     assertTrue(b.pollFor(2000).isEmpty(), "B got a GPU in use by A or C");
-    poll(a);
-    poll(c);
+    a.pollUnchecked();
+    c.pollUnchecked();
     assertTrue(a.preemptAsked.isEmpty() && a.completed.isEmpty(), a.completed.toString());
     assertTrue(c.preemptAsked.isEmpty() && c.completed.isEmpty(), c.completed.toString());
     // a grant the engine would make over A's GPUs is refused at apply time
@@ -203,7 +201,7 @@ class RmRestartIT {
     a.finish();
     long t1 = System.currentTimeMillis();
     ThemisMiniCluster.waitFor("B's container after A finished", 30_000, () -> {
-      poll(b);
+      b.pollUnchecked();
       return b.gpuContainers().size() == 1;
     });
     System.out.println("restart: settled " + settledMs + " ms after the restart began; A's "
@@ -237,13 +235,13 @@ class RmRestartIT {
     long settled = System.currentTimeMillis();
     assertEquals(ContainerState.RUNNING, nmState(ct.getId()), "not killed by the restart");
     ThemisMiniCluster.waitFor("preemption notice after the restart", 15_000, () -> {
-      poll(d);
+      d.pollUnchecked();
       return d.preemptAsked.contains(ct.getId());
     });
     long warned = System.currentTimeMillis();
     assertFalse(done(d, ct.getId()), "killed with the notice");
     ThemisMiniCluster.waitFor("kill after the grace period", 20_000, () -> {
-      poll(d);
+      d.pollUnchecked();
       return done(d, ct.getId());
     });
     long killed = System.currentTimeMillis();
@@ -277,7 +275,7 @@ class RmRestartIT {
   /** Waits for {@code n} GPU containers of {@code am} on {@code node} and runs them. */
   private static List<Container> launch(TestAm am, int n, NodeId node) throws Exception {
     ThemisMiniCluster.waitFor(am.appId + ": " + n + " GPU container(s)", 15_000, () -> {
-      poll(am);
+      am.pollUnchecked();
       return am.gpuContainers().size() >= n;
     });
     List<Container> out = new ArrayList<>(am.gpuContainers());
@@ -330,13 +328,5 @@ class RmRestartIT {
     List<Container> out = new ArrayList<>(x);
     out.addAll(y);
     return out;
-  }
-
-  private static void poll(TestAm am) {
-    try {
-      am.poll();
-    } catch (Exception e) {
-      throw new RuntimeException(e);
-    }
   }
 }

@@ -30,8 +30,7 @@ class RmRestartSettleIT {
     YarnConfiguration conf = RmRestartIT.restartConf(dir);
     conf.setLong(ThemisSettings.RECOVERY_SETTLE_MS, SETTLE_MS);
     mc = new ThemisMiniCluster("themis-settle", 2, conf);
-    ThemisMiniCluster.waitFor("engine up", 60_000,
-        () -> mc.scheduler().runtime().engine().pid() > 0);
+    mc.awaitEngine();
   }
 
   @AfterAll

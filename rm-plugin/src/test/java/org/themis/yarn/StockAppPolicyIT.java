@@ -41,7 +41,7 @@ class StockAppPolicyIT {
     mc.scheduler().leases().grant(am.appId, node, 2, LEASE_MS);
     am.ask(1, 2);
     ThemisMiniCluster.waitFor("the 2-GPU container", 10_000, () -> {
-      poll(am);
+      am.pollUnchecked();
       return am.gpuContainers().size() == 1;
     });
     return granted;
@@ -50,7 +50,7 @@ class StockAppPolicyIT {
   /** Polls until the container ends; returns ms since {@code since}. */
   private static long untilPreempted(TestAm am, long since, long timeoutMs) throws Exception {
     ThemisMiniCluster.waitFor("the container preempted", timeoutMs, () -> {
-      poll(am);
+      am.pollUnchecked();
       return !am.completed.isEmpty();
     });
     long at = System.currentTimeMillis() - since;
@@ -68,7 +68,7 @@ class StockAppPolicyIT {
       long t0 = runOneContainer(mc, am, node);
       // two lease lengths later: still running, its lease renewed in place
       Thread.sleep(2 * LEASE_MS);
-      poll(am);
+      am.pollUnchecked();
       assertTrue(am.completed.isEmpty(), "not preempted while within the max hold: "
           + am.completed);
       assertTrue(rt.renewals() >= 1, "renewals " + rt.renewals());
@@ -96,14 +96,6 @@ class StockAppPolicyIT {
       assertTrue(at >= LEASE_MS && at < MAX_HOLD_MS, "preempted at " + at + " ms");
       assertEquals(0, mc.scheduler().runtime().renewals());
       am.finish();
-    }
-  }
-
-  private static void poll(TestAm am) {
-    try {
-      am.poll();
-    } catch (Exception e) {
-      throw new RuntimeException(e);
     }
   }
 }

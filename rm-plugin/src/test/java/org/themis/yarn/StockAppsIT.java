@@ -41,14 +41,13 @@ class StockAppsIT {
   static void up() throws Exception {
     YarnConfiguration conf = ThemisMiniCluster.baseConf(2);
     conf.set(ThemisSettings.PYTHON_EXECUTABLE,
-        System.getenv().getOrDefault("THEMIS_PYTHON", "python3"));
+        ThemisMiniCluster.testPython());
     conf.setLong(ThemisSettings.LEASE_DURATION_MS, LEASE_MS);
     conf.setLong(ThemisSettings.ROUND_INTERVAL_MS, 1000); // the default
     mc = new ThemisMiniCluster("themis-stock", 2, conf);
     a = mc.nodeIds().get(0);
     b = mc.nodeIds().get(1);
-    ThemisMiniCluster.waitFor("engine up", 60_000,
-        () -> mc.scheduler().runtime().engine().pid() > 0);
+    mc.awaitEngine();
   }
 
   @AfterAll
@@ -70,7 +69,7 @@ class StockAppsIT {
     mc.scheduler().leases().grant(h.appId, a, 2, LEASE_MS);
     mc.scheduler().leases().grant(h.appId, b, 2, LEASE_MS);
     h.ask(4, 1);
-    waitGpuContainers(h, 4, 15_000);
+    h.awaitGpuContainers(4, 15_000);
     assertEquals(2, h.gpusOn(a));
     assertEquals(2, h.gpusOn(b));
     return h;
@@ -91,7 +90,7 @@ class StockAppsIT {
     long rounds = s.runtime().rounds();
     // Rounds run (2 free GPUs, a pending ask) but grant nothing: no node has 2 free.
     ThemisMiniCluster.waitFor("rounds with the 2-GPU ask", 15_000, () -> {
-      poll(stock);
+      stock.pollUnchecked();
       return s.runtime().rounds() >= rounds + 2;
     });
     assertTrue(stock.gpuContainers().isEmpty());
@@ -106,7 +105,7 @@ class StockAppsIT {
     // H's container on b ends: b has 2 free GPUs, which go to the 2-GPU container at once.
     releaseOneOn(h, b);
     long t0 = System.currentTimeMillis();
-    waitGpuContainers(stock, 1, 10_000);
+    stock.awaitGpuContainers(1, 10_000);
     System.out.println("2-GPU ask: container of 2 GPUs on one node "
         + (System.currentTimeMillis() - t0) + " ms after the second GPU of the node was freed");
     Container c = stock.gpuContainers().get(0);
@@ -125,7 +124,7 @@ class StockAppsIT {
     TestAm stock = TestAm.start(mc, "stock-waits");
     stock.ask(1, 1);
     ThemisMiniCluster.waitFor("the wait reason in the app report", 10_000, () -> {
-      poll(stock);
+      stock.pollUnchecked();
       return diagnostics(stock).contains("all 4 GPUs of the cluster leased or in use");
     });
     String report = diagnostics(stock);
@@ -158,7 +157,7 @@ class StockAppsIT {
     // the holder finishes: the stock app's container follows within about a second
     long t0 = System.currentTimeMillis();
     h.finish();
-    waitGpuContainers(stock, 1, 10_000);
+    stock.awaitGpuContainers(1, 10_000);
     System.out.println("holder finished -> stock app's container after "
         + (System.currentTimeMillis() - t0) + " ms");
     // now it holds a lease: its diagnostics say until when (stock-app policy hold)
@@ -176,7 +175,7 @@ class StockAppsIT {
       TestAm stock = TestAm.start(mc, "stock-idle-" + i);
       stock.ask(1, 2);
       long t0 = System.currentTimeMillis();
-      waitGpuContainers(stock, 1, 10_000);
+      stock.awaitGpuContainers(1, 10_000);
       ms.add(System.currentTimeMillis() - t0);
       assertEquals(2, Gpus.of(stock.gpuContainers().get(0).getResource()));
       stock.finish();
@@ -195,7 +194,7 @@ class StockAppsIT {
           && !released.contains(c.getId().toString())) {
         released.add(c.getId().toString());
         am.release(c.getId());
-        poll(am);
+        am.pollUnchecked();
         return;
       }
     }
@@ -234,20 +233,5 @@ class StockAppsIT {
       }
     }
     throw new AssertionError(am.appId + " not in the status bean's apps");
-  }
-
-  private static void waitGpuContainers(TestAm am, int n, long ms) throws InterruptedException {
-    ThemisMiniCluster.waitFor(am.appId + " to hold " + n + " GPU container(s)", ms, () -> {
-      poll(am);
-      return am.gpuContainers().size() >= n;
-    });
-  }
-
-  private static void poll(TestAm am) {
-    try {
-      am.poll();
-    } catch (Exception e) {
-      throw new RuntimeException(e);
-    }
   }
 }

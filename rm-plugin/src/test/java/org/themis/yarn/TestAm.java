@@ -112,6 +112,23 @@ final class TestAm {
     return resp;
   }
 
+  /** {@link #poll()} for lambdas: a failure becomes an unchecked exception. */
+  void pollUnchecked() {
+    try {
+      poll();
+    } catch (Exception e) {
+      throw new RuntimeException(e);
+    }
+  }
+
+  /** Polls until this AM holds at least {@code n} GPU containers, at most {@code ms}. */
+  void awaitGpuContainers(int n, long ms) throws InterruptedException {
+    ThemisMiniCluster.waitFor(appId + " to hold " + n + " GPU container(s)", ms, () -> {
+      pollUnchecked();
+      return gpuContainers().size() >= n;
+    });
+  }
+
   /** Gives a container back to the RM (sent with the next {@link #poll()}). */
   void release(ContainerId id) {
     amrm.releaseAssignedContainer(id);

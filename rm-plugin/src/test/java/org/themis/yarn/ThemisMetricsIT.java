@@ -26,7 +26,7 @@ class ThemisMetricsIT {
   void metricsAreServedThroughJmxAndUnregisteredOnStop() throws Exception {
     YarnConfiguration conf = ThemisMiniCluster.baseConf(2);
     conf.set(ThemisSettings.PYTHON_EXECUTABLE,
-        System.getenv().getOrDefault("THEMIS_PYTHON", "python3"));
+        ThemisMiniCluster.testPython());
     conf.setLong(ThemisSettings.ROUND_INTERVAL_MS, 300);
     conf.setLong(ThemisSettings.LEASE_DURATION_MS, 600_000);
     conf.setInt(ThemisSettings.METRICS_TOP_APPS, 3);

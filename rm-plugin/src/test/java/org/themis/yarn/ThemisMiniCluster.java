@@ -95,6 +95,16 @@ final class ThemisMiniCluster implements AutoCloseable {
     return out;
   }
 
+  /** The Python that runs the engine in tests: {@code $THEMIS_PYTHON}, else python3. */
+  static String testPython() {
+    return System.getenv().getOrDefault("THEMIS_PYTHON", "python3");
+  }
+
+  /** Waits for the engine, which starts with the round driver (start-up is not measured). */
+  void awaitEngine() throws InterruptedException {
+    waitFor("engine up", 60_000, () -> scheduler().runtime().engine().pid() > 0);
+  }
+
   static void waitFor(String what, long timeoutMs, BooleanSupplier cond) throws InterruptedException {
     long end = System.currentTimeMillis() + timeoutMs;
     while (!cond.getAsBoolean()) {
