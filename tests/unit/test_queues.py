@@ -139,7 +139,10 @@ def test_both_queues_busy_split_by_capacity() -> None:
 def test_idle_queue_lends_its_guarantee_up_to_the_maximum() -> None:
     view = _view([(4, 4), (4, 4)], [_app("a1", "root.a", 8), _app("b1", "root.b")],
                  [A, B])
-    assert _per_app(RoundEngine().run(json.dumps(view))) == {"a1": 8}
+    reply = RoundEngine().run(json.dumps(view))
+    assert _per_app(reply) == {"a1": 8}
+    info = json.loads(reply)["info"]["queues"]["root.a"]
+    assert (info["granted_guarantee_gpus"], info["lent_gpus"]) == (6, 2)
     capped = _view([(4, 4), (4, 4)], [_app("a1", "root.a", 8), _app("b1", "root.b")],
                    [("root.a", 6, 7), B])
     assert _per_app(RoundEngine().run(json.dumps(capped))) == {"a1": 7}

@@ -173,7 +173,9 @@ def plan_rounds(view: ClusterView, offer: Sequence[Gpu], wanting: Mapping[str, i
         if mine:
             got = _run(plan, run, QueueRound(name, "all", mine, tuple(apps),
                                              dict(wanting)))
-            reports[name].guarantee_gpus = got
+            r = reports[name]  # the part up to the guarantee, the rest borrowed
+            r.guarantee_gpus = min(got, max(0, r.queue.guaranteed_gpus - r.held))
+            r.lent_gpus = got - r.guarantee_gpus
         return plan
     held = {q: r.held for q, r in reports.items()}
     guaranteed = {q: r.queue.guaranteed_gpus for q, r in reports.items()}
