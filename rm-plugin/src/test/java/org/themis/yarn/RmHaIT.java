@@ -45,10 +45,10 @@ import org.junit.jupiter.api.Test;
 class RmHaIT {
   private static final long LEASE_MS = 600_000;
   private static final String[] IDS = {"rm0", "rm1"};
-  private static ZkTestServer zk;
-  private static ThemisMiniCluster mc;
-  private static NodeId n0;
-  private static NodeId n1;
+  static ZkTestServer zk;
+  static ThemisMiniCluster mc;
+  static NodeId n0;
+  static NodeId n1;
   private static final int[] AGENT_PORTS = new int[2];
 
   static YarnConfiguration haConf(File dir, String zkAddress) {
@@ -123,7 +123,9 @@ class RmHaIT {
     ThemisCapacityScheduler s0 = scheduler(first);
     assertTrue(s0.runtime().running());
     assertTrue(s0.recovery().storeName().startsWith("zookeeper "), s0.recovery().storeName());
-    assertTrue(listening(AGENT_PORTS[first]), "the active RM's agents' endpoint");
+    // the engine process runs before it listens: wait for the endpoint
+    ThemisMiniCluster.waitFor("the active RM's agents' endpoint", 60_000,
+        () -> listening(AGENT_PORTS[first]));
     assertStandbyIdle(second);
 
     // A holds both GPUs of n0 with two running containers; its AM speaks to the endpoint.
@@ -237,13 +239,13 @@ class RmHaIT {
     assertFalse(listening(AGENT_PORTS[i]), "standby serves an agents' endpoint");
   }
 
-  private static HAServiceState haState(int i) {
+  static HAServiceState haState(int i) {
     ResourceManager rm = mc.cluster.getResourceManager(i);
     return rm == null ? null : rm.getRMContext().getHAServiceState();
   }
 
   /** Index of the active RM, waiting up to {@code ms} for one. */
-  private static int activeIndex(long ms) {
+  static int activeIndex(long ms) {
     long end = System.currentTimeMillis() + ms;
     while (System.currentTimeMillis() < end) {
       for (int i = 0; i < IDS.length; i++) {
@@ -261,7 +263,7 @@ class RmHaIT {
     throw new AssertionError("no active RM within " + ms + " ms");
   }
 
-  private static ThemisCapacityScheduler scheduler(int i) {
+  static ThemisCapacityScheduler scheduler(int i) {
     return (ThemisCapacityScheduler) mc.cluster.getResourceManager(i).getResourceScheduler();
   }
 
@@ -292,7 +294,7 @@ class RmHaIT {
   }
 
   /** Waits for {@code n} GPU containers of {@code am} on {@code node} and runs them. */
-  private static List<Container> launch(TestAm am, int n, NodeId node) throws Exception {
+  static List<Container> launch(TestAm am, int n, NodeId node) throws Exception {
     am.awaitGpuContainers(n, 30_000);
     List<Container> out = new ArrayList<>(am.gpuContainers());
     for (Container ct : out) {
@@ -306,7 +308,7 @@ class RmHaIT {
     return out;
   }
 
-  private static ContainerState nmState(ContainerId id) {
+  static ContainerState nmState(ContainerId id) {
     for (int i = 0; i < 2; i++) {
       org.apache.hadoop.yarn.server.nodemanager.containermanager.container.Container c =
           mc.cluster.getNodeManager(i).getNMContext().getContainers().get(id);
