@@ -886,6 +886,14 @@ def container_command(python: str, am_url: str, job_id: str, run_id: int, tb_dir
             f"--command-b64 {encode_command(job_cmd)} 1><LOG_DIR>/stdout 2><LOG_DIR>/stderr")
 
 
+def _arbiter_from_conf(entry: Any) -> str:
+    """The agents' endpoint candidates from the AM's yarn-site.xml, one per RM id with RM HA
+    (:mod:`themis.agent.endpoints`), comma-separated as AgentClient takes them."""
+    from themis.agent.endpoints import agent_addresses
+
+    return ",".join(agent_addresses(lambda key: str(entry.conf(key, "") or "")))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     del argv
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
@@ -909,10 +917,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     app_dir = env.get("THEMIS_APP_DIR") or f"/user/{user}/.themis/{app_id}"
     raw = hdfs.read(env.get("THEMIS_SPEC_PATH") or f"{app_dir}/spec.json")
     spec = AppSpec.from_json(raw.decode())
-    arbiter = env.get("THEMIS_ARBITER", "")
-    if not arbiter:
-        port_s = gateway.entry_point.conf("yarn.resourcemanager.themis.agent-port", "50551")
-        arbiter = f"127.0.0.1:{port_s}"
+    arbiter = env.get("THEMIS_ARBITER", "") or _arbiter_from_conf(gateway.entry_point)
     am = AppMaster(spec, app_id, shell, arbiter=arbiter, hdfs=hdfs, app_dir=app_dir,
                    webhdfs_url=webhdfs_url, attempt=attempt,
                    python=env.get("THEMIS_JOB_PYTHON") or sys.executable)

@@ -18,14 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from themis.agent.endpoints import agent_addresses, from_mapping
 from themis.submarine_am.spec import AppSpec
 from themis.submarine_am.webhdfs import WebHdfs
 
 APP_TYPE = "THEMIS"
 AM_MAIN = "org.themis.am.AppMaster"
-AGENT_PORT_KEY = "yarn.resourcemanager.themis.agent-port"
-AGENT_ADDRESS_KEY = "yarn.resourcemanager.themis.agent-address"
-DEFAULT_AGENT_PORT = "8642"  # ThemisSettings' default
 PYTHON_KEY = "yarn.resourcemanager.themis.python-executable"
 THEMIS_BEAN = "Hadoop:service=ResourceManager,name=Themis"
 JVM_OPTS = " ".join((
@@ -88,14 +86,9 @@ class Cluster:
 
     def arbiter_address(self, conf: dict[str, str]) -> str:
         """Where AMs reach the agents' endpoint: ``agent-address``, else the RM host and
-        ``agent-port`` of the cluster's yarn-site.xml."""
-        addr = conf.get(AGENT_ADDRESS_KEY, "").strip()
-        if addr:
-            return addr
-        host = conf.get("yarn.resourcemanager.hostname", "127.0.0.1") or "127.0.0.1"
-        if host in ("0.0.0.0", "localhost"):
-            host = "127.0.0.1"
-        return f"{host}:{conf.get(AGENT_PORT_KEY, DEFAULT_AGENT_PORT)}"
+        ``agent-port`` of the cluster's yarn-site.xml; with RM HA one candidate per RM id,
+        comma-separated (:mod:`themis.agent.endpoints`)."""
+        return ",".join(agent_addresses(from_mapping(conf)))
 
     def app_dir(self, app_id: str) -> str:
         return f"/user/{self.user}/.themis/{app_id}"

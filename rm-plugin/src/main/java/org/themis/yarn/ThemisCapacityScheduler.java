@@ -86,8 +86,19 @@ public class ThemisCapacityScheduler extends CapacityScheduler {
         settings.engineEnabled());
   }
 
+  /**
+   * The scheduler is one of the RM's active services: with RM HA every RM initialises it, but
+   * only the RM that becomes active starts it, and an RM going standby stops it and replaces it
+   * with a fresh, unstarted instance. So lease recovery, enforcement, the round driver, the
+   * engine and its agents' endpoint run on the active RM only; a standby holds no lease.
+   */
   @Override
   public void serviceStart() throws Exception {
+    if (getRMContext() != null && getRMContext().isHAEnabled()) {
+      LOG.info("Themis: this ResourceManager ({}) is becoming active: lease recovery, "
+          + "enforcement, rounds and the engine start", getConfig() == null ? "?"
+          : getConfig().get(ThemisSettings.RM_HA_ID, "?"));
+    }
     recovery.start(); // RM restart: the RM recovered its apps, NMs have not re-registered yet
     super.serviceStart();
     runtime.start();

@@ -146,6 +146,8 @@ public final class ThemisRuntime implements EngineSupervisor.AgentEvents, Themis
   }
 
   public EngineSupervisor engine() { return engine; }
+  /** Started and not stopped: on the active RM only (with RM HA a standby never starts it). */
+  public boolean running() { return running; }
   /** The metrics2 source (docs/yarn.md, Metrics). */
   ThemisMetrics metrics() { return metrics; }
   public long rounds() { return rounds.get(); }
@@ -713,6 +715,8 @@ public final class ThemisRuntime implements EngineSupervisor.AgentEvents, Themis
     root.put("stock_app_policy", settings.stockAppPolicy().name().toLowerCase());
     root.put("stock_app_max_hold_ms", settings.stockAppMaxHoldMs());
     root.put("rounds", rounds.get());
+    // where AMs' agents reach this RM's agents' endpoint ("" while the engine is not up)
+    root.put("agent_address", engine.agentAddress());
     Map<NodeId, Long> free = grantableGpus();
     ArrayNode nodes = root.putArray("nodes");
     for (FiCaSchedulerNode n : scheduler.getNodeTracker().getAllNodes()) {

@@ -14,6 +14,9 @@ import org.apache.hadoop.conf.Configuration;
  */
 public final class ThemisSettings {
   public static final String PREFIX = "yarn.resourcemanager.themis.";
+  /** YarnConfiguration.RM_HA_ENABLED / RM_HA_ID (this RM's id among yarn.resourcemanager.ha.rm-ids). */
+  static final String RM_HA_ENABLED = "yarn.resourcemanager.ha.enabled";
+  static final String RM_HA_ID = "yarn.resourcemanager.ha.id";
 
   public static final String FAIRNESS_KNOB = PREFIX + "fairness-knob";
   public static final String LEASE_DURATION_MS = PREFIX + "lease-duration-ms";
@@ -112,12 +115,16 @@ public final class ThemisSettings {
     starvation = starve;
     pythonExecutable = readNonEmpty(conf, PYTHON_EXECUTABLE, "python3");
     engineCommand = readNonEmpty(conf, ENGINE_COMMAND, "-m themis.yarn.engine");
-    long port = readLong(conf, AGENT_PORT, 8642L, 0L);
+    // With RM HA, this RM's own agent-port.<rm-id> / agent-address.<rm-id> come first (as
+    // YARN's per-RM addresses): AMs try the endpoint of every RM id (docs/yarn.md, "Restart
+    // and HA"), and two RMs on one host need two ports.
+    String portKey = perRm(conf, AGENT_PORT);
+    long port = readLong(conf, portKey, 8642L, 0L);
     if (port > 65535) {
-      throw bad(AGENT_PORT, conf.get(AGENT_PORT), "must be a TCP port in [0, 65535] (0 = ephemeral)");
+      throw bad(portKey, conf.get(portKey), "must be a TCP port in [0, 65535] (0 = ephemeral)");
     }
     agentPort = (int) port;
-    agentAddress = conf.getTrimmed(AGENT_ADDRESS, "");
+    agentAddress = conf.getTrimmed(perRm(conf, AGENT_ADDRESS), "");
     restartBackoffMs = readLong(conf, ENGINE_RESTART_BACKOFF_MS, 1_000L, 1L);
     restartBackoffMaxMs = readLong(conf, ENGINE_RESTART_BACKOFF_MAX_MS, 60_000L, 1L);
     if (restartBackoffMaxMs < restartBackoffMs) {
@@ -168,6 +175,16 @@ public final class ThemisSettings {
   /** Reads and validates; throws IllegalArgumentException naming the first bad key. */
   public static ThemisSettings from(Configuration conf) {
     return new ThemisSettings(conf);
+  }
+
+  /** {@code key.<rm-id>} when RM HA is on, this RM has an id and that key is set; else key. */
+  static String perRm(Configuration conf, String key) {
+    String id = conf.getTrimmed(RM_HA_ID, "");
+    if (conf.getBoolean(RM_HA_ENABLED, false) && !id.isEmpty()
+        && conf.getTrimmed(key + "." + id) != null) {
+      return key + "." + id;
+    }
+    return key;
   }
 
   private static IllegalArgumentException bad(String key, String value, String why) {

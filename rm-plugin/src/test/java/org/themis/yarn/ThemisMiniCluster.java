@@ -45,9 +45,16 @@ final class ThemisMiniCluster implements AutoCloseable {
   }
 
   ThemisMiniCluster(String name, int nodeManagers, YarnConfiguration conf) throws Exception {
+    this(name, 1, nodeManagers, conf);
+  }
+
+  /** With {@code resourceManagers} > 1: RM HA (ids rm0, rm1, ...; {@link #scheduler()} is the
+   *  active RM's). */
+  ThemisMiniCluster(String name, int resourceManagers, int nodeManagers, YarnConfiguration conf)
+      throws Exception {
     this.conf = conf;
     ResourceUtils.resetResourceTypes(conf);
-    cluster = new MiniYARNCluster(name, nodeManagers, 1, 1);
+    cluster = new MiniYARNCluster(name, resourceManagers, nodeManagers, 1, 1);
     cluster.init(conf);
     cluster.start();
     if (!cluster.waitForNodeManagersToConnect(60_000)) {
