@@ -60,7 +60,13 @@ class AgentClient:
         seed: int = 0,
         clock: Callable[[], float] = time.time,
         channel: grpc.Channel | None = None,
+        registration_token: str | Callable[[], str] = "",
+        tls: grpc.ChannelCredentials | None = None,
     ) -> None:
+        """``registration_token``: proof that this is the app's AM (proto RegisterAppRequest),
+        or a function returning the current one (asked at every registration: a YARN AM's
+        AMRMToken rolls over). ``tls``: channel credentials (themis.arbiter.tls) for an
+        endpoint serving TLS; None = plaintext."""
         if not address.startswith("127.0.0.1:"):
             raise ValueError(f"arbiter address {address!r}: only 127.0.0.1 is allowed")
         self.address = address
@@ -81,12 +87,16 @@ class AgentClient:
         self._stop = threading.Event()
         self._stream: Any = None
         self._thread: threading.Thread | None = None
+        self._token = registration_token
         self._own_channel = channel is None
-        self._channel = channel or grpc.insecure_channel(address, options=[
+        options = [
             ("grpc.initial_reconnect_backoff_ms", 50),
             ("grpc.min_reconnect_backoff_ms", 50),
             ("grpc.max_reconnect_backoff_ms", 1000),
-        ])
+        ]
+        self._channel = channel or (
+            grpc.secure_channel(address, tls, options=options) if tls is not None
+            else grpc.insecure_channel(address, options=options))
         self._stub = pb_grpc.ArbiterStub(self._channel)  # type: ignore[no-untyped-call]
         self.connected = threading.Event()  # set once a Hello was received
 
@@ -140,9 +150,10 @@ class AgentClient:
         return pb.Credentials(app_id=self.app_id, secret=self.secret or "")
 
     def _register(self) -> None:
+        token = self._token() if callable(self._token) else self._token
         resp = self._stub.RegisterApp(pb.RegisterAppRequest(
             app_id=self.app_id, rho=self.bidder.current_rho(),
-            max_gpus=self.bidder.max_gpus()), timeout=5.0)
+            max_gpus=self.bidder.max_gpus(), registration_token=token), timeout=5.0)
         self.secret = resp.secret
         self.epoch = resp.arbiter_epoch
         self.bidder.set_cluster_gpus(resp.cluster_gpus)

@@ -115,8 +115,9 @@ class ExternalCore(ArbiterCore):
         super().__init__(backend, config)
         self.owner = owner
 
-    def register(self, app_id: str, rho: float, max_gpus: int) -> pb.RegisterAppResponse:
-        reply = super().register(app_id, rho, max_gpus)
+    def register(self, app_id: str, rho: float, max_gpus: int,
+                 token: str = "") -> pb.RegisterAppResponse:
+        reply = super().register(app_id, rho, max_gpus, token)
         self.owner.joined(app_id)
         return reply
 
