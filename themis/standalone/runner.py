@@ -17,8 +17,9 @@ from typing import Any, TextIO
 
 from themis.agent.fairness import DEFAULT_IDEAL_TIME, DEFAULT_STARVATION
 from themis.arbiter.cluster_backend import StaticCluster
+from themis.arbiter.registration import HmacRegistrar
 from themis.arbiter.service import ArbiterServer
-from themis.arbiter.state import ArbiterConfig
+from themis.arbiter.state import ArbiterConfig, ArbiterCore
 from themis.standalone.appmaster import AppMaster, GpuRegistry
 from themis.standalone.report import (
     app_json,
@@ -191,7 +192,11 @@ class Standalone:
                             fairness_knob=o.fairness_knob, heartbeat_s=2.0,
                             round_delay_s=0.05, solver=o.solver, seed=o.seed,
                             ideal_time=o.ideal_time, starvation=o.starvation)
-        self.server = ArbiterServer(o.cluster, cfg, max_workers=len(o.apps) + 32)
+        # registrations need the app's token (HMAC under a key drawn now), which this driver
+        # hands only to its own application masters (docs/standalone.md)
+        registrar = HmacRegistrar()
+        self.server = ArbiterServer(o.cluster, cfg, max_workers=len(o.apps) + 32,
+                                    core=ArbiterCore(o.cluster, cfg, registrar=registrar))
         try:
             port = self.server.start(o.port)
         except (OSError, RuntimeError) as exc:
@@ -206,7 +211,9 @@ class Standalone:
         self.apps = [AppMaster(spec, f"127.0.0.1:{port}", o.out, topo, t0=self.t0,
                                grace_s=o.grace_s, emit=self._emit, registry=registry,
                                kill_after_s=o.shutdown_timeout_s,
-                               min_lease_left_s=min(5.0, o.lease_s / 4)) for spec in o.apps]
+                               min_lease_left_s=min(5.0, o.lease_s / 4),
+                               registration_token=registrar.token_for(spec.name))
+                     for spec in o.apps]
         try:
             for am in self.apps:
                 am.start()

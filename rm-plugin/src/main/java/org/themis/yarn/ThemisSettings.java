@@ -134,7 +134,8 @@ public final class ThemisSettings {
     agentTls = tls.equals("true");
     agentTlsCert = conf.getTrimmed(AGENT_TLS_CERT, "");
     agentTlsKey = conf.getTrimmed(AGENT_TLS_KEY, "");
-    agentTlsTrust = conf.getTrimmed(AGENT_TLS_TRUST, agentTlsCert);
+    String trust = conf.getTrimmed(AGENT_TLS_TRUST, "");
+    agentTlsTrust = trust.isEmpty() ? agentTlsCert : trust;
     restartBackoffMs = readLong(conf, ENGINE_RESTART_BACKOFF_MS, 1_000L, 1L);
     restartBackoffMaxMs = readLong(conf, ENGINE_RESTART_BACKOFF_MAX_MS, 60_000L, 1L);
     if (restartBackoffMaxMs < restartBackoffMs) {

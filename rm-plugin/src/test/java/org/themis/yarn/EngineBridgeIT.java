@@ -175,9 +175,12 @@ class EngineBridgeIT {
     assertTrue(address.startsWith("127.0.0.1:"), "agent address published: '" + address + "'");
     TestAm d = TestAm.start(mc, "app-d");
     String py = ThemisMiniCluster.testPython();
-    Process probe = new ProcessBuilder(py, "-m", "themis.agent.probe", "--arbiter", address,
+    ProcessBuilder pb = new ProcessBuilder(py, "-m", "themis.agent.probe", "--arbiter", address,
         "--app-id", d.appId.toString(), "--demand", "1", "--timeout-s", "120")
-        .redirectErrorStream(true).start();
+        .redirectErrorStream(true);
+    // the AM's AMRMToken registers it: the engine asks this RM to check it (AmTokens)
+    pb.environment().put("THEMIS_REGISTRATION_TOKEN", d.amRmToken());
+    Process probe = pb.start();
     List<String> lines = java.util.Collections.synchronizedList(new java.util.ArrayList<>());
     Thread reader = new Thread(() -> {
       try (java.io.BufferedReader r = new java.io.BufferedReader(new java.io.InputStreamReader(
