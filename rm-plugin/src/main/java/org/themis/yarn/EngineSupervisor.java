@@ -213,14 +213,18 @@ public final class EngineSupervisor {
     if (inc == null || inc.engine == null) {
       return;
     }
-    caller.submit(() -> {
-      try {
-        inc.engine.appEnded(appId);
-      } catch (RuntimeException e) {
-        LOG.warn("could not end {}'s registration with the agents' endpoint: {}", appId,
-            e.toString());
-      }
-    });
+    try {
+      caller.submit(() -> {
+        try {
+          inc.engine.appEnded(appId);
+        } catch (RuntimeException e) {
+          LOG.warn("could not end {}'s registration with the agents' endpoint: {}", appId,
+              e.toString());
+        }
+      });
+    } catch (java.util.concurrent.RejectedExecutionException e) {
+      // stopping: the engine goes away with its registrations
+    }
   }
 
   /** Health probe through the same path; empty when unavailable. */
