@@ -200,8 +200,10 @@ class AgentClient:
                              self.app_id)
                     self.secret = None
                     continue
-                log.info("%s: %s; retrying in %.2fs", self.app_id, self.stats.last_error,
-                         delay)
+                # refused credentials (e.g. the registration token) are worth a warning
+                log.log(logging.WARNING if code == grpc.StatusCode.PERMISSION_DENIED
+                        else logging.INFO, "%s: %s; retrying in %.2fs", self.app_id,
+                        self.stats.last_error, delay)
             finally:
                 self._stream = None
                 self.connected.clear()
