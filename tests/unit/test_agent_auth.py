@@ -215,22 +215,31 @@ def test_idle_calls_and_streams_do_not_starve_the_service(registrar: HmacRegistr
     idle = [idle_channel.stream_stream("/themis.v1.Arbiter/Events")(never(), timeout=30)
             for _ in range(70)]
     ch, s = stub(srv.address)
+    # a's 70 streams over two connections of their own (at most 64 calls per connection)
+    a_channels = [grpc.insecure_channel(srv.address,
+                                        options=[("grpc.use_local_subchannel_pool", 1)])
+                  for _ in range(2)]
+    a_stubs = [pb_grpc.ArbiterStub(c) for c in a_channels]  # type: ignore[no-untyped-call]
     try:
         a = register(s, "a", registrar.token_for("a"))
-        streams = [s.Events(pb.EventsRequest(credentials=creds("a", a.secret)))
-                   for _ in range(70)]
+        streams = [a_stubs[k % 2].Events(pb.EventsRequest(credentials=creds("a", a.secret)))
+                   for k in range(70)]
         for call in streams:
             assert next(iter(call)).WhichOneof("kind") == "hello"
         b = register(s, "b", registrar.token_for("b"))
         s.ReportRho(pb.ReportRhoRequest(credentials=creds("b", b.secret), rho=3.0), timeout=5)
         assert srv.core.snapshot()["apps"]["b"][1] == 3.0
-        # one stream per app: the 69 superseded ones ended, the newest is still open
+        # one stream per app: the 69 superseded ones ended, the newest (in the server's
+        # order) is still open
         assert wait_for(lambda: sum(not c.is_active() for c in streams) == 69, 10)
-        assert streams[-1].is_active()
+        assert sum(c.is_active() for c in streams) == 1
+        assert srv.core.snapshot()["apps"]["a"][3] != 0  # its record has an open stream
     finally:
         stop.set()
         for c in idle:
             c.cancel()
         idle_channel.close()
+        for c in a_channels:
+            c.close()
         ch.close()
         srv.stop(0)
