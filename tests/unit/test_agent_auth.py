@@ -215,7 +215,7 @@ def test_idle_calls_and_streams_do_not_starve_the_service(registrar: HmacRegistr
     idle = [idle_channel.stream_stream("/themis.v1.Arbiter/Events")(never(), timeout=30)
             for _ in range(70)]
     ch, s = stub(srv.address)
-    # a's 70 streams over two connections of their own (at most 64 calls per connection)
+    # a's 70 streams over two connections of their own (not the one b's calls use)
     a_channels = [grpc.insecure_channel(srv.address,
                                         options=[("grpc.use_local_subchannel_pool", 1)])
                   for _ in range(2)]

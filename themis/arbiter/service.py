@@ -42,7 +42,10 @@ T = TypeVar("T")
 HOST = "127.0.0.1"
 MAX_MESSAGE_BYTES = 32 << 20  # a 4,096-GPU agent menu with long GPU ids is ~25 MB
 MAX_DETAILS = 1024  # characters of a status message
-MAX_STREAMS_PER_CONNECTION = 64  # concurrent calls on one HTTP/2 connection
+# concurrent calls on one HTTP/2 connection: gRPC channels of one process to one address
+# share a connection (the benchmark's 250 agents per process, standalone mode's apps), so
+# this bounds what one connection can hold open, not what one app needs (one stream)
+MAX_STREAMS_PER_CONNECTION = 1024
 Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
 Unary: TypeAlias = Callable[[Any, Context], Awaitable[Any]]
 Streaming: TypeAlias = Callable[[Any, Context], AsyncIterator[Any]]
