@@ -68,7 +68,13 @@ class AgentClient:
         seed: int = 0,
         clock: Callable[[], float] = time.time,
         channel: grpc.Channel | None = None,
+        registration_token: str | Callable[[], str] = "",
+        tls: grpc.ChannelCredentials | None = None,
     ) -> None:
+        """``registration_token``: proof that this is the app's AM (proto RegisterAppRequest),
+        or a function returning the current one (asked at every registration: a YARN AM's
+        AMRMToken rolls over). ``tls``: channel credentials (themis.arbiter.tls) for an
+        endpoint serving TLS; None = plaintext."""
         self.addresses = parse_addresses(address)
         if not self.addresses:
             raise ValueError("arbiter address is empty")
@@ -93,7 +99,9 @@ class AgentClient:
         self._stop = threading.Event()
         self._stream: Any = None
         self._thread: threading.Thread | None = None
+        self._token = registration_token
         self._own_channel = channel is None
+        self._tls = tls
         self._channel = channel or self._open(self.address)
         self._stub = pb_grpc.ArbiterStub(self._channel)  # type: ignore[no-untyped-call]
         self.connected = threading.Event()  # set once a Hello was received
@@ -144,13 +152,15 @@ class AgentClient:
             return sorted(g for g, exp in self.leases.items() if exp > now)
 
     # ------------------------------------------------------------------ internals
-    @staticmethod
-    def _open(address: str) -> grpc.Channel:
-        return grpc.insecure_channel(address, options=[
+    def _open(self, address: str) -> grpc.Channel:
+        options = [
             ("grpc.initial_reconnect_backoff_ms", 50),
             ("grpc.min_reconnect_backoff_ms", 50),
             ("grpc.max_reconnect_backoff_ms", 1000),
-        ])
+        ]
+        if self._tls is not None:
+            return grpc.secure_channel(address, self._tls, options=options)
+        return grpc.insecure_channel(address, options=options)
 
     def _switch(self) -> bool:
         """Move to the next candidate address (own channel, several candidates only)."""
@@ -169,9 +179,10 @@ class AgentClient:
         return pb.Credentials(app_id=self.app_id, secret=self.secret or "")
 
     def _register(self) -> None:
+        token = self._token() if callable(self._token) else self._token
         resp = self._stub.RegisterApp(pb.RegisterAppRequest(
             app_id=self.app_id, rho=self.bidder.current_rho(),
-            max_gpus=self.bidder.max_gpus()), timeout=5.0)
+            max_gpus=self.bidder.max_gpus(), registration_token=token), timeout=5.0)
         self.secret = resp.secret
         self.epoch = resp.arbiter_epoch
         self.bidder.set_cluster_gpus(resp.cluster_gpus)
@@ -229,8 +240,10 @@ class AgentClient:
                         continue  # the next RM's endpoint at once
                     unreachable = 0
                     self._switch()  # after the back-off, the cycle goes on from the next one
-                log.info("%s: %s; retrying in %.2fs", self.app_id, self.stats.last_error,
-                         delay)
+                # refused credentials (e.g. the registration token) are worth a warning
+                log.log(logging.WARNING if code == grpc.StatusCode.PERMISSION_DENIED
+                        else logging.INFO, "%s: %s; retrying in %.2fs", self.app_id,
+                        self.stats.last_error, delay)
             finally:
                 self._stream = None
                 self.connected.clear()

@@ -55,6 +55,12 @@ from themis.submarine_am.records import (
     parse_container_id,
 )
 from themis.submarine_am.runner import encode_command
+from themis.submarine_am.security import (
+    REPORT_TOKEN_ENV,
+    REPORT_TOKEN_HEADER,
+    ReportTokens,
+    agent_options,
+)
 from themis.submarine_am.shell import JvmShell, Shell
 from themis.submarine_am.spec import AppSpec, render_command
 from themis.submarine_am.tblogs import tensorboard_dir
@@ -133,6 +139,8 @@ class AppMaster:
         self.agent: Any = None
         self.bidder: LiveBidder | None = None
         self._reports: queue.Queue[dict[str, Any]] = queue.Queue()
+        self.report_tokens = ReportTokens()  # per-container tokens of /api/report
+        self.agent_options: dict[str, Any] = {}  # AgentClient's token and TLS (security.py)
         self._stop_set: set[str] = set()  # containers whose runner must stop its job
         self._lock = threading.Lock()
         self._status: dict[str, Any] = {}
@@ -238,6 +246,12 @@ class AppMaster:
                 except ValueError as e:
                     self._send(400, {"error": str(e)})
                     return
+                refused = am.report_tokens.check(
+                    body.get("container") if isinstance(body, dict) else None,
+                    self.headers.get(REPORT_TOKEN_HEADER))
+                if refused is not None:  # before anything looks at the report
+                    self._send(refused[0], {"error": refused[1]})
+                    return
                 am._reports.put(body)
                 with am._lock:
                     stop = body.get("container", "") in am._stop_set
@@ -262,7 +276,8 @@ class AppMaster:
             self.bidder.set_cluster_gpus(self._saved_cluster_gpus)
         self.agent = AgentClient(self.arbiter, self.app_id, self.bidder,
                                  on_allocation=self._on_allocation,
-                                 on_lease_warning=self._on_lease_warning)
+                                 on_lease_warning=self._on_lease_warning,
+                                 **self.agent_options)
         if self._saved_secret:
             self.agent.secret = self._saved_secret  # AM retry: same registration
         self.agent.start()
@@ -373,7 +388,8 @@ class AppMaster:
         env = {"THEMIS_WEBHDFS_URL": self.webhdfs_url, "HADOOP_USER_NAME": "root",
                "PATH": f"{bindir}:{path}" if bindir else path,
                "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "2",
-               "THEMIS_APP_ID": self.app_id, "THEMIS_JOB_ID": run.job_id, **self.spec.env}
+               "THEMIS_APP_ID": self.app_id, "THEMIS_JOB_ID": run.job_id, **self.spec.env,
+               REPORT_TOKEN_ENV: self.report_tokens.token_for(run.container)}
         log.info("launching %s (run %d) in %s on %s: %s", run.job_id, run.run_id, run.container,
                  run.node, job_cmd)
         self.shell.launch(run.container, cmd, json.dumps(env))
@@ -918,9 +934,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     raw = hdfs.read(env.get("THEMIS_SPEC_PATH") or f"{app_dir}/spec.json")
     spec = AppSpec.from_json(raw.decode())
     arbiter = env.get("THEMIS_ARBITER", "") or _arbiter_from_conf(gateway.entry_point)
+    try:  # the AMRMToken registers, TLS as the cluster says (docs/yarn.md, "Security")
+        options = agent_options(env, gateway.entry_point)
+    except ValueError as e:
+        print(f"themis.submarine_am.am: {e}", file=sys.stderr)
+        gateway.close()
+        return 2
     am = AppMaster(spec, app_id, shell, arbiter=arbiter, hdfs=hdfs, app_dir=app_dir,
                    webhdfs_url=webhdfs_url, attempt=attempt,
                    python=env.get("THEMIS_JOB_PYTHON") or sys.executable)
+    am.agent_options = options
     signal.signal(signal.SIGTERM, lambda s, f: am.kill())
     try:
         rc = am.run()

@@ -15,11 +15,10 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Sequence
-from typing import ClassVar, Protocol
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from themis.arbiter.solvers import SolverError, make_solver
-from themis.yarn.bids import BidSource
 from themis.yarn.rounds import RoundEngine
 from themis.yarn.settings import (
     EngineSettings,
@@ -28,6 +27,9 @@ from themis.yarn.settings import (
     from_env,
     lease_seconds,
 )
+
+if TYPE_CHECKING:
+    from themis.yarn.agents import AgentEndpoint
 
 log = logging.getLogger("themis.yarn.engine")
 
@@ -41,12 +43,24 @@ class Py4JEngine:
         implements: ClassVar[list[str]] = [JAVA_INTERFACE]
 
     def __init__(
-        self, rounds: RoundEngine, round_delay_s: float = 0.0, agent_address: str = ""
+        self, rounds: RoundEngine, round_delay_s: float = 0.0, agent_address: str = "",
+        expel: Callable[[str], bool] | None = None,
     ) -> None:
         self._rounds = rounds
         self._delay = round_delay_s
         self.agent_address = agent_address
+        self._expel = expel  # ends a registration with the agents' endpoint
         self.started = time.time()
+
+    def appEnded(self, app_id: str) -> str:
+        """The RM says the app, or its AM attempt, ended: its registration ends now (an AM
+        that stopped heart-beating has its attempt expired by the RM, which ends up here)."""
+        try:
+            ended = self._expel(app_id) if self._expel is not None else False
+        except Exception as exc:  # never raise into Java
+            log.warning("could not end %s's registration: %s", app_id, exc)
+            ended = False
+        return json.dumps({"ended": ended})
 
     def runRound(self, request_json: str) -> str:
         if self._delay > 0:
@@ -78,6 +92,7 @@ class _RmRegistry(Protocol):
     def agentJoined(self, app_id: str) -> None: ...  # Java method names
     def agentLeft(self, app_id: str) -> None: ...
     def releaseGpus(self, app_id: str, gpu_ids_json: str) -> str: ...
+    def verifyAmToken(self, app_id: str, token: str) -> str: ...
 
 
 class RmLeases:
@@ -90,6 +105,10 @@ class RmLeases:
         self._rm: _RmRegistry | None = None
         self._early: list[tuple[str, str]] = []  # (event, app id) before attach
         self._lock = threading.Lock()
+
+    def rm(self) -> _RmRegistry | None:
+        """The RM's gateway entry point, None until :meth:`attach`."""
+        return self._rm
 
     def attach(self, rm: _RmRegistry) -> None:
         with self._lock:
@@ -169,6 +188,24 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
         "127.0.0.1)",
     )
     p.add_argument(
+        "--agent-tls",
+        choices=("on", "off"),
+        default=os.environ.get("THEMIS_AGENT_TLS", "on"),
+        help="serve the agents' endpoint over TLS (default on; off only when asked: the RM "
+        "passes yarn.resourcemanager.themis.agent-tls.enabled as THEMIS_AGENT_TLS)",
+    )
+    p.add_argument(
+        "--agent-tls-cert",
+        default=os.environ.get("THEMIS_AGENT_TLS_CERT", ""),
+        help="PEM certificate chain of the agents' endpoint (agent-tls.cert-file; "
+        "THEMIS_AGENT_TLS_CERT)",
+    )
+    p.add_argument(
+        "--agent-tls-key",
+        default=os.environ.get("THEMIS_AGENT_TLS_KEY", ""),
+        help="PEM private key of the agents' endpoint (agent-tls.key-file; THEMIS_AGENT_TLS_KEY)",
+    )
+    p.add_argument(
         "--bid-timeout-s",
         type=arg_type("THEMIS_BID_TIMEOUT_S"),
         default=None,
@@ -195,7 +232,7 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def _agent_endpoint(
     args: argparse.Namespace, owner: RmLeases | None = None
-) -> tuple[BidSource | None, str]:
+) -> tuple[AgentEndpoint | None, str]:
     """Start the agents' gRPC endpoint when asked to; (bid source, "host:port")."""
     if args.agent_port < 0:
         return None, ""
@@ -213,9 +250,17 @@ def _agent_endpoint(
         # yarn.resourcemanager.themis.starvation: the filter's order of starving apps
         starvation=env.starvation,
     )
-    endpoint = AgentEndpoint(config, owner=owner)
+    from themis.arbiter.tls import ServerTls
+    from themis.yarn.auth import AmRmTokenRegistrar
+
+    tls = ServerTls(args.agent_tls_cert, args.agent_tls_key) if args.agent_tls == "on" else None
+    # registrations are checked by the RM (the AM's AMRMToken); without an RM (owner None:
+    # tests) nobody could register, so there is no registrar either
+    registrar = AmRmTokenRegistrar(owner.rm) if owner is not None else None
+    endpoint = AgentEndpoint(config, owner=owner, registrar=registrar, tls=tls)
     address = endpoint.start(args.agent_port, host=args.agent_host)
-    log.info("agents' endpoint (gRPC arbiter service) listening on %s", address)
+    log.info("agents' endpoint (gRPC arbiter service) listening on %s (%s)", address,
+             "TLS" if tls is not None else "plaintext: agent-tls.enabled=false")
     return endpoint, address
 
 
@@ -259,7 +304,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (OSError, ValueError) as exc:
         print(f"themis.yarn.engine: cannot start the agents' endpoint: {exc}", file=sys.stderr)
         return 2
-    engine = Py4JEngine(RoundEngine(source), args.round_delay_s, agent_address)
+    expel = source.core.expel if source is not None else None
+    engine = Py4JEngine(RoundEngine(source), args.round_delay_s, agent_address, expel)
     gateway = JavaGateway(
         gateway_parameters=GatewayParameters(
             address="127.0.0.1", port=args.port, auth_token=args.token

@@ -25,6 +25,7 @@ import org.apache.hadoop.yarn.server.resourcemanager.scheduler.common.SchedulerC
 import org.apache.hadoop.yarn.server.resourcemanager.scheduler.common.fica.FiCaSchedulerApp;
 import org.apache.hadoop.yarn.server.resourcemanager.scheduler.common.fica.FiCaSchedulerNode;
 import org.apache.hadoop.yarn.server.resourcemanager.scheduler.event.AppAddedSchedulerEvent;
+import org.apache.hadoop.yarn.server.resourcemanager.scheduler.event.AppAttemptRemovedSchedulerEvent;
 import org.apache.hadoop.yarn.server.resourcemanager.scheduler.event.AppRemovedSchedulerEvent;
 import org.apache.hadoop.yarn.server.resourcemanager.scheduler.event.NodeAddedSchedulerEvent;
 import org.apache.hadoop.yarn.server.resourcemanager.scheduler.event.SchedulerEvent;
@@ -58,6 +59,7 @@ public class ThemisCapacityScheduler extends CapacityScheduler {
   @Override
   public void serviceInit(Configuration conf) throws Exception {
     settings = ThemisSettings.from(conf);
+    settings.checkAgentTlsFiles(); // refuse to start on a missing certificate, not later
     String placement = conf.get(PLACEMENT_CLASS_KEY);
     if (placement == null) {
       conf.set(PLACEMENT_CLASS_KEY,
@@ -168,6 +170,9 @@ public class ThemisCapacityScheduler extends CapacityScheduler {
     ThemisRuntime rt = runtime;
     if (rt != null && event.getType() == SchedulerEventType.APP_REMOVED) {
       rt.appRemoved(((AppRemovedSchedulerEvent) event).getApplicationID());
+    }
+    if (rt != null && event.getType() == SchedulerEventType.APP_ATTEMPT_REMOVED) {
+      rt.attemptEnded(((AppAttemptRemovedSchedulerEvent) event).getApplicationAttemptID());
     }
   }
 

@@ -41,6 +41,9 @@ final class ThemisMiniCluster implements AutoCloseable {
     conf.setBoolean("yarn.scheduler.capacity.schedule-asynchronously.enable", true);
     // Several mini-clusters may run at once (and CI may have 8642 taken): ephemeral port.
     conf.setInt(ThemisSettings.AGENT_PORT, 0);
+    // Plaintext agents' endpoint, set explicitly (TLS is on by default and needs a PEM
+    // certificate; AgentTlsSettingsTest and tests/unit/test_agent_auth.py cover TLS).
+    conf.setBoolean(ThemisSettings.AGENT_TLS_ENABLED, false);
     return conf;
   }
 
