@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import sys
 import threading
 import time
@@ -65,8 +64,19 @@ def _stats(clients: list[AgentClient]) -> dict[str, object]:
         "bids_rejected": sum(c.stats.bids_rejected for c in clients),
         "allocations": sum(c.stats.allocations for c in clients),
         "reconnects": sum(c.stats.reconnects for c in clients),
-        "max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1),
+        "rss_mb": _rss_mb(),
     }
+
+
+def _rss_mb() -> float:
+    """This process's resident set now (ru_maxrss would count the forking JVM's)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return round(int(line.split()[1]) / 1024.0, 1)
+    except OSError:
+        pass
+    return -1.0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -96,7 +106,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
     _emit("registered", n=len(clients), s=round(time.time() - start, 3))
     gone = threading.Event()
-    threading.Thread(target=lambda: (sys.stdin.read(), gone.set()), daemon=True).start()
+
+    def _watch_stdin() -> None:
+        sys.stdin.read()
+        gone.set()
+
+    threading.Thread(target=_watch_stdin, daemon=True).start()
     end = start + args.timeout_s
     while not gone.wait(max(0.0, min(args.stats_s, end - time.time()))):
         _emit("stats", **_stats(clients))
