@@ -141,10 +141,12 @@ class AgentEndpoint:
     and departures change nothing outside the endpoint (tests)."""
 
     def __init__(self, config: ArbiterConfig | None = None, default_rho: float = 1.0,
-                 owner: LeaseOwner | None = None) -> None:
+                 owner: LeaseOwner | None = None, max_rpcs: int = 256) -> None:
         self.view = OfferView()
         core = ExternalCore(self.view, config, owner) if owner is not None else None
-        self.server = ArbiterServer(self.view, config, core=core)
+        # every registered AM holds one RPC (its event stream) for as long as it runs; bids,
+        # rho reports and releases need more on top (docs/yarn.md, "Scale")
+        self.server = ArbiterServer(self.view, config, core=core, max_workers=max_rpcs)
         self.default_rho = default_rho
         self._round_id = 0
 

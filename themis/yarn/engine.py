@@ -25,6 +25,11 @@ from themis.yarn.rounds import RoundEngine
 log = logging.getLogger("themis.yarn.engine")
 
 JAVA_INTERFACE = "org.themis.yarn.ThemisEngine"
+# Concurrent RPCs of the agents' endpoint: every app with an agent holds one (its event
+# stream) for as long as it runs, plus its bids; gRPC starts worker threads as needed. With
+# too few, the apps beyond the limit get RESOURCE_EXHAUSTED for their bids and each round
+# waits for the bid deadline (docs/yarn.md, "Scale").
+AGENT_MAX_RPCS = 8192
 
 
 class Py4JEngine:
@@ -161,12 +166,23 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
         help="how long a round waits for the offered apps' bids",
     )
     p.add_argument(
+        "--agent-max-rpcs",
+        type=int,
+        default=int(os.environ.get("THEMIS_AGENT_MAX_RPCS", str(AGENT_MAX_RPCS))),
+        help="concurrent RPCs the agents' endpoint serves: each app with an agent holds one "
+        f"(its event stream) plus its bids (THEMIS_AGENT_MAX_RPCS; default {AGENT_MAX_RPCS}; "
+        "worker threads start as needed)",
+    )
+    p.add_argument(
         "--lease-s",
         type=float,
         default=float(os.environ.get("THEMIS_LEASE_MS", "600000")) / 1000.0,
         help="lease duration announced to agents (the RM enforces it; THEMIS_LEASE_MS)",
     )
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.agent_max_rpcs < 1:
+        p.error(f"--agent-max-rpcs {args.agent_max_rpcs}: must be >= 1")
+    return args
 
 
 def _agent_endpoint(
@@ -189,7 +205,7 @@ def _agent_endpoint(
         # yarn.resourcemanager.themis.starvation: the filter's order of starving apps
         starvation=os.environ.get("THEMIS_STARVATION", str(DEFAULT_STARVATION)),
     )
-    endpoint = AgentEndpoint(config, owner=owner)
+    endpoint = AgentEndpoint(config, owner=owner, max_rpcs=args.agent_max_rpcs)
     address = endpoint.start(args.agent_port, host=args.agent_host)
     log.info("agents' endpoint (gRPC arbiter service) listening on %s", address)
     return endpoint, address

@@ -132,7 +132,9 @@ class ScaleBench {
       for (int i = 0; i < nms; i++) {
         Resource cap = Resource.newInstance(1L << 30, 100_000); // GPUs are the only limit
         cap.setResourceValue(Gpus.GPU, gpus / nms + (i < gpus % nms ? 1 : 0));
-        MockNM nm = new MockNM(String.format("h%04d:1234", i), cap,
+        // one host per NM, as IP literals: the RM resolves a node's host for every container
+        // token it hands out, and made-up names would wait for DNS to say no each time
+        MockNM nm = new MockNM(String.format("127.1.%d.%d:1234", i / 250, 1 + i % 250), cap,
             rm.getResourceTrackerService());
         nm.registerNode();
         nodes.add(nm);
