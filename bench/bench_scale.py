@@ -32,8 +32,10 @@ the plugin's ITs (grpc, py4j).
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -76,6 +78,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                    help="how long lease expiries are watched (default 20)")
     p.add_argument("--heartbeat-ms", type=int, default=1000,
                    help="NodeManager heartbeat interval (default 1000, YARN's default)")
+    p.add_argument("--order", choices=["stock,themis", "themis,stock"], default="stock,themis",
+                   help="which scheduler runs first in the JVM (default stock,themis)")
     p.add_argument("--python", default=sys.executable,
                    help="Python for the engine and the agents (default: this one)")
     p.add_argument("--offline", action="store_true",
@@ -107,7 +111,7 @@ def run_size(args: argparse.Namespace, size: str) -> dict[str, Any]:
         "bench.batches": args.batches, "bench.demand": args.demand,
         "bench.lease-ms": args.lease_ms, "bench.turnover-ms": int(args.turnover_s * 1000),
         "bench.heartbeat-ms": args.heartbeat_ms, "bench.python": args.python,
-        "bench.out": out,
+        "bench.order": args.order, "bench.out": out,
     }
     cmd = ["mvn", "-B", "-P", "scale-bench", "-pl", "rm-plugin", "test", "-Dtest=ScaleBench",
            "-Dsurefire.failIfNoSpecifiedTests=false"]
@@ -130,7 +134,35 @@ def run_size(args: argparse.Namespace, size: str) -> dict[str, Any]:
     if rc != 0 or not out.exists():
         raise RuntimeError(f"size {size}: the benchmark failed (exit {rc}); see {logfile}")
     raw = json.loads(out.read_text())
+    raw["engine_rounds"] = engine_rounds(logfile.read_text())
     return summarise(raw, size, time.time() - started)
+
+
+ROUND_LINE = re.compile(r"\[engine \d+\] .* INFO round (\d+): (\{.*\})\s*$")
+
+
+def engine_rounds(log_text: str) -> list[dict[str, Any]]:
+    """Each auction round of the engine (its log line, themis.yarn.rounds): GPUs offered,
+    bidders, and where its time went (prepare, bid wait, the rest: auction, leftover,
+    allocation notices)."""
+    out = []
+    for line in log_text.splitlines():
+        m = ROUND_LINE.search(line)
+        if not m:
+            continue
+        try:
+            info = ast.literal_eval(m.group(2))
+        except (ValueError, SyntaxError):
+            continue
+        if not isinstance(info, dict) or info.get("skipped") or "bid_wait_ms" not in info:
+            continue
+        elapsed = float(info["elapsed_ms"])
+        out.append({"round": int(m.group(1)), "offered_gpus": info.get("offered_gpus"),
+                    "bidders": len(info.get("bidders", [])),
+                    "elapsed_ms": round(elapsed), "prepare_ms": round(info["prepare_ms"]),
+                    "bid_wait_ms": round(info["bid_wait_ms"]),
+                    "rest_ms": round(elapsed - info["prepare_ms"] - info["bid_wait_ms"])})
+    return out
 
 
 def summarise(raw: dict[str, Any], size: str, wall_s: float) -> dict[str, Any]:
@@ -142,6 +174,7 @@ def summarise(raw: dict[str, Any], size: str, wall_s: float) -> dict[str, Any]:
     return {
         "size": size,
         "setup": raw["setup"],
+        "order": raw.get("order"),
         "wall_s": round(wall_s, 1),
         "nongpu_per_s": {"stock": round(stock["nongpu_per_s"], 1),
                          "themis": round(themis["nongpu_per_s"], 1),
@@ -159,6 +192,7 @@ def summarise(raw: dict[str, Any], size: str, wall_s: float) -> dict[str, Any]:
         },
         "rm_heap_mb": {"stock": stock["rm_heap_mb"], "themis": themis["rm_heap_mb"],
                        "overhead": overhead, "target_overhead": 200, "met": overhead <= 200},
+        "engine_rounds": raw.get("engine_rounds", []),
         "engine_rss_mb": themis.get("engine_rss_mb"),
         "engine_peak_rss_mb": themis.get("engine_peak_rss_mb"),
         "agents_driver_rss_mb": themis.get("agents_rss_mb"),

@@ -11,7 +11,9 @@ import math
 import random
 import threading
 import time
+from collections.abc import Mapping, Sequence
 
+from themis.agent.bids import BidTable
 from themis.arbiter.round import run_round
 from themis.arbiter.solvers import Solver, make_solver
 from themis.yarn.bids import BidSource, ReportedBids
@@ -48,10 +50,20 @@ class RoundEngine:
                 return grants_json([], {"round": view.round_id, "skipped": True,
                                         "bids_rejected": dict(self.source.rejected_bids())})
             rho = source.rho(sorted(wanting))
+            prepared = time.perf_counter()
+            waited = [0.0]  # seconds spent waiting for the bids (offer sent to tables in)
+
+            def collect(bidders: Sequence[str]) -> Mapping[str, BidTable]:
+                t = time.perf_counter()
+                try:
+                    return source.collect(bidders, offer)
+                finally:
+                    waited[0] = time.perf_counter() - t
+
             outcome = run_round(
                 offer,
                 rho,
-                lambda bidders: source.collect(bidders, offer),
+                collect,
                 fairness_knob=view.fairness_knob,
                 lease_s=view.lease_duration_ms / 1000.0,
                 now=view.now_ms / 1000.0,
@@ -69,6 +81,11 @@ class RoundEngine:
                 "nonbidders": list(outcome.nonbidders),
                 "unallocated": len(outcome.unallocated),
                 "elapsed_ms": round((time.perf_counter() - started) * 1000.0, 3),
+                # where the round's time went (docs/yarn.md, "Scale"): view parsed and rho
+                # read, bids awaited, the rest (auction, leftover, allocation notices)
+                "offered_gpus": len(offer),
+                "prepare_ms": round((prepared - started) * 1000.0, 3),
+                "bid_wait_ms": round(waited[0] * 1000.0, 3),
                 # for the RM's metrics: each app's rho this round (null when infinite:
                 # JSON has no infinity) and bids refused since the last round, by cause
                 "rho": {a: (r if math.isfinite(r) else None) for a, r in rho.items()},

@@ -75,8 +75,17 @@ class ScaleBench {
     setup.put("heartbeat_ms", heartbeatMs);
     long base = usedHeapMb();
     root.put("baseline_heap_mb", base);
-    root.set("stock", phase(false, base));
-    root.set("themis", phase(true, base));
+    // stock first by default; "themis,stock" checks that the order (JIT warm-up, heap) does not
+    // decide the ratio
+    String order = System.getProperty("bench.order", "stock,themis");
+    root.put("order", order);
+    for (String p : order.split(",")) {
+      if (!p.equals("stock") && !p.equals("themis")) {
+        throw new IllegalArgumentException("bench.order: " + order + " (stock,themis or "
+            + "themis,stock)");
+      }
+      root.set(p, phase(p.equals("themis"), base));
+    }
     Files.createDirectories(out.toAbsolutePath().getParent());
     Files.writeString(out, JSON.writerWithDefaultPrettyPrinter().writeValueAsString(root));
     progress("wrote " + out.toAbsolutePath());
@@ -121,6 +130,8 @@ class ScaleBench {
     org.apache.log4j.Level level = org.apache.log4j.Level.toLevel(logLevel);
     org.apache.log4j.LogManager.getRootLogger().setLevel(level);
     org.apache.log4j.Logger.getLogger("org.themis").setLevel(level);
+    // the engine's own log lines (one per round, with where its time went) for the report
+    org.apache.log4j.Logger.getLogger(EngineSupervisor.class).setLevel(org.apache.log4j.Level.INFO);
     rm.disableDrainEventsImplicitly();
     rm.start();
     Process agents = null;
