@@ -134,7 +134,10 @@ def run_size(args: argparse.Namespace, size: str) -> dict[str, Any]:
     if rc != 0 or not out.exists():
         raise RuntimeError(f"size {size}: the benchmark failed (exit {rc}); see {logfile}")
     raw = json.loads(out.read_text())
-    raw["engine_rounds"] = engine_rounds(logfile.read_text())
+    text = logfile.read_text()
+    raw["engine_rounds"] = engine_rounds(text)
+    # without the C extensions (python setup.py build_ext) the engine's LP runs in pure Python
+    raw["engine_compiled_parts"] = "compiled parts missing" not in text
     return summarise(raw, size, time.time() - started)
 
 
@@ -192,6 +195,7 @@ def summarise(raw: dict[str, Any], size: str, wall_s: float) -> dict[str, Any]:
         },
         "rm_heap_mb": {"stock": stock["rm_heap_mb"], "themis": themis["rm_heap_mb"],
                        "overhead": overhead, "target_overhead": 200, "met": overhead <= 200},
+        "engine_compiled_parts": raw.get("engine_compiled_parts"),
         "engine_rounds": raw.get("engine_rounds", []),
         "engine_rss_mb": themis.get("engine_rss_mb"),
         "engine_peak_rss_mb": themis.get("engine_peak_rss_mb"),
