@@ -15,6 +15,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.ConcurrentLinkedQueue;
+import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.function.BooleanSupplier;
 import org.apache.hadoop.metrics2.lib.MutableRate;
 import org.apache.hadoop.metrics2.util.SampleStat;
@@ -136,7 +137,7 @@ class ScaleBench {
     rm.start();
     Process agents = null;
     Thread heartbeats = null;
-    final boolean[] stop = {false};
+    AtomicBoolean stop = new AtomicBoolean();
     try {
       long t0 = System.currentTimeMillis();
       List<MockNM> nodes = new ArrayList<>();
@@ -279,7 +280,7 @@ class ScaleBench {
       progress(name + ": " + o);
       return o;
     } finally {
-      stop[0] = true;
+      stop.set(true);
       if (heartbeats != null) {
         heartbeats.join(10_000);
       }
@@ -419,8 +420,8 @@ class ScaleBench {
     return o;
   }
 
-  private void heartbeatLoop(List<MockNM> nodes, boolean[] stop) {
-    while (!stop[0]) {
+  private void heartbeatLoop(List<MockNM> nodes, AtomicBoolean stop) {
+    while (!stop.get()) {
       long start = System.currentTimeMillis();
       for (MockNM nm : nodes) {
         try {
@@ -428,7 +429,7 @@ class ScaleBench {
         } catch (Exception e) {
           progress("heartbeat of " + nm.getNodeId() + " failed: " + e);
         }
-        if (stop[0]) {
+        if (stop.get()) {
           return;
         }
       }
