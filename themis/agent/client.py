@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import math
 import random
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -46,6 +47,21 @@ class ClientStats:
     last_error: str = ""
 
 
+_HOST_PORT = re.compile(
+    r"(?P<host>[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\]):(?P<port>[0-9]{1,5})")
+
+
+def check_address(address: str) -> str:
+    """``address`` if it is ``host:port`` (a host name, an IPv4 address or a bracketed IPv6
+    address, and a TCP port 1-65535); else ValueError naming it. Any host is accepted: the
+    AM's agent reaches the RM host's agents' endpoint over the cluster's network."""
+    m = _HOST_PORT.fullmatch(address)
+    if m is None or not 0 < int(m["port"]) <= 65535:
+        raise ValueError(f"arbiter address {address!r}: must be host:port (e.g. rm:8642, "
+                         "10.0.0.5:8642 or [fd00::5]:8642)")
+    return address
+
+
 class AgentClient:
     def __init__(
         self,
@@ -61,8 +77,7 @@ class AgentClient:
         clock: Callable[[], float] = time.time,
         channel: grpc.Channel | None = None,
     ) -> None:
-        if not address.startswith("127.0.0.1:"):
-            raise ValueError(f"arbiter address {address!r}: only 127.0.0.1 is allowed")
+        check_address(address)
         self.address = address
         self.app_id = app_id
         self.bidder = bidder

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import urllib.error
+import urllib.parse
 import urllib.request
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
@@ -87,14 +88,18 @@ class Cluster:
         return out
 
     def arbiter_address(self, conf: dict[str, str]) -> str:
-        """Where AMs reach the agents' endpoint: ``agent-address``, else the RM host and
-        ``agent-port`` of the cluster's yarn-site.xml."""
+        """Where AMs reach the agents' endpoint: ``agent-address``, else the RM host
+        (``yarn.resourcemanager.hostname``) and ``agent-port`` of the cluster's
+        yarn-site.xml. A host that names no particular machine (empty, 0.0.0.0, localhost,
+        127.x) is replaced by the host this client reached the RM at (``rm_url``)."""
         addr = conf.get(AGENT_ADDRESS_KEY, "").strip()
         if addr:
             return addr
-        host = conf.get("yarn.resourcemanager.hostname", "127.0.0.1") or "127.0.0.1"
-        if host in ("0.0.0.0", "localhost"):
-            host = "127.0.0.1"
+        host = conf.get("yarn.resourcemanager.hostname", "").strip()
+        if host in ("", "0.0.0.0", "::", "localhost") or host.startswith("127."):
+            host = urllib.parse.urlsplit(self.rm_url).hostname or "127.0.0.1"
+        if ":" in host:
+            host = f"[{host}]"
         return f"{host}:{conf.get(AGENT_PORT_KEY, DEFAULT_AGENT_PORT)}"
 
     def app_dir(self, app_id: str) -> str:

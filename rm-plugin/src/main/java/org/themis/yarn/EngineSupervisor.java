@@ -308,6 +308,11 @@ public final class EngineSupervisor {
     env.put("THEMIS_IDEAL_TIME", settings.idealTime());
     env.put("THEMIS_STARVATION", settings.starvation());
     env.put("THEMIS_AGENT_PORT", Integer.toString(settings.agentPort()));
+    // agent-bind-host when set; else THEMIS_AGENT_HOST of the RM's environment (yarn-env.sh);
+    // else the RM's bind-host / hostname (ThemisSettings)
+    if (settings.agentBindHostSet() || !env.containsKey("THEMIS_AGENT_HOST")) {
+      env.put("THEMIS_AGENT_HOST", settings.agentBindHost());
+    }
     env.put("THEMIS_LEASE_MS", Long.toString(settings.leaseDurationMs()));
     Process p;
     try {

@@ -25,6 +25,7 @@ public final class ThemisSettings {
   public static final String ENGINE_COMMAND = PREFIX + "engine-command";
   public static final String AGENT_PORT = PREFIX + "agent-port";
   public static final String AGENT_ADDRESS = PREFIX + "agent-address";
+  public static final String AGENT_BIND_HOST = PREFIX + "agent-bind-host";
   public static final String ENGINE_RESTART_BACKOFF_MS = PREFIX + "engine-restart-backoff-ms";
   public static final String ENGINE_RESTART_BACKOFF_MAX_MS = PREFIX + "engine-restart-backoff-max-ms";
   public static final String ENGINE_START_TIMEOUT_MS = PREFIX + "engine-start-timeout-ms";
@@ -67,6 +68,8 @@ public final class ThemisSettings {
   private final String engineCommand;
   private final int agentPort;
   private final String agentAddress;
+  private final String agentBindHost;
+  private final boolean agentBindHostSet;
   private final long restartBackoffMs;
   private final long restartBackoffMaxMs;
   private final long engineStartTimeoutMs;
@@ -118,6 +121,28 @@ public final class ThemisSettings {
     }
     agentPort = (int) port;
     agentAddress = conf.getTrimmed(AGENT_ADDRESS, "");
+    if (!agentAddress.isEmpty() && !HOST_PORT.matcher(agentAddress).matches()) {
+      throw bad(AGENT_ADDRESS, conf.get(AGENT_ADDRESS),
+          "must be host:port (a name or address and a TCP port), e.g. rm1.example.com:8642");
+    }
+    // Where the agents' endpoint listens. As the RM's own RPC servers do: the explicit key,
+    // else yarn.resourcemanager.bind-host, else the address of yarn.resourcemanager.hostname
+    // (0.0.0.0 = every interface when the cluster leaves it at yarn-default's value).
+    String bind = conf.getTrimmed(AGENT_BIND_HOST, "");
+    agentBindHostSet = !bind.isEmpty();
+    if (bind.isEmpty()) {
+      bind = conf.getTrimmed(RM_BIND_HOST, "");
+    }
+    if (bind.isEmpty()) {
+      bind = conf.getTrimmed(RM_HOSTNAME, "");
+    }
+    if (bind.isEmpty()) {
+      bind = "0.0.0.0";
+    }
+    if (!HOST.matcher(bind).matches()) {
+      throw bad(AGENT_BIND_HOST, bind, "must be a host name or an address (no port), e.g. 0.0.0.0");
+    }
+    agentBindHost = bind;
     restartBackoffMs = readLong(conf, ENGINE_RESTART_BACKOFF_MS, 1_000L, 1L);
     restartBackoffMaxMs = readLong(conf, ENGINE_RESTART_BACKOFF_MAX_MS, 60_000L, 1L);
     if (restartBackoffMaxMs < restartBackoffMs) {
@@ -164,6 +189,14 @@ public final class ThemisSettings {
     leaseStoreZkPath = zkPath.equals("/") ? "" : zkPath;
     recoverySettleMs = readLong(conf, RECOVERY_SETTLE_MS, 60_000L, 0L);
   }
+
+  private static final String RM_HOSTNAME = "yarn.resourcemanager.hostname";
+  private static final String RM_BIND_HOST = "yarn.resourcemanager.bind-host";
+  /** A host name, an IPv4 address or an IPv6 address (brackets optional). */
+  private static final java.util.regex.Pattern HOST =
+      java.util.regex.Pattern.compile("[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?|\\[?[0-9A-Fa-f:.]*:[0-9A-Fa-f:.]*\\]?");
+  private static final java.util.regex.Pattern HOST_PORT =
+      java.util.regex.Pattern.compile("([A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?|\\[[0-9A-Fa-f:.]+\\]):[0-9]{1,5}");
 
   /** Reads and validates; throws IllegalArgumentException naming the first bad key. */
   public static ThemisSettings from(Configuration conf) {
@@ -229,6 +262,10 @@ public final class ThemisSettings {
   public String engineCommand() { return engineCommand; }
   public int agentPort() { return agentPort; }
   public String agentAddress() { return agentAddress; }
+  /** Where the agents' endpoint binds (see {@link #AGENT_BIND_HOST}). */
+  public String agentBindHost() { return agentBindHost; }
+  /** Whether {@link #AGENT_BIND_HOST} itself is set (it then wins over THEMIS_AGENT_HOST). */
+  public boolean agentBindHostSet() { return agentBindHostSet; }
   public long restartBackoffMs() { return restartBackoffMs; }
   public long restartBackoffMaxMs() { return restartBackoffMaxMs; }
   public long engineStartTimeoutMs() { return engineStartTimeoutMs; }
