@@ -6,7 +6,8 @@ logs with the :class:`~themis.profiler.Profiler` and its JSON-lines stdout
 AM over HTTP (``POST <am>/api/report`` on the AM's NodeManager host, which may be another
 host than the job's) every ``--report-every`` seconds. When the AM's answer says ``stop``
 (the app lost the GPUs: lease expiry, preemption) it sends the job SIGTERM, so the job
-checkpoints to HDFS and exits; the container then ends and the GPUs are free. SIGTERM to the runner itself (NM stopping the container) is forwarded the same way.
+checkpoints to HDFS and exits; the container then ends and the GPUs are free. SIGTERM to
+the runner itself (NM stopping the container) is forwarded the same way.
 
 Start-up slots: a job's start (Python, TensorFlow import, restore) is CPU-bound and
 single-threaded, and jobs moved at a lease end start together. Running more start-ups at
