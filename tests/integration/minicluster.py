@@ -230,6 +230,8 @@ def running_minicluster(
                 extra_hosts=dict(ADDR))
         )
         for host, inside in {**all_mounts, **(extra_mounts or {})}.items():
+            if any(inside.startswith(v.rstrip("/") + "/") for v in (volumes or {}).values()):
+                continue  # a read-write volume (e.g. the RM's conf template) replaces it
             c = c.with_volume_mapping(host, inside, "ro")
         for host, inside in (volumes or {}).items():
             c = c.with_volume_mapping(host, inside, "rw")

@@ -35,6 +35,7 @@ import pytest
 from tests.integration.minicluster import (
     ADDR,
     NMS,
+    NN,
     RM,
     _get,
     address_of,
@@ -123,7 +124,7 @@ def test_two_apps_share_gpus_fairly(cluster: dict[str, Any], tmp_path: Path) -> 
     # --- the f and lease of yarn-site.xml are in the RM's effective configuration
     from themis.submarine_am.client import Cluster
 
-    conf = Cluster().rm_conf()
+    conf = Cluster(RM, NN).rm_conf()
     for k, v in OVERRIDES.items():
         assert conf.get(k) == v, (k, conf.get(k))
 
@@ -173,13 +174,13 @@ def test_two_apps_share_gpus_fairly(cluster: dict[str, Any], tmp_path: Path) -> 
         if done == len(apps):
             break
         time.sleep(3)
-    finals = {a: _retrying(lambda a=a: Cluster().app(a)) for a in apps}
+    finals = {a: _retrying(lambda a=a: Cluster(RM, NN).app(a)) for a in apps}
     logs = "" if all(f["finalStatus"] == "SUCCEEDED" for f in finals.values()) \
         else _dump_logs(cluster)
     for a, f in finals.items():
         assert f["state"] == "FINISHED" and f["finalStatus"] == "SUCCEEDED", (a, f, logs)
     assert wrong_checked, "the AMs never registered with the arbiter"
-    finals_st = {a: (_retrying(lambda a=a: Cluster().am_status(a)) or statuses.get(a, {}))
+    finals_st = {a: (_retrying(lambda a=a: Cluster(RM, NN).am_status(a)) or statuses.get(a, {}))
                  for a in apps}
 
     # --- per-app rho was reported while they ran
@@ -265,7 +266,7 @@ def _assert_multi_host(cluster: dict[str, Any], apps: list[str]) -> None:
     assert agent_listen and not any(a.startswith("127.") for a in agent_listen), agent_listen
     assert agent_listen <= {rm_ip, "0.0.0.0", "::"}, agent_listen
     for a in apps:
-        app = Cluster().app(a)
+        app = Cluster(RM, NN).app(a)
         am_host = str(app.get("amHostHttpAddress", "")).split(":")[0]
         assert am_host in NMS, app
         am_ip = address_of(box[am_host])
@@ -276,7 +277,7 @@ def _assert_multi_host(cluster: dict[str, Any], apps: list[str]) -> None:
                    for st, la, _, r, rp in socks), (am_host, socks)
         # the AM's HTTP endpoint (runners' reports) is advertised by host name and answers
         # from another NodeManager host
-        raw = Cluster().hdfs().read_or_none(f"{Cluster().app_dir(a)}/am.json")
+        raw = Cluster(RM, NN).hdfs().read_or_none(f"{Cluster(RM, NN).app_dir(a)}/am.json")
         url = json.loads(raw or b"{}").get("tracking_url", "")
         assert url.startswith(f"http://{am_host}:"), url
         port = int(url.rstrip("/").rsplit(":", 1)[1])
