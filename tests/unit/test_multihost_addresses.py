@@ -41,3 +41,19 @@ def test_client_tells_the_ams_a_reachable_agents_endpoint(rm_host: str, rm_url: 
     c = Cluster(rm_url=rm_url)
     assert c.arbiter_address({"yarn.resourcemanager.hostname": rm_host}) == want
     assert c.arbiter_address({AGENT_ADDRESS_KEY: "gw:1"}) == "gw:1"
+
+
+def test_endpoint_bound_to_an_ipv6_host_reports_an_address_clients_take() -> None:
+    from themis.agent.client import check_address
+    from themis.yarn.agents import AgentEndpoint
+
+    e = AgentEndpoint()
+    try:
+        address = e.start(0, host="::1")
+    except OSError as exc:  # no IPv6 on this machine
+        pytest.skip(str(exc))
+    try:
+        assert address.startswith("[::1]:"), address
+        assert check_address(address) == address
+    finally:
+        e.stop()

@@ -1,6 +1,8 @@
 """The arbiter's gRPC service (proto/themis/v1/arbiter.proto) over an :class:`ArbiterCore`.
 
-Only 127.0.0.1 is served. ``ArbiterServer(backend, config).start(port=0)`` returns the port.
+``ArbiterServer(backend, config).start(port=0, host=...)`` returns the port. The host is the
+caller's: 127.0.0.1 by default (standalone mode, every AM on this machine); the YARN engine
+binds ``yarn.resourcemanager.themis.agent-bind-host`` so AMs on NodeManager hosts reach it.
 
 Input is bounded (docs/protocol.md, "Limits"): a request larger than ``max_message_bytes``
 is refused by gRPC with RESOURCE_EXHAUSTED before it is parsed; bytes that do not parse as
@@ -27,7 +29,7 @@ from themis.rpc.v1 import arbiter_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-HOST = "127.0.0.1"
+HOST = "127.0.0.1"  # the default bind host (standalone mode); see start()
 MAX_MESSAGE_BYTES = 32 << 20  # a 4,096-GPU agent menu with long GPU ids is ~25 MB
 MAX_DETAILS = 1024  # characters of a status message
 
@@ -200,13 +202,14 @@ class ArbiterServer:
             options=[("grpc.max_receive_message_length", self._max_message_bytes)],
         )
         add_servicer(ArbiterServicer(self.core), server)
+        bind = f"[{host}]" if ":" in host and not host.startswith("[") else host
         try:
-            self.port = server.add_insecure_port(f"{host}:{port}")
+            self.port = server.add_insecure_port(f"{bind}:{port}")
         except RuntimeError as exc:  # grpcio raises RuntimeError when the port is taken
             raise OSError(f"arbiter: could not bind {host}:{port}: {exc}") from exc
         if self.port == 0:
             raise OSError(f"arbiter: could not bind {host}:{port} (in use?)")
-        self.host = host
+        self.host = bind
         server.start()
         if own_rounds:
             self.core.start()

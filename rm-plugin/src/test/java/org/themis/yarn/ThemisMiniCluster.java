@@ -41,6 +41,9 @@ final class ThemisMiniCluster implements AutoCloseable {
     conf.setBoolean("yarn.scheduler.capacity.schedule-asynchronously.enable", true);
     // Several mini-clusters may run at once (and CI may have 8642 taken): ephemeral port.
     conf.setInt(ThemisSettings.AGENT_PORT, 0);
+    // Tests talk to loopback only: the agents' endpoint on 127.0.0.1 (the default would be
+    // the RM's hostname, which MiniYARNCluster sets to this machine's name).
+    conf.set(ThemisSettings.AGENT_BIND_HOST, "127.0.0.1");
     return conf;
   }
 
