@@ -36,7 +36,11 @@ SUBNET=${THEMIS_MC_SUBNET:-172.31.0}
 addr_of() {
   case $1 in
     nn) echo "$SUBNET.2" ;; dn) echo "$SUBNET.3" ;; rm) echo "$SUBNET.4" ;;
-    *) local i=0 s; for s in $NMS; do i=$((i + 1)); [[ ${s%%:*} == "$1" ]] && { echo "$SUBNET.$((10 + i))"; return; }; done
+    *) local i=0 s
+       for s in $NMS; do
+         i=$((i + 1))
+         [[ ${s%%:*} == "$1" ]] && { echo "$SUBNET.$((10 + i))"; return; }
+       done
        echo "unknown host $1" >&2; return 1 ;;
   esac
 }
@@ -87,10 +91,12 @@ topology_file() {
 # /etc/hosts (--add-host), so no DNS is needed.
 ensure_network() {
   local have
-  have=$("$DOCKER" network inspect -f '{{range .IPAM.Config}}{{.Subnet}}{{end}}' "$NET" 2>/dev/null || true)
+  have=$("$DOCKER" network inspect -f '{{range .IPAM.Config}}{{.Subnet}}{{end}}' "$NET" \
+    2>/dev/null || true)
   if [[ -z $have ]]; then
     "$DOCKER" network create --driver bridge --subnet "$SUBNET.0/24" --gateway "$SUBNET.1" \
-      --label "$LABEL" "$NET" >/dev/null || die "cannot create the Docker network $NET ($SUBNET.0/24)"
+      --label "$LABEL" "$NET" >/dev/null \
+      || die "cannot create the Docker network $NET ($SUBNET.0/24)"
     say "network $NET: $SUBNET.0/24"
   elif [[ $have != "$SUBNET.0/24" ]]; then
     die "Docker network $NET exists with subnet $have, not $SUBNET.0/24 (docker network rm $NET)"

@@ -142,7 +142,8 @@ def _ensure_network(client: Any) -> None:
             pool_configs=[IPAMPool(subnet=f"{SUBNET}.0/24", gateway=f"{SUBNET}.1")]))
         return
     subnets = [c.get("Subnet") for c in (net.attrs.get("IPAM") or {}).get("Config") or []]
-    assert subnets == [f"{SUBNET}.0/24"], f"network {NET} has subnets {subnets} (docker network rm {NET})"
+    assert subnets == [f"{SUBNET}.0/24"], \
+        f"network {NET} has subnets {subnets}, not {SUBNET}.0/24 (docker network rm {NET})"
 
 
 def _remove_leftovers(client: Any) -> None:
@@ -218,7 +219,8 @@ def running_minicluster(
     all_mounts = {**source_mounts(), **(mounts or {})}
 
     def daemon(role: str, image_: str, name: str, volumes: Mapping[str, str] | None = None,
-               extra_mounts: Mapping[str, str] | None = None, **env: str) -> DockerContainer:
+               extra_mounts: Mapping[str, str] | None = None, skip: Sequence[str] = (),
+               **env: str) -> DockerContainer:
         c = (
             DockerContainer(image_)
             .with_command(role)
@@ -230,7 +232,8 @@ def running_minicluster(
                 extra_hosts=dict(ADDR))
         )
         for host, inside in {**all_mounts, **(extra_mounts or {})}.items():
-            if any(inside.startswith(v.rstrip("/") + "/") for v in (volumes or {}).values()):
+            if inside in skip or any(inside.startswith(v.rstrip("/") + "/")
+                                     for v in (volumes or {}).values()):
                 continue  # a read-write volume (e.g. the RM's conf template) replaces it
             c = c.with_volume_mapping(host, inside, "ro")
         for host, inside in (volumes or {}).items():
@@ -246,7 +249,8 @@ def running_minicluster(
         daemon("namenode", image, "nn"),
         daemon("datanode", image, "dn"),
         daemon("resourcemanager", rm_image or image, "rm", rm_volumes,
-               extra_mounts=plugin_mount() if rm_image is None else None, **rm_env),
+               extra_mounts=plugin_mount() if rm_image is None else None,
+               skip=(IMAGE_SITE,) if rm_image is not None else (), **rm_env),
     ]
     for i, (name, (gpus, _rack)) in enumerate(NMS.items(), start=1):
         containers.append(
@@ -295,11 +299,13 @@ def themis(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]
 
 
 def source_mounts() -> dict[str, str]:
-    """With THEMIS_IT_MOUNT_SRC=1: this checkout's launcher, Hadoop config templates and
-    (when built) RM plugin jar over the images' copies, in every container."""
+    """With THEMIS_IT_MOUNT_SRC=1: this checkout's ``themis`` package, launcher and Hadoop
+    config templates over the images' copies, in every container (the package not in an RM
+    of another image: ``rm_image``)."""
     if os.environ.get("THEMIS_IT_MOUNT_SRC") != "1":
         return {}
-    out = {str(ROOT / "docker" / "bin" / "themis-daemon"): "/usr/local/bin/themis-daemon"}
+    out = {str(ROOT / "themis"): IMAGE_SITE,
+           str(ROOT / "docker" / "bin" / "themis-daemon"): "/usr/local/bin/themis-daemon"}
     for f in ("core-site", "hdfs-site", "yarn-site", "mapred-site"):
         out[str(ROOT / "docker" / "conf" / f"{f}.xml")] = f"/opt/hadoop/conf.template/{f}.xml"
     return out

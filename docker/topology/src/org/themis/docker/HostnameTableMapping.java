@@ -19,8 +19,9 @@ import org.apache.hadoop.net.NetworkTopology;
  * nm2, ... on its Docker network (the table lists each by name and by address).
  *
  * <p>Hadoop's TableMapping/ScriptBasedMapping normalise host names to IP addresses before the
- * lookup (CachedDNSToSwitchMapping.resolve calls NetUtils.normalizeHostNames), so a table keyed
- * by names (or a host that resolves differently in the RM) would miss. YARN's RackResolver wraps any mapping
+ * lookup (CachedDNSToSwitchMapping.resolve calls NetUtils.normalizeHostNames), so a table
+ * keyed by names (or a host that resolves differently in the RM) would miss. YARN's
+ * RackResolver wraps any mapping
  * that is not a CachedDNSToSwitchMapping in one, so this class extends it and overrides
  * {@link #resolve(List)} to look names up as given (also "host:port", then the bare host).
  *

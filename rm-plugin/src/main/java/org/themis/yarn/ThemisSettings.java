@@ -193,10 +193,11 @@ public final class ThemisSettings {
   private static final String RM_HOSTNAME = "yarn.resourcemanager.hostname";
   private static final String RM_BIND_HOST = "yarn.resourcemanager.bind-host";
   /** A host name, an IPv4 address or an IPv6 address (brackets optional). */
+  private static final String NAME = "[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?";
   private static final java.util.regex.Pattern HOST =
-      java.util.regex.Pattern.compile("[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?|\\[?[0-9A-Fa-f:.]*:[0-9A-Fa-f:.]*\\]?");
+      java.util.regex.Pattern.compile(NAME + "|\\[?[0-9A-Fa-f:.]*:[0-9A-Fa-f:.]*\\]?");
   private static final java.util.regex.Pattern HOST_PORT =
-      java.util.regex.Pattern.compile("([A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?|\\[[0-9A-Fa-f:.]+\\]):[0-9]{1,5}");
+      java.util.regex.Pattern.compile("(" + NAME + "|\\[[0-9A-Fa-f:.]+\\]):[0-9]{1,5}");
 
   /** Reads and validates; throws IllegalArgumentException naming the first bad key. */
   public static ThemisSettings from(Configuration conf) {
