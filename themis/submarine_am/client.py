@@ -134,6 +134,8 @@ class Cluster:
             "HADOOP_USER_NAME": self.user,
             "PYTHONUNBUFFERED": "1",
         }
+        if os.environ.get("THEMIS_AM_BIND_HOST"):  # the AM's HTTP bind address (am.http_hosts)
+            env["THEMIS_AM_BIND_HOST"] = os.environ["THEMIS_AM_BIND_HOST"]
         heap = max(128, spec.am.memory_mb // 3)
         command = (f"java {JVM_OPTS.format(heap=heap)} {AM_MAIN} "
                    "1><LOG_DIR>/AppMaster.stdout 2><LOG_DIR>/AppMaster.stderr")
