@@ -34,6 +34,10 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+# the mini-cluster's RM and NameNode at their containers' addresses (docs/minicluster.md),
+# for Cluster.from_env() and the `themis` CLI runs below
+os.environ.setdefault("THEMIS_RM_URL", "http://172.31.0.4:8088")
+os.environ.setdefault("THEMIS_WEBHDFS_URL", "http://172.31.0.2:9870")
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -92,7 +96,7 @@ def main() -> int:
     ])
     if not args.no_up:
         subprocess.run([str(ROOT / "docker" / "minicluster.sh"), "up"], env=env, check=True)
-    c = Cluster()
+    c = Cluster.from_env()
     apps: list[str] = []
     load0 = os.getloadavg()
     try:

@@ -25,7 +25,7 @@ NodeManagers' logs, and prints when each step happened, in seconds after the lea
     python bench/realloc_timeline.py [--json OUT] [APP_ID ...]
 
 Without APP_IDs: every THEMIS application the RM knows. Needs ``docker`` (reads the
-mini-cluster containers' logs) and the RM / WebHDFS on 127.0.0.1.
+mini-cluster containers' logs) and the RM / WebHDFS at their containers' addresses.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ import argparse
 import calendar
 import io
 import json
+import os
 import re
 import statistics
 import subprocess
@@ -47,6 +48,10 @@ from themis.submarine_am.runner import parse_event
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+# the mini-cluster's RM and NameNode at their containers' addresses (docs/minicluster.md),
+# for Cluster.from_env() and the `themis` CLI runs below
+os.environ.setdefault("THEMIS_RM_URL", "http://172.31.0.4:8088")
+os.environ.setdefault("THEMIS_WEBHDFS_URL", "http://172.31.0.2:9870")
 
 PREFIX = "themis-mc-"
 TS = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) ")
@@ -210,7 +215,7 @@ def collect(apps: list[str] | None = None) -> list[dict[str, Any]]:
     """Timelines of every move of ``apps`` (default: every THEMIS app the RM knows)."""
     from themis.submarine_am.client import Cluster
 
-    c = Cluster()
+    c = Cluster.from_env()
     if not apps:
         apps = [a["id"] for a in c.apps() if a.get("applicationType") == "THEMIS"]
     rm = daemon_log("rm")

@@ -1,31 +1,51 @@
 #!/usr/bin/env bash
 # The Themis mini-cluster on this machine: NameNode, DataNode, ResourceManager (+ Themis plugin
-# when built in), and NodeManagers with fake yarn.io/gpu on two racks. Host networking, every
-# service on 127.0.0.1 (see docs/minicluster.md for the ports).
+# when built in), and NodeManagers with fake yarn.io/gpu on two racks. Each daemon is a host of its
+# own: a container with its own network namespace, host name and fixed address on the
+# mini-cluster's Docker bridge network (created here); see docs/minicluster.md.
 #
 #   docker/minicluster.sh up [--no-wait]   start (replaces a running mini-cluster), wait until ready
-#   docker/minicluster.sh down             stop and remove the containers
+#   docker/minicluster.sh down [--network] stop and remove the containers (and the network)
 #   docker/minicluster.sh status           containers, RM nodes (GPU totals, racks), HDFS
 #   docker/minicluster.sh logs [NAME]      daemon logs (NAME: nn dn rm nm1 nm2 nm3; default all, tails)
 #   docker/minicluster.sh wait             wait until ready (RM sees all NMs, WebHDFS answers)
+#   docker/minicluster.sh hosts            each host's name and address (for scripts)
 #
 # Environment:
 #   THEMIS_IMAGE      image for NN/DN/RM (default themis/yarn, else themis/hadoop)
 #   THEMIS_NM_IMAGE   image for the NMs (default themis/yarn-tf, else THEMIS_IMAGE)
 #   THEMIS_NMS        NodeManagers as "name:gpus:rack ..." (default "nm1:4:/rack1 nm2:2:/rack1 nm3:2:/rack2")
 #   THEMIS_MC_TIMEOUT seconds to wait for readiness (default 180)
+#   THEMIS_MC_NET     name of the Docker network (default themis-mc-net)
+#   THEMIS_MC_SUBNET  its /24, as the first three octets (default 172.31.0: nn .2, dn .3, rm .4,
+#                     the i-th NodeManager .(10+i); the machine itself is .1)
 #   THEMIS_SCHEDULER, THEMIS_CONF_OVERRIDES: passed to the RM (see docker/bin/themis-daemon)
-#   THEMIS_MOUNT_SRC=1 bind-mount this checkout's themis/ package, docker/conf/yarn-site.xml and
-#                     RM plugin jar (rm-plugin/target) over the images' copies (iterate
-#                     without rebuilding the images)
+#   THEMIS_MOUNT_SRC=1 bind-mount this checkout's themis/ package, docker/conf/*-site.xml,
+#                     docker/bin/themis-daemon and RM plugin jar (rm-plugin/target) over the
+#                     images' copies (iterate without rebuilding the images)
 set -euo pipefail
 
 PREFIX=themis-mc
 LABEL=themis.minicluster=1
 TIMEOUT=${THEMIS_MC_TIMEOUT:-180}
 NMS=${THEMIS_NMS:-"nm1:4:/rack1 nm2:2:/rack1 nm3:2:/rack2"}
-RM_URL=http://127.0.0.1:8088
-NN_URL=http://127.0.0.1:9870
+NET=${THEMIS_MC_NET:-themis-mc-net}
+SUBNET=${THEMIS_MC_SUBNET:-172.31.0}
+
+# the fixed address of a mini-cluster host (nn, dn, rm, or the i-th name of THEMIS_NMS)
+addr_of() {
+  case $1 in
+    nn) echo "$SUBNET.2" ;; dn) echo "$SUBNET.3" ;; rm) echo "$SUBNET.4" ;;
+    *) local i=0 s
+       for s in $NMS; do
+         i=$((i + 1))
+         [[ ${s%%:*} == "$1" ]] && { echo "$SUBNET.$((10 + i))"; return; }
+       done
+       echo "unknown host $1" >&2; return 1 ;;
+  esac
+}
+RM_URL=http://$(addr_of rm):8088
+NN_URL=http://$(addr_of nn):9870
 
 say() { echo "[minicluster] $*" >&2; }
 die() { echo "[minicluster] ERROR: $*" >&2; exit 1; }
@@ -54,15 +74,38 @@ pick_images() {
 
 nm_names() { local s; for s in $NMS; do printf '%s ' "${s%%:*}"; done; }
 
-# The rack table the RM reads: rendered from THEMIS_NMS and mounted over the image's copy.
+# The rack table the RM reads: rendered from THEMIS_NMS (each NM by name and by address) and
+# mounted over the image's copy.
 topology_file() {
   local f=${TMPDIR:-/tmp}/themis-mc-topology.table s name rest
   : >"$f"
   for s in $NMS; do
     name=${s%%:*}; rest=${s#*:}
     echo "$name ${rest#*:}" >>"$f"
+    echo "$(addr_of "$name") ${rest#*:}" >>"$f"
   done
   echo "$f"
+}
+
+# The network: a user-defined bridge with a fixed /24; every host's name is in every host's
+# /etc/hosts (--add-host), so no DNS is needed.
+ensure_network() {
+  local have
+  have=$("$DOCKER" network inspect -f '{{range .IPAM.Config}}{{.Subnet}}{{end}}' "$NET" \
+    2>/dev/null || true)
+  if [[ -z $have ]]; then
+    "$DOCKER" network create --driver bridge --subnet "$SUBNET.0/24" --gateway "$SUBNET.1" \
+      --label "$LABEL" "$NET" >/dev/null \
+      || die "cannot create the Docker network $NET ($SUBNET.0/24)"
+    say "network $NET: $SUBNET.0/24"
+  elif [[ $have != "$SUBNET.0/24" ]]; then
+    die "Docker network $NET exists with subnet $have, not $SUBNET.0/24 (docker network rm $NET)"
+  fi
+}
+
+host_args() { # --add-host for every mini-cluster host
+  local n
+  for n in nn dn rm $(nm_names); do printf -- '--add-host %s:%s ' "$n" "$(addr_of "$n")"; done
 }
 
 SRC_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -73,11 +116,17 @@ run() { # name image role [docker args...]
   local mounts=()
   if [[ ${THEMIS_MOUNT_SRC:-0} == 1 ]]; then
     mounts=(-v "$SRC_ROOT/themis:$SITE_PACKAGES/themis:ro"
-      -v "$SRC_ROOT/docker/conf/yarn-site.xml:/opt/hadoop/conf.template/yarn-site.xml:ro")
+      -v "$SRC_ROOT/docker/bin/themis-daemon:/usr/local/bin/themis-daemon:ro")
+    local f
+    for f in core-site hdfs-site yarn-site mapred-site; do
+      mounts+=(-v "$SRC_ROOT/docker/conf/$f.xml:/opt/hadoop/conf.template/$f.xml:ro")
+    done
     local jar=$SRC_ROOT/rm-plugin/target/themis-rm-plugin-0.1.0.jar
     [[ -f $jar ]] && mounts+=(-v "$jar:/opt/themis/plugin/themis-rm-plugin-0.1.0.jar:ro")
   fi
-  "$DOCKER" run -d --name "$PREFIX-$name" --label "$LABEL" --network host \
+  # shellcheck disable=SC2046
+  "$DOCKER" run -d --name "$PREFIX-$name" --label "$LABEL" --network "$NET" \
+    --ip "$(addr_of "$name")" --hostname "$name" $(host_args) \
     --stop-timeout 5 "${mounts[@]}" "$@" "$image" "$role" >/dev/null \
     || die "cannot start $PREFIX-$name"
 }
@@ -91,6 +140,9 @@ cmd_down() {
     say "removed $(echo "$ids" | wc -w) container(s)"
   else
     say "no mini-cluster containers"
+  fi
+  if [[ ${1:-} == --network ]] && "$DOCKER" network inspect "$NET" >/dev/null 2>&1; then
+    "$DOCKER" network rm "$NET" >/dev/null && say "removed network $NET"
   fi
 }
 
@@ -164,33 +216,26 @@ cmd_wait() {
 }
 
 cmd_up() {
-  local wait=1 s name rest gpus topo
+  local wait=1 s name rest gpus topo n
   [[ ${1:-} == --no-wait ]] && wait=0
   pick_images
   cmd_down
-  # ports already taken by something else would make a daemon fail in a confusing way
-  if command -v ss >/dev/null 2>&1; then
-    local busy
-    busy=$(ss -ltnH 2>/dev/null | awk '{print $4}' | grep -E ':(9000|9870|9866|8088|8030|8031|8032|8033|8041|8141|8241)$' || true)
-    [[ -z $busy ]] || die "ports already in use: $(echo "$busy" | tr '\n' ' ')"
-  fi
+  ensure_network
   topo=$(topology_file)
-  local aliases
-  aliases=$(nm_names)
   say "images: $IMAGE (NN/DN/RM), $NM_IMAGE (NMs); NMs: $NMS"
-  run nn "$IMAGE" namenode -e THEMIS_HOST_ALIASES="$aliases"
-  run dn "$IMAGE" datanode -e THEMIS_HOST_ALIASES="$aliases"
-  run rm "$IMAGE" resourcemanager -e THEMIS_HOST_ALIASES="$aliases" \
+  run nn "$IMAGE" namenode
+  run dn "$IMAGE" datanode
+  run rm "$IMAGE" resourcemanager \
     -e THEMIS_SCHEDULER="${THEMIS_SCHEDULER:-}" -e THEMIS_CONF_OVERRIDES="${THEMIS_CONF_OVERRIDES:-}" \
     -v "$topo:/opt/hadoop/conf.template/topology.table:ro"
   local i=0
   for s in $NMS; do
     i=$((i + 1)); name=${s%%:*}; rest=${s#*:}; gpus=${rest%%:*}
     run "$name" "$NM_IMAGE" nodemanager -e THEMIS_NM_NAME="$name" -e THEMIS_NM_INDEX="$i" \
-      -e THEMIS_NM_GPUS="$gpus" -e THEMIS_HOST_ALIASES="$aliases" \
+      -e THEMIS_NM_GPUS="$gpus" \
       -v "$topo:/opt/hadoop/conf.template/topology.table:ro"
   done
-  say "started: $("$DOCKER" ps --filter "label=$LABEL" --format '{{.Names}}' | tr '\n' ' ')"
+  say "started: $(for n in nn dn rm $(nm_names); do printf '%s=%s ' "$n" "$(addr_of "$n")"; done)(network $NET)"
   ((wait)) && cmd_wait
   return 0
 }
@@ -211,9 +256,10 @@ cmd_logs() {
 
 case ${1:-} in
   up) shift; cmd_up "$@" ;;
-  down) cmd_down ;;
+  down) shift; cmd_down "$@" ;;
   status) cmd_status ;;
   logs) shift; cmd_logs "$@" ;;
   wait) cmd_wait ;;
-  *) sed -n '2,18p' "${BASH_SOURCE[0]}"; exit 2 ;;
+  hosts) for n in nn dn rm $(nm_names); do echo "$n $(addr_of "$n")"; done ;;
+  *) sed -n '2,25p' "${BASH_SOURCE[0]}"; exit 2 ;;
 esac

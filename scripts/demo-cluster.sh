@@ -40,6 +40,10 @@ fi
 say "mini-cluster (lease ${LEASE_MS} ms, f = ${KNOB})"
 export THEMIS_CONF_OVERRIDES="yarn.resourcemanager.themis.lease-duration-ms=${LEASE_MS};yarn.resourcemanager.themis.grace-period-ms=10000;yarn.resourcemanager.themis.fairness-knob=${KNOB}"
 docker/minicluster.sh up
+# the RM and WebHDFS at their containers' addresses (docker/minicluster.sh hosts)
+RM_IP=$(docker/minicluster.sh hosts | awk '$1 == "rm" {print $2}')
+NN_IP=$(docker/minicluster.sh hosts | awk '$1 == "nn" {print $2}')
+export THEMIS_RM_URL=http://$RM_IP:8088 THEMIS_WEBHDFS_URL=http://$NN_IP:9870
 cleanup() { if [[ $KEEP == 0 ]]; then docker/minicluster.sh down; fi; }
 trap cleanup EXIT
 
@@ -62,7 +66,7 @@ say "fairness, live (themis status --watch)"
 t0=$SECONDS
 while :; do
   "$PY" -m themis.cli status --all "${APPS[@]:0:0}" 2>/dev/null | grep -E "^(application|[0-9])" || true
-  states=$(for a in "${APPS[@]}"; do curl -s "http://127.0.0.1:8088/ws/v1/cluster/apps/$a" \
+  states=$(for a in "${APPS[@]}"; do curl -s "$THEMIS_RM_URL/ws/v1/cluster/apps/$a" \
     | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["app"]["state"])' 2>/dev/null || echo UNKNOWN; done)
   if ! grep -qvE 'FINISHED|FAILED|KILLED' <<<"$states"; then break; fi
   if ((SECONDS - t0 > ${THEMIS_DEMO_TIMEOUT:-1800})); then echo "demo: timeout"; break; fi
@@ -74,7 +78,7 @@ LEASE_MS=$LEASE_MS "$PY" - "$OUT" "${APPS[@]}" <<'EOF'
 import json, os, sys
 from themis.submarine_am.client import Cluster
 out, apps = sys.argv[1], sys.argv[2:]
-c = Cluster()
+c = Cluster.from_env()
 rows, docs = [], {}
 for a in apps:
     app = c.app(a)

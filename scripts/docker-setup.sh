@@ -7,9 +7,10 @@
 # What it does:
 #   1. apt-get install docker.io (Debian's engine, 20.10 on bookworm) and debootstrap when missing.
 #   2. If no daemon answers `docker info`, starts dockerd in the background, logging to
-#      $THEMIS_DOCKERD_LOG (default /var/log/themis-dockerd.log). We only use host networking,
-#      so dockerd is started with --bridge=none --iptables=false --ip6tables=false: no docker0
-#      bridge (no private-range address on the host) and no iptables rules are needed.
+#      $THEMIS_DOCKERD_LOG (default /var/log/themis-dockerd.log). dockerd is started with
+#      --bridge=none --iptables=false --ip6tables=false: no docker0 bridge and no iptables rules;
+#      the mini-cluster's own bridge network (docker/minicluster.sh) needs no NAT or published
+#      ports, and its containers resolve each other from /etc/hosts.
 #      If that fails, it retries with the daemon's defaults.
 #   3. Waits (up to $THEMIS_DOCKERD_WAIT seconds, default 60) until `docker info` works.
 #

@@ -1,12 +1,18 @@
 """The dockerised mini-cluster for integration tests: NameNode, DataNode, ResourceManager
-and three NodeManagers (yarn.io/gpu 4/2/2 on two racks), host networking on 127.0.0.1,
-managed with testcontainers. Shared by test_minicluster.py and test_am_e2e.py.
+and three NodeManagers (yarn.io/gpu 4/2/2 on two racks), each a host of its own (a
+container with its own network namespace, host name and fixed address on the Docker bridge
+network ``themis-mc-net``, 172.31.0.0/24, as docker/minicluster.sh makes it), managed with
+testcontainers. The tests reach the services at the containers' addresses (the machine is
+172.31.0.1 on that network). Shared by test_minicluster.py, test_am_e2e.py and others.
 
 Environment:
   THEMIS_IT_BUILD=0     do not run docker/build.sh when images are missing (skip instead)
   THEMIS_IMAGE, THEMIS_NM_IMAGE   images to use (defaults as docker/minicluster.sh)
   THEMIS_REQUIRE_DOCKER=1         fail instead of skipping when Docker is unusable
-  THEMIS_IT_KEEP=1      leave the containers running after the tests
+  THEMIS_IT_KEEP=1      leave the containers (and the network) running after the tests
+  THEMIS_IT_MOUNT_SRC=1 mount this checkout's themis/ package, docker/conf/*-site.xml,
+                        docker/bin/themis-daemon and rm-plugin/target's plugin jar over the
+                        images' copies
 """
 
 from __future__ import annotations
@@ -14,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -30,12 +35,16 @@ import pytest
 os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
 
 ROOT = Path(__file__).resolve().parents[2]
-RM = "http://127.0.0.1:8088"
-NN = "http://127.0.0.1:9870"
 LABEL = {"themis.minicluster": "1"}
 # name -> (yarn.io/gpu, rack); must match docker/conf/topology.table (the image's default table)
 NMS: dict[str, tuple[int, str]] = {"nm1": (4, "/rack1"), "nm2": (2, "/rack1"), "nm3": (2, "/rack2")}
-PORTS = [9000, 9870, 9866, 9864, 8088, 8030, 8031, 8032, 8033, 8041, 8141, 8241]
+# The network and each host's address: as docker/minicluster.sh (THEMIS_MC_NET/_SUBNET).
+NET = "themis-mc-net"
+SUBNET = "172.31.0"
+ADDR: dict[str, str] = {"nn": f"{SUBNET}.2", "dn": f"{SUBNET}.3", "rm": f"{SUBNET}.4",
+                        **{n: f"{SUBNET}.{10 + i}" for i, n in enumerate(NMS, start=1)}}
+RM = f"http://{ADDR['rm']}:8088"
+NN = f"http://{ADDR['nn']}:9870"
 READY_TIMEOUT_S = 180
 
 
@@ -121,10 +130,20 @@ def _images(client: Any) -> tuple[str, str]:
     return image, nm_image
 
 
-def _port_busy(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(0.5)
-        return s.connect_ex(("127.0.0.1", port)) == 0
+def _ensure_network(client: Any) -> None:
+    """The mini-cluster's bridge network (created as docker/minicluster.sh does)."""
+    import docker.errors
+    from docker.types import IPAMConfig, IPAMPool
+
+    try:
+        net = client.networks.get(NET)
+    except docker.errors.NotFound:
+        client.networks.create(NET, driver="bridge", labels=LABEL, ipam=IPAMConfig(
+            pool_configs=[IPAMPool(subnet=f"{SUBNET}.0/24", gateway=f"{SUBNET}.1")]))
+        return
+    subnets = [c.get("Subnet") for c in (net.attrs.get("IPAM") or {}).get("Config") or []]
+    assert subnets == [f"{SUBNET}.0/24"], \
+        f"network {NET} has subnets {subnets}, not {SUBNET}.0/24 (docker network rm {NET})"
 
 
 def _remove_leftovers(client: Any) -> None:
@@ -195,20 +214,27 @@ def running_minicluster(
     client = _docker_client()
     image, nm_image = _images(client)
     _remove_leftovers(client)
-    busy = [p for p in [*PORTS, *extra_ports] if _port_busy(p)]
-    assert not busy, f"ports already in use on 127.0.0.1 (another cluster?): {busy}"
-    aliases = " ".join(NMS)
+    del extra_ports  # every host has its own addresses: no port of this machine is used
+    _ensure_network(client)
+    all_mounts = {**source_mounts(), **(mounts or {})}
 
     def daemon(role: str, image_: str, name: str, volumes: Mapping[str, str] | None = None,
+               extra_mounts: Mapping[str, str] | None = None, skip: Sequence[str] = (),
                **env: str) -> DockerContainer:
         c = (
             DockerContainer(image_)
             .with_command(role)
             .with_name(f"themis-{prefix}-{name}-{os.getpid()}")
-            .with_env("THEMIS_HOST_ALIASES", aliases)
-            .with_kwargs(network_mode="host", labels=LABEL, stop_signal="SIGTERM")
+            .with_kwargs(
+                network=NET, hostname=name, labels=LABEL, stop_signal="SIGTERM",
+                networking_config={NET: client.api.create_endpoint_config(
+                    ipv4_address=ADDR[name])},
+                extra_hosts=dict(ADDR))
         )
-        for host, inside in (mounts or {}).items():
+        for host, inside in {**all_mounts, **(extra_mounts or {})}.items():
+            if inside in skip or any(inside.startswith(v.rstrip("/") + "/")
+                                     for v in (volumes or {}).values()):
+                continue  # a read-write volume (e.g. the RM's conf template) replaces it
             c = c.with_volume_mapping(host, inside, "ro")
         for host, inside in (volumes or {}).items():
             c = c.with_volume_mapping(host, inside, "rw")
@@ -222,7 +248,9 @@ def running_minicluster(
     containers: list[DockerContainer] = [
         daemon("namenode", image, "nn"),
         daemon("datanode", image, "dn"),
-        daemon("resourcemanager", rm_image or image, "rm", rm_volumes, **rm_env),
+        daemon("resourcemanager", rm_image or image, "rm", rm_volumes,
+               extra_mounts=plugin_mount() if rm_image is None else None,
+               skip=(IMAGE_SITE,) if rm_image is not None else (), **rm_env),
     ]
     for i, (name, (gpus, _rack)) in enumerate(NMS.items(), start=1):
         containers.append(
@@ -254,6 +282,8 @@ def running_minicluster(
             for c in reversed(started):
                 with contextlib.suppress(Exception):  # best-effort teardown
                     c.stop()  # stop + remove
+            with contextlib.suppress(Exception):
+                client.networks.get(NET).remove()
 
 
 # The package inside the images (THEMIS_IT_MOUNT_SRC=1 mounts the checkout's over it).
@@ -261,9 +291,33 @@ IMAGE_SITE = "/opt/themis/venv/lib/python3.11/site-packages/themis"
 
 
 def themis(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """``themis ARGS`` on the host (the client side of the mini-cluster tests)."""
+    """``themis ARGS`` on the host (the client side of the mini-cluster tests), pointed at
+    the RM and WebHDFS at their containers' addresses."""
+    env = {**os.environ, "THEMIS_RM_URL": RM, "THEMIS_WEBHDFS_URL": NN}
     return subprocess.run([sys.executable, "-m", "themis.cli", *args], capture_output=True,
-                          text=True, timeout=timeout, cwd=ROOT)
+                          text=True, timeout=timeout, cwd=ROOT, env=env)
+
+
+def source_mounts() -> dict[str, str]:
+    """With THEMIS_IT_MOUNT_SRC=1: this checkout's ``themis`` package, launcher and Hadoop
+    config templates over the images' copies, in every container (the package not in an RM
+    of another image: ``rm_image``)."""
+    if os.environ.get("THEMIS_IT_MOUNT_SRC") != "1":
+        return {}
+    out = {str(ROOT / "themis"): IMAGE_SITE,
+           str(ROOT / "docker" / "bin" / "themis-daemon"): "/usr/local/bin/themis-daemon"}
+    for f in ("core-site", "hdfs-site", "yarn-site", "mapred-site"):
+        out[str(ROOT / "docker" / "conf" / f"{f}.xml")] = f"/opt/hadoop/conf.template/{f}.xml"
+    return out
+
+
+def plugin_mount() -> dict[str, str]:
+    """With THEMIS_IT_MOUNT_SRC=1 and the plugin built: rm-plugin/target's jar over the RM
+    image's copy (only for the themis/yarn RM)."""
+    jar = ROOT / "rm-plugin" / "target" / "themis-rm-plugin-0.1.0.jar"
+    if os.environ.get("THEMIS_IT_MOUNT_SRC") != "1" or not jar.is_file():
+        return {}
+    return {str(jar): "/opt/themis/plugin/themis-rm-plugin-0.1.0.jar"}
 
 
 def am_jar_and_mounts() -> dict[str, str] | None:
@@ -275,3 +329,44 @@ def am_jar_and_mounts() -> dict[str, str] | None:
         assert r.returncode == 0 and jar.is_file(), "cannot build the AM jar"
     return {str(ROOT / "themis"): IMAGE_SITE} if os.environ.get("THEMIS_IT_MOUNT_SRC") == "1" \
         else None
+
+
+# ------------------------------------------------------------------- the hosts' network view
+def hosts(cluster: Mapping[str, Any]) -> dict[str, Any]:
+    """Host name (nn, dn, rm, nm1...) -> its running docker container."""
+    out = {}
+    for c in cluster["containers"]:
+        w = c.get_wrapped_container()
+        w.reload()
+        out[w.attrs["Config"]["Hostname"]] = w
+    return out
+
+
+def address_of(container: Any) -> str:
+    """The container's address on the mini-cluster network (what Docker assigned)."""
+    container.reload()
+    return str(container.attrs["NetworkSettings"]["Networks"][NET]["IPAddress"])
+
+
+def _hex_addr(h: str) -> str:
+    if len(h) == 8:  # IPv4, little-endian
+        return ".".join(str(int(h[i:i + 2], 16)) for i in (6, 4, 2, 0))
+    if h[:24] == "0000000000000000FFFF0000":  # IPv4-mapped IPv6
+        return _hex_addr(h[24:])
+    return "::" if set(h) == {"0"} else "::1" if h == "0" * 24 + "01000000" else h
+
+
+def tcp_sockets(container: Any) -> list[tuple[str, str, int, str, int]]:
+    """(state, local address, local port, remote address, remote port) of the container's
+    TCP sockets (/proc/net/tcp and tcp6 inside it); state LISTEN or ESTABLISHED or other."""
+    r = container.exec_run(["cat", "/proc/net/tcp", "/proc/net/tcp6"])
+    states = {"0A": "LISTEN", "01": "ESTABLISHED"}
+    out = []
+    for line in r.output.decode().splitlines():
+        f = line.split()
+        if len(f) < 4 or ":" not in f[1] or f[0] == "sl":
+            continue
+        (la, lp), (ra, rp) = f[1].split(":"), f[2].split(":")
+        out.append((states.get(f[3], f[3]), _hex_addr(la), int(lp, 16), _hex_addr(ra),
+                    int(rp, 16)))
+    return out

@@ -21,9 +21,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from tests.integration.minicluster import ROOT, _get, am_jar_and_mounts, running_minicluster
+from tests.integration.minicluster import RM, ROOT, _get, am_jar_and_mounts, running_minicluster
 
-RM = "http://127.0.0.1:8088"
 JAR_IN_RM = "/tmp/stock-gpu-app.jar"
 CLASSES = ROOT / "rm-plugin" / "target" / "test-classes" / "org" / "themis" / "yarn"
 MAIN_CLASSES = ROOT / "rm-plugin" / "target" / "classes" / "org" / "themis" / "yarn"

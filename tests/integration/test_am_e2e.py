@@ -8,6 +8,13 @@ its step count; each app's rho is reported (``themis status``); the f and the le
 yarn-site.xml are the ones in force; a malformed spec and a bid from a wrong app are refused
 without harming the running apps; every job's TensorBoard event files are in HDFS.
 
+Multi-host (``_assert_multi_host``, while the apps run): each AM runs on a NodeManager host
+whose address is not the RM's; its agent is connected to the agents' endpoint at the RM
+host's network address (not loopback); the AM's HTTP endpoint answers from another
+NodeManager host; every service port that another host must reach listens on a
+non-loopback address (only the Py4J channels between a JVM and its own Python child are on
+loopback).
+
 Environment: as tests/integration/minicluster.py, plus
   THEMIS_IT_MOUNT_SRC=1   bind-mount this checkout's ``themis/`` over the images' package
                           (iterate without rebuilding images)
@@ -25,12 +32,23 @@ from typing import Any
 
 import pytest
 
-from tests.integration.minicluster import _get, am_jar_and_mounts, running_minicluster, themis
+from tests.integration.minicluster import (
+    ADDR,
+    NMS,
+    NN,
+    RM,
+    _get,
+    address_of,
+    am_jar_and_mounts,
+    hosts,
+    running_minicluster,
+    tcp_sockets,
+    themis,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.timeout(900)]
 os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
 
-RM = "http://127.0.0.1:8088"
 LEASE_MS = 40000
 GRACE_MS = 10000
 KNOB = 0.0  # every app with pending asks bids (the default 0.8 would offer one of two)
@@ -106,7 +124,7 @@ def test_two_apps_share_gpus_fairly(cluster: dict[str, Any], tmp_path: Path) -> 
     # --- the f and lease of yarn-site.xml are in the RM's effective configuration
     from themis.submarine_am.client import Cluster
 
-    conf = Cluster().rm_conf()
+    conf = Cluster(RM, NN).rm_conf()
     for k, v in OVERRIDES.items():
         assert conf.get(k) == v, (k, conf.get(k))
 
@@ -150,18 +168,19 @@ def test_two_apps_share_gpus_fairly(cluster: dict[str, Any], tmp_path: Path) -> 
                 done += 1
         if not wrong_checked and all(statuses.get(a, {}).get("agent", {}) and
                                      statuses[a]["agent"].get("registered") for a in apps):
+            _assert_multi_host(cluster, apps)
             _wrong_bids(apps[0])
             wrong_checked = True
         if done == len(apps):
             break
         time.sleep(3)
-    finals = {a: _retrying(lambda a=a: Cluster().app(a)) for a in apps}
+    finals = {a: _retrying(lambda a=a: Cluster(RM, NN).app(a)) for a in apps}
     logs = "" if all(f["finalStatus"] == "SUCCEEDED" for f in finals.values()) \
         else _dump_logs(cluster)
     for a, f in finals.items():
         assert f["state"] == "FINISHED" and f["finalStatus"] == "SUCCEEDED", (a, f, logs)
     assert wrong_checked, "the AMs never registered with the arbiter"
-    finals_st = {a: (_retrying(lambda a=a: Cluster().am_status(a)) or statuses.get(a, {}))
+    finals_st = {a: (_retrying(lambda a=a: Cluster(RM, NN).am_status(a)) or statuses.get(a, {}))
                  for a in apps}
 
     # --- per-app rho was reported while they ran
@@ -233,6 +252,58 @@ def test_two_apps_share_gpus_fairly(cluster: dict[str, Any], tmp_path: Path) -> 
                      indent=1))
 
 
+def _assert_multi_host(cluster: dict[str, Any], apps: list[str]) -> None:
+    """The AMs run on NodeManager hosts and bid over the network to the RM host."""
+    from themis.submarine_am.client import Cluster
+
+    box = hosts(cluster)
+    rm_ip = address_of(box["rm"])
+    assert rm_ip == ADDR["rm"] and not rm_ip.startswith("127."), rm_ip
+    assert len({address_of(c) for c in box.values()}) == len(box), "hosts share an address"
+    # the agents' endpoint listens on the RM host's network address, not on loopback
+    agent_listen = {a for st, a, p, _, _ in tcp_sockets(box["rm"])
+                    if st == "LISTEN" and p == AGENT_PORT}
+    assert agent_listen and not any(a.startswith("127.") for a in agent_listen), agent_listen
+    assert agent_listen <= {rm_ip, "0.0.0.0", "::"}, agent_listen
+    for a in apps:
+        app = Cluster(RM, NN).app(a)
+        am_host = str(app.get("amHostHttpAddress", "")).split(":")[0]
+        assert am_host in NMS, app
+        am_ip = address_of(box[am_host])
+        assert am_ip != rm_ip, (am_host, am_ip)
+        socks = tcp_sockets(box[am_host])
+        # the AM's agent is connected to the RM host's address (over the bridge network)
+        assert any(st == "ESTABLISHED" and r == rm_ip and rp == AGENT_PORT and la == am_ip
+                   for st, la, _, r, rp in socks), (am_host, socks)
+        # the AM's HTTP endpoint (runners' reports) is advertised by host name and answers
+        # from another NodeManager host
+        raw = Cluster(RM, NN).hdfs().read_or_none(f"{Cluster(RM, NN).app_dir(a)}/am.json")
+        url = json.loads(raw or b"{}").get("tracking_url", "")
+        assert url.startswith(f"http://{am_host}:"), url
+        port = int(url.rstrip("/").rsplit(":", 1)[1])
+        assert any(st == "LISTEN" and p == port and not la.startswith("127.")
+                   for st, la, p, _, _ in socks), (url, socks)
+        other = next(n for n in NMS if n != am_host)
+        r = box[other].exec_run(["python3", "-c", "import sys, urllib.request; sys.stdout.write("
+                                 f"urllib.request.urlopen({url!r} + 'status', timeout=10)"
+                                 ".read().decode())"])
+        assert r.exit_code == 0 and json.loads(r.output)["app_id"] == a, r.output[-500:]
+    # every port another host must reach listens on a network address; loopback listeners
+    # are only the Py4J channels between a JVM and its own Python child and Docker's DNS
+    # (ephemeral ports)
+    must = {"rm": {8030, 8031, 8032, 8033, 8088, AGENT_PORT}, "nn": {9000, 9870},
+            "dn": {9864, 9866, 9867},
+            **{n: {8040 + 100 * i, 8041 + 100 * i, 8042 + 100 * i} for i, n in enumerate(NMS)}}
+    for name, ports in must.items():
+        listen = [(a, p) for st, a, p, _, _ in tcp_sockets(box[name]) if st == "LISTEN"]
+        for p in ports:
+            bound = {a for a, q in listen if q == p}
+            assert bound and not any(a.startswith("127.") or a == "::1" for a in bound), \
+                (name, p, listen)
+        loop = {p for a, p in listen if a.startswith("127.") or a == "::1"}
+        assert all(p >= 32768 for p in loop), (name, loop)  # ephemeral (port 0) only
+
+
 def _wrong_bids(victim: str) -> None:
     """A bid naming another app (wrong secret) is refused, and so is a registration that is
     not the app's AM (no AMRMToken, a made-up one; docs/yarn.md, "Security"); neither changes
@@ -242,7 +313,7 @@ def _wrong_bids(victim: str) -> None:
     from themis.rpc.testing import creds, stub
     from themis.rpc.v1 import arbiter_pb2 as pb
 
-    channel, s = stub(f"127.0.0.1:{AGENT_PORT}")
+    channel, s = stub(f"{ADDR['rm']}:{AGENT_PORT}")
     try:
         table = pb.BidTable(rho_current=1.0, bundles=[pb.Bundle(gpu_ids=["nm1:8041/0"],
                                                                 rho=0.5)])

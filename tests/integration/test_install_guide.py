@@ -35,17 +35,16 @@ from typing import Any
 
 import pytest
 
-from tests.integration.minicluster import NMS, ROOT, _get, running_minicluster, themis
+from tests.integration.minicluster import ADDR, NMS, NN, RM, ROOT, _get, running_minicluster, themis
 from tests.integration.stockapps import put_file, themis_state, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.timeout(900)]
 os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
 
 DOC = ROOT / "docs" / "install.md"
-RM = "http://127.0.0.1:8088"
 AGENT_PORT = 8642
 STOCK_CLASS = "org.apache.hadoop.yarn.server.resourcemanager.scheduler.capacity.CapacityScheduler"
-NM_WEB = {name: f"http://127.0.0.1:{8042 + 100 * i}" for i, name in enumerate(NMS)}
+NM_WEB = {name: f"http://{ADDR[name]}:{8042 + 100 * i}" for i, name in enumerate(NMS)}
 # The guide's variables, with the image's paths: the launcher renders the RM's configuration
 # from conf.template at every start, and /opt/hadoop/lib/* is the daemons' classpath.
 CONF_IN_RM = "/opt/hadoop/conf.template"
@@ -58,7 +57,7 @@ GUIDE_ENV = {
     "WHEELHOUSE": WHEELHOUSE_IN_RM,
     "RM_WEB": RM,
     "THEMIS_RM_URL": RM,
-    "THEMIS_WEBHDFS_URL": "http://127.0.0.1:9870",
+    "THEMIS_WEBHDFS_URL": NN,
     "HADOOP_USER_NAME": "root",
 }
 # block name -> (language, what the test does with it)
@@ -311,7 +310,8 @@ def test_install_guide(cluster: dict[str, Any]) -> None:
     log = rm_log(rm, since)
     for line in ("Themis scheduler initialised: fairness-knob=0.8, lease-duration-ms=600000",
                  "Themis engine registered",
-                 f"Themis agents' endpoint (gRPC) for application masters: 127.0.0.1:{AGENT_PORT}",
+                 # the RM's host name: agent-bind-host's default (no key in the guide)
+                 f"Themis agents' endpoint (gRPC) for application masters: rm:{AGENT_PORT}",
                  "Recovery started"):
         assert line in log, f"no {line!r} in the RM log:\n{log[-4000:]}"
     assert len(themis_bean()) == 1

@@ -1,8 +1,9 @@
 """The dockerised mini-cluster: NameNode, DataNode, ResourceManager and three NodeManagers
-(yarn.io/gpu 4/2/2 on two racks), all with host networking on 127.0.0.1.
+(yarn.io/gpu 4/2/2 on two racks), each a host with its own address on the mini-cluster's
+Docker network (172.31.0.0/24).
 
-Start-up and helpers: tests/integration/minicluster.py (testcontainers, host networking;
-images from docker/build.sh, built when missing). See docs/minicluster.md.
+Start-up and helpers: tests/integration/minicluster.py (testcontainers, the bridge network
+themis-mc-net; images from docker/build.sh, built when missing). See docs/minicluster.md.
 
 Skips only when no Docker daemon can be reached, even after scripts/docker-setup.sh.
 Environment:
@@ -22,7 +23,17 @@ from typing import Any
 
 import pytest
 
-from tests.integration.minicluster import NMS, NN, RM, _get, _nodes, running_minicluster
+from tests.integration.minicluster import (
+    ADDR,
+    NMS,
+    NN,
+    RM,
+    _get,
+    _nodes,
+    address_of,
+    hosts,
+    running_minicluster,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker]
 
@@ -42,8 +53,10 @@ def test_three_nodemanagers_with_gpus_on_two_racks(minicluster: dict[str, Any]) 
         assert n["state"] == "RUNNING", n
         assert n["gpus"] == gpus, n
         assert n["rack"] == rack, n
-    # NMs share 127.0.0.1 and are told apart by alias and port: NodeId = alias:port
+    # NodeId = host name:port, each NM a host with its own address
     assert {n["id"] for n in nodes.values()} == {"nm1:8041", "nm2:8141", "nm3:8241"}
+    box = hosts(minicluster)
+    assert {h: address_of(c) for h, c in box.items()} == ADDR
     assert len({n["rack"] for n in nodes.values()}) == 2
     assert sum(n["gpus"] for n in nodes.values()) == 8
 
@@ -51,7 +64,7 @@ def test_three_nodemanagers_with_gpus_on_two_racks(minicluster: dict[str, Any]) 
 def test_webhdfs_write_then_read(minicluster: dict[str, Any]) -> None:
     path = f"/themis-it/hello-{os.getpid()}.txt"
     payload = f"themis mini-cluster {time.time()}\n".encode()
-    # two-step create: the NameNode answers 307 with the DataNode's URL (127.0.0.1:9864)
+    # two-step create: the NameNode answers 307 with the DataNode's URL (its address, :9864)
     req = urllib.request.Request(
         f"{NN}/webhdfs/v1{path}?op=CREATE&overwrite=true&user.name=root", method="PUT"
     )
@@ -62,7 +75,7 @@ def test_webhdfs_write_then_read(minicluster: dict[str, Any]) -> None:
     except urllib.error.HTTPError as e:
         assert e.code == 307, e
         location = e.headers["Location"]
-    assert location.startswith("http://127.0.0.1:9864/"), location
+    assert location.startswith(f"http://{ADDR['dn']}:9864/"), location
     put = urllib.request.Request(location, data=payload, method="PUT")
     with urllib.request.urlopen(put, timeout=30) as r:
         assert r.status == 201
@@ -78,7 +91,7 @@ def test_webhdfs_write_then_read(minicluster: dict[str, Any]) -> None:
 
 
 def test_rm_launches_an_am_container_on_an_nm(minicluster: dict[str, Any]) -> None:
-    """The RM reaches the NMs by alias (nm1:8041, ...) to launch an AM container. The command is
+    """The RM reaches the NMs by host name (nm1:8041, ...) to launch an AM container. The command is
     not a real AM (it never registers), so the attempt ends, but only after it ran (exit 0)."""
     app_id = _post(f"{RM}/ws/v1/cluster/apps/new-application", None)["application-id"]
     spec = {

@@ -187,9 +187,19 @@ def test_rho_from_table() -> None:
     assert rho_from_table(t, ("a", "b", "c")) == 2.0
 
 
-def test_client_refuses_non_loopback() -> None:
-    with pytest.raises(ValueError, match=r"127\.0\.0\.1"):
-        AgentClient("10.0.0.1:1", "a", ModelBidder(app("a"), time.time))
+@pytest.mark.parametrize("address", ["10.0.0.1:1", "rm:8642", "rm.example.com:65535",
+                                     "[fd00::5]:8642", "127.0.0.1:8642"])
+def test_client_takes_any_host(address: str) -> None:
+    """An AM on a NodeManager host reaches the agents' endpoint on the RM host."""
+    assert AgentClient(address, "a", ModelBidder(app("a"), time.time)).address == address
+
+
+@pytest.mark.parametrize("address", ["", "rm", "rm:", ":8642", "rm:0", "rm:65536", "rm:86a",
+                                     "http://rm:8642", "rm:8642/x", "fd00::5:8642", "a b:1",
+                                     "rm:8642\n", "-rm:1"])
+def test_client_refuses_what_is_not_host_port(address: str) -> None:
+    with pytest.raises(ValueError, match="must be host:port"):
+        AgentClient(address, "a", ModelBidder(app("a"), time.time))
 
 
 @pytest.mark.parametrize("form", ["paper", "exact"])

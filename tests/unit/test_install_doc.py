@@ -19,10 +19,16 @@ def java_defaults() -> dict[str, str]:
     a literal default, or conf.getTrimmed(KEY, "default"))."""
     src = SETTINGS.read_text(encoding="utf-8")
     consts = dict(re.findall(r'String (\w+) = PREFIX \+ "([\w.-]+)";', src))
+    # a key read in its per-RM form (String k = perRm(conf, KEY)) counts as KEY
+    alias = dict(re.findall(r"String (\w+) = perRm\(conf, (\w+)\);", src))
+    consts.update({var: consts[key] for var, key in alias.items()})
+    src = re.sub(r"perRm\(conf, (\w+)\)", r"\1", src)
     out: dict[str, str] = {}
     for const, raw in re.findall(r"read(?:Double|Long|NonEmpty)\(conf, (\w+), ([^,)]+)", src):
         out[PREFIX + consts[const]] = raw.strip().strip('"').rstrip("L").replace("_", "")
     for const, raw in re.findall(r'conf\.getTrimmed\((\w+), "([^"]*)"\)', src):
+        if const not in consts:  # a YARN key (yarn.resourcemanager.bind-host, ...)
+            continue
         out.setdefault(PREFIX + consts[const], raw)
     assert len(consts) >= 20 and set(out) == {PREFIX + k for k in consts.values()}, \
         sorted(set(PREFIX + k for k in consts.values()) - set(out))

@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import math
 import random
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -54,6 +55,21 @@ class ClientStats:
     last_error: str = ""
 
 
+_HOST_PORT = re.compile(
+    r"(?P<host>[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\]):(?P<port>[0-9]{1,5})")
+
+
+def check_address(address: str) -> str:
+    """``address`` if it is ``host:port`` (a host name, an IPv4 address or a bracketed IPv6
+    address, and a TCP port 1-65535); else ValueError naming it. Any host is accepted: the
+    AM's agent reaches the RM host's agents' endpoint over the cluster's network."""
+    m = _HOST_PORT.fullmatch(address)
+    if m is None or not 0 < int(m["port"]) <= 65535:
+        raise ValueError(f"arbiter address {address!r}: must be host:port (e.g. rm:8642, "
+                         "10.0.0.5:8642 or [fd00::5]:8642)")
+    return address
+
+
 class AgentClient:
     def __init__(
         self,
@@ -76,11 +92,10 @@ class AgentClient:
         AMRMToken rolls over). ``tls``: channel credentials (themis.arbiter.tls) for an
         endpoint serving TLS; None = plaintext."""
         self.addresses = parse_addresses(address)
-        if not self.addresses:
-            raise ValueError("arbiter address is empty")
+        if not self.addresses or any(c in address for c in "\n\r\t"):
+            check_address(address)  # raises, naming it
         for a in self.addresses:
-            if not a.startswith("127.0.0.1:"):
-                raise ValueError(f"arbiter address {a!r}: only 127.0.0.1 is allowed")
+            check_address(a)
         self.address = self.addresses[0]  # the candidate in use
         self.app_id = app_id
         self.bidder = bidder

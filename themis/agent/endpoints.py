@@ -35,21 +35,26 @@ RM_ADDRESS_KEY = "yarn.resourcemanager.address"
 Lookup = Callable[[str], str]
 
 
-def _host(value: str) -> str:
-    """A host as agents dial it: the wildcard and ``localhost`` mean this machine."""
-    host = value.strip() or "127.0.0.1"
-    return "127.0.0.1" if host in ("0.0.0.0", "localhost") else host
+def _host(value: str, unspecific: str) -> str:
+    """A host as agents dial it: one that names no particular machine (empty, the wildcard,
+    ``localhost``, 127.x) is ``unspecific``; IPv6 addresses in brackets."""
+    host = value.strip()
+    if host in ("", "0.0.0.0", "::", "localhost") or host.startswith("127."):
+        host = unspecific
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
 
 
-def agent_addresses(get: Lookup) -> list[str]:
-    """The candidate ``host:port`` addresses of the agents' endpoint, most likely first."""
+def agent_addresses(get: Lookup, unspecific: str = "127.0.0.1") -> list[str]:
+    """The candidate ``host:port`` addresses of the agents' endpoint, most likely first.
+    ``unspecific``: the host to dial where the configuration names no particular machine
+    (this machine by default; ``themis submit`` passes the host it reached the RM at)."""
     shared = get(AGENT_ADDRESS_KEY).strip()
     ids = [i.strip() for i in get(HA_IDS_KEY).split(",") if i.strip()]
     if get(HA_ENABLED_KEY).strip().lower() != "true" or not ids:
         if shared:
             return [shared]
         port = get(AGENT_PORT_KEY).strip() or DEFAULT_AGENT_PORT
-        return [f"{_host(get(RM_HOSTNAME_KEY))}:{port}"]
+        return [f"{_host(get(RM_HOSTNAME_KEY), unspecific)}:{port}"]
     out: list[str] = []
     for i in ids:
         addr = get(f"{AGENT_ADDRESS_KEY}.{i}").strip() or shared
@@ -61,7 +66,7 @@ def agent_addresses(get: Lookup) -> list[str]:
                 host = get(RM_HOSTNAME_KEY)
             port = (get(f"{AGENT_PORT_KEY}.{i}").strip() or get(AGENT_PORT_KEY).strip()
                     or DEFAULT_AGENT_PORT)
-            addr = f"{_host(host)}:{port}"
+            addr = f"{_host(host, unspecific)}:{port}"
         if addr not in out:
             out.append(addr)
     return out

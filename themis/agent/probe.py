@@ -39,7 +39,8 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m themis.agent.probe", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--arbiter", required=True,
-                   help="host:port of the arbiter's gRPC service (127.0.0.1 only)")
+                   help="host:port of the arbiter's gRPC service (on YARN: the RM host's "
+                        "agents' endpoint, e.g. rm:8642)")
     p.add_argument("--app-id", required=True,
                    help="app id to register (on YARN: the application id, application_..._N)")
     p.add_argument("--demand", type=int, default=2,

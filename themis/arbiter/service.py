@@ -1,6 +1,8 @@
 """The arbiter's gRPC service (proto/themis/v1/arbiter.proto) over an :class:`ArbiterCore`.
 
-``ArbiterServer(backend, config).start(port=0)`` returns the port (default host 127.0.0.1).
+``ArbiterServer(backend, config).start(port=0, host=...)`` returns the port. The host is the
+caller's: 127.0.0.1 by default (standalone mode, every AM on this machine); the YARN engine
+binds ``yarn.resourcemanager.themis.agent-bind-host`` so AMs on NodeManager hosts reach it.
 
 The server is a ``grpc.aio`` (asyncio) server on its own event-loop thread: a call waiting
 for its request message, and an open ``Events`` stream, cost memory, not a worker thread, so
@@ -39,7 +41,7 @@ from themis.rpc.v1 import arbiter_pb2 as pb
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-HOST = "127.0.0.1"
+HOST = "127.0.0.1"  # the default bind host (standalone mode); see start()
 MAX_MESSAGE_BYTES = 32 << 20  # a 4,096-GPU agent menu with long GPU ids is ~25 MB
 MAX_DETAILS = 1024  # characters of a status message
 # concurrent calls on one HTTP/2 connection: gRPC channels of one process to one address
@@ -224,6 +226,11 @@ def _next(events: _WakingQueue) -> object:
         return _EMPTY
 
 
+def _bracketed(host: str) -> str:
+    """``host`` as it goes before ``:port``: IPv6 addresses in brackets."""
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
 class ArbiterServer:
     """A gRPC server (asyncio, on its own thread) + round loop. ``max_workers`` bounds the
     threads that run the calls' work (not the open calls or streams)."""
@@ -271,7 +278,7 @@ class ArbiterServer:
             pool.shutdown(wait=False)
             raise
         self._loop, self._thread, self._pool = loop, thread, pool
-        self.host = host
+        self.host = _bracketed(host)
         if own_rounds:
             self.core.start()
         log.info("arbiter listening on %s:%d (%s, epoch %s)", host, self.port,
@@ -285,7 +292,7 @@ class ArbiterServer:
             ("grpc.max_concurrent_streams", MAX_STREAMS_PER_CONNECTION),
         ])
         add_servicer(ArbiterServicer(self.core, pool), server)
-        address = f"{host}:{port}"
+        address = f"{_bracketed(host)}:{port}"
         try:
             bound = (server.add_secure_port(address, creds) if creds is not None
                      else server.add_insecure_port(address))

@@ -15,8 +15,9 @@ the shell:
   checkpoint (same step count);
 * the Hyperband state, the agent's secret and restart counts are saved in HDFS
   (``<app dir>/state.json``); a new AM attempt resumes from there;
-* ``GET /`` (= ``/status``) on 127.0.0.1 (the AM's tracking URL) returns a JSON status:
-  rho, GPUs, jobs, reallocations.
+* ``GET /`` (= ``/status``) at the AM's tracking URL returns a JSON status: rho, GPUs, jobs,
+  reallocations. The HTTP server (also the job runners' ``POST /api/report``, from any
+  NodeManager host) binds and advertises the hosts of :func:`http_hosts`.
 
 The controller (:class:`AppMaster`) is independent of Py4J and gRPC transport details: it
 takes a :class:`Shell` (the JVM, or a fake in tests) and an arbiter address.
@@ -34,7 +35,7 @@ import sys
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -136,6 +137,7 @@ class AppMaster:
         self.state = "STARTING"
         self.message = ""
         self.tracking_url = ""
+        self.http_host = "127.0.0.1"  # set by start_http (http_hosts)
         self.agent: Any = None
         self.bidder: LiveBidder | None = None
         self._reports: queue.Queue[dict[str, Any]] = queue.Queue()
@@ -257,11 +259,12 @@ class AppMaster:
                     stop = body.get("container", "") in am._stop_set
                 self._send(200, {"stop": stop})
 
-        self._http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        bind, self.http_host = http_hosts(os.environ)
+        self._http = ThreadingHTTPServer((bind, 0), Handler)
         self._http.daemon_threads = True
         threading.Thread(target=self._http.serve_forever, name="am-http", daemon=True).start()
         port = self._http.server_address[1]
-        self.tracking_url = f"http://127.0.0.1:{port}/"
+        self.tracking_url = f"http://{url_host(self.http_host)}:{port}/"
         return self.tracking_url
 
     # ----------------------------------------------------------------- agent
@@ -821,7 +824,7 @@ class AppMaster:
         self.load_state()
         url = self.start_http()
         self._publish()
-        reg = json.loads(self.shell.start("127.0.0.1", 0, url, self.heartbeat_ms))
+        reg = json.loads(self.shell.start(self.http_host, 0, url, self.heartbeat_ms))
         for c in reg.get("previous_containers", []):  # not kept across attempts: give back
             self.shell.release(str(c["container"]))
         self._publish_am_info()
@@ -888,6 +891,42 @@ class AppMaster:
             log.warning("cannot publish am.json: %s", e)
 
 
+# ------------------------------------------------------------------------- addresses
+def http_hosts(env: Mapping[str, str]) -> tuple[str, str]:
+    """(bind host, advertised host) of the AM's HTTP server. Advertised (tracking URL, host
+    registered with the RM, the runners' ``--am``): ``THEMIS_AM_HOST``, else ``NM_HOST`` (the
+    NodeManager's host name, which YARN puts in every container's environment), else
+    127.0.0.1 (outside YARN). Bind: ``THEMIS_AM_BIND_HOST`` (e.g. 0.0.0.0), else the
+    advertised host: job runners on other NodeManagers reach it there."""
+    advertised = env.get("THEMIS_AM_HOST") or env.get("NM_HOST") or "127.0.0.1"
+    return env.get("THEMIS_AM_BIND_HOST") or advertised, advertised
+
+
+def url_host(host: str) -> str:
+    """``host`` for a URL (IPv6 addresses in brackets)."""
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
+def default_arbiter(conf: Callable[[str, str], str]) -> str:
+    """The agents' endpoint from the cluster's configuration, when the client did not set
+    ``THEMIS_ARBITER``: ``agent-address``, else the RM host name and ``agent-port``; with RM
+    HA one candidate per RM id, comma-separated as AgentClient takes them
+    (:mod:`themis.agent.endpoints`)."""
+    from themis.agent import endpoints as ep
+
+    def get(key: str) -> str:
+        return str(conf(key, "") or "")
+
+    ha = get(ep.HA_ENABLED_KEY).strip().lower() == "true"
+    if (not ha and not get(ep.AGENT_ADDRESS_KEY).strip()
+            and get(ep.RM_HOSTNAME_KEY).strip() in ("", "0.0.0.0")):
+        raise SystemExit("themis.submarine_am.am: no THEMIS_ARBITER, no "
+                         "yarn.resourcemanager.themis.agent-address and no "
+                         "yarn.resourcemanager.hostname: cannot tell where the agents' "
+                         "endpoint is")
+    return ",".join(ep.agent_addresses(get))
+
+
 # ------------------------------------------------------------------------------ main
 
 
@@ -900,14 +939,6 @@ def container_command(python: str, am_url: str, job_id: str, run_id: int, tb_dir
             f"--job-id {shlex.quote(job_id)} --run-id {run_id} --logdir tflogs "
             f"--tensorboard-dir {shlex.quote(tb_dir)} --report-every {report_every_s} "
             f"--command-b64 {encode_command(job_cmd)} 1><LOG_DIR>/stdout 2><LOG_DIR>/stderr")
-
-
-def _arbiter_from_conf(entry: Any) -> str:
-    """The agents' endpoint candidates from the AM's yarn-site.xml, one per RM id with RM HA
-    (:mod:`themis.agent.endpoints`), comma-separated as AgentClient takes them."""
-    from themis.agent.endpoints import agent_addresses
-
-    return ",".join(agent_addresses(lambda key: str(entry.conf(key, "") or "")))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -933,7 +964,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     app_dir = env.get("THEMIS_APP_DIR") or f"/user/{user}/.themis/{app_id}"
     raw = hdfs.read(env.get("THEMIS_SPEC_PATH") or f"{app_dir}/spec.json")
     spec = AppSpec.from_json(raw.decode())
-    arbiter = env.get("THEMIS_ARBITER", "") or _arbiter_from_conf(gateway.entry_point)
+    arbiter = env.get("THEMIS_ARBITER", "") or default_arbiter(
+        lambda k, d: str(gateway.entry_point.conf(k, d) or ""))
     try:  # the AMRMToken registers, TLS as the cluster says (docs/yarn.md, "Security")
         options = agent_options(env, gateway.entry_point)
     except ValueError as e:

@@ -13,6 +13,7 @@ import base64
 import json
 import os
 import urllib.error
+import urllib.parse
 import urllib.request
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping
@@ -89,8 +90,11 @@ class Cluster:
     def arbiter_address(self, conf: dict[str, str]) -> str:
         """Where AMs reach the agents' endpoint: ``agent-address``, else the RM host and
         ``agent-port`` of the cluster's yarn-site.xml; with RM HA one candidate per RM id,
-        comma-separated (:mod:`themis.agent.endpoints`)."""
-        return ",".join(agent_addresses(from_mapping(conf)))
+        comma-separated (:mod:`themis.agent.endpoints`). A host that names no particular
+        machine (empty, 0.0.0.0, localhost, 127.x) is replaced by the host this client
+        reached the RM at (``rm_url``)."""
+        here = urllib.parse.urlsplit(self.rm_url).hostname or "127.0.0.1"
+        return ",".join(agent_addresses(from_mapping(conf), unspecific=here))
 
     def app_dir(self, app_id: str) -> str:
         return f"/user/{self.user}/.themis/{app_id}"
@@ -125,6 +129,8 @@ class Cluster:
             "PYTHONUNBUFFERED": "1",
             **agent_tls_env(conf),
         }
+        if os.environ.get("THEMIS_AM_BIND_HOST"):  # the AM's HTTP bind address (am.http_hosts)
+            env["THEMIS_AM_BIND_HOST"] = os.environ["THEMIS_AM_BIND_HOST"]
         heap = max(128, spec.am.memory_mb // 3)
         command = (f"java {JVM_OPTS.format(heap=heap)} {AM_MAIN} "
                    "1><LOG_DIR>/AppMaster.stdout 2><LOG_DIR>/AppMaster.stderr")

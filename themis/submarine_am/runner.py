@@ -3,11 +3,12 @@
 It starts the job command (in its own process group), follows the job's TensorFlow event
 logs with the :class:`~themis.profiler.Profiler` and its JSON-lines stdout
 (``start``/``checkpoint``/``exit`` of :mod:`themis.jobs.train`), and reports progress to the
-AM over HTTP (``POST <am>/api/report`` with the container's token from
-``$THEMIS_REPORT_TOKEN``, themis.submarine_am.security) every ``--report-every`` seconds. When the
-AM's answer says ``stop`` (the app lost the GPUs: lease expiry, preemption) it sends the
-job SIGTERM, so the job checkpoints to HDFS and exits; the container then ends and the GPUs
-are free. SIGTERM to the runner itself (NM stopping the container) is forwarded the same way.
+AM over HTTP (``POST <am>/api/report`` on the AM's NodeManager host, which may be another
+host than the job's, with the container's token from ``$THEMIS_REPORT_TOKEN``,
+themis.submarine_am.security) every ``--report-every`` seconds. When the AM's answer says
+``stop`` (the app lost the GPUs: lease expiry, preemption) it sends the job SIGTERM, so the
+job checkpoints to HDFS and exits; the container then ends and the GPUs are free. SIGTERM
+to the runner itself (NM stopping the container) is forwarded the same way.
 
 Start-up slots: a job's start (Python, TensorFlow import, restore) is CPU-bound and
 single-threaded, and jobs moved at a lease end start together. Running more start-ups at
@@ -291,7 +292,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m themis.submarine_am.runner",
                                 description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--am", required=True, help="AM base URL (http://127.0.0.1:PORT)")
+    p.add_argument("--am", required=True,
+                   help="AM base URL, its tracking URL (http://NM_HOST:PORT of the AM's host)")
     p.add_argument("--job-id", required=True)
     p.add_argument("--run-id", type=int, default=0)
     p.add_argument("--logdir", type=Path, default=Path("tflogs"))

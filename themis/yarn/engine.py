@@ -1,6 +1,7 @@
 """The engine process started by the RM plugin: ``python -m themis.yarn.engine``.
 
-It connects to the Py4J gateway of the ResourceManager (loopback; port and auth token from
+It connects to the Py4J gateway of the ResourceManager (its parent process, over loopback;
+port and auth token from
 ``THEMIS_GATEWAY_PORT`` / ``THEMIS_GATEWAY_TOKEN`` or ``--port`` / ``--token``), starts a
 callback server on an ephemeral port, registers an object implementing the Java interface
 ``org.themis.yarn.ThemisEngine`` and then serves rounds until the RM goes away.
@@ -184,8 +185,9 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
         "--agent-host",
         type=arg_type("THEMIS_AGENT_HOST"),
         default=None,
-        help="address the agents' endpoint binds to (default: THEMIS_AGENT_HOST, else "
-        "127.0.0.1)",
+        help="address the agents' endpoint binds to (default $THEMIS_AGENT_HOST, which the RM "
+        "sets from yarn.resourcemanager.themis.agent-bind-host, its bind-host or its hostname; "
+        "127.0.0.1 when run by hand without it)",
     )
     p.add_argument(
         "--agent-tls",

@@ -15,12 +15,13 @@ import org.apache.hadoop.net.CachedDNSToSwitchMapping;
 import org.apache.hadoop.net.NetworkTopology;
 
 /**
- * Rack mapping by host NAME, for the mini-cluster where every NodeManager runs on 127.0.0.1 and
- * is told apart by a host alias (nm1, nm2, ...) that resolves to 127.0.0.1.
+ * Rack mapping by host name as given, for the mini-cluster, whose NodeManagers are hosts nm1,
+ * nm2, ... on its Docker network (the table lists each by name and by address).
  *
  * <p>Hadoop's TableMapping/ScriptBasedMapping normalise host names to IP addresses before the
- * lookup (CachedDNSToSwitchMapping.resolve calls NetUtils.normalizeHostNames), so with every
- * NodeManager on 127.0.0.1 they would all land on one rack. YARN's RackResolver wraps any mapping
+ * lookup (CachedDNSToSwitchMapping.resolve calls NetUtils.normalizeHostNames), so a table
+ * keyed by names (or a host that resolves differently in the RM) would miss. YARN's
+ * RackResolver wraps any mapping
  * that is not a CachedDNSToSwitchMapping in one, so this class extends it and overrides
  * {@link #resolve(List)} to look names up as given (also "host:port", then the bare host).
  *

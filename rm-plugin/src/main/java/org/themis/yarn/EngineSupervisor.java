@@ -343,6 +343,11 @@ public final class EngineSupervisor {
     env.put("THEMIS_IDEAL_TIME", settings.idealTime());
     env.put("THEMIS_STARVATION", settings.starvation());
     env.put("THEMIS_AGENT_PORT", Integer.toString(settings.agentPort()));
+    // agent-bind-host when set; else THEMIS_AGENT_HOST of the RM's environment (yarn-env.sh);
+    // else the RM's bind-host / hostname (ThemisSettings)
+    if (settings.agentBindHostSet() || !env.containsKey("THEMIS_AGENT_HOST")) {
+      env.put("THEMIS_AGENT_HOST", settings.agentBindHost());
+    }
     env.put("THEMIS_LEASE_MS", Long.toString(settings.leaseDurationMs()));
     // TLS of the agents' endpoint (docs/yarn.md, "Security"): on unless agent-tls.enabled=false
     env.put("THEMIS_AGENT_TLS", settings.agentTls() ? "on" : "off");

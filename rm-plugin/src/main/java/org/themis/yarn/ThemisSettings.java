@@ -32,6 +32,7 @@ public final class ThemisSettings {
   public static final String AGENT_TLS_CERT = PREFIX + "agent-tls.cert-file";
   public static final String AGENT_TLS_KEY = PREFIX + "agent-tls.key-file";
   public static final String AGENT_TLS_TRUST = PREFIX + "agent-tls.trust-file";
+  public static final String AGENT_BIND_HOST = PREFIX + "agent-bind-host";
   public static final String ENGINE_RESTART_BACKOFF_MS = PREFIX + "engine-restart-backoff-ms";
   public static final String ENGINE_RESTART_BACKOFF_MAX_MS = PREFIX + "engine-restart-backoff-max-ms";
   public static final String ENGINE_START_TIMEOUT_MS = PREFIX + "engine-start-timeout-ms";
@@ -78,6 +79,8 @@ public final class ThemisSettings {
   private final String agentTlsCert;
   private final String agentTlsKey;
   private final String agentTlsTrust;
+  private final String agentBindHost;
+  private final boolean agentBindHostSet;
   private final long restartBackoffMs;
   private final long restartBackoffMaxMs;
   private final long engineStartTimeoutMs;
@@ -133,6 +136,28 @@ public final class ThemisSettings {
     }
     agentPort = (int) port;
     agentAddress = conf.getTrimmed(perRm(conf, AGENT_ADDRESS), "");
+    if (!agentAddress.isEmpty() && !HOST_PORT.matcher(agentAddress).matches()) {
+      throw bad(perRm(conf, AGENT_ADDRESS), agentAddress,
+          "must be host:port (a name or address and a TCP port), e.g. rm1.example.com:8642");
+    }
+    // Where the agents' endpoint listens. As the RM's own RPC servers do: the explicit key,
+    // else yarn.resourcemanager.bind-host, else the address of yarn.resourcemanager.hostname
+    // (with RM HA the .<rm-id> forms first; 0.0.0.0 = every interface when the cluster leaves it at yarn-default's value).
+    String bind = conf.getTrimmed(perRm(conf, AGENT_BIND_HOST), "");
+    agentBindHostSet = !bind.isEmpty();
+    if (bind.isEmpty()) {
+      bind = conf.getTrimmed(RM_BIND_HOST, "");
+    }
+    if (bind.isEmpty()) {
+      bind = conf.getTrimmed(perRm(conf, RM_HOSTNAME), "");
+    }
+    if (bind.isEmpty()) {
+      bind = "0.0.0.0";
+    }
+    if (!HOST.matcher(bind).matches()) {
+      throw bad(AGENT_BIND_HOST, bind, "must be a host name or an address (no port), e.g. 0.0.0.0");
+    }
+    agentBindHost = bind;
     // TLS of the agents' endpoint (docs/yarn.md, "Security"): on unless set to false
     String tls = conf.getTrimmed(AGENT_TLS_ENABLED, "true").toLowerCase(Locale.ROOT);
     if (!tls.equals("true") && !tls.equals("false")) {
@@ -222,6 +247,14 @@ public final class ThemisSettings {
       throw bad(key, path, "cannot read: " + e.getMessage());
     }
   }
+  private static final String RM_HOSTNAME = "yarn.resourcemanager.hostname";
+  private static final String RM_BIND_HOST = "yarn.resourcemanager.bind-host";
+  /** A host name, an IPv4 address or an IPv6 address (brackets optional). */
+  private static final String NAME = "[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?";
+  private static final java.util.regex.Pattern HOST =
+      java.util.regex.Pattern.compile(NAME + "|\\[?[0-9A-Fa-f:.]*:[0-9A-Fa-f:.]*\\]?");
+  private static final java.util.regex.Pattern HOST_PORT =
+      java.util.regex.Pattern.compile("(" + NAME + "|\\[[0-9A-Fa-f:.]+\\]):[0-9]{1,5}");
 
   /** Reads and validates; throws IllegalArgumentException naming the first bad key. */
   public static ThemisSettings from(Configuration conf) {
@@ -302,6 +335,10 @@ public final class ThemisSettings {
   public String agentTlsKey() { return agentTlsKey; }
   /** CA certificate(s) AMs trust (default: the cert file, for a self-signed one). */
   public String agentTlsTrust() { return agentTlsTrust; }
+  /** Where the agents' endpoint binds (see {@link #AGENT_BIND_HOST}). */
+  public String agentBindHost() { return agentBindHost; }
+  /** Whether {@link #AGENT_BIND_HOST} itself is set (it then wins over THEMIS_AGENT_HOST). */
+  public boolean agentBindHostSet() { return agentBindHostSet; }
   public long restartBackoffMs() { return restartBackoffMs; }
   public long restartBackoffMaxMs() { return restartBackoffMaxMs; }
   public long engineStartTimeoutMs() { return engineStartTimeoutMs; }

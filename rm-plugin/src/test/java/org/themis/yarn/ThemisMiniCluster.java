@@ -44,6 +44,9 @@ final class ThemisMiniCluster implements AutoCloseable {
     // Plaintext agents' endpoint, set explicitly (TLS is on by default and needs a PEM
     // certificate; AgentTlsSettingsTest and tests/unit/test_agent_auth.py cover TLS).
     conf.setBoolean(ThemisSettings.AGENT_TLS_ENABLED, false);
+    // Tests talk to loopback only: the agents' endpoint on 127.0.0.1 (the default would be
+    // the RM's hostname, which MiniYARNCluster sets to this machine's name).
+    conf.set(ThemisSettings.AGENT_BIND_HOST, "127.0.0.1");
     return conf;
   }
 

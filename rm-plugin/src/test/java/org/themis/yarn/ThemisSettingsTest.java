@@ -80,6 +80,10 @@ class ThemisSettingsTest {
       "yarn.resourcemanager.themis.engine-enabled|yes",
       "yarn.resourcemanager.themis.metrics.top-apps|-1",
       "yarn.resourcemanager.themis.metrics.top-apps|1001",
+      "yarn.resourcemanager.themis.agent-bind-host|rm:8642",
+      "yarn.resourcemanager.themis.agent-bind-host|'a b'",
+      "yarn.resourcemanager.themis.agent-address|rm",
+      "yarn.resourcemanager.themis.agent-address|http://rm:8642",
   })
   void badValueNamesKeyAndValue(String key, String value) {
     Configuration c = new Configuration(false);
@@ -88,6 +92,26 @@ class ThemisSettingsTest {
         assertThrows(IllegalArgumentException.class, () -> ThemisSettings.from(c));
     assertTrue(e.getMessage().contains(key), e.getMessage());
     assertTrue(e.getMessage().contains("'" + value + "'"), e.getMessage());
+  }
+
+  @Test
+  void agentEndpointBindsWhereTheRmsOwnServersDo() {
+    Configuration c = new Configuration(false);
+    ThemisSettings s = ThemisSettings.from(c);
+    assertEquals("0.0.0.0", s.agentBindHost());  // yarn-default's RM hostname
+    assertFalse(s.agentBindHostSet());
+    c.set("yarn.resourcemanager.hostname", "rm");
+    assertEquals("rm", ThemisSettings.from(c).agentBindHost());
+    c.set("yarn.resourcemanager.bind-host", "0.0.0.0");
+    assertEquals("0.0.0.0", ThemisSettings.from(c).agentBindHost());
+    c.set(ThemisSettings.AGENT_BIND_HOST, " 172.31.0.4 ");
+    s = ThemisSettings.from(c);
+    assertEquals("172.31.0.4", s.agentBindHost());
+    assertTrue(s.agentBindHostSet());
+    c.set(ThemisSettings.AGENT_BIND_HOST, "::");
+    assertEquals("::", ThemisSettings.from(c).agentBindHost());
+    c.set(ThemisSettings.AGENT_ADDRESS, "rm.example.com:8642");
+    assertEquals("rm.example.com:8642", ThemisSettings.from(c).agentAddress());
   }
 
   @Test
