@@ -50,8 +50,9 @@ from themis.cluster.topology import Gpu, locality_of
 from themis.profiler import Profiler
 from themis.standalone.jobs import JobRunner, Segment
 from themis.standalone.spec import AppSpec
-from themis.submarine_am.hyperband import Hyperband, JobStatus
+from themis.submarine_am.hyperband import JobStatus
 from themis.submarine_am.packing import JobNeed, gpu_counts, place
+from themis.submarine_am.spec import render_command
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +129,7 @@ class AppMaster:
         min_lease_left_s: float = 0.0,
         kill_after_s: float = 30.0,
         registry: GpuRegistry | None = None,
-        max_failures: int = 3,
+        max_failures: int | None = None,
         emit: Callable[[str], None] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -144,20 +145,16 @@ class AppMaster:
         self.min_lease_left_s = min_lease_left_s
         self.kill_after_s = kill_after_s
         self.registry = registry or GpuRegistry()
-        self.max_failures = max_failures
+        # a job is retried job.max_restarts times, then ranked last
+        self.max_failures = spec.max_restarts + 1 if max_failures is None else max_failures
         self.emit = emit or (lambda msg: None)
         self.clock = clock
         self.state = "waiting"  # waiting -> running -> done | failed | stopped
         self.error = ""
-        self.hb = Hyperband(
-            space=spec.space(), max_resource=spec.hyperband.max_resource,
-            eta=spec.hyperband.eta, steps_per_unit=spec.hyperband.steps_per_unit,
-            seed=spec.seed, max_gpus_per_job=spec.hyperband.max_gpus_per_job,
-            app_id=spec.name, default_iter_time=max(spec.step_time_ms, 1.0) / 1000.0,
-            brackets=spec.hyperband.brackets,
-        )
+        self.hb = spec.make_hyperband(
+            spec.name, default_iter_time=max(spec.step_time_ms, 1.0) / 1000.0)
         self.planned_steps = spec.planned_steps()
-        self.profiler = Profiler()
+        self.profiler = Profiler(metric=spec.objective.metric)
         self.runners: dict[str, JobRunner] = {}
         self.client: AgentClient | None = None
         self.bidder: LiveBidder | None = None
@@ -294,11 +291,25 @@ class AppMaster:
     def _sync_jobs(self) -> None:
         for job in self.hb.jobs.values():
             if job.id not in self.runners:
-                runner = JobRunner(job.id, dict(job.config), dict(self.spec.job),
-                                   self.root / "jobs" / job.id, self.spec.step_time_ms)
+                runner = JobRunner(job.id, dict(job.config), dict(self.spec.args),
+                                   self.root / "jobs" / job.id, self.spec.step_time_ms,
+                                   render=self._renderer(job.id), env=dict(self.spec.env))
                 self.runners[job.id] = runner
                 runner.logdir.mkdir(parents=True, exist_ok=True)
                 self.profiler.add_job(job.id, runner.logdir)
+
+    def _renderer(self, job_id: str) -> Callable[[int, int], str] | None:
+        """``job.command`` rendered for this machine, given a segment's step target and
+        GPU count (None for the bundled job: JobRunner builds its command line with the
+        emulated GPU speed)."""
+        if not self.spec.command:
+            return None
+        job, jobs = self.hb.jobs[job_id], self.root / "jobs" / job_id
+        fixed = {**{k: v for k, v in job.config.items() if k != "_"}, "job_id": job_id,
+                 "app_id": self.name, "logdir": jobs / "logs", "seed": self.spec.seed,
+                 "checkpoint_uri": jobs / "checkpoints"}
+        return lambda steps, gpus: render_command(
+            self.spec, {**fixed, "max_steps": steps, "num_gpus": gpus})
 
     def _model(self) -> AppModel:
         return self.hb.to_app_model(self.start_time, self._profile)
@@ -318,7 +329,7 @@ class AppMaster:
                       f"{where}")
         if seg.end_step is not None and seg.exit_status == 0:
             prof = self.profiler.jobs.get(runner.job_id)
-            loss = prof.latest_loss() if prof else None
+            loss = prof.objective_value() if prof else None
             if job.status is JobStatus.RUNNING:
                 self._report(runner.job_id, seg.end_step, loss)
         if runner.failures >= self.max_failures and job.status is JobStatus.RUNNING:
@@ -351,7 +362,7 @@ class AppMaster:
             job = self.hb.jobs[job_id]
             if job.status is JobStatus.RUNNING:
                 prof = self.profiler.job(job_id)
-                self._report(job_id, prof.steps_done, prof.latest_loss())
+                self._report(job_id, prof.steps_done, prof.objective_value())
         # 3. refresh the agent's model (rho and bids from profiled iteration times)
         assert self.client is not None and self.bidder is not None
         if not self.hb.done:
@@ -442,7 +453,7 @@ class AppMaster:
 
         order = sorted(running, key=lambda j: (
             not bound(j.id), -states[j.id].iters_left * states[j.id].serial_iter_time, j.id))
-        chosen = order[: len(gpu_ids)]
+        chosen = order[: min(len(gpu_ids), self.spec.max_parallel_jobs or len(gpu_ids))]
         counts = gpu_counts([JobNeed(j.id, states[j.id].iters_left * states[j.id].
                                      serial_iter_time, states[j.id].max_demand)
                              for j in chosen], len(gpu_ids))
@@ -458,6 +469,9 @@ class AppMaster:
         return out
 
     def _finish(self, now: float) -> None:
+        for r in self.runners.values():  # jobs stopped when a trial reached the target
+            if r.live and r.stop_sent is None:
+                r.stop("search done")
         if any(r.live for r in self.runners.values()):
             self._update_snapshot(now)
             return  # the last processes are writing their final checkpoints
@@ -469,8 +483,9 @@ class AppMaster:
             self.client = None
         self._held = []
         self.held_changes.append((round(now - self.t0, 3), []))
-        self.emit(f"{self.name}: DONE in {now - self.start_time:.1f}s; best "
-                  f"{best.id if best else '-'} loss "
+        reached = " (target reached)" if self.hb.target_reached else ""
+        self.emit(f"{self.name}: DONE in {now - self.start_time:.1f}s{reached}; best "
+                  f"{best.id if best else '-'} {self.spec.objective.metric} "
                   f"{best.loss if best and best.loss is not None else float('nan'):.4f}")
         self._update_snapshot(now)
 

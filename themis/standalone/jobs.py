@@ -24,6 +24,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -32,12 +33,9 @@ import themis
 from themis.agent.placement import PlacementProfile
 from themis.cluster.topology import Gpu, Locality, locality_of
 from themis.submarine_am.searchspace import Value
+from themis.submarine_am.spec import BUNDLED_FLAGS
 
 log = logging.getLogger(__name__)
-
-_FLAGS = {"learning_rate", "batch_size", "hidden_units", "num_layers", "dropout",
-          "optimizer", "momentum", "dataset", "checkpoint_every", "eval_every",
-          "keep_checkpoints"}
 
 
 @dataclass
@@ -74,6 +72,10 @@ class JobRunner:
     root: Path  # <out>/apps/<app>/jobs/<job>
     step_time_ms: float
     python: str = sys.executable
+    #: a user's ``job.command`` (run with ``bash -c``) from (step target, GPU count);
+    #: None: the bundled job, with the emulated GPU speed
+    render: Callable[[int, int], str] | None = None
+    env: dict[str, str] = field(default_factory=dict)  # job.env
     segments: list[Segment] = field(default_factory=list)
     failures: int = 0
     not_before: float = 0.0  # no restart before this time (back-off after a failure)
@@ -100,6 +102,8 @@ class JobRunner:
 
     def command(self, target_steps: int, gpus: list[Gpu], profile: PlacementProfile
                 ) -> list[str]:
+        if self.render is not None:
+            return ["bash", "-c", self.render(target_steps, len(gpus))]
         loc = locality_of(gpus)
         sleep_ms = self.step_time_ms * profile.slowdown(loc) / max(1, len(gpus))
         cmd = [self.python, "-m", "themis.jobs.train", "--job-id", self.job_id,
@@ -108,8 +112,8 @@ class JobRunner:
                "--locality", Locality(loc).name.lower(), "--step-sleep-ms", f"{sleep_ms:.3f}",
                "--summary-flush-secs", "0.5", "--log-level", "WARNING"]
         for key, value in sorted({**self.fixed, **self.config}.items()):
-            if key in _FLAGS:
-                cmd += [f"--{key.replace('_', '-')}", str(value)]
+            if key in BUNDLED_FLAGS:
+                cmd += [BUNDLED_FLAGS[key], str(value)]
         return cmd
 
     def start(self, target_steps: int, gpus: list[Gpu], profile: PlacementProfile) -> None:
@@ -118,7 +122,7 @@ class JobRunner:
         self.root.mkdir(parents=True, exist_ok=True)
         index = len(self.segments)
         ids = tuple(g.id for g in gpus)
-        env = dict(os.environ)
+        env = {**os.environ, **self.env}
         pkg_parent = str(Path(themis.__file__).resolve().parent.parent)
         env["PYTHONPATH"] = pkg_parent + os.pathsep + env.get("PYTHONPATH", "")
         env["THEMIS_GPU_IDS"] = ",".join(ids)

@@ -42,6 +42,7 @@ from typing import Any
 from themis.agent.bidder import AllocationInfo
 from themis.agent.fairness import FairnessContext, rho
 from themis.agent.model import AppModel
+from themis.am.objective import trial_json
 from themis.cluster.topology import Locality
 from themis.submarine_am.appstate import FORMAT, hyperband_to_dict, restore_hyperband
 from themis.submarine_am.hyperband import Hyperband, JobStatus
@@ -367,7 +368,8 @@ class AppMaster:
         job_cmd = render_command(self.spec, values)
         cmd = container_command(
             self.python, self.tracking_url.rstrip("/"), run.job_id, run.run_id,
-            tensorboard_dir(self.app_dir, run.job_id), self.report_every_s, job_cmd)
+            tensorboard_dir(self.app_dir, run.job_id), self.report_every_s, job_cmd,
+            self.spec.objective.metric)
         bindir = os.path.dirname(self.python) if os.path.isabs(self.python) else ""
         path = os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin")
         env = {"THEMIS_WEBHDFS_URL": self.webhdfs_url, "HADOOP_USER_NAME": "root",
@@ -754,8 +756,11 @@ class AppMaster:
             "hyperband": {"bracket": self.hb.bracket_index, "rung": self.hb.rung_index,
                           "brackets": len(self.hb.plan), "done": self.hb.done,
                           "progress": round(done / total, 4)},
+            "objective": self.spec.objective.to_dict(),
+            "target_reached": self.hb.target_reached,
             "best": None if best is None else {"id": best.id, "loss": best.loss,
                                                "config": best.config},
+            "top": [trial_json(j, self.spec.objective) for j in self.hb.top(5)],
             "jobs": jobs,
             "reallocations": [{**asdict(x), "latency_s": round(x.latency_s, 3)}
                               for x in self.reallocations],
@@ -842,6 +847,7 @@ class AppMaster:
         result = {"state": self.state, "message": self.message,
                   "best": None if best is None else {"id": best.id, "loss": best.loss,
                                                      "config": best.config},
+                  "top": [trial_json(j, self.spec.objective) for j in self.hb.top(10)],
                   "status": self.snapshot()}
         if self.hdfs is not None:
             try:
@@ -849,8 +855,9 @@ class AppMaster:
             except WebHdfsError as e:
                 log.warning("cannot write result.json: %s", e)
         if self.state in ("FINISHED", "FAILED"):
-            msg = self.message or (f"best {best.id} loss {best.loss:.4f}" if best and
-                                   best.loss is not None else "done")
+            msg = self.message or (f"best {best.id} {self.spec.objective.metric} "
+                                   f"{best.loss:.4f}" if best and best.loss is not None
+                                   else "done")
             self.shell.finish("SUCCEEDED" if self.state == "FINISHED" else "FAILED", msg,
                               self.tracking_url)
         # else (killed / shut down / crashed): no unregister; YARN decides (retry or not)
@@ -876,13 +883,14 @@ class AppMaster:
 
 
 def container_command(python: str, am_url: str, job_id: str, run_id: int, tb_dir: str,
-                      report_every_s: float, job_cmd: str) -> str:
+                      report_every_s: float, job_cmd: str, metric: str = "eval_loss") -> str:
     """A job container's command: the runner, told the job command in base64 (YARN puts the
     command inside double quotes in the container's launch script, so the user's quotes, $
     and backquotes must not reach that shell; the runner runs it with ``bash -c``)."""
     return (f"{python} -m themis.submarine_am.runner --am {shlex.quote(am_url)} "
             f"--job-id {shlex.quote(job_id)} --run-id {run_id} --logdir tflogs "
             f"--tensorboard-dir {shlex.quote(tb_dir)} --report-every {report_every_s} "
+            f"--metric {shlex.quote(metric)} "
             f"--command-b64 {encode_command(job_cmd)} 1><LOG_DIR>/stdout 2><LOG_DIR>/stderr")
 
 

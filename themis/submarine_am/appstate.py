@@ -17,6 +17,7 @@ def hyperband_to_dict(hb: Hyperband) -> dict[str, Any]:
     return {
         "bracket_index": hb.bracket_index,
         "rung_index": hb.rung_index,
+        "target_reached": hb.target_reached,
         "rng": [state[0], list(state[1]), state[2]],
         "jobs": [
             {"id": j.id, "config": j.config, "bracket": j.bracket, "rung": j.rung,
@@ -32,6 +33,7 @@ def restore_hyperband(hb: Hyperband, d: dict[str, Any]) -> None:
     """Overwrite a freshly built ``hb`` (same spec) with saved progress."""
     hb.bracket_index = int(d["bracket_index"])
     hb.rung_index = int(d["rung_index"])
+    hb.target_reached = d.get("target_reached")
     rng = d["rng"]
     hb._rng.setstate((rng[0], tuple(rng[1]), rng[2]))
     hb.jobs = {}
