@@ -70,7 +70,7 @@ class YarnContainerLauncher:
         host = node.split(":")[0]
         rid = self.shell.request(host, self.memory_mb, self.vcores, run.n_gpus, PRIORITY_GPU)
         r = Run(self.next_run, run.job_id, node, host, run.n_gpus, rid,
-                t_requested=self.clock())
+                t_requested=self.clock(), target_steps=run.target_steps)
         self.next_run += 1
         self.runs.append(r)
         self.by_request[rid] = r
@@ -190,8 +190,9 @@ class YarnContainerLauncher:
             if run.lease_expiry is not None and run.t_stop is not None:
                 self.stop_durations.append(now - run.t_stop)
             code = LaunchCode.STOPPED
-        elif status == 0:  # without a stop request: the job reached its target
-            code = LaunchCode.REACHED
+        elif status == 0:  # without a stop request: the job reached its target (its
+            code = LaunchCode.REACHED  # last report may still be on its way)
+            run.steps = max(run.steps, run.target_steps)
         elif status in NOT_FAILURES:  # released, preempted, lost: resumes from checkpoint
             code = LaunchCode.STOPPED
         else:

@@ -32,6 +32,7 @@ class Run:
     t_started: float | None = None  # job's "start" event: checkpoint restored, training begins
     t_stop: float | None = None
     t_done: float | None = None
+    target_steps: int = 0  # the job's step target for this run
     lease_expiry: float | None = None  # when stopped because a lease ran out
     checkpoint_s: float | None = None  # duration of the checkpoint written on stop
     checkpoint_step: int | None = None  # step of that checkpoint
