@@ -22,8 +22,9 @@ declare -A VERSION=([3.3]=3.3.6 [3.4]=3.4.3 [3.5]=3.5.0)
 # plugin: tryCommit, decUnconfirmedRes and the placement pre-check (LeaseEnforcementIT), the
 # scheduling monitor and the RM's own enforcement (EnforcementWithoutMonitorIT), metrics2 and
 # the MXBean (ThemisMetricsIT), the Python engine over Py4J and app diagnostics (StockAppsIT),
-# work-preserving RM restart and container recovery (RmRestartIT).
-QUICK_TESTS='*Test,LeaseEnforcementIT,EnforcementWithoutMonitorIT,ThemisMetricsIT,StockAppsIT,RmRestartIT'
+# work-preserving RM restart and container recovery (RmRestartIT), the CapacityScheduler queue
+# capacities read for the queues' GPU shares (QueuesIT).
+QUICK_TESTS='*Test,LeaseEnforcementIT,EnforcementWithoutMonitorIT,ThemisMetricsIT,StockAppsIT,RmRestartIT,QueuesIT'
 
 usage() {
   cat <<EOF
@@ -37,7 +38,7 @@ options:
   --lines LIST  comma-separated Hadoop lines to test, among 3.3 (${VERSION[3.3]}),
                 3.4 (${VERSION[3.4]}) and 3.5 (${VERSION[3.5]}); lines left out are still
                 compiled for the class-file checks (default: 3.3,3.4,3.5)
-  --quick       per line, the unit tests and 5 of the 11 ITs instead of the whole suite:
+  --quick       per line, the unit tests and these ITs instead of the whole suite:
                 ${QUICK_TESTS#\*Test,}
                 (default: the whole suite, about 3-4 min per line on 2 cores)
   --test-jvm JAVA

@@ -41,6 +41,7 @@ from themis.agent.model import ModelError
 from themis.arbiter.auction import validate_tables
 from themis.arbiter.cluster_backend import ClusterBackend
 from themis.arbiter.errors import InvalidBid, InvalidOffer
+from themis.arbiter.leaselog import LeaseLog, LeaseLogError
 from themis.arbiter.leases import LeaseTable
 from themis.arbiter.round import LeaseGrant, RoundOutcome, check_knob, run_round
 from themis.arbiter.solvers import make_solver
@@ -198,7 +199,11 @@ class ArbiterCore:
         backend: ClusterBackend,
         config: ArbiterConfig | None = None,
         clock: Callable[[], float] = time.time,
+        lease_log: LeaseLog | None = None,
     ) -> None:
+        """``lease_log``: the persisted lease log (:mod:`themis.arbiter.leaselog`); the
+        leases it holds that are alive now are restored here, before any call is served,
+        and every later grant is written to it before its app is told."""
         self.backend = backend
         self.config = config or ArbiterConfig()
         self.clock = clock
@@ -223,6 +228,24 @@ class ArbiterCore:
         self.outcomes: list[RoundOutcome] = []
         self._rejected: dict[str, int] = {}  # bids refused since the last drain, by cause
         self.on_round: Callable[[RoundOutcome], None] | None = None
+        self._log = lease_log
+        self.restored: list[LeaseGrant] = []  # leases of a previous arbiter, from the log
+        if lease_log is not None:
+            self._restore(lease_log)
+
+    def _restore(self, lease_log: LeaseLog) -> None:
+        """Take over the live leases of the log: their GPUs are owned and leased (to app
+        ids that may not be registered yet) until they expire or are given back."""
+        grants = lease_log.open(self.clock(), self.backend.topology())
+        owned = self.backend.owners()
+        grants = [g for g in grants if not any(x in owned for x in g.gpus)]
+        self.backend.apply(grants)
+        for g in grants:
+            self._leases.add(g)
+        self.restored = grants
+        if grants:
+            log.info("lease log %s: honouring %d leases on %d GPUs of a previous arbiter",
+                     lease_log.path, len(grants), sum(len(g.gpus) for g in grants))
 
     # ----------------------------------------------------------------- lifecycle
     def start(self) -> None:
@@ -238,6 +261,9 @@ class ArbiterCore:
             self._cond.notify_all()
         if self._thread is not None:
             self._thread.join(timeout=10)
+        if self._log is not None:
+            with self._cond:
+                self._log.close()
 
     # ----------------------------------------------------------------- helpers
     def _auth(self, app_id: str, secret: str) -> AppRecord:
@@ -487,6 +513,7 @@ class ArbiterCore:
                                     f"app {app_id!r} does not hold a lease on GPU {g!r}")
             self._leases.remove(gpu_ids)
             self.backend.revoke(app_id, gpu_ids)
+            self._log_release(gpu_ids)
             self._kick()
 
     def unregister(self, app_id: str, secret: str) -> None:
@@ -495,12 +522,45 @@ class ArbiterCore:
             held = self._held_ids(app_id)
             self._leases.remove(held)
             self.backend.revoke(app_id, held)
+            self._log_release(held)
             if rec.events is not None:
                 rec.events.put(None)
             del self._apps[app_id]
             if self._open is not None:
                 self._open.tables.pop(app_id, None)
             self._kick()
+
+    def _log_release(self, gpu_ids: Sequence[str]) -> None:
+        """Record released leases (caller holds the lock); a failure only makes a
+        restarted arbiter honour them until their expiry."""
+        if self._log is not None and gpu_ids:
+            try:
+                self._log.release(gpu_ids)
+            except LeaseLogError as exc:
+                log.warning("%s; a restarted arbiter honours these leases until expiry", exc)
+
+    def _log_grants(self, grants: list[LeaseGrant]) -> list[LeaseGrant]:
+        """Write a round's grants ahead of telling anyone (caller holds the lock); on a
+        failure the grants are withdrawn (their GPUs stay free) and a round is retried a
+        heartbeat later."""
+        if self._log is None or not grants:
+            return grants
+        try:
+            self._log.grants(grants)
+        except LeaseLogError as exc:
+            log.error("%s; the round's %d grants are withdrawn", exc, len(grants))
+            self._kick(self.config.heartbeat_s)
+            return []
+        if self._log.needs_compaction:
+            live: dict[tuple[str, float, float, str], list[str]] = {}
+            for gid, (a, s, e, v, _) in self._leases.snapshot().items():
+                live.setdefault((a, s, e, v), []).append(gid)
+            try:
+                self._log.compact([*(LeaseGrant(a, tuple(g), s, e, v)
+                                     for (a, s, e, v), g in sorted(live.items())), *grants])
+            except LeaseLogError as exc:
+                log.warning("%s; compaction skipped, appending to the old log", exc)
+        return grants
 
     # ----------------------------------------------------------------- introspection
     def snapshot(self) -> dict[str, Any]:
@@ -713,6 +773,7 @@ class ArbiterCore:
             grants = [g for g in outcome.grants if g.app_id in self._apps]
             if len(grants) != len(outcome.grants):
                 self._kick()
+            grants = self._log_grants(grants)
             self.backend.apply(grants)
             for g in grants:
                 self._leases.add(g)

@@ -175,10 +175,16 @@ def configure(p: argparse.ArgumentParser) -> None:
     m.add_argument("--seed", type=int, default=0, help="seed of the arbiter's leftover lottery")
     m.add_argument("--port", type=_port, default=0,
                    help="arbiter port on 127.0.0.1 (0: any free port)")
+    m.add_argument("--lease-log", type=Path, default=None, metavar="FILE",
+                   help="the arbiter's persisted lease log (default: OUT/arbiter-leases.jsonl); "
+                        "runs given the same file honour the unexpired leases of a run that "
+                        "was killed, whose jobs may still be running (docs/standalone.md, "
+                        "\"Crashes\")")
     o = p.add_argument_group("output")
     o.add_argument("--out", type=Path, required=True, metavar="DIR",
-                   help="output directory: report.json, report.png, and per app/job the event "
-                        "logs, checkpoints and process logs (apps/<app>/jobs/<job>/)")
+                   help="output directory: report.json, report.png, per app/job the event "
+                        "logs, checkpoints and process logs (apps/<app>/jobs/<job>/), and by "
+                        "default the arbiter's lease log arbiter-leases.jsonl")
     o.add_argument("--display", choices=("auto", "table", "lines", "off"), default="auto",
                    help="live view: a table redrawn in place (terminal), periodic lines "
                         "(auto when not a terminal), or nothing")
@@ -327,7 +333,7 @@ def build_options(args: argparse.Namespace) -> Any:
         warning_s=args.warning_s, grace_s=args.grace_s, solver=args.solver, seed=args.seed,
         port=args.port, refresh_s=args.refresh_s, display=args.display,
         timeout_s=args.timeout_s, plot=not args.no_plot,
-        shutdown_timeout_s=args.shutdown_timeout_s)
+        shutdown_timeout_s=args.shutdown_timeout_s, lease_log=args.lease_log)
 
 
 def run(args: argparse.Namespace) -> int:

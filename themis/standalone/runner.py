@@ -17,8 +17,9 @@ from typing import Any, TextIO
 
 from themis.agent.fairness import DEFAULT_IDEAL_TIME, DEFAULT_STARVATION
 from themis.arbiter.cluster_backend import StaticCluster
+from themis.arbiter.leaselog import LeaseLog, LeaseLogError
 from themis.arbiter.service import ArbiterServer
-from themis.arbiter.state import ArbiterConfig
+from themis.arbiter.state import ArbiterConfig, ArbiterCore
 from themis.standalone.appmaster import AppMaster, GpuRegistry
 from themis.standalone.report import (
     app_json,
@@ -36,6 +37,7 @@ log = logging.getLogger(__name__)
 EXIT_OK = 0
 EXIT_INCOMPLETE = 1  # timeout, or an app failed
 EXIT_INTERRUPTED = 130
+LEASE_LOG = "arbiter-leases.jsonl"  # in --out
 
 
 class StartupError(RuntimeError):
@@ -63,6 +65,7 @@ class Options:
     timeout_s: float | None = None
     plot: bool = True
     shutdown_timeout_s: float = 30.0
+    lease_log: Path | None = None  # None: out / LEASE_LOG
 
 
 def _fmt_rho(x: Any) -> str:
@@ -200,7 +203,17 @@ class Standalone:
                             fairness_knob=o.fairness_knob, heartbeat_s=2.0,
                             round_delay_s=0.05, solver=o.solver, seed=o.seed,
                             ideal_time=o.ideal_time, starvation=o.starvation)
-        self.server = ArbiterServer(o.cluster, cfg, max_workers=len(o.apps) + 32)
+        # leases survive a crash of this process: a run given the same lease log honours
+        # the unexpired ones (themis.arbiter.leaselog) while the old jobs may still run
+        path = o.lease_log if o.lease_log is not None else o.out / LEASE_LOG
+        try:
+            core = ArbiterCore(o.cluster, cfg, lease_log=LeaseLog(path))
+        except LeaseLogError as exc:
+            raise StartupError(f"cannot start the arbiter: {exc}") from exc
+        for g in core.restored:
+            self._emit(f"honouring {g.app_id}'s lease on {' '.join(g.gpus)} from a previous "
+                       f"run until {time.strftime('%H:%M:%S', time.localtime(g.expiry))}")
+        self.server = ArbiterServer(o.cluster, cfg, max_workers=len(o.apps) + 32, core=core)
         try:
             port = self.server.start(o.port)
         except (OSError, RuntimeError) as exc:

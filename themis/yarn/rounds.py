@@ -1,7 +1,8 @@
 """One round for the RM: cluster view JSON in, lease grants JSON out.
 
 This only adapts data; the mechanism (filtering by f, partial-allocation auction,
-leftover) is :func:`themis.arbiter.round.run_round`.
+leftover) is :func:`themis.arbiter.round.run_round`, run once per CapacityScheduler queue
+that gets GPUs this round (:mod:`themis.yarn.queues`; once over every app without queues).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import time
 from themis.arbiter.round import run_round
 from themis.arbiter.solvers import Solver, make_solver
 from themis.yarn.bids import BidSource, ReportedBids
+from themis.yarn.queues import QueueRound, plan_rounds
 from themis.yarn.view import cluster_of, grants_json, offer_of, parse_view
 
 log = logging.getLogger(__name__)
@@ -48,31 +50,45 @@ class RoundEngine:
                 return grants_json([], {"round": view.round_id, "skipped": True,
                                         "bids_rejected": dict(self.source.rejected_bids())})
             rho = source.rho(sorted(wanting))
-            outcome = run_round(
-                offer,
-                rho,
-                lambda bidders: source.collect(bidders, offer),
-                fairness_knob=view.fairness_knob,
-                lease_s=view.lease_duration_ms / 1000.0,
-                now=view.now_ms / 1000.0,
-                solver=self._solver(view.solver),
-                rng=random.Random(view.round_id),
-                room=wanting,
-                shape=shape,
-                priority=priority,
-            )
-            source.announce(offer, outcome)
+            rng = random.Random(view.round_id)
+            bidders: list[str] = []
+            nonbidders: list[str] = []
+
+            def run(r: QueueRound) -> dict[str, tuple[str, ...]]:
+                gpus = list(r.gpus)
+                outcome = run_round(
+                    gpus,
+                    {a: rho[a] for a in r.apps},
+                    lambda who: source.collect(who, gpus),
+                    fairness_knob=view.fairness_knob,
+                    lease_s=view.lease_duration_ms / 1000.0,
+                    now=view.now_ms / 1000.0,
+                    solver=self._solver(view.solver),
+                    rng=rng,
+                    room=r.room,
+                    shape={a: shape[a] for a in r.apps},
+                    priority=priority,
+                )
+                source.announce(gpus, outcome)
+                bidders.extend(a for a in outcome.bidders if a not in bidders)
+                nonbidders.extend(a for a in outcome.nonbidders if a not in nonbidders)
+                return outcome.allocation
+
+            plan = plan_rounds(view, offer, wanting, run)
             self.rounds += 1
-            info = {
+            granted = sum(len(gs) for gs in plan.allocation.values())
+            info: dict[str, object] = {
                 "round": view.round_id,
-                "bidders": list(outcome.bidders),
-                "nonbidders": list(outcome.nonbidders),
-                "unallocated": len(outcome.unallocated),
+                "bidders": bidders,
+                "nonbidders": [a for a in nonbidders if a not in bidders],
+                "unallocated": len(offer) - granted,
                 "elapsed_ms": round((time.perf_counter() - started) * 1000.0, 3),
                 # for the RM's metrics: each app's rho this round (null when infinite:
                 # JSON has no infinity) and bids refused since the last round, by cause
                 "rho": {a: (r if math.isfinite(r) else None) for a, r in rho.items()},
                 "bids_rejected": dict(source.rejected_bids()),
             }
+            if plan.reports:
+                info["queues"] = {q: r.info() for q, r in sorted(plan.reports.items())}
             log.info("round %d: %s", view.round_id, info)
-            return grants_json(((g.app_id, g.gpus) for g in outcome.grants), info)
+            return grants_json(sorted(plan.allocation.items()), info)

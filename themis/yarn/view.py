@@ -9,6 +9,7 @@ Request (JSON, built by ``ThemisRuntime.clusterView`` in Java)::
      "apps": [{"app_id": "application_1_0001", "queue": "default", "user": "u",
                "pending_gpus": 2, "running_gpus": {"h:45454": 2},
                "asks": [{"gpus_per_container": 2, "containers": 1}]}],
+     "queues": [{"queue": "root.default", "guaranteed_gpus": 4, "max_gpus": 4}],
      "leases": [{"lease_id": 1, "app_id": ..., "node_id": ..., "gpus": 2,
                  "expiry_ms": ..., "state": "ACTIVE"}]}
 
@@ -16,6 +17,14 @@ Request (JSON, built by ``ThemisRuntime.clusterView`` in Java)::
 RM's pending asks summed over priorities and allocation ids); an app without ``asks`` asks
 ``pending_gpus`` single-GPU containers. The leftover step deals whole containers on one
 node (:func:`themis.arbiter.round.distribute_leftover`).
+
+``queue`` is the app's CapacityScheduler leaf queue (its path) and ``queues`` the GPU
+entitlement of each leaf queue with apps: ``guaranteed_gpus`` from the queue's (absolute)
+capacity, ``max_gpus`` from its maximum capacity (:mod:`themis.yarn.queues` shares the free
+GPUs between queues with them). Both are optional: a view without ``queues`` is one round
+over every app, as is a view whose apps all wait in one queue that may take every free GPU.
+``leases`` tell which GPUs an app holds beyond its running containers (live: ``ACTIVE``
+and ``expiry_ms`` after ``now_ms``).
 
 Reply: ``{"grants": [{"app_id": ..., "node_id": ..., "gpus": n}], "info": {...}}``.
 YARN counts GPUs per node, so GPU ids here are synthetic: ``<node_id>/<k>`` for the k-th
@@ -51,6 +60,8 @@ class AppView:
     running_gpus: dict[str, int] = field(default_factory=dict)
     #: GPUs per container -> containers asked; empty: ``pending_gpus`` 1-GPU containers
     asks: dict[int, int] = field(default_factory=dict)
+    #: CapacityScheduler leaf queue (path); "" when the view names none
+    queue: str = ""
 
     def shape(self) -> dict[int, int]:
         """The container asks the leftover step deals whole (see :mod:`themis.arbiter.round`)."""
@@ -64,6 +75,28 @@ class AppView:
 
 
 @dataclass(frozen=True, slots=True)
+class QueueView:
+    """A leaf queue's GPUs: guaranteed by its capacity, at most its maximum capacity's."""
+
+    queue: str
+    guaranteed_gpus: int
+    max_gpus: int
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseView:
+    app_id: str
+    node_id: str
+    gpus: int
+    expiry_ms: int
+    state: str
+
+    def live(self, now_ms: int) -> bool:
+        """As the RM's ``Lease.isLive``: active and not past its expiry."""
+        return self.state == "ACTIVE" and now_ms < self.expiry_ms
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterView:
     round_id: int
     now_ms: int
@@ -72,6 +105,8 @@ class ClusterView:
     solver: str
     nodes: tuple[NodeView, ...]
     apps: tuple[AppView, ...]
+    queues: tuple[QueueView, ...] = ()
+    leases: tuple[LeaseView, ...] = ()
 
 
 def _get(obj: Mapping[str, Any], key: str, kind: type, where: str) -> Any:
@@ -126,8 +161,27 @@ def parse_view(text: str) -> ClusterView:
             pending_gpus=_get(a, "pending_gpus", int, "apps[]"),
             running_gpus={str(k): int(v) for k, v in a.get("running_gpus", {}).items()},
             asks=_asks(a),
+            queue=_get(a, "queue", str, "apps[]") if "queue" in a else "",
         )
         for a in _get(raw, "apps", list, "view")
+    )
+    queues = tuple(_queue(q) for q in _list(raw, "queues"))
+    names = [q.queue for q in queues]
+    if len(set(names)) != len(names):
+        raise ViewError(f"queues[]: a queue is listed twice: {sorted(names)}")
+    if queues:
+        unknown = sorted({a.queue for a in apps} - set(names))
+        if unknown:
+            raise ViewError(f"apps[]: queue(s) {unknown} not in the view's queues {sorted(names)}")
+    leases = tuple(
+        LeaseView(
+            app_id=_get(x, "app_id", str, "leases[]"),
+            node_id=_get(x, "node_id", str, "leases[]"),
+            gpus=_get(x, "gpus", int, "leases[]"),
+            expiry_ms=_get(x, "expiry_ms", int, "leases[]"),
+            state=_get(x, "state", str, "leases[]"),
+        )
+        for x in _list(raw, "leases")
     )
     return ClusterView(
         round_id=_get(raw, "round", int, "view"),
@@ -137,7 +191,28 @@ def parse_view(text: str) -> ClusterView:
         solver=_get(raw, "solver", str, "view"),
         nodes=nodes,
         apps=apps,
+        queues=queues,
+        leases=leases,
     )
+
+
+def _list(raw: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
+    """An optional list of objects (absent: empty)."""
+    items = raw.get(key, [])
+    if not isinstance(items, list) or not all(isinstance(x, dict) for x in items):
+        raise ViewError(f"view: field {key!r} must be a list of objects, got {items!r}")
+    return items
+
+
+def _queue(q: Mapping[str, Any]) -> QueueView:
+    name = _get(q, "queue", str, "queues[]")
+    where = f"queues[{name!r}]"
+    guaranteed = _get(q, "guaranteed_gpus", int, where)
+    limit = _get(q, "max_gpus", int, where)
+    if not 0 <= guaranteed <= limit:
+        raise ViewError(f"{where}: need 0 <= guaranteed_gpus <= max_gpus, got {guaranteed} and "
+                        f"{limit}")
+    return QueueView(name, guaranteed, limit)
 
 
 def gpu_id(node_id: str, k: int) -> str:

@@ -587,15 +587,22 @@ public final class ThemisRuntime implements EngineSupervisor.AgentEvents, Themis
     }
     ArrayNode apps = root.putArray("apps");
     long pendingTotal = 0;
+    Map<String, org.apache.hadoop.yarn.server.resourcemanager.scheduler.capacity.CSQueue> queues =
+        new TreeMap<>();
     for (AppGpus a : appGpus()) {
       ObjectNode o = apps.addObject();
       o.put("app_id", a.app().toString());
+      String queue = QueueGpus.queueOf(scheduler, a.app(), queues);
+      if (queue != null) {
+        o.put("queue", queue); // the engine shares GPUs between leaf queues (docs/yarn.md)
+      }
       long pending = a.askedGpus();
       pendingTotal += pending;
       o.put("pending_gpus", pending);
       // container shape: the leftover step deals whole containers on one node
       putGpuUse(o, a);
     }
+    QueueGpus.put(root, queues, clusterGpus());
     ArrayNode ls = root.putArray("leases");
     for (Lease l : leases.snapshot()) {
       ObjectNode o = ls.addObject();

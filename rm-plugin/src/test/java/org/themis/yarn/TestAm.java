@@ -48,11 +48,16 @@ final class TestAm {
   }
 
   static TestAm start(ThemisMiniCluster c, String name) throws Exception {
+    return start(c, name, "default");
+  }
+
+  /** Submits an unmanaged AM named {@code name} (also its user) to {@code queue}. */
+  static TestAm start(ThemisMiniCluster c, String name, String queue) throws Exception {
     YarnClientApplication app = c.client.createApplication();
     ApplicationSubmissionContext ctx = app.getApplicationSubmissionContext();
     ApplicationId id = ctx.getApplicationId();
     ctx.setApplicationName(name);
-    ctx.setQueue("default");
+    ctx.setQueue(queue);
     ctx.setPriority(Priority.newInstance(0));
     ctx.setAMContainerSpec(ContainerLaunchContext.newInstance(
         Map.of(), Map.of(), List.of(), Map.of(), null, Map.of()));
