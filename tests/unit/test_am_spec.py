@@ -155,7 +155,7 @@ def test_load_spec_example_file() -> None:
                     *(root / "examples" / "standalone").glob("*.yaml")])
     assert len(files) >= 3
     for p in files:  # one format: every example is read without a deprecation message
-        load_spec(p, warn=lambda msg: pytest.fail(f"{p}: {msg}"))
+        load_spec(p, warn=lambda msg, p=p: pytest.fail(f"{p}: {msg}"))
 
 
 # ------------------------------------------------------------------ bounded input (limits)

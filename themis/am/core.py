@@ -51,7 +51,7 @@ STATE_FORMAT = "themis-am-core-v1"
 
 class LaunchCode(StrEnum):
     STARTED = "started"  # the job runs; ``step``: the step it resumed from
-    REACHED = "reached"  # exited 0 at its step target
+    REACHED = "reached"  # exited 0 at the run's step target (``step``)
     STOPPED = "stopped"  # exited after a stop request; its checkpoint is kept
     FAILED = "failed"  # any other exit (or the launch itself failed)
 
@@ -178,8 +178,9 @@ class AmCore:
                 rec.restored_steps.append(ev.step)
             return ""
         if ev.code is LaunchCode.REACHED:
-            if job is not None and job.status is JobStatus.RUNNING:
-                self.progress(ev.job_id, max(ev.step or 0, job.target_steps))
+            # the run's own target (``step``): the job may have been promoted meanwhile
+            if ev.step is not None and job is not None and job.status is JobStatus.RUNNING:
+                self.progress(ev.job_id, ev.step)
             return ""
         if ev.code is LaunchCode.STOPPED:
             return ""

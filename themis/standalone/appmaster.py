@@ -432,8 +432,8 @@ class AppMaster:
 
     def _finish(self, now: float) -> None:
         for r in self.runners.values():  # jobs stopped when a trial reached the target
-            if r.live and r.stop_sent is None:
-                r.stop("search done")
+            if r.live and r.stop_sent is None and self.hb.target_reached:
+                r.stop("target reached")
         if any(r.live for r in self.runners.values()):
             self._update_snapshot(now)
             return  # the last processes are writing their final checkpoints

@@ -312,4 +312,7 @@ class LocalProcessLauncher:
             code = LaunchCode.STOPPED
         else:
             code = LaunchCode.FAILED
-        return LaunchEvent(job_id, code, seg.end_step, status, seg.reason)
+        step = seg.end_step
+        if code is LaunchCode.REACHED and step is None:
+            step = seg.target_steps  # a user's command without JSON events
+        return LaunchEvent(job_id, code, step, status, seg.reason)
