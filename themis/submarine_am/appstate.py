@@ -1,15 +1,13 @@
-"""The AM's durable state (HDFS ``<app dir>/state.json``): the Hyperband progress (jobs,
-configurations, steps, losses, the bracket/rung and the sampler's RNG), the agent's secret
-and per-job restart counts. A new AM attempt (YARN AM retry) loads it and resumes; the jobs
-themselves resume from their own checkpoints."""
+"""The Hyperband part of an AM's durable state (YARN: HDFS ``<app dir>/state.json``): jobs,
+configurations, steps, values, the bracket/rung and the sampler's RNG. It is saved within
+:meth:`themis.am.core.AmCore.to_state` (with the per-job run and failure counts); a new AM
+attempt (YARN AM retry) loads it and resumes; the jobs resume from their own checkpoints."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from themis.submarine_am.hyperband import Hyperband, HyperbandJob, JobStatus
-
-FORMAT = "themis-am-state-v1"
 
 
 def hyperband_to_dict(hb: Hyperband) -> dict[str, Any]:
