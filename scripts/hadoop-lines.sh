@@ -22,9 +22,10 @@ declare -A VERSION=([3.3]=3.3.6 [3.4]=3.4.3 [3.5]=3.5.0)
 # plugin: tryCommit, decUnconfirmedRes and the placement pre-check (LeaseEnforcementIT), the
 # scheduling monitor and the RM's own enforcement (EnforcementWithoutMonitorIT), metrics2 and
 # the MXBean (ThemisMetricsIT), the Python engine over Py4J and app diagnostics (StockAppsIT),
-# work-preserving RM restart and container recovery (RmRestartIT), the CapacityScheduler queue
-# capacities read for the queues' GPU shares (QueuesIT).
-QUICK_TESTS='*Test,LeaseEnforcementIT,EnforcementWithoutMonitorIT,ThemisMetricsIT,StockAppsIT,RmRestartIT,QueuesIT'
+# work-preserving RM restart and container recovery (RmRestartIT), RM HA: the transition to
+# active and standby, embedded elector, failover and failback (RmHaIT), the CapacityScheduler
+# queue capacities read for the queues' GPU shares (QueuesIT).
+QUICK_TESTS='*Test,LeaseEnforcementIT,EnforcementWithoutMonitorIT,ThemisMetricsIT,StockAppsIT,RmRestartIT,RmHaIT,QueuesIT'
 
 usage() {
   cat <<EOF

@@ -1,6 +1,8 @@
 """Fuzzing harness for the untrusted-input surfaces (issue 22): the auction JSON of
 ``themis auction``, the app spec parsers (``themis submit --dry-run``, standalone specs,
-command templates) and the arbiter's gRPC messages.
+command templates), the arbiter's gRPC messages, the simulator's traces (philly-gavel
+``.trace`` files, throughputs, converted workloads) and the yarn-site settings the RM
+plugin passes to the engine process.
 
 Hypothesis generates malformed and adversarial inputs - byte-level mutations of valid
 documents, valid documents with fields replaced by hostile values (huge integers, NaN,

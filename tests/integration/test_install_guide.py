@@ -66,6 +66,7 @@ BLOCKS = {
     "build": ("bash", "run on the build machine (the host, in a copy of the checkout)"),
     "rm-venv": ("bash", "run in the RM container"),
     "rm-jar": ("bash", "run in the RM container"),
+    "rm-tls": ("bash", "run in the RM container"),
     "yarn-site": ("xml", "yarn-site.xml"),
     "yarn-site-recovery": ("xml", "yarn-site.xml"),
     "resource-types": ("xml", "resource-types.xml"),
@@ -296,6 +297,7 @@ def test_install_guide(cluster: dict[str, Any]) -> None:
     t = time.monotonic()
     run_in(rm, "rm-venv", blocks["rm-venv"])
     run_in(rm, "rm-jar", blocks["rm-jar"])
+    run_in(rm, "rm-tls", blocks["rm-tls"])
     jars = run_in(rm, "ls", 'ls "$RM_LIB"/themis-rm-plugin-*.jar').split()
     assert jars == ["/opt/hadoop/lib/themis-rm-plugin-0.1.0.jar"], jars
     for name in ("yarn-site", "yarn-site-recovery", "resource-types", "capacity-scheduler"):

@@ -10,6 +10,12 @@ opens the event stream and, on a background thread:
 * on UNAVAILABLE (arbiter down) reconnects with exponential back-off (with jitter);
   on NOT_FOUND (the arbiter restarted and forgot the app) registers again, getting a new
   secret.
+
+``address`` may list several candidates, comma-separated (with RM HA, one per RM id:
+:mod:`themis.agent.endpoints`): when the current one is unreachable (UNAVAILABLE, or a
+registration that times out) the client moves straight on to the next, and backs off only
+after a whole cycle found none; the new endpoint does not know the app (NOT_FOUND), so the
+client registers there again.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from typing import Any, cast
 import grpc
 
 from themis.agent.bidder import AllocationInfo, Bidder, OfferInfo
+from themis.agent.endpoints import parse_addresses
 from themis.agent.model import ModelError
 from themis.rpc.convert import gpu_from_pb, shape_from_pb, table_to_pb
 from themis.rpc.v1 import arbiter_pb2 as pb
@@ -43,6 +50,7 @@ class ClientStats:
     allocations: int = 0
     warnings: int = 0
     reconnects: int = 0
+    endpoint_switches: int = 0
     last_error: str = ""
 
 
@@ -60,10 +68,20 @@ class AgentClient:
         seed: int = 0,
         clock: Callable[[], float] = time.time,
         channel: grpc.Channel | None = None,
+        registration_token: str | Callable[[], str] = "",
+        tls: grpc.ChannelCredentials | None = None,
     ) -> None:
-        if not address.startswith("127.0.0.1:"):
-            raise ValueError(f"arbiter address {address!r}: only 127.0.0.1 is allowed")
-        self.address = address
+        """``registration_token``: proof that this is the app's AM (proto RegisterAppRequest),
+        or a function returning the current one (asked at every registration: a YARN AM's
+        AMRMToken rolls over). ``tls``: channel credentials (themis.arbiter.tls) for an
+        endpoint serving TLS; None = plaintext."""
+        self.addresses = parse_addresses(address)
+        if not self.addresses:
+            raise ValueError("arbiter address is empty")
+        for a in self.addresses:
+            if not a.startswith("127.0.0.1:"):
+                raise ValueError(f"arbiter address {a!r}: only 127.0.0.1 is allowed")
+        self.address = self.addresses[0]  # the candidate in use
         self.app_id = app_id
         self.bidder = bidder
         self.on_allocation = on_allocation
@@ -81,12 +99,10 @@ class AgentClient:
         self._stop = threading.Event()
         self._stream: Any = None
         self._thread: threading.Thread | None = None
+        self._token = registration_token
         self._own_channel = channel is None
-        self._channel = channel or grpc.insecure_channel(address, options=[
-            ("grpc.initial_reconnect_backoff_ms", 50),
-            ("grpc.min_reconnect_backoff_ms", 50),
-            ("grpc.max_reconnect_backoff_ms", 1000),
-        ])
+        self._tls = tls
+        self._channel = channel or self._open(self.address)
         self._stub = pb_grpc.ArbiterStub(self._channel)  # type: ignore[no-untyped-call]
         self.connected = threading.Event()  # set once a Hello was received
 
@@ -136,13 +152,37 @@ class AgentClient:
             return sorted(g for g, exp in self.leases.items() if exp > now)
 
     # ------------------------------------------------------------------ internals
+    def _open(self, address: str) -> grpc.Channel:
+        options = [
+            ("grpc.initial_reconnect_backoff_ms", 50),
+            ("grpc.min_reconnect_backoff_ms", 50),
+            ("grpc.max_reconnect_backoff_ms", 1000),
+        ]
+        if self._tls is not None:
+            return grpc.secure_channel(address, self._tls, options=options)
+        return grpc.insecure_channel(address, options=options)
+
+    def _switch(self) -> bool:
+        """Move to the next candidate address (own channel, several candidates only)."""
+        if not self._own_channel or len(self.addresses) < 2:
+            return False
+        old = self._channel
+        i = self.addresses.index(self.address)
+        self.address = self.addresses[(i + 1) % len(self.addresses)]
+        self._channel = self._open(self.address)
+        self._stub = pb_grpc.ArbiterStub(self._channel)  # type: ignore[no-untyped-call]
+        old.close()
+        self.stats.endpoint_switches += 1
+        return True
+
     def _creds(self) -> pb.Credentials:
         return pb.Credentials(app_id=self.app_id, secret=self.secret or "")
 
     def _register(self) -> None:
+        token = self._token() if callable(self._token) else self._token
         resp = self._stub.RegisterApp(pb.RegisterAppRequest(
             app_id=self.app_id, rho=self.bidder.current_rho(),
-            max_gpus=self.bidder.max_gpus()), timeout=5.0)
+            max_gpus=self.bidder.max_gpus(), registration_token=token), timeout=5.0)
         self.secret = resp.secret
         self.epoch = resp.arbiter_epoch
         self.bidder.set_cluster_gpus(resp.cluster_gpus)
@@ -171,6 +211,7 @@ class AgentClient:
 
     def _run(self) -> None:
         delay = self.backoff[0]
+        unreachable = 0  # candidates found unreachable in a row
         while not self._stop.is_set():
             try:
                 if self.secret is None:
@@ -178,6 +219,7 @@ class AgentClient:
                 self._stream = self._stub.Events(pb.EventsRequest(credentials=self._creds()))
                 for event in cast(Iterator[pb.Event], self._stream):
                     delay = self.backoff[0]
+                    unreachable = 0
                     self._handle(event)
             except grpc.RpcError as exc:
                 code = exc.code()
@@ -189,8 +231,19 @@ class AgentClient:
                              self.app_id)
                     self.secret = None
                     continue
-                log.info("%s: %s; retrying in %.2fs", self.app_id, self.stats.last_error,
-                         delay)
+                if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                    unreachable += 1
+                    was = self.address
+                    if unreachable < len(self.addresses) and self._switch():
+                        log.info("%s: %s at %s; trying %s (RM failover?)", self.app_id,
+                                 self.stats.last_error, was, self.address)
+                        continue  # the next RM's endpoint at once
+                    unreachable = 0
+                    self._switch()  # after the back-off, the cycle goes on from the next one
+                # refused credentials (e.g. the registration token) are worth a warning
+                log.log(logging.WARNING if code == grpc.StatusCode.PERMISSION_DENIED
+                        else logging.INFO, "%s: %s; retrying in %.2fs", self.app_id,
+                        self.stats.last_error, delay)
             finally:
                 self._stream = None
                 self.connected.clear()

@@ -6,6 +6,9 @@ line per event (``registered``, ``offer``, ``allocation``, ``lease_warning``, ``
 stdout. Admins use it to check that the ResourceManager's agents' endpoint answers; the
 RM plugin's integration test uses it as a real agent next to a real RM.
 
+The registration token (docs/yarn.md, "Security": on YARN the app's AMRMToken, URL-safe
+encoded) is read from ``$THEMIS_REGISTRATION_TOKEN``.
+
 Exit status: 0 when the awaited event happened (``--until``), 1 on timeout, 2 on bad options.
 """
 
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import threading
 import time
@@ -22,6 +26,9 @@ from typing import Any
 from themis.agent.bidder import AllocationInfo, ModelBidder, OfferInfo
 from themis.agent.client import AgentClient
 from themis.agent.model import AppModel, Job
+from themis.arbiter.tls import channel_credentials
+
+TOKEN_ENV = "THEMIS_REGISTRATION_TOKEN"
 
 
 def _emit(kind: str, **fields: Any) -> None:
@@ -46,6 +53,10 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
                         "grants GPUs (default), or only at --timeout-s")
     p.add_argument("--timeout-s", type=float, default=60.0,
                    help="give up after this many seconds (default 60)")
+    p.add_argument("--tls-ca", default="", metavar="PEM",
+                   help="CA certificate(s) to trust: the endpoint serves TLS (on YARN unless "
+                        "agent-tls.enabled=false; its agent-tls.trust-file); default: "
+                        "plaintext")
     args = p.parse_args(argv)
     if args.demand < 1:
         p.error(f"--demand {args.demand}: must be >= 1")
@@ -76,8 +87,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         _emit("lease_warning", gpus=list(gpus), expiry=expiry)
 
     try:
+        # the registration token from the environment, not the command line (ps shows that)
         client = AgentClient(args.arbiter, args.app_id, bidder, on_offer=on_offer,
-                             on_allocation=on_allocation, on_lease_warning=on_warning)
+                             on_allocation=on_allocation, on_lease_warning=on_warning,
+                             registration_token=os.environ.get(TOKEN_ENV, ""),
+                             tls=channel_credentials(args.tls_ca) if args.tls_ca else None)
     except ValueError as exc:
         print(f"probe: {exc}", file=sys.stderr)
         return 2

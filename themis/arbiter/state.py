@@ -27,7 +27,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from themis.agent.bids import BidTable
 from themis.agent.fairness import (
@@ -50,9 +50,13 @@ from themis.rpc.convert import gpus_to_pb, lease_to_pb, shape_to_pb, table_from_
 from themis.rpc.v1 import arbiter_pb2 as pb
 from themis.safeinput import short
 
+if TYPE_CHECKING:
+    from themis.arbiter.registration import Registrar
+
 log = logging.getLogger(__name__)
 
 MAX_APP_ID = 128
+MAX_APPS_HINT = 1024  # registered apps beyond which the registration history is pruned
 MAX_SECRET = 256  # characters; a longer secret is wrong without being compared
 
 
@@ -93,6 +97,10 @@ class ArbiterConfig:
     # has ~550 bundles and ~1.05 million GPU ids in all (themis.agent.bids)
     max_bundles: int = 1024
     max_table_gpu_ids: int = 1 << 21
+    # per-app limit on registrations (docs/yarn.md, "Security"): at most this many accepted
+    # RegisterApp calls of one app id per registration_window_s (RESOURCE_EXHAUSTED beyond)
+    max_registrations: int = 10
+    registration_window_s: float = 60.0
 
     def __post_init__(self) -> None:
         check_knob(self.fairness_knob)
@@ -104,7 +112,7 @@ class ArbiterConfig:
             object.__setattr__(self, "starvation", str(parse_starvation(self.starvation)))
         except ModelError as exc:
             raise ValueError(f"arbiter config: {exc}") from None
-        for name in ("lease_s", "bid_timeout_s", "heartbeat_s"):
+        for name in ("lease_s", "bid_timeout_s", "heartbeat_s", "registration_window_s"):
             v = getattr(self, name)
             if not math.isfinite(v) or v <= 0:
                 raise ValueError(f"arbiter config: {name}={v!r} must be a positive number")
@@ -112,7 +120,7 @@ class ArbiterConfig:
             v = getattr(self, name)
             if not math.isfinite(v) or v < 0:
                 raise ValueError(f"arbiter config: {name}={v!r} must be a number >= 0")
-        for name in ("max_bundles", "max_table_gpu_ids"):
+        for name in ("max_bundles", "max_table_gpu_ids", "max_registrations"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"arbiter config: {name}={v!r} must be an integer >= 1")
@@ -144,6 +152,7 @@ class OpenRound:
     tables: dict[str, BidTable] = field(default_factory=dict)
     raw: dict[str, bytes] = field(default_factory=dict)  # for idempotent re-submission
     closed: bool = False
+    offer: pb.Offer | None = None  # the part of the offer that every bidder gets
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,10 +209,14 @@ class ArbiterCore:
         config: ArbiterConfig | None = None,
         clock: Callable[[], float] = time.time,
         lease_log: LeaseLog | None = None,
+        registrar: Registrar | None = None,
     ) -> None:
         """``lease_log``: the persisted lease log (:mod:`themis.arbiter.leaselog`); the
         leases it holds that are alive now are restored here, before any call is served,
-        and every later grant is written to it before its app is told."""
+        and every later grant is written to it before its app is told.
+        ``registrar``: who may register (themis.arbiter.registration); None accepts any
+        caller (library use and tests; the YARN engine and standalone mode always set one)."""
+        self.registrar = registrar
         self.backend = backend
         self.config = config or ArbiterConfig()
         self.clock = clock
@@ -223,6 +236,7 @@ class ArbiterCore:
         self._trigger_at = 0.0
         self._stopped = False
         self._streams = 0
+        self._registered: dict[str, list[float]] = {}  # app -> clock() of recent registrations
         self._thread: threading.Thread | None = None
         self.stats: list[RoundStats] = []
         self.outcomes: list[RoundOutcome] = []
@@ -307,7 +321,10 @@ class ArbiterCore:
         ]
 
     # ----------------------------------------------------------------- calls
-    def register(self, app_id: str, rho: float, max_gpus: int) -> pb.RegisterAppResponse:
+    def register(self, app_id: str, rho: float, max_gpus: int,
+                 token: str = "") -> pb.RegisterAppResponse:
+        """Register ``app_id``; ``token`` proves the caller is its application master when the
+        core has a :attr:`registrar`."""
         if not app_id or len(app_id) > MAX_APP_ID or not app_id.isprintable():
             raise CallError(Code.INVALID_ARGUMENT,
                             f"app_id {short(app_id)} must be 1-{MAX_APP_ID} printable "
@@ -316,9 +333,23 @@ class ArbiterCore:
         if max_gpus < 1:
             raise CallError(Code.INVALID_ARGUMENT,
                             f"app {app_id!r}: max_gpus={max_gpus} must be >= 1")
+        if self.registrar is not None:  # not under the lock: may ask the RM
+            self.registrar.check(app_id, token)
         with self._cond:
             if app_id in self._apps:
                 raise CallError(Code.ALREADY_EXISTS, f"app {app_id!r} is already registered")
+            now = self.clock()
+            window = self.config.registration_window_s
+            recent = [t for t in self._registered.get(app_id, []) if t > now - window]
+            if len(recent) >= self.config.max_registrations:
+                raise CallError(Code.RESOURCE_EXHAUSTED,
+                                f"app {app_id!r}: {len(recent)} registrations in the last "
+                                f"{window:g} s (at most {self.config.max_registrations}); "
+                                "try again later")
+            self._registered[app_id] = [*recent, now]
+            if len(self._registered) > 4 * MAX_APPS_HINT:  # forget apps registered long ago
+                self._registered = {a: t for a, t in self._registered.items()
+                                    if t[-1] > now - window}
             secret = secrets.token_urlsafe(24)
             self._apps[app_id] = AppRecord(app_id, secret, rho, max_gpus)
             self._kick()
@@ -365,9 +396,12 @@ class ArbiterCore:
         return out
 
     def open_stream(
-        self, app_id: str, secret: str
+        self, app_id: str, secret: str,
+        events: queue.SimpleQueue[pb.Event | None] | None = None,
     ) -> tuple[int, queue.SimpleQueue[pb.Event | None]]:
-        """Open the app's event stream (closing a previous one); the first event is Hello."""
+        """Open the app's event stream (closing a previous one: one stream per app); the
+        first event is Hello. ``events``: the queue to use (the gRPC layer's, which wakes its
+        event loop), else a new one."""
         with self._cond:
             rec = self._auth(app_id, secret)
             if self._stopped:
@@ -376,7 +410,7 @@ class ArbiterCore:
                 rec.events.put(None)
             self._streams += 1
             rec.stream = self._streams
-            rec.events = queue.SimpleQueue()
+            rec.events = events if events is not None else queue.SimpleQueue()
             rec.events.put(pb.Event(hello=pb.Hello(
                 arbiter_epoch=self.epoch, leases=self._leases_pb(app_id))))
             if self._open is not None and app_id in self._open.bidders and not self._open.closed \
@@ -518,17 +552,33 @@ class ArbiterCore:
 
     def unregister(self, app_id: str, secret: str) -> None:
         with self._cond:
-            rec = self._auth(app_id, secret)
-            held = self._held_ids(app_id)
-            self._leases.remove(held)
-            self.backend.revoke(app_id, held)
-            self._log_release(held)
-            if rec.events is not None:
-                rec.events.put(None)
-            del self._apps[app_id]
-            if self._open is not None:
-                self._open.tables.pop(app_id, None)
-            self._kick()
+            self._auth(app_id, secret)
+            self._drop(app_id)
+
+    def expel(self, app_id: str) -> bool:
+        """End ``app_id``'s registration without its secret (its YARN application or AM
+        attempt ended; docs/yarn.md, "Security"): as :meth:`unregister`. False if it was not
+        registered."""
+        with self._cond:
+            if app_id not in self._apps:
+                return False
+            self._drop(app_id)
+        log.info("%s: registration ended (the application or its AM attempt ended)", app_id)
+        return True
+
+    def _drop(self, app_id: str) -> None:
+        """Forget a registered app: its leases end, its stream closes (caller holds the lock)."""
+        rec = self._apps[app_id]
+        held = self._held_ids(app_id)
+        self._leases.remove(held)
+        self.backend.revoke(app_id, held)
+        self._log_release(held)
+        if rec.events is not None:
+            rec.events.put(None)
+        del self._apps[app_id]
+        if self._open is not None:
+            self._open.tables.pop(app_id, None)
+        self._kick()
 
     def _log_release(self, gpu_ids: Sequence[str]) -> None:
         """Record released leases (caller holds the lock); a failure only makes a
@@ -576,6 +626,7 @@ class ArbiterCore:
                 "open": None if r is None else (r.round_id, r.closed, sorted(r.bidders),
                                                  dict(sorted(r.raw.items()))),
                 "trigger": (self._trigger, self._trigger_at),
+                "registrations": {a: list(t) for a, t in sorted(self._registered.items())},
             }
 
     def wait_rounds(self, n: int, timeout: float) -> bool:
@@ -651,17 +702,23 @@ class ArbiterCore:
                 gpu_ids=sorted(gids), expiry_unix=expiry)))
 
     def _offer_event(self, app_id: str, r: OpenRound) -> pb.Event:
+        """The app's offer: the round's common part, built once per round (100 bidders x
+        256 GPUs cost 26 ms built one by one), plus the GPUs the app holds."""
         topo = self.backend.topology()
-        return pb.Event(offer=pb.Offer(
-            round_id=r.round_id,
-            gpus=gpus_to_pb(topo[g] for g in r.offer_ids),
-            deadline_unix=r.deadline,
-            cluster_gpus=self.backend.cluster_gpus(),
-            active_apps=len(self._apps),
-            held=gpus_to_pb(topo[g] for g in self._held_ids(app_id)),
-            arbiter_epoch=self.epoch,
-            cluster_shape=shape_to_pb(self.backend.shape()),
-        ))
+        if r.offer is None:
+            r.offer = pb.Offer(
+                round_id=r.round_id,
+                gpus=gpus_to_pb(topo[g] for g in r.offer_ids),
+                deadline_unix=r.deadline,
+                cluster_gpus=self.backend.cluster_gpus(),
+                active_apps=len(self._apps),
+                arbiter_epoch=self.epoch,
+                cluster_shape=shape_to_pb(self.backend.shape()),
+            )
+        event = pb.Event()
+        event.offer.CopyFrom(r.offer)
+        event.offer.held.extend(gpus_to_pb(topo[g] for g in self._held_ids(app_id)))
+        return event
 
     def _collect(self, rid: int, offer: Sequence[Gpu], bidders: Sequence[str],
                  times: dict[str, float]) -> dict[str, BidTable]:

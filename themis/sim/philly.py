@@ -23,24 +23,36 @@ parent directory).
 * Placement class per :data:`themis.sim.models.TRACE_CLASSES`.
 * Each job's convergence scale tau is drawn (seeded by job identity) in
   [0.05, 0.5] x its steps.
+
+Input is bounded (docs/simulator.md, "Trace input limits"): each ``.trace`` file at most
+:data:`MAX_TRACE_BYTES` of UTF-8 text, total_steps in [1, :data:`MAX_STEPS`], arrival_time
+in [0, :data:`MAX_ARRIVAL_S`], scale_factor in [1, 1024]; the throughputs file is strict
+JSON (no NaN, no duplicate keys) of at most :data:`MAX_THROUGHPUT_BYTES`, each throughput a
+positive finite number. Anything else is one :class:`SpecError` naming the file and line
+(or the entry).
 """
 
 from __future__ import annotations
 
 import ast
-import json
 import random
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from themis.safeinput import InputError, Limits, load_json, read_bytes, short
 from themis.sim.errors import SpecError
 from themis.sim.models import TRACE_CLASSES, trace_class, trace_family
 from themis.sim.workload import AppSpec, JobSpec, Workload, single_phase_app
 
 CONVERTER_VERSION = 1
 GPU_TYPE = "v100"
+MAX_TRACE_BYTES = 64 << 20  # per .trace file (the largest philly-gavel file is 0.4 MB)
+MAX_THROUGHPUT_BYTES = 64 << 20  # simulation_throughputs.json is 1.2 MB
+MAX_STEPS = 10**12
+MAX_ARRIVAL_S = 1e10  # seconds since the trace's start (317 years)
+MAX_KEY = 1000  # characters of a throughput key such as "('ResNet-18 (batch size 16)', 1)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +63,7 @@ class TraceJob:
     steps: int
     arrival: float
     gpus: int
+    path: str = ""  # the file, for errors
 
 
 def parse_line(text: str, where: str) -> tuple[str, int, float, int]:
@@ -72,8 +85,14 @@ def parse_line(text: str, where: str) -> tuple[str, int, float, int]:
         gpus = int(fields[6])
     except ValueError:
         raise SpecError(where, f"field 7 (scale_factor) {fields[6]!r} is not an integer") from None
-    if steps <= 0 or arrival < 0 or not 1 <= gpus <= 1024 or arrival != arrival:
-        raise SpecError(where, f"out of range: steps={steps}, arrival={arrival}, gpus={gpus}")
+    if not 1 <= steps <= MAX_STEPS:
+        raise SpecError(where, f"field 5 (total_steps) {fields[4]!r} must be in "
+                               f"[1, {MAX_STEPS:.0e}]")
+    if not 0 <= arrival <= MAX_ARRIVAL_S:  # also refuses NaN
+        raise SpecError(where, f"field 6 (arrival_time) {fields[5]!r} must be in "
+                               f"[0, {MAX_ARRIVAL_S:.0e}] seconds")
+    if not 1 <= gpus <= 1024:
+        raise SpecError(where, f"field 7 (scale_factor) {fields[6]!r} must be in [1, 1024]")
     if trace_family(job_type) not in TRACE_CLASSES:
         raise SpecError(
             where,
@@ -88,13 +107,31 @@ def read_trace_files(path: Path) -> list[TraceJob]:
         raise SpecError(str(path), "no *.trace file")
     jobs: list[TraceJob] = []
     for f in files:
-        with f.open() as fh:
-            for n, line in enumerate(fh, 1):
-                if not line.strip():
-                    continue
-                jt, steps, arrival, gpus = parse_line(line, f"{f}:{n}")
-                jobs.append(TraceJob(f.stem, n, jt, steps, arrival, gpus))
+        for n, line in enumerate(_read_text(f), 1):
+            if not line.strip():
+                continue
+            jt, steps, arrival, gpus = parse_line(line, f"{f}:{n}")
+            jobs.append(TraceJob(f.stem, n, jt, steps, arrival, gpus, str(f)))
+    if not jobs:
+        raise SpecError(str(path), "the trace has no job")
     return jobs
+
+
+def _read_text(f: Path) -> list[str]:
+    """The lines of a ``.trace`` file (bounded, UTF-8; errors name the file and line)."""
+    try:
+        data = read_bytes(f, Limits(max_bytes=MAX_TRACE_BYTES))
+    except OSError as exc:
+        raise SpecError(str(f), f"cannot read: {exc.strerror or exc}") from None
+    if len(data) > MAX_TRACE_BYTES:
+        raise SpecError(str(f), f"larger than the limit of {MAX_TRACE_BYTES} bytes")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise SpecError(f"{f}:{line}", f"not UTF-8 text (byte 0x{data[exc.start]:02x})"
+                        ) from None
+    return text.split("\n")
 
 
 def find_throughputs(path: Path) -> Path:
@@ -107,18 +144,33 @@ def find_throughputs(path: Path) -> Path:
 
 
 def load_throughputs(path: Path) -> dict[tuple[str, int], float]:
+    limits = Limits(max_bytes=MAX_THROUGHPUT_BYTES, max_depth=16, max_nodes=0)
     try:
-        doc: Any = json.loads(path.read_text())
-        table = doc[GPU_TYPE]
-    except (OSError, ValueError, KeyError) as exc:
-        raise SpecError(str(path), f"cannot read {GPU_TYPE!r} throughputs: {exc}") from exc
+        doc: Any = load_json(read_bytes(path, limits), limits)
+    except OSError as exc:
+        raise SpecError(str(path), f"cannot read: {exc.strerror or exc}") from None
+    except InputError as exc:
+        raise SpecError(str(path), f"{exc.where + ': ' if exc.where else ''}{exc.problem}"
+                        ) from None
+    table = doc.get(GPU_TYPE) if isinstance(doc, dict) else None
+    if not isinstance(table, dict):
+        raise SpecError(str(path), f"{GPU_TYPE!r}: expected an object of throughputs")
     out: dict[tuple[str, int], float] = {}
     for key, val in table.items():
+        where = f"{GPU_TYPE}[{short(key)}]"
+        if len(key) > MAX_KEY:
+            raise SpecError(str(path), f"{where}: a key longer than {MAX_KEY} characters")
         try:
             jt, k = ast.literal_eval(key)
-            out[(str(jt), int(k))] = float(val["null"])
-        except (ValueError, SyntaxError, KeyError, TypeError) as exc:
-            raise SpecError(str(path), f"bad throughput entry {key!r}: {exc}") from exc
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            jt = k = None
+        if not isinstance(jt, str) or isinstance(k, bool) or not isinstance(k, int):
+            raise SpecError(str(path), f"{where}: the key must read ('<job type>', <GPUs>)")
+        thr = val.get("null") if isinstance(val, dict) else None
+        if isinstance(thr, bool) or not isinstance(thr, int | float) or not thr > 0:
+            raise SpecError(str(path), f"{where}.null: the throughput must be a number > 0 "
+                                       "(steps per second)")
+        out[(jt, k)] = float(thr)
     return out
 
 
@@ -127,7 +179,8 @@ def serial_iter_time(thr: dict[tuple[str, int], float], job: TraceJob) -> float:
         return job.gpus / thr[(job.job_type, job.gpus)]
     if (job.job_type, 1) in thr:
         return 1.0 / thr[(job.job_type, 1)]
-    raise SpecError(f"{job.vc}.trace:{job.line}", f"no {GPU_TYPE} throughput for {job.job_type!r}")
+    raise SpecError(f"{job.path or job.vc + '.trace'}:{job.line}",
+                    f"no {GPU_TYPE} throughput for {job.job_type!r}")
 
 
 def group_apps(jobs: list[TraceJob], window_s: float, max_jobs: int = 100) -> list[list[TraceJob]]:

@@ -88,7 +88,9 @@ class AppMaster:
         registry: GpuRegistry | None = None,
         emit: Callable[[str], None] | None = None,
         clock: Callable[[], float] = time.time,
+        registration_token: str = "",
     ) -> None:
+        self.registration_token = registration_token  # from the driver (arbiter.registration)
         self.spec = spec
         self.name = spec.name
         self.address = address
@@ -168,7 +170,8 @@ class AppMaster:
         self.client = AgentClient(self.address, self.name, self.bidder,
                                   on_allocation=self._on_allocation,
                                   on_lease_warning=self._on_warning,
-                                  seed=zlib.crc32(self.name.encode()))
+                                  seed=zlib.crc32(self.name.encode()),
+                                  registration_token=self.registration_token)
         self.client.start()
         self.state = "running"
         self.emit(f"{self.name}: submitted ({len(self.hb.current_jobs())} configurations "

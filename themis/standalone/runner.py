@@ -18,6 +18,7 @@ from typing import Any, TextIO
 from themis.agent.fairness import DEFAULT_IDEAL_TIME, DEFAULT_STARVATION
 from themis.arbiter.cluster_backend import StaticCluster
 from themis.arbiter.leaselog import LeaseLog, LeaseLogError
+from themis.arbiter.registration import HmacRegistrar
 from themis.arbiter.service import ArbiterServer
 from themis.arbiter.state import ArbiterConfig, ArbiterCore
 from themis.standalone.appmaster import AppMaster, GpuRegistry
@@ -203,11 +204,14 @@ class Standalone:
                             fairness_knob=o.fairness_knob, heartbeat_s=2.0,
                             round_delay_s=0.05, solver=o.solver, seed=o.seed,
                             ideal_time=o.ideal_time, starvation=o.starvation)
+        # registrations need the app's token (HMAC under a key drawn now), which this driver
+        # hands only to its own application masters (docs/standalone.md)
+        registrar = HmacRegistrar()
         # leases survive a crash of this process: a run given the same lease log honours
         # the unexpired ones (themis.arbiter.leaselog) while the old jobs may still run
         path = o.lease_log if o.lease_log is not None else o.out / LEASE_LOG
         try:
-            core = ArbiterCore(o.cluster, cfg, lease_log=LeaseLog(path))
+            core = ArbiterCore(o.cluster, cfg, lease_log=LeaseLog(path), registrar=registrar)
         except LeaseLogError as exc:
             raise StartupError(f"cannot start the arbiter: {exc}") from exc
         for g in core.restored:
@@ -228,7 +232,9 @@ class Standalone:
         self.apps = [AppMaster(spec, f"127.0.0.1:{port}", o.out, topo, t0=self.t0,
                                grace_s=o.grace_s, emit=self._emit, registry=registry,
                                kill_after_s=o.shutdown_timeout_s,
-                               min_lease_left_s=min(5.0, o.lease_s / 4)) for spec in o.apps]
+                               min_lease_left_s=min(5.0, o.lease_s / 4),
+                               registration_token=registrar.token_for(spec.name))
+                     for spec in o.apps]
         try:
             for am in self.apps:
                 am.start()

@@ -57,6 +57,12 @@ from themis.submarine_am.records import (
     parse_container_id,
 )
 from themis.submarine_am.runner import encode_command
+from themis.submarine_am.security import (
+    REPORT_TOKEN_ENV,
+    REPORT_TOKEN_HEADER,
+    ReportTokens,
+    agent_options,
+)
 from themis.submarine_am.shell import JvmShell, Shell
 from themis.submarine_am.spec import AppSpec, render_command
 from themis.submarine_am.tblogs import tensorboard_dir
@@ -129,6 +135,8 @@ class AppMaster:
         self.tracking_url = ""
         self.agent: Any = None
         self.bidder: LiveBidder | None = None
+        self.report_tokens = ReportTokens()  # per-container tokens of /api/report
+        self.agent_options: dict[str, Any] = {}  # AgentClient's token and TLS (security.py)
         self._status: dict[str, Any] = {}
         self._dirty = True
         self._last_save = 0.0
@@ -225,6 +233,12 @@ class AppMaster:
                 except ValueError as e:
                     self._send(400, {"error": str(e)})
                     return
+                refused = am.report_tokens.check(
+                    body.get("container") if isinstance(body, dict) else None,
+                    self.headers.get(REPORT_TOKEN_HEADER))
+                if refused is not None:  # before anything looks at the report
+                    self._send(refused[0], {"error": refused[1]})
+                    return
                 am._reports.put(body)
                 with am._lock:
                     stop = body.get("container", "") in am._stop_set
@@ -249,7 +263,8 @@ class AppMaster:
             self.bidder.set_cluster_gpus(self._saved_cluster_gpus)
         self.agent = AgentClient(self.arbiter, self.app_id, self.bidder,
                                  on_allocation=self._on_allocation,
-                                 on_lease_warning=self._on_lease_warning)
+                                 on_lease_warning=self._on_lease_warning,
+                                 **self.agent_options)
         if self._saved_secret:
             self.agent.secret = self._saved_secret  # AM retry: same registration
         self.agent.start()
@@ -337,7 +352,8 @@ class AppMaster:
         env = {"THEMIS_WEBHDFS_URL": self.webhdfs_url, "HADOOP_USER_NAME": "root",
                "PATH": f"{bindir}:{path}" if bindir else path,
                "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "2",
-               "THEMIS_APP_ID": self.app_id, "THEMIS_JOB_ID": run.job_id, **self.spec.env}
+               "THEMIS_APP_ID": self.app_id, "THEMIS_JOB_ID": run.job_id, **self.spec.env,
+               REPORT_TOKEN_ENV: self.report_tokens.token_for(run.container)}
         log.info("job command of %s (run %d): %s", run.job_id, run.run_id, job_cmd)
         return cmd, env
 
@@ -728,6 +744,14 @@ def container_command(python: str, am_url: str, job_id: str, run_id: int, tb_dir
             f"--command-b64 {encode_command(job_cmd)} 1><LOG_DIR>/stdout 2><LOG_DIR>/stderr")
 
 
+def _arbiter_from_conf(entry: Any) -> str:
+    """The agents' endpoint candidates from the AM's yarn-site.xml, one per RM id with RM HA
+    (:mod:`themis.agent.endpoints`), comma-separated as AgentClient takes them."""
+    from themis.agent.endpoints import agent_addresses
+
+    return ",".join(agent_addresses(lambda key: str(entry.conf(key, "") or "")))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     del argv
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
@@ -751,13 +775,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     app_dir = env.get("THEMIS_APP_DIR") or f"/user/{user}/.themis/{app_id}"
     raw = hdfs.read(env.get("THEMIS_SPEC_PATH") or f"{app_dir}/spec.json")
     spec = AppSpec.from_json(raw.decode())
-    arbiter = env.get("THEMIS_ARBITER", "")
-    if not arbiter:
-        port_s = gateway.entry_point.conf("yarn.resourcemanager.themis.agent-port", "50551")
-        arbiter = f"127.0.0.1:{port_s}"
+    arbiter = env.get("THEMIS_ARBITER", "") or _arbiter_from_conf(gateway.entry_point)
+    try:  # the AMRMToken registers, TLS as the cluster says (docs/yarn.md, "Security")
+        options = agent_options(env, gateway.entry_point)
+    except ValueError as e:
+        print(f"themis.submarine_am.am: {e}", file=sys.stderr)
+        gateway.close()
+        return 2
     am = AppMaster(spec, app_id, shell, arbiter=arbiter, hdfs=hdfs, app_dir=app_dir,
                    webhdfs_url=webhdfs_url, attempt=attempt,
                    python=env.get("THEMIS_JOB_PYTHON") or sys.executable)
+    am.agent_options = options
     signal.signal(signal.SIGTERM, lambda s, f: am.kill())
     try:
         rc = am.run()

@@ -9,23 +9,23 @@ Everything goes over HTTP (no Hadoop client jars on the user's machine): the RM 
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import urllib.error
 import urllib.request
 import xml.etree.ElementTree as ET
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from themis.agent.endpoints import agent_addresses, from_mapping
 from themis.submarine_am.spec import AppSpec
 from themis.submarine_am.webhdfs import WebHdfs
 
 APP_TYPE = "THEMIS"
 AM_MAIN = "org.themis.am.AppMaster"
-AGENT_PORT_KEY = "yarn.resourcemanager.themis.agent-port"
-AGENT_ADDRESS_KEY = "yarn.resourcemanager.themis.agent-address"
-DEFAULT_AGENT_PORT = "8642"  # ThemisSettings' default
 PYTHON_KEY = "yarn.resourcemanager.themis.python-executable"
 THEMIS_BEAN = "Hadoop:service=ResourceManager,name=Themis"
 JVM_OPTS = " ".join((
@@ -88,14 +88,9 @@ class Cluster:
 
     def arbiter_address(self, conf: dict[str, str]) -> str:
         """Where AMs reach the agents' endpoint: ``agent-address``, else the RM host and
-        ``agent-port`` of the cluster's yarn-site.xml."""
-        addr = conf.get(AGENT_ADDRESS_KEY, "").strip()
-        if addr:
-            return addr
-        host = conf.get("yarn.resourcemanager.hostname", "127.0.0.1") or "127.0.0.1"
-        if host in ("0.0.0.0", "localhost"):
-            host = "127.0.0.1"
-        return f"{host}:{conf.get(AGENT_PORT_KEY, DEFAULT_AGENT_PORT)}"
+        ``agent-port`` of the cluster's yarn-site.xml; with RM HA one candidate per RM id,
+        comma-separated (:mod:`themis.agent.endpoints`)."""
+        return ",".join(agent_addresses(from_mapping(conf)))
 
     def app_dir(self, app_id: str) -> str:
         return f"/user/{self.user}/.themis/{app_id}"
@@ -128,6 +123,7 @@ class Cluster:
             "THEMIS_AM_PYTHON": python,
             "HADOOP_USER_NAME": self.user,
             "PYTHONUNBUFFERED": "1",
+            **agent_tls_env(conf),
         }
         heap = max(128, spec.am.memory_mb // 3)
         command = (f"java {JVM_OPTS.format(heap=heap)} {AM_MAIN} "
@@ -224,6 +220,34 @@ class Cluster:
         doc = self._req("PUT", f"/ws/v1/cluster/apps/{app_id}/state?user.name={self.user}",
                         {"state": "KILLED"})
         return str((doc or {}).get("state", ""))
+
+
+def agent_tls_env(conf: dict[str, str], env: Mapping[str, str] | None = None
+                  ) -> dict[str, str]:
+    """The AM's TLS settings for the agents' endpoint (docs/yarn.md, "Security"):
+    ``THEMIS_ARBITER_TLS=off`` when the cluster set ``agent-tls.enabled=false``, else the CA
+    certificate(s) the AM trusts, base64 PEM in ``THEMIS_ARBITER_TLS_CA``, read on this host
+    from ``$THEMIS_AGENT_TLS_TRUST``, else the cluster's ``agent-tls.trust-file``, else its
+    ``agent-tls.cert-file``. Raises ClientError naming the setting when none is readable."""
+    from themis.arbiter.tls import CERT_KEY, ENABLED_KEY, TRUST_KEY, TlsError, read_pem
+    from themis.submarine_am.security import ARBITER_CA_ENV, ARBITER_TLS_ENV
+
+    if env is None:
+        env = os.environ
+    enabled = conf.get(ENABLED_KEY, "true").strip().lower() or "true"
+    if enabled == "false":
+        return {ARBITER_TLS_ENV: "off"}
+    local = env.get("THEMIS_AGENT_TLS_TRUST", "")
+    key, path = (("$THEMIS_AGENT_TLS_TRUST", local) if local else
+                 (TRUST_KEY, conf.get(TRUST_KEY, "")) if conf.get(TRUST_KEY, "").strip() else
+                 (CERT_KEY, conf.get(CERT_KEY, "")))
+    try:
+        pem = read_pem(path.strip(), key, b"-----BEGIN CERTIFICATE")
+    except TlsError as e:
+        raise ClientError(f"the agents' endpoint serves TLS ({ENABLED_KEY} is not false) and "
+                          f"the AM needs the CA certificate: {e}; copy it to this host and "
+                          "point $THEMIS_AGENT_TLS_TRUST at it") from None
+    return {ARBITER_TLS_ENV: "on", ARBITER_CA_ENV: base64.b64encode(pem).decode()}
 
 
 def _hdfs_authority(conf: dict[str, str]) -> str:

@@ -3,7 +3,8 @@
 It starts the job command (in its own process group), follows the job's TensorFlow event
 logs with the :class:`~themis.profiler.Profiler` and its JSON-lines stdout
 (``start``/``checkpoint``/``exit`` of :mod:`themis.jobs.train`), and reports progress to the
-AM over HTTP (``POST <am>/api/report``, loopback) every ``--report-every`` seconds. When the
+AM over HTTP (``POST <am>/api/report`` with the container's token from
+``$THEMIS_REPORT_TOKEN``, themis.submarine_am.security) every ``--report-every`` seconds. When the
 AM's answer says ``stop`` (the app lost the GPUs: lease expiry, preemption) it sends the
 job SIGTERM, so the job checkpoints to HDFS and exits; the container then ends and the GPUs
 are free. SIGTERM to the runner itself (NM stopping the container) is forwarded the same way.
@@ -44,6 +45,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from themis.submarine_am.security import REPORT_TOKEN_ENV, REPORT_TOKEN_HEADER
+
 if TYPE_CHECKING:
     from themis.submarine_am.tblogs import EventLogUpload
 
@@ -76,6 +79,8 @@ class Runner:
         self.command = command
         self.report_every = report_every
         self.container = os.environ.get("CONTAINER_ID", "")
+        # this container's token for the AM's /api/report (docs/yarn.md, "Security")
+        self.report_token = os.environ.get(REPORT_TOKEN_ENV, "")
         self._events: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         self._child: subprocess.Popen[str] | None = None
@@ -153,7 +158,8 @@ class Runner:
                 "final": final, "events": events, **self._progress()}
         req = urllib.request.Request(f"{self.am_url}/api/report", method="POST",
                                      data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
+                                     headers={"Content-Type": "application/json",
+                                              REPORT_TOKEN_HEADER: self.report_token})
         try:
             with urllib.request.urlopen(req, timeout=5) as r:
                 answer = json.load(r)

@@ -31,9 +31,11 @@ from typing import Protocol
 from themis.agent.bids import BidTable
 from themis.agent.fairness import ClusterShape
 from themis.arbiter.cluster_backend import ClusterBackend
+from themis.arbiter.registration import Registrar
 from themis.arbiter.round import LeaseGrant, RoundOutcome
 from themis.arbiter.service import ArbiterServer
 from themis.arbiter.state import ArbiterConfig, ArbiterCore, CallError, Code
+from themis.arbiter.tls import ServerTls
 from themis.cluster.topology import Gpu, Topology
 from themis.rpc.v1 import arbiter_pb2 as pb
 
@@ -111,12 +113,13 @@ class ExternalCore(ArbiterCore):
     passed on to the lease owner (the core's own lease table stays empty)."""
 
     def __init__(self, backend: ClusterBackend, config: ArbiterConfig | None,
-                 owner: LeaseOwner) -> None:
-        super().__init__(backend, config)
+                 owner: LeaseOwner, registrar: Registrar | None = None) -> None:
+        super().__init__(backend, config, registrar=registrar)
         self.owner = owner
 
-    def register(self, app_id: str, rho: float, max_gpus: int) -> pb.RegisterAppResponse:
-        reply = super().register(app_id, rho, max_gpus)
+    def register(self, app_id: str, rho: float, max_gpus: int,
+                 token: str = "") -> pb.RegisterAppResponse:
+        reply = super().register(app_id, rho, max_gpus, token)
         self.owner.joined(app_id)
         return reply
 
@@ -138,13 +141,17 @@ class ExternalCore(ArbiterCore):
 
 class AgentEndpoint:
     """gRPC service for AMs + bid source for the RM's rounds. Without a lease owner, releases
-    and departures change nothing outside the endpoint (tests)."""
+    and departures change nothing outside the endpoint (tests). ``registrar``: who may
+    register (the engine's checks the AM's AMRMToken with the RM; None: anyone, tests);
+    ``tls``: serve TLS with this certificate (None: plaintext)."""
 
     def __init__(self, config: ArbiterConfig | None = None, default_rho: float = 1.0,
-                 owner: LeaseOwner | None = None) -> None:
+                 owner: LeaseOwner | None = None, *, registrar: Registrar | None = None,
+                 tls: ServerTls | None = None) -> None:
         self.view = OfferView()
-        core = ExternalCore(self.view, config, owner) if owner is not None else None
-        self.server = ArbiterServer(self.view, config, core=core)
+        core = (ExternalCore(self.view, config, owner, registrar) if owner is not None
+                else ArbiterCore(self.view, config, registrar=registrar))
+        self.server = ArbiterServer(self.view, config, core=core, tls=tls)
         self.default_rho = default_rho
         self._round_id = 0
 

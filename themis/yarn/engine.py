@@ -15,12 +15,21 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Sequence
-from typing import ClassVar, Protocol
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from themis.arbiter.solvers import SolverError, make_solver
-from themis.yarn.bids import BidSource
 from themis.yarn.rounds import RoundEngine
+from themis.yarn.settings import (
+    EngineSettings,
+    SettingError,
+    arg_type,
+    from_env,
+    lease_seconds,
+)
+
+if TYPE_CHECKING:
+    from themis.yarn.agents import AgentEndpoint
 
 log = logging.getLogger("themis.yarn.engine")
 
@@ -34,12 +43,24 @@ class Py4JEngine:
         implements: ClassVar[list[str]] = [JAVA_INTERFACE]
 
     def __init__(
-        self, rounds: RoundEngine, round_delay_s: float = 0.0, agent_address: str = ""
+        self, rounds: RoundEngine, round_delay_s: float = 0.0, agent_address: str = "",
+        expel: Callable[[str], bool] | None = None,
     ) -> None:
         self._rounds = rounds
         self._delay = round_delay_s
         self.agent_address = agent_address
+        self._expel = expel  # ends a registration with the agents' endpoint
         self.started = time.time()
+
+    def appEnded(self, app_id: str) -> str:
+        """The RM says the app, or its AM attempt, ended: its registration ends now (an AM
+        that stopped heart-beating has its attempt expired by the RM, which ends up here)."""
+        try:
+            ended = self._expel(app_id) if self._expel is not None else False
+        except Exception as exc:  # never raise into Java
+            log.warning("could not end %s's registration: %s", app_id, exc)
+            ended = False
+        return json.dumps({"ended": ended})
 
     def runRound(self, request_json: str) -> str:
         if self._delay > 0:
@@ -71,6 +92,7 @@ class _RmRegistry(Protocol):
     def agentJoined(self, app_id: str) -> None: ...  # Java method names
     def agentLeft(self, app_id: str) -> None: ...
     def releaseGpus(self, app_id: str, gpu_ids_json: str) -> str: ...
+    def verifyAmToken(self, app_id: str, token: str) -> str: ...
 
 
 class RmLeases:
@@ -83,6 +105,10 @@ class RmLeases:
         self._rm: _RmRegistry | None = None
         self._early: list[tuple[str, str]] = []  # (event, app id) before attach
         self._lock = threading.Lock()
+
+    def rm(self) -> _RmRegistry | None:
+        """The RM's gateway entry point, None until :meth:`attach`."""
+        return self._rm
 
     def attach(self, rm: _RmRegistry) -> None:
         with self._lock:
@@ -132,9 +158,14 @@ class RmLeases:
 
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    """Options; each one left out takes its environment variable's value (the RM plugin
+    passes its yarn-site settings so, themis.yarn.settings), which raises SettingError when
+    it is refused."""
     p = argparse.ArgumentParser(prog="python -m themis.yarn.engine", description=__doc__)
-    p.add_argument("--port", type=int, default=int(os.environ.get("THEMIS_GATEWAY_PORT", "0")))
-    p.add_argument("--token", default=os.environ.get("THEMIS_GATEWAY_TOKEN", ""))
+    p.add_argument("--port", type=arg_type("THEMIS_GATEWAY_PORT"), default=None,
+                   help="the RM's Py4J gateway port (default: THEMIS_GATEWAY_PORT)")
+    p.add_argument("--token", type=arg_type("THEMIS_GATEWAY_TOKEN"), default=None,
+                   help="the gateway's auth token (default: THEMIS_GATEWAY_TOKEN)")
     p.add_argument(
         "--round-delay-s",
         type=float,
@@ -143,55 +174,93 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument(
         "--agent-port",
-        type=int,
-        default=int(os.environ.get("THEMIS_AGENT_PORT", "-1")),
+        type=arg_type("THEMIS_AGENT_PORT"),
+        default=None,
         help="serve the gRPC arbiter service for application masters on this port "
         "(0 = ephemeral, -1 = no agents: rounds use out-of-band reported bids only); "
         "the RM passes yarn.resourcemanager.themis.agent-port as THEMIS_AGENT_PORT",
     )
     p.add_argument(
         "--agent-host",
-        default=os.environ.get("THEMIS_AGENT_HOST", "127.0.0.1"),
-        help="address the agents' endpoint binds to (default 127.0.0.1)",
+        type=arg_type("THEMIS_AGENT_HOST"),
+        default=None,
+        help="address the agents' endpoint binds to (default: THEMIS_AGENT_HOST, else "
+        "127.0.0.1)",
+    )
+    p.add_argument(
+        "--agent-tls",
+        choices=("on", "off"),
+        default=os.environ.get("THEMIS_AGENT_TLS", "on"),
+        help="serve the agents' endpoint over TLS (default on; off only when asked: the RM "
+        "passes yarn.resourcemanager.themis.agent-tls.enabled as THEMIS_AGENT_TLS)",
+    )
+    p.add_argument(
+        "--agent-tls-cert",
+        default=os.environ.get("THEMIS_AGENT_TLS_CERT", ""),
+        help="PEM certificate chain of the agents' endpoint (agent-tls.cert-file; "
+        "THEMIS_AGENT_TLS_CERT)",
+    )
+    p.add_argument(
+        "--agent-tls-key",
+        default=os.environ.get("THEMIS_AGENT_TLS_KEY", ""),
+        help="PEM private key of the agents' endpoint (agent-tls.key-file; THEMIS_AGENT_TLS_KEY)",
     )
     p.add_argument(
         "--bid-timeout-s",
-        type=float,
-        default=float(os.environ.get("THEMIS_BID_TIMEOUT_S", "5")),
-        help="how long a round waits for the offered apps' bids",
+        type=arg_type("THEMIS_BID_TIMEOUT_S"),
+        default=None,
+        help="how long a round waits for the offered apps' bids (default: "
+        "THEMIS_BID_TIMEOUT_S, else 5)",
     )
     p.add_argument(
         "--lease-s",
-        type=float,
-        default=float(os.environ.get("THEMIS_LEASE_MS", "600000")) / 1000.0,
-        help="lease duration announced to agents (the RM enforces it; THEMIS_LEASE_MS)",
+        type=lease_seconds,
+        default=None,
+        help="lease duration announced to agents (the RM enforces it; default: "
+        "THEMIS_LEASE_MS / 1000, else 600)",
     )
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    env = from_env(os.environ)
+    args.settings = env
+    for name, value in (("port", env.gateway_port), ("token", env.gateway_token),
+                        ("agent_port", env.agent_port), ("agent_host", env.agent_host),
+                        ("bid_timeout_s", env.bid_timeout_s), ("lease_s", env.lease_s)):
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    return args
 
 
 def _agent_endpoint(
     args: argparse.Namespace, owner: RmLeases | None = None
-) -> tuple[BidSource | None, str]:
+) -> tuple[AgentEndpoint | None, str]:
     """Start the agents' gRPC endpoint when asked to; (bid source, "host:port")."""
     if args.agent_port < 0:
         return None, ""
-    from themis.agent.fairness import DEFAULT_IDEAL_TIME, DEFAULT_STARVATION
     from themis.arbiter.state import ArbiterConfig
     from themis.yarn.agents import AgentEndpoint
 
+    env: EngineSettings = getattr(args, "settings", None) or from_env(os.environ)
     config = ArbiterConfig(
         lease_s=args.lease_s,
         bid_timeout_s=args.bid_timeout_s,
-        fairness_knob=float(os.environ.get("THEMIS_FAIRNESS_KNOB", "0.8")),
-        solver=os.environ.get("THEMIS_SOLVER", "auto"),
+        fairness_knob=env.fairness_knob,
+        solver=env.solver,
         # yarn.resourcemanager.themis.ideal-time, announced to the AMs' agents
-        ideal_time=os.environ.get("THEMIS_IDEAL_TIME", str(DEFAULT_IDEAL_TIME)),
+        ideal_time=env.ideal_time,
         # yarn.resourcemanager.themis.starvation: the filter's order of starving apps
-        starvation=os.environ.get("THEMIS_STARVATION", str(DEFAULT_STARVATION)),
+        starvation=env.starvation,
     )
-    endpoint = AgentEndpoint(config, owner=owner)
+    from themis.arbiter.tls import ServerTls
+    from themis.yarn.auth import AmRmTokenRegistrar
+
+    tls = ServerTls(args.agent_tls_cert, args.agent_tls_key) if args.agent_tls == "on" else None
+    # registrations are checked by the RM (the AM's AMRMToken); without an RM (owner None:
+    # tests) nobody could register, so there is no registrar either
+    registrar = AmRmTokenRegistrar(owner.rm) if owner is not None else None
+    endpoint = AgentEndpoint(config, owner=owner, registrar=registrar, tls=tls)
     address = endpoint.start(args.agent_port, host=args.agent_host)
-    log.info("agents' endpoint (gRPC arbiter service) listening on %s", address)
+    log.info("agents' endpoint (gRPC arbiter service) listening on %s (%s)", address,
+             "TLS" if tls is not None else "plaintext: agent-tls.enabled=false")
     return endpoint, address
 
 
@@ -208,15 +277,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO, stream=sys.stdout, format="%(asctime)s %(levelname)s %(message)s"
     )
-    args = _parse(argv)
-    if args.port <= 0 or not args.token:
+    try:
+        args = _parse(argv)
+    except SettingError as exc:
+        print(f"themis.yarn.engine: {exc}", file=sys.stderr)
+        return 2
+    if args.port is None or not args.token:
         print(
             "themis.yarn.engine: need the gateway port and token (THEMIS_GATEWAY_PORT, "
             "THEMIS_GATEWAY_TOKEN or --port/--token); it is normally started by the RM plugin",
             file=sys.stderr,
         )
         return 2
-    solver = os.environ.get("THEMIS_SOLVER", "auto")
+    solver = args.settings.solver
     try:  # the RM's solver (yarn.resourcemanager.themis.solver): fail at start, in one line
         make_solver(solver)
     except SolverError as exc:
@@ -231,7 +304,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (OSError, ValueError) as exc:
         print(f"themis.yarn.engine: cannot start the agents' endpoint: {exc}", file=sys.stderr)
         return 2
-    engine = Py4JEngine(RoundEngine(source), args.round_delay_s, agent_address)
+    expel = source.core.expel if source is not None else None
+    engine = Py4JEngine(RoundEngine(source), args.round_delay_s, agent_address, expel)
     gateway = JavaGateway(
         gateway_parameters=GatewayParameters(
             address="127.0.0.1", port=args.port, auth_token=args.token

@@ -30,14 +30,16 @@ class GpuInfo(_message.Message):
     def __init__(self, id: _Optional[str] = ..., machine: _Optional[str] = ..., rack: _Optional[str] = ..., slot: _Optional[str] = ...) -> None: ...
 
 class RegisterAppRequest(_message.Message):
-    __slots__ = ("app_id", "rho", "max_gpus")
+    __slots__ = ("app_id", "rho", "max_gpus", "registration_token")
     APP_ID_FIELD_NUMBER: _ClassVar[int]
     RHO_FIELD_NUMBER: _ClassVar[int]
     MAX_GPUS_FIELD_NUMBER: _ClassVar[int]
+    REGISTRATION_TOKEN_FIELD_NUMBER: _ClassVar[int]
     app_id: str
     rho: float
     max_gpus: int
-    def __init__(self, app_id: _Optional[str] = ..., rho: _Optional[float] = ..., max_gpus: _Optional[int] = ...) -> None: ...
+    registration_token: str
+    def __init__(self, app_id: _Optional[str] = ..., rho: _Optional[float] = ..., max_gpus: _Optional[int] = ..., registration_token: _Optional[str] = ...) -> None: ...
 
 class RegisterAppResponse(_message.Message):
     __slots__ = ("secret", "arbiter_epoch", "lease_seconds", "bid_timeout_seconds", "cluster_gpus", "ideal_time", "starvation", "cluster_shape")

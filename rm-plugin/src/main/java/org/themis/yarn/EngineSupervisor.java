@@ -75,6 +75,13 @@ public final class EngineSupervisor {
      * Returns JSON {@code {"ok": true, "released": n}} or {@code {"ok": false, "error": ...}}.
      */
     String releaseGpus(String appId, String gpuIdsJson);
+
+    /**
+     * Whether {@code token} (the AM's AMRMToken, URL-safe encoded) proves that the caller
+     * registering {@code appId} is that app's running AM ({@link AmTokens}). Returns JSON
+     * {@code {"ok": true}} or {@code {"ok": false, "error": ...}}.
+     */
+    String verifyAmToken(String appId, String token);
   }
 
   /** The Py4J entry point the Python process calls to register itself and report agents. */
@@ -97,6 +104,10 @@ public final class EngineSupervisor {
 
     public String releaseGpus(String appId, String gpuIdsJson) {
       return events.releaseGpus(appId, gpuIdsJson);
+    }
+
+    public String verifyAmToken(String appId, String token) {
+      return events.verifyAmToken(appId, token);
     }
 
     /** Called from Python with its callback object and callback server port. */
@@ -190,6 +201,30 @@ public final class EngineSupervisor {
       inRound = false;
     }
     return Optional.empty();
+  }
+
+  /**
+   * Ends the app's registration with the agents' endpoint (its app or AM attempt ended), on
+   * the engine-call thread, without waiting; nothing to do when no engine runs (a new engine
+   * starts without registrations).
+   */
+  public void appEnded(String appId) {
+    Incarnation inc = current;
+    if (inc == null || inc.engine == null) {
+      return;
+    }
+    try {
+      caller.submit(() -> {
+        try {
+          inc.engine.appEnded(appId);
+        } catch (RuntimeException e) {
+          LOG.warn("could not end {}'s registration with the agents' endpoint: {}", appId,
+              e.toString());
+        }
+      });
+    } catch (java.util.concurrent.RejectedExecutionException e) {
+      // stopping: the engine goes away with its registrations
+    }
   }
 
   /** Health probe through the same path; empty when unavailable. */
@@ -309,6 +344,10 @@ public final class EngineSupervisor {
     env.put("THEMIS_STARVATION", settings.starvation());
     env.put("THEMIS_AGENT_PORT", Integer.toString(settings.agentPort()));
     env.put("THEMIS_LEASE_MS", Long.toString(settings.leaseDurationMs()));
+    // TLS of the agents' endpoint (docs/yarn.md, "Security"): on unless agent-tls.enabled=false
+    env.put("THEMIS_AGENT_TLS", settings.agentTls() ? "on" : "off");
+    env.put("THEMIS_AGENT_TLS_CERT", settings.agentTlsCert());
+    env.put("THEMIS_AGENT_TLS_KEY", settings.agentTlsKey());
     Process p;
     try {
       p = pb.start();

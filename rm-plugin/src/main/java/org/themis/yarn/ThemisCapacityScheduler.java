@@ -25,6 +25,7 @@ import org.apache.hadoop.yarn.server.resourcemanager.scheduler.common.SchedulerC
 import org.apache.hadoop.yarn.server.resourcemanager.scheduler.common.fica.FiCaSchedulerApp;
 import org.apache.hadoop.yarn.server.resourcemanager.scheduler.common.fica.FiCaSchedulerNode;
 import org.apache.hadoop.yarn.server.resourcemanager.scheduler.event.AppAddedSchedulerEvent;
+import org.apache.hadoop.yarn.server.resourcemanager.scheduler.event.AppAttemptRemovedSchedulerEvent;
 import org.apache.hadoop.yarn.server.resourcemanager.scheduler.event.AppRemovedSchedulerEvent;
 import org.apache.hadoop.yarn.server.resourcemanager.scheduler.event.NodeAddedSchedulerEvent;
 import org.apache.hadoop.yarn.server.resourcemanager.scheduler.event.SchedulerEvent;
@@ -58,6 +59,7 @@ public class ThemisCapacityScheduler extends CapacityScheduler {
   @Override
   public void serviceInit(Configuration conf) throws Exception {
     settings = ThemisSettings.from(conf);
+    settings.checkAgentTlsFiles(); // refuse to start on a missing certificate, not later
     String placement = conf.get(PLACEMENT_CLASS_KEY);
     if (placement == null) {
       conf.set(PLACEMENT_CLASS_KEY,
@@ -86,8 +88,19 @@ public class ThemisCapacityScheduler extends CapacityScheduler {
         settings.engineEnabled());
   }
 
+  /**
+   * The scheduler is one of the RM's active services: with RM HA every RM initialises it, but
+   * only the RM that becomes active starts it, and an RM going standby stops it and replaces it
+   * with a fresh, unstarted instance. So lease recovery, enforcement, the round driver, the
+   * engine and its agents' endpoint run on the active RM only; a standby holds no lease.
+   */
   @Override
   public void serviceStart() throws Exception {
+    if (getRMContext() != null && getRMContext().isHAEnabled()) {
+      LOG.info("Themis: this ResourceManager ({}) is becoming active: lease recovery, "
+          + "enforcement, rounds and the engine start", getConfig() == null ? "?"
+          : getConfig().get(ThemisSettings.RM_HA_ID, "?"));
+    }
     recovery.start(); // RM restart: the RM recovered its apps, NMs have not re-registered yet
     super.serviceStart();
     runtime.start();
@@ -157,6 +170,9 @@ public class ThemisCapacityScheduler extends CapacityScheduler {
     ThemisRuntime rt = runtime;
     if (rt != null && event.getType() == SchedulerEventType.APP_REMOVED) {
       rt.appRemoved(((AppRemovedSchedulerEvent) event).getApplicationID());
+    }
+    if (rt != null && event.getType() == SchedulerEventType.APP_ATTEMPT_REMOVED) {
+      rt.attemptEnded(((AppAttemptRemovedSchedulerEvent) event).getApplicationAttemptID());
     }
   }
 

@@ -10,4 +10,11 @@ public interface ThemisEngine {
 
   /** A short JSON status; used as a liveness probe. */
   String health();
+
+  /**
+   * The app's registration with the agents' endpoint ends now (the app finished or its AM
+   * attempt ended, e.g. the AM stopped heart-beating): its event stream closes and its secret
+   * is forgotten. Returns JSON {@code {"ended": true|false}}.
+   */
+  String appEnded(String appId);
 }

@@ -146,6 +146,8 @@ public final class ThemisRuntime implements EngineSupervisor.AgentEvents, Themis
   }
 
   public EngineSupervisor engine() { return engine; }
+  /** Started and not stopped: on the active RM only (with RM HA a standby never starts it). */
+  public boolean running() { return running; }
   /** The metrics2 source (docs/yarn.md, Metrics). */
   ThemisMetrics metrics() { return metrics; }
   public long rounds() { return rounds.get(); }
@@ -222,6 +224,7 @@ public final class ThemisRuntime implements EngineSupervisor.AgentEvents, Themis
 
   /** The app finished (or was killed or failed): every lease of it ends now. */
   void appRemoved(ApplicationId app) {
+    engine.appEnded(app.toString()); // and its registration with the agents' endpoint
     agentApps.remove(app);
     metrics.appRemoved(app);
     endAllLeases(app, "finished");
@@ -241,6 +244,48 @@ public final class ThemisRuntime implements EngineSupervisor.AgentEvents, Themis
           removed, gpus);
       gpusFreed();
     }
+  }
+
+  /**
+   * An attempt of the app ended (its AM exited, failed or stopped heart-beating and expired):
+   * its AM's registration with the agents' endpoint ends, as if it had left (the next
+   * attempt's AM registers again with its own AMRMToken).
+   */
+  void attemptEnded(ApplicationAttemptId attempt) {
+    String appId = attempt.getApplicationId().toString();
+    engine.appEnded(appId);
+    if (agentApps.contains(attempt.getApplicationId())) {
+      agentLeft(appId);
+    }
+  }
+
+  @Override
+  public String verifyAmToken(String appId, String token) {
+    org.apache.hadoop.yarn.server.resourcemanager.RMContext ctx = scheduler.getRMContext();
+    String why = AmTokens.check(appId, token, ctx.getAMRMTokenSecretManager(), id -> {
+      org.apache.hadoop.yarn.server.resourcemanager.rmapp.RMApp app = ctx.getRMApps().get(id);
+      if (app == null || app.isAppInCompletedStates()) {
+        return null;
+      }
+      org.apache.hadoop.yarn.server.resourcemanager.rmapp.attempt.RMAppAttempt a =
+          app.getCurrentAppAttempt();
+      if (a == null) {
+        return null;
+      }
+      switch (a.getAppAttemptState()) {
+        case LAUNCHED:
+        case RUNNING:
+          return a.getAppAttemptId();
+        default:
+          return null;
+      }
+    });
+    ObjectNode o = JSON.createObjectNode();
+    o.put("ok", why == null);
+    if (why != null) {
+      o.put("error", why);
+    }
+    return o.toString();
   }
 
   @Override
@@ -713,6 +758,8 @@ public final class ThemisRuntime implements EngineSupervisor.AgentEvents, Themis
     root.put("stock_app_policy", settings.stockAppPolicy().name().toLowerCase());
     root.put("stock_app_max_hold_ms", settings.stockAppMaxHoldMs());
     root.put("rounds", rounds.get());
+    // where AMs' agents reach this RM's agents' endpoint ("" while the engine is not up)
+    root.put("agent_address", engine.agentAddress());
     Map<NodeId, Long> free = grantableGpus();
     ArrayNode nodes = root.putArray("nodes");
     for (FiCaSchedulerNode n : scheduler.getNodeTracker().getAllNodes()) {

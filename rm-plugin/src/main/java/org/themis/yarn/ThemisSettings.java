@@ -14,6 +14,9 @@ import org.apache.hadoop.conf.Configuration;
  */
 public final class ThemisSettings {
   public static final String PREFIX = "yarn.resourcemanager.themis.";
+  /** YarnConfiguration.RM_HA_ENABLED / RM_HA_ID (this RM's id among yarn.resourcemanager.ha.rm-ids). */
+  static final String RM_HA_ENABLED = "yarn.resourcemanager.ha.enabled";
+  static final String RM_HA_ID = "yarn.resourcemanager.ha.id";
 
   public static final String FAIRNESS_KNOB = PREFIX + "fairness-knob";
   public static final String LEASE_DURATION_MS = PREFIX + "lease-duration-ms";
@@ -25,6 +28,10 @@ public final class ThemisSettings {
   public static final String ENGINE_COMMAND = PREFIX + "engine-command";
   public static final String AGENT_PORT = PREFIX + "agent-port";
   public static final String AGENT_ADDRESS = PREFIX + "agent-address";
+  public static final String AGENT_TLS_ENABLED = PREFIX + "agent-tls.enabled";
+  public static final String AGENT_TLS_CERT = PREFIX + "agent-tls.cert-file";
+  public static final String AGENT_TLS_KEY = PREFIX + "agent-tls.key-file";
+  public static final String AGENT_TLS_TRUST = PREFIX + "agent-tls.trust-file";
   public static final String ENGINE_RESTART_BACKOFF_MS = PREFIX + "engine-restart-backoff-ms";
   public static final String ENGINE_RESTART_BACKOFF_MAX_MS = PREFIX + "engine-restart-backoff-max-ms";
   public static final String ENGINE_START_TIMEOUT_MS = PREFIX + "engine-start-timeout-ms";
@@ -67,6 +74,10 @@ public final class ThemisSettings {
   private final String engineCommand;
   private final int agentPort;
   private final String agentAddress;
+  private final boolean agentTls;
+  private final String agentTlsCert;
+  private final String agentTlsKey;
+  private final String agentTlsTrust;
   private final long restartBackoffMs;
   private final long restartBackoffMaxMs;
   private final long engineStartTimeoutMs;
@@ -112,12 +123,26 @@ public final class ThemisSettings {
     starvation = starve;
     pythonExecutable = readNonEmpty(conf, PYTHON_EXECUTABLE, "python3");
     engineCommand = readNonEmpty(conf, ENGINE_COMMAND, "-m themis.yarn.engine");
-    long port = readLong(conf, AGENT_PORT, 8642L, 0L);
+    // With RM HA, this RM's own agent-port.<rm-id> / agent-address.<rm-id> come first (as
+    // YARN's per-RM addresses): AMs try the endpoint of every RM id (docs/yarn.md, "Restart
+    // and HA"), and two RMs on one host need two ports.
+    String portKey = perRm(conf, AGENT_PORT);
+    long port = readLong(conf, portKey, 8642L, 0L);
     if (port > 65535) {
-      throw bad(AGENT_PORT, conf.get(AGENT_PORT), "must be a TCP port in [0, 65535] (0 = ephemeral)");
+      throw bad(portKey, conf.get(portKey), "must be a TCP port in [0, 65535] (0 = ephemeral)");
     }
     agentPort = (int) port;
-    agentAddress = conf.getTrimmed(AGENT_ADDRESS, "");
+    agentAddress = conf.getTrimmed(perRm(conf, AGENT_ADDRESS), "");
+    // TLS of the agents' endpoint (docs/yarn.md, "Security"): on unless set to false
+    String tls = conf.getTrimmed(AGENT_TLS_ENABLED, "true").toLowerCase(Locale.ROOT);
+    if (!tls.equals("true") && !tls.equals("false")) {
+      throw bad(AGENT_TLS_ENABLED, conf.get(AGENT_TLS_ENABLED), "must be true or false");
+    }
+    agentTls = tls.equals("true");
+    agentTlsCert = conf.getTrimmed(AGENT_TLS_CERT, "");
+    agentTlsKey = conf.getTrimmed(AGENT_TLS_KEY, "");
+    String trust = conf.getTrimmed(AGENT_TLS_TRUST, "");
+    agentTlsTrust = trust.isEmpty() ? agentTlsCert : trust;
     restartBackoffMs = readLong(conf, ENGINE_RESTART_BACKOFF_MS, 1_000L, 1L);
     restartBackoffMaxMs = readLong(conf, ENGINE_RESTART_BACKOFF_MAX_MS, 60_000L, 1L);
     if (restartBackoffMaxMs < restartBackoffMs) {
@@ -165,9 +190,52 @@ public final class ThemisSettings {
     recoverySettleMs = readLong(conf, RECOVERY_SETTLE_MS, 60_000L, 0L);
   }
 
+  /**
+   * With TLS on (the default), the agents' endpoint's certificate chain and private key must be
+   * readable PEM files; throws IllegalArgumentException naming the key and the problem. Checked
+   * when the scheduler starts (not by {@link #from}, which only parses).
+   */
+  public void checkAgentTlsFiles() {
+    if (!agentTls || !engineEnabled) {
+      return;
+    }
+    checkPem(AGENT_TLS_CERT, agentTlsCert, "-----BEGIN CERTIFICATE");
+    checkPem(AGENT_TLS_KEY, agentTlsKey, "PRIVATE KEY-----");
+  }
+
+  private static void checkPem(String key, String path, String marker) {
+    if (path.isEmpty()) {
+      throw bad(key, path, "must name a PEM file: the agents' endpoint serves TLS unless "
+          + AGENT_TLS_ENABLED + " is false");
+    }
+    java.io.File f = new java.io.File(path);
+    if (!f.isFile() || !f.canRead()) {
+      throw bad(key, path, "no such readable file");
+    }
+    try {
+      String text = new String(java.nio.file.Files.readAllBytes(f.toPath()),
+          java.nio.charset.StandardCharsets.US_ASCII);
+      if (!text.contains(marker)) {
+        throw bad(key, path, "not a PEM file (no '" + marker + "' line)");
+      }
+    } catch (java.io.IOException e) {
+      throw bad(key, path, "cannot read: " + e.getMessage());
+    }
+  }
+
   /** Reads and validates; throws IllegalArgumentException naming the first bad key. */
   public static ThemisSettings from(Configuration conf) {
     return new ThemisSettings(conf);
+  }
+
+  /** {@code key.<rm-id>} when RM HA is on, this RM has an id and that key is set; else key. */
+  static String perRm(Configuration conf, String key) {
+    String id = conf.getTrimmed(RM_HA_ID, "");
+    if (conf.getBoolean(RM_HA_ENABLED, false) && !id.isEmpty()
+        && conf.getTrimmed(key + "." + id) != null) {
+      return key + "." + id;
+    }
+    return key;
   }
 
   private static IllegalArgumentException bad(String key, String value, String why) {
@@ -229,6 +297,11 @@ public final class ThemisSettings {
   public String engineCommand() { return engineCommand; }
   public int agentPort() { return agentPort; }
   public String agentAddress() { return agentAddress; }
+  public boolean agentTls() { return agentTls; }
+  public String agentTlsCert() { return agentTlsCert; }
+  public String agentTlsKey() { return agentTlsKey; }
+  /** CA certificate(s) AMs trust (default: the cert file, for a self-signed one). */
+  public String agentTlsTrust() { return agentTlsTrust; }
   public long restartBackoffMs() { return restartBackoffMs; }
   public long restartBackoffMaxMs() { return restartBackoffMaxMs; }
   public long engineStartTimeoutMs() { return engineStartTimeoutMs; }

@@ -24,6 +24,8 @@ class BadSettingsIT {
       "yarn.resourcemanager.themis.lease-duration-ms|ten-minutes",
       "yarn.resourcemanager.themis.solver|cplex",
       "yarn.resourcemanager.themis.agent-port|70000",
+      "yarn.resourcemanager.themis.agent-tls.enabled|maybe",
+      "yarn.resourcemanager.themis.agent-tls.cert-file|/nonexistent/agent.crt",
   })
   void resourceManagerRefusesToStart(String key, String value) throws IOException {
     Path site = dir.resolve("yarn-site.xml");
@@ -31,6 +33,7 @@ class BadSettingsIT {
         + "</name><value>" + value + "</value></property>\n</configuration>\n");
     YarnConfiguration conf = ThemisMiniCluster.baseConf(2);
     conf.unset(ThemisSettings.AGENT_PORT); // set() would win over the file's value
+    conf.unset(ThemisSettings.AGENT_TLS_ENABLED); // the default (on): files are checked
     conf.addResource(new org.apache.hadoop.fs.Path(site.toUri()));
     ResourceUtils.resetResourceTypes(conf);
     ResourceManager rm = new ResourceManager();

@@ -174,24 +174,8 @@ class EngineBridgeIT {
     String address = e.agentAddress();
     assertTrue(address.startsWith("127.0.0.1:"), "agent address published: '" + address + "'");
     TestAm d = TestAm.start(mc, "app-d");
-    String py = ThemisMiniCluster.testPython();
-    Process probe = new ProcessBuilder(py, "-m", "themis.agent.probe", "--arbiter", address,
-        "--app-id", d.appId.toString(), "--demand", "1", "--timeout-s", "120")
-        .redirectErrorStream(true).start();
     List<String> lines = java.util.Collections.synchronizedList(new java.util.ArrayList<>());
-    Thread reader = new Thread(() -> {
-      try (java.io.BufferedReader r = new java.io.BufferedReader(new java.io.InputStreamReader(
-          probe.getInputStream(), java.nio.charset.StandardCharsets.UTF_8))) {
-        String line;
-        while ((line = r.readLine()) != null) {
-          lines.add(line);
-        }
-      } catch (java.io.IOException ignored) {
-        // process gone
-      }
-    });
-    reader.setDaemon(true);
-    reader.start();
+    Process probe = startProbe(address, d, lines, "--demand", "1", "--timeout-s", "120");
     try {
       ThemisMiniCluster.waitFor("the probe agent to register", 60_000,
           () -> String.join("\n", lines).contains("\"registered\""));
@@ -201,7 +185,8 @@ class EngineBridgeIT {
       d.ask(1, 1);
       pollUntil("app-d's GPU container, won by its agent's bid", 90_000, d, 1);
       assertTrue(probe.waitFor(60, java.util.concurrent.TimeUnit.SECONDS), "probe exits");
-      reader.join(5_000);
+      ThemisMiniCluster.waitFor("the probe's last line", 5_000,
+          () -> String.join("\n", lines).contains("\"done\""));
       String out = String.join("\n", lines);
       assertEquals(0, probe.exitValue(), out);
       assertTrue(out.contains("\"event\": \"offer\""), "offered over gRPC:\n" + out);
@@ -217,5 +202,64 @@ class EngineBridgeIT {
     } finally {
       probe.destroyForcibly();
     }
+  }
+
+  /**
+   * The RM ends an AM's registration when its app ends: the engine drops it (appEnded), the
+   * agent's stream closes, and its AMRMToken no longer registers ("the application has
+   * finished", checked by the RM).
+   */
+  @Test
+  @Order(5)
+  void theRegistrationEndsWithTheApp() throws Exception {
+    TestAm e = TestAm.start(mc, "app-e");
+    List<String> lines = java.util.Collections.synchronizedList(new java.util.ArrayList<>());
+    Process probe = startProbe(mc.scheduler().runtime().engine().agentAddress(), e, lines,
+        "--until", "never", "--timeout-s", "40");
+    try {
+      ThemisMiniCluster.waitFor("the probe agent to register", 60_000,
+          () -> String.join("\n", lines).contains("\"registered\""));
+      ThemisMiniCluster.waitFor("the RM to know e's agent", 10_000,
+          () -> mc.scheduler().runtime().hasAgent(e.appId));
+      e.finish();
+      assertTrue(probe.waitFor(90, java.util.concurrent.TimeUnit.SECONDS), "probe exits");
+      ThemisMiniCluster.waitFor("the probe's last line", 5_000,
+          () -> String.join("\n", lines).contains("\"done\""));
+      String out = String.join("\n", lines);
+      assertTrue(out.contains("PERMISSION_DENIED") && out.contains("has finished"),
+          "the agent's re-registration is refused once its app ended:\n" + out);
+    } catch (AssertionError err) {
+      throw withEngineOutput(new AssertionError(err.getMessage() + "; probe output:\n"
+          + String.join("\n", lines), err));
+    } finally {
+      probe.destroyForcibly();
+    }
+  }
+
+  /** themis.agent.probe for {@code am}'s app, registering with its AMRMToken; its output
+   *  lines are appended to {@code lines}. */
+  private static Process startProbe(String address, TestAm am, List<String> lines,
+      String... args) throws Exception {
+    List<String> cmd = new java.util.ArrayList<>(List.of(ThemisMiniCluster.testPython(), "-m",
+        "themis.agent.probe", "--arbiter", address, "--app-id", am.appId.toString()));
+    cmd.addAll(List.of(args));
+    ProcessBuilder pb = new ProcessBuilder(cmd).redirectErrorStream(true);
+    // the AM's AMRMToken registers it: the engine asks this RM to check it (AmTokens)
+    pb.environment().put("THEMIS_REGISTRATION_TOKEN", am.amRmToken());
+    Process probe = pb.start();
+    Thread reader = new Thread(() -> {
+      try (java.io.BufferedReader r = new java.io.BufferedReader(new java.io.InputStreamReader(
+          probe.getInputStream(), java.nio.charset.StandardCharsets.UTF_8))) {
+        String line;
+        while ((line = r.readLine()) != null) {
+          lines.add(line);
+        }
+      } catch (java.io.IOException ignored) {
+        // process gone
+      }
+    });
+    reader.setDaemon(true);
+    reader.start();
+    return probe;
   }
 }

@@ -84,6 +84,16 @@ final class TestAm {
     return new TestAm(id, ugi, amrm);
   }
 
+  /** This AM's AMRMToken in Hadoop's URL-safe encoding (its registration token). */
+  String amRmToken() throws java.io.IOException {
+    for (Token<?> t : ugi.getTokens()) {
+      if (AMRMTokenIdentifier.KIND_NAME.equals(t.getKind())) {
+        return t.encodeToUrlString();
+      }
+    }
+    throw new IllegalStateException("no AMRMToken in " + appId + "'s credentials");
+  }
+
   void ask(int n, int gpusEach) {
     Resource r = Resource.newInstance(128, 1);
     r.setResourceValue(Gpus.GPU, gpusEach);

@@ -41,13 +41,23 @@ final class ThemisMiniCluster implements AutoCloseable {
     conf.setBoolean("yarn.scheduler.capacity.schedule-asynchronously.enable", true);
     // Several mini-clusters may run at once (and CI may have 8642 taken): ephemeral port.
     conf.setInt(ThemisSettings.AGENT_PORT, 0);
+    // Plaintext agents' endpoint, set explicitly (TLS is on by default and needs a PEM
+    // certificate; AgentTlsSettingsTest and tests/unit/test_agent_auth.py cover TLS).
+    conf.setBoolean(ThemisSettings.AGENT_TLS_ENABLED, false);
     return conf;
   }
 
   ThemisMiniCluster(String name, int nodeManagers, YarnConfiguration conf) throws Exception {
+    this(name, 1, nodeManagers, conf);
+  }
+
+  /** With {@code resourceManagers} > 1: RM HA (ids rm0, rm1, ...; {@link #scheduler()} is the
+   *  active RM's). */
+  ThemisMiniCluster(String name, int resourceManagers, int nodeManagers, YarnConfiguration conf)
+      throws Exception {
     this.conf = conf;
     ResourceUtils.resetResourceTypes(conf);
-    cluster = new MiniYARNCluster(name, nodeManagers, 1, 1);
+    cluster = new MiniYARNCluster(name, resourceManagers, nodeManagers, 1, 1);
     cluster.init(conf);
     cluster.start();
     if (!cluster.waitForNodeManagersToConnect(60_000)) {

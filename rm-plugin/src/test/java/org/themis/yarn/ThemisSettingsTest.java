@@ -99,4 +99,29 @@ class ThemisSettingsTest {
         assertThrows(IllegalArgumentException.class, () -> ThemisSettings.from(c));
     assertTrue(e.getMessage().contains(ThemisSettings.ENGINE_RESTART_BACKOFF_MAX_MS));
   }
+
+  @Test
+  void withRmHaThisRmsOwnAgentKeysComeFirst() {
+    Configuration c = new Configuration(false);
+    c.set(ThemisSettings.AGENT_PORT, "8642");
+    c.set(ThemisSettings.AGENT_PORT + ".rm2", "8643");
+    c.set(ThemisSettings.AGENT_ADDRESS + ".rm2", "proxy-b:9000");
+    c.set("yarn.resourcemanager.ha.id", "rm2");
+    // HA off: the per-RM keys are not read
+    assertEquals(8642, ThemisSettings.from(c).agentPort());
+    c.set("yarn.resourcemanager.ha.enabled", "true");
+    ThemisSettings s = ThemisSettings.from(c);
+    assertEquals(8643, s.agentPort());
+    assertEquals("proxy-b:9000", s.agentAddress());
+    // another RM id without keys of its own: the shared ones
+    c.set("yarn.resourcemanager.ha.id", "rm1");
+    assertEquals(8642, ThemisSettings.from(c).agentPort());
+    assertEquals("", ThemisSettings.from(c).agentAddress());
+    // a bad per-RM value names its own key
+    c.set("yarn.resourcemanager.ha.id", "rm2");
+    c.set(ThemisSettings.AGENT_PORT + ".rm2", "70000");
+    IllegalArgumentException e =
+        assertThrows(IllegalArgumentException.class, () -> ThemisSettings.from(c));
+    assertTrue(e.getMessage().contains(ThemisSettings.AGENT_PORT + ".rm2"), e.getMessage());
+  }
 }

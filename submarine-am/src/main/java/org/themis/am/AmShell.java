@@ -74,6 +74,22 @@ public final class AmShell {
     return v == null ? "" : v;
   }
 
+  /**
+   * This AM's AMRMToken in Hadoop's URL-safe encoding: its registration token for the Themis
+   * agents' endpoint, which asks the RM to check it (docs/yarn.md, "Security"). The RM put it
+   * in the container's credentials; AMRMClient replaces it there when the RM rolls its master
+   * key, so it is read anew for every registration. Empty if the container has none.
+   */
+  public String amRmToken() throws java.io.IOException {
+    for (org.apache.hadoop.security.token.Token<?> t
+        : org.apache.hadoop.security.UserGroupInformation.getCurrentUser().getTokens()) {
+      if (org.apache.hadoop.yarn.security.AMRMTokenIdentifier.KIND_NAME.equals(t.getKind())) {
+        return t.encodeToUrlString();
+      }
+    }
+    return "";
+  }
+
   /** Starts the clients and registers with the RM; returns the registration as JSON. */
   public synchronized String start(String host, int rpcPort, String trackingUrl, int heartbeatMs)
       throws Exception {

@@ -1,0 +1,75 @@
+package org.themis.yarn;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import org.apache.hadoop.security.token.Token;
+import org.apache.hadoop.yarn.conf.YarnConfiguration;
+import org.apache.hadoop.yarn.security.AMRMTokenIdentifier;
+import org.apache.hadoop.yarn.server.resourcemanager.rmapp.RMApp;
+import org.junit.jupiter.api.Test;
+
+/**
+ * The registration check of the agents' endpoint against a real RM (docs/yarn.md,
+ * "Security"): only the running AM's own AMRMToken registers its app; every other token is
+ * refused with the reason, and the check changes nothing in the plugin.
+ */
+class AmTokenIT {
+  private static final ObjectMapper JSON = new ObjectMapper();
+
+  @Test
+  void onlyTheRunningAmsOwnTokenIsAccepted() throws Exception {
+    YarnConfiguration conf = ThemisMiniCluster.baseConf(2);
+    conf.setBoolean(ThemisSettings.ENGINE_ENABLED, false); // the check needs no engine
+    try (ThemisMiniCluster mc = new ThemisMiniCluster("amtoken", 1, conf)) {
+      TestAm a = TestAm.start(mc, "app-a");
+      TestAm b = TestAm.start(mc, "app-b");
+      ThemisRuntime rt = mc.scheduler().runtime();
+      String appA = a.appId.toString();
+      String ta = a.amRmToken();
+      String tb = b.amRmToken();
+      String before = rt.getStatusJson();
+
+      assertOk(rt.verifyAmToken(appA, ta));
+      assertRefused(rt.verifyAmToken(appA, ""), "missing registration token");
+      assertRefused(rt.verifyAmToken(appA, "bm90LWEtdG9rZW4"), "not an encoded AMRMToken");
+      assertRefused(rt.verifyAmToken(appA, "x".repeat(AmTokens.MAX_TOKEN + 1)), "at most");
+      assertRefused(rt.verifyAmToken(appA, tb), "another application");
+      // a's identifier with b's password: not issued by the RM for a
+      Token<AMRMTokenIdentifier> mine = decode(ta);
+      Token<AMRMTokenIdentifier> forged = new Token<>(mine.getIdentifier(),
+          decode(tb).getPassword(), mine.getKind(), mine.getService());
+      assertRefused(rt.verifyAmToken(appA, forged.encodeToUrlString()),
+          "wrong registration token");
+      assertRefused(rt.verifyAmToken("application_1_0001", ta), "another application");
+      assertEquals(JSON.readTree(before).path("leases"),
+          JSON.readTree(rt.getStatusJson()).path("leases"), "a check changed the leases");
+
+      a.finish(); // the app ends: its token no longer registers
+      RMApp app = mc.cluster.getResourceManager().getRMContext().getRMApps().get(a.appId);
+      ThemisMiniCluster.waitFor(appA + " completed", 30_000, app::isAppInCompletedStates);
+      assertRefused(rt.verifyAmToken(appA, ta), "has finished");
+      assertOk(rt.verifyAmToken(b.appId.toString(), tb));
+      b.finish();
+    }
+  }
+
+  private static Token<AMRMTokenIdentifier> decode(String s) throws Exception {
+    Token<AMRMTokenIdentifier> t = new Token<>();
+    t.decodeFromUrlString(s);
+    return t;
+  }
+
+  private static void assertOk(String reply) throws Exception {
+    JsonNode r = JSON.readTree(reply);
+    assertTrue(r.path("ok").asBoolean(false), reply);
+  }
+
+  private static void assertRefused(String reply, String why) throws Exception {
+    JsonNode r = JSON.readTree(reply);
+    assertTrue(!r.path("ok").asBoolean(true) && r.path("error").asText("").contains(why),
+        "expected a refusal naming '" + why + "': " + reply);
+  }
+}
