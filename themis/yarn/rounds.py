@@ -12,7 +12,9 @@ import math
 import random
 import threading
 import time
+from collections.abc import Mapping, Sequence
 
+from themis.agent.bids import BidTable
 from themis.arbiter.round import run_round
 from themis.arbiter.solvers import Solver, make_solver
 from themis.yarn.bids import BidSource, ReportedBids
@@ -50,16 +52,26 @@ class RoundEngine:
                 return grants_json([], {"round": view.round_id, "skipped": True,
                                         "bids_rejected": dict(self.source.rejected_bids())})
             rho = source.rho(sorted(wanting))
+            prepared = time.perf_counter()
+            waited = [0.0]  # seconds spent waiting for bids (offers sent to tables in)
             rng = random.Random(view.round_id)
             bidders: list[str] = []
             nonbidders: list[str] = []
 
             def run(r: QueueRound) -> dict[str, tuple[str, ...]]:
                 gpus = list(r.gpus)
+
+                def collect(who: Sequence[str]) -> Mapping[str, BidTable]:
+                    t = time.perf_counter()
+                    try:
+                        return source.collect(who, gpus)
+                    finally:
+                        waited[0] += time.perf_counter() - t
+
                 outcome = run_round(
                     gpus,
                     {a: rho[a] for a in r.apps},
-                    lambda who: source.collect(who, gpus),
+                    collect,
                     fairness_knob=view.fairness_knob,
                     lease_s=view.lease_duration_ms / 1000.0,
                     now=view.now_ms / 1000.0,
@@ -83,6 +95,11 @@ class RoundEngine:
                 "nonbidders": [a for a in nonbidders if a not in bidders],
                 "unallocated": len(offer) - granted,
                 "elapsed_ms": round((time.perf_counter() - started) * 1000.0, 3),
+                # where the round's time went (docs/yarn.md, "Scale"): view parsed and rho
+                # read, bids awaited, the rest (auction, leftover, allocation notices)
+                "offered_gpus": len(offer),
+                "prepare_ms": round((prepared - started) * 1000.0, 3),
+                "bid_wait_ms": round(waited[0] * 1000.0, 3),
                 # for the RM's metrics: each app's rho this round (null when infinite:
                 # JSON has no infinity) and bids refused since the last round, by cause
                 "rho": {a: (r if math.isfinite(r) else None) for a, r in rho.items()},

@@ -1,6 +1,8 @@
 package org.themis.yarn;
 
 import java.util.ArrayList;
+import java.util.Collections;
+import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
@@ -18,6 +20,12 @@ public final class LeaseTable {
   private long nextId = 1;
   /** Told after every change (the restart store's writer, {@link LeaseStoreWriter}); may be null. */
   private volatile Runnable onChange;
+  /**
+   * The leases by app and node, rebuilt at the first lookup after a change: the placement
+   * pre-check asks {@link #liveGpus} for every GPU ask on every node the scheduler visits,
+   * which a scan of every lease made O(leases) under this table's lock (docs/yarn.md, Scale).
+   */
+  private Map<ApplicationId, Map<NodeId, List<Lease>>> byAppNode;
 
   public LeaseTable(LongSupplier clock) {
     this.clock = clock;
@@ -67,6 +75,7 @@ public final class LeaseTable {
   }
 
   private void changed() {
+    byAppNode = null;
     Runnable r = onChange;
     if (r != null) {
       r.run();
@@ -96,12 +105,27 @@ public final class LeaseTable {
   public synchronized long liveGpus(ApplicationId app, NodeId node) {
     long now = now();
     long sum = 0;
-    for (Lease l : leases.values()) {
-      if (l.app().equals(app) && l.node().equals(node) && l.isLive(now)) {
+    for (Lease l : of(app, node)) {
+      if (l.isLive(now)) {
         sum += l.gpus();
       }
     }
     return sum;
+  }
+
+  /** The leases of (app, node), from the index (caller holds the lock). */
+  private List<Lease> of(ApplicationId app, NodeId node) {
+    if (byAppNode == null) {
+      Map<ApplicationId, Map<NodeId, List<Lease>>> m = new HashMap<>();
+      for (Lease l : leases.values()) {
+        m.computeIfAbsent(l.app(), k -> new HashMap<>())
+            .computeIfAbsent(l.node(), k -> new ArrayList<>(2)).add(l);
+      }
+      byAppNode = m;
+    }
+    Map<NodeId, List<Lease>> perNode = byAppNode.get(app);
+    List<Lease> out = perNode == null ? null : perNode.get(node);
+    return out == null ? Collections.<Lease>emptyList() : out;
   }
 
   /** GPUs on {@code node} promised by live leases (any app). */
@@ -225,8 +249,8 @@ public final class LeaseTable {
 
   /** Is there any EXPIRING lease for (app, node)? */
   public synchronized boolean hasExpiring(ApplicationId app, NodeId node) {
-    for (Lease l : leases.values()) {
-      if (l.app().equals(app) && l.node().equals(node) && l.state() == Lease.State.EXPIRING) {
+    for (Lease l : of(app, node)) {
+      if (l.state() == Lease.State.EXPIRING) {
         return true;
       }
     }

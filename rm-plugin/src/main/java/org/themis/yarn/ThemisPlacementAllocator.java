@@ -36,8 +36,9 @@ public class ThemisPlacementAllocator<N extends SchedulerNode>
     }
     ThemisCapacityScheduler themis = (ThemisCapacityScheduler) s;
     ApplicationId app = appSchedulingInfo.getApplicationId();
-    long room = themis.leases().liveGpus(app, node.getNodeID())
-        - themis.usedGpus(app, node.getNodeID());
+    long live = themis.leases().liveGpus(app, node.getNodeID());
+    // most apps hold no lease on most nodes: no need to sum their containers' GPUs there
+    long room = live < gpus ? live : live - themis.usedGpus(app, node.getNodeID());
     if (room < gpus) {
       themis.countFilteredGpuAsk();
       return false;
