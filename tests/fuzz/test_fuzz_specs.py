@@ -122,8 +122,9 @@ def check_am_spec(spec: am.AppSpec) -> None:
               "app_id": "app_1", "logdir": "tflogs", "max_steps": job.target_steps,
               "num_gpus": 1, "seed": spec.hyperband.seed, "checkpoint_uri": "hdfs:///c"}
     cmd = am.render_command(spec, values)
-    assert len(cmd) <= len(spec.command) + sum(len(str(v)) + 2 for v in values.values()) * \
-        spec.command.count("{")
+    template = spec.job_command()
+    assert len(cmd) <= len(template) + sum(len(str(v)) + 2 for v in values.values()) * \
+        template.count("{")
 
 
 @fuzz_settings(150)
@@ -156,8 +157,8 @@ def test_standalone_specs(data: st.DataObject) -> None:
             assert "app spec " in str(exc)
             return
         event("accepted")
-        standalone.validate(spec)
-        assert standalone._APP_ID.fullmatch(spec.name)
+        assert am.parse_spec(spec.to_dict()) == spec  # the one format round-trips
+        assert am._NAME_RE.fullmatch(spec.name)
         hb = spec.hyperband
         assert plan_configurations(hb.max_resource, hb.eta, hb.brackets) <= \
             standalone.MAX_CONFIGURATIONS

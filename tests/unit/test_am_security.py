@@ -99,14 +99,12 @@ def test_launch_hands_each_container_its_token() -> None:
     shell = FakeShell()
     a = AppMaster(_spec(), "application_1700000000000_0009", shell, arbiter="-", hdfs=None,
                   app_dir="/tmp/z")
-    calls: list[str] = []
-    shell.launch = lambda c, cmd, env: calls.append(env)  # type: ignore[method-assign]
     a.tracking_url = "http://127.0.0.1:1/"
     jid = a.hb._start_bracket()[0]
-    for container in (CONTAINER, OTHER):
-        a._launch(Run(run_id=1, job_id=jid, node="nm1:8041", host="nm1", gpus=1,
-                      request_id=1, container=container))
-    tokens = [json.loads(env)[REPORT_TOKEN_ENV] for env in calls]
+    envs = [a._command_for(Run(run_id=1, job_id=jid, node="nm1:8041", host="nm1", gpus=1,
+                               request_id=1, container=container))[1]
+            for container in (CONTAINER, OTHER)]  # the launcher launches with this env
+    tokens = [env[REPORT_TOKEN_ENV] for env in envs]
     assert tokens == [a.report_tokens.token_for(CONTAINER), a.report_tokens.token_for(OTHER)]
     assert tokens[0] != tokens[1]
 

@@ -151,8 +151,11 @@ def test_job_run_flags_build_a_single_job_spec(capsys: pytest.CaptureFixture[str
 
 def test_load_spec_example_file() -> None:
     root = Path(__file__).resolve().parents[2]
-    for p in sorted((root / "examples" / "am").glob("*.yaml")):
-        load_spec(p)
+    files = sorted([*(root / "examples" / "am").glob("*.yaml"),
+                    *(root / "examples" / "standalone").glob("*.yaml")])
+    assert len(files) >= 3
+    for p in files:  # one format: every example is read without a deprecation message
+        load_spec(p, warn=lambda msg, p=p: pytest.fail(f"{p}: {msg}"))
 
 
 # ------------------------------------------------------------------ bounded input (limits)

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from themis.agent.model import AppKind, AppModel, FuturePhase, PhaseShape
+from themis.am.objective import Objective
 from themis.cluster.topology import Gpu, Topology
 from themis.submarine_am.hyperband import (
     Hyperband,
@@ -179,6 +180,51 @@ def test_nan_loss_ranks_last() -> None:
     hb.report(jobs[1].id, 1, 5.0)
     out = hb.report(jobs[2].id, 1, 9.0)
     assert out is not None and out.promoted == (jobs[1].id,)
+
+
+def test_maximise_objective_promotes_and_reports_the_highest_values() -> None:
+    hb = Hyperband(SPACE, max_resource=9, eta=3, brackets=[2], seed=0,
+                   objective=Objective("eval_accuracy", "maximize"))
+    jobs = sorted(hb.running_jobs(), key=lambda j: j.id)
+    acc = {j.id: 0.5 + (k * 7 % 9) / 20 for k, j in enumerate(jobs)}
+    acc[jobs[0].id] = float("nan")  # a diverged trial ranks last, also when maximising
+    outcome = None
+    for j in jobs:
+        outcome = hb.report(j.id, 1, acc[j.id])
+    assert outcome is not None
+    finite = {k: v for k, v in acc.items() if math.isfinite(v)}
+    assert list(outcome.promoted) == sorted(finite, key=lambda k: -finite[k])[:3]
+    assert jobs[0].id in outcome.stopped
+    # the survivors finish their rungs; the highest accuracy is the best trial
+    for rung_steps in (3, 9):
+        for j in sorted(hb.running_jobs(), key=lambda j: j.id):
+            hb.report(j.id, rung_steps, acc[j.id] + rung_steps / 100)
+    best = hb.best()
+    assert best is not None and best.id == max(finite, key=lambda k: finite[k])
+    top = hb.top(3)
+    assert top[0].id == best.id
+    # a minimising objective on the same values picks the other end
+    hb_min = Hyperband(SPACE, max_resource=9, eta=3, brackets=[2], seed=0)
+    out_min = None
+    for j in sorted(hb_min.running_jobs(), key=lambda j: j.id):
+        out_min = hb_min.report(j.id, 1, acc[j.id])
+    assert out_min is not None
+    assert list(out_min.promoted) == sorted(finite, key=lambda k: finite[k])[:3]
+
+
+def test_target_value_ends_the_search() -> None:
+    hb = Hyperband(SPACE, max_resource=9, eta=3, brackets=[2, 1], seed=0,
+                   objective=Objective("eval_accuracy", "maximize", target=0.9))
+    jobs = sorted(hb.running_jobs(), key=lambda j: j.id)
+    assert hb.report(jobs[0].id, 1, 0.5) is None
+    outcome = hb.report(jobs[1].id, 1, 0.95)  # mid-rung: reaches the target
+    assert outcome is not None and outcome.finished == (jobs[1].id,)
+    assert hb.done and hb.target_reached == jobs[1].id
+    assert hb.best() is not None and hb.best().id == jobs[1].id  # type: ignore[union-attr]
+    assert all(j.status is JobStatus.STOPPED for j in hb.jobs.values() if j.id != jobs[1].id)
+    assert hb.running_jobs() == []
+    # minimising with a target: reached at or below it
+    assert Objective(target=0.1).reached(0.1) and not Objective(target=0.1).reached(0.2)
 
 
 def test_to_app_model_matches_agent_types() -> None:

@@ -16,7 +16,6 @@ from themis.standalone.runner import Display
 from themis.standalone.spec import (
     AppSpec,
     SpecError,
-    app_from_dict,
     default_app,
     load_app_spec,
 )
@@ -31,6 +30,14 @@ GOOD = {
         "optimizer": {"type": "categorical", "values": ["adam", "sgd"]},
     },
     "job": {"step_time_ms": 20, "batch_size": 16, "dataset": "synthetic"},
+}
+
+#: GOOD in the one spec format (docs/am.md), as ``themis submit`` takes it too
+GOOD_NEW = {
+    "name": "lr", "search_space": GOOD["search_space"],
+    "hyperband": {"max_resource": 9, "eta": 3, "brackets": [2], "steps_per_unit": 10,
+                  "seed": 3},
+    "job": {"args": GOOD["job"]},
 }
 
 
@@ -76,7 +83,7 @@ def test_default_app_is_one_bracket_of_two_configurations_arriving_staggered() -
     # R=2, eta=2, s=1: two configurations of 20 steps, the better one continued to 40 steps
     # on min(2, eta^1) = 2 GPUs; app-i arrives i x 15 s after start-up
     assert s.planned_steps() == 2 * 20 + 20
-    assert s.hyperband.max_gpus_per_job == 2 and s.submit_at_s == 15.0
+    assert s.resources.gpus == 2 and s.submit_at_s == 15.0
     assert s.step_time_ms == 200.0
     s3 = default_app(2, max_resource=3, eta=3, steps_per_unit=20, max_gpus_per_job=1,
                      stagger_s=0)
@@ -91,44 +98,46 @@ def test_name_defaults_to_file_stem_and_json_suffix(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("changes", "message"), [
-    ({"colour": "red"}, "field 'colour': unknown"),
-    ({"name": "has space"}, "name='has space'"),
-    ({"seed": "x"}, "seed='x' must be an integer"),
-    ({"submit_at_s": -1}, "submit_at_s=-1 must be a number in [0, 1e18]"),
-    ({"search_space": None}, "field 'search_space': missing"),
-    ({"search_space": {}}, "search_space must be a non-empty mapping"),
+    ({"colour": "red"}, "colour: unknown field"),
+    ({"name": "has space"}, "name: must match"),
+    ({"seed": "x"}, "seed: must be an integer, got 'x'"),
+    ({"submit_at_s": -1}, "submit_at_s: must be a number in [0, 1e18], got -1"),
+    ({"search_space": None}, "search_space: a hyperband app needs a mapping"),
+    ({"search_space": {}}, "search_space: a hyperband app needs a mapping"),
     ({"search_space": {"learning_rate": 3}}, "search_space.learning_rate: must be a mapping"),
     ({"search_space": {"colour": {"type": "int", "min": 1, "max": 2}}},
      "search_space.colour: not a hyper-parameter"),
     ({"search_space": {"learning_rate": {"type": "double", "min": -1, "max": 1}}},
-     "search_space.learning_rate: value -1.0 must be a number > 0"),
+     "search_space.learning_rate: value -1 must be a number > 0"),
     ({"search_space": {"optimizer": {"type": "categorical", "values": ["adam", "lbfgs"]}}},
      "value 'lbfgs' must be one of adam"),
     ({"search_space": {"batch_size": {"type": "double", "min": 1, "max": 8}}},
      "search_space.batch_size: must be of type int"),
     ({"search_space": {"learning_rate": {"type": "float", "min": 1, "max": 8}}},
-     "type must be double, int or categorical"),
+     "search_space.learning_rate.type: must be double, int or categorical"),
     ({"search_space": {"learning_rate": {"type": "double", "max": 8}}},
-     "missing field 'min'"),
-    ({"hyperband__eta": 1}, "hyperband.eta=1 must be an integer in [2, 1000]"),
-    ({"hyperband__max_resource": 0.5}, "hyperband.max_resource=0.5 must be a number in [1, 1000000]"),
-    ({"hyperband__steps_per_unit": 0}, "hyperband.steps_per_unit=0 must be an integer in [1, 1000000000]"),
-    ({"hyperband__brackets": [5]}, "has no bracket s=[5] for max_resource=9"),
-    ({"hyperband__brackets": "all"}, "hyperband.brackets='all' must be a list"),
-    ({"hyperband__rungs": 3}, "hyperband.rungs: unknown setting"),
-    ({"hyperband": [1, 2]}, "hyperband must be a mapping"),
-    ({"job__batch_size": 0}, "job.batch_size=0 must be an integer >= 1"),
-    ({"job__dataset": "mnist"}, "job.dataset='mnist' must be one of digits, synthetic"),
-    ({"job__step_time_ms": -5}, "job.step_time_ms=-5 must be a number >= 0"),
-    ({"job__dropout": 1.0}, "job.dropout=1.0 must be a number in [0, 1)"),
+     "search_space.learning_rate.min: must be a finite number"),
+    ({"hyperband__eta": 1}, "hyperband.eta: must be in [2, 1000], got 1"),
+    ({"hyperband__max_resource": 0.5}, "hyperband.max_resource: must be a number in [1, 1000000]"),
+    ({"hyperband__steps_per_unit": 0}, "hyperband.steps_per_unit: must be in [1, 1000000000]"),
+    ({"hyperband__brackets": [5]}, "no bracket s=[5] for max_resource=9"),
+    ({"hyperband__brackets": "all"}, "hyperband.brackets: must be a non-empty list"),
+    ({"hyperband__rungs": 3}, "hyperband.rungs: unknown field"),
+    ({"hyperband__max_gpus_per_job": 65}, "hyperband.max_gpus_per_job: must be in [1, 64]"),
+    ({"hyperband": [1, 2]}, "hyperband: must be a mapping"),
+    ({"job__batch_size": 0}, "job.batch_size: must be an integer >= 1, got 0"),
+    ({"job__dataset": "mnist"}, "job.dataset: must be one of digits, synthetic, got 'mnist'"),
+    ({"job__step_time_ms": -5}, "job.step_time_ms: must be a number >= 0, got -5"),
+    ({"job__dropout": 1.0}, "job.dropout: must be a number in [0, 1), got 1.0"),
     ({"job__gpus": 2}, "job.gpus: unknown setting"),
     ({"job__learning_rate": 0.1}, "job.learning_rate: is also in search_space"),
-    ({"name": "lr\n"}, "name='lr\\n'"),  # fullmatch: no trailing newline
+    ({"name": "lr\n"}, "got 'lr\\n'"),  # fullmatch: no trailing newline
     ({"hyperband__max_resource": 100000, "hyperband__eta": 2, "hyperband__brackets": None},
      "configurations, more than the limit of 10000"),
     ({"hyperband__steps_per_unit": 10**9}, "exceeds the limit of 1000000000"),
     ({"seed": 10**30}, "out of range"),  # refused by the loader (|x| <= 1e18)
     ({"job__step_time_ms": 1.5e300}, "out of range"),
+    ({"objective": {"goal": "up"}}, "objective.goal: must be minimize or maximize"),
 ])
 def test_bad_spec_names_the_field(tmp_path: Path, changes: dict[str, object],
                                   message: str) -> None:
@@ -161,15 +170,63 @@ def test_unreadable_and_malformed_spec_files(tmp_path: Path) -> None:
         load_app_spec(listy)
 
 
-def test_app_from_dict_defaults() -> None:
-    s = app_from_dict({"search_space": GOOD["search_space"]}, source="x", default_name="d")
+def _load(tmp_path: Path, doc: dict[str, object], name: str = "d.yaml") -> AppSpec:
+    path = tmp_path / name
+    path.write_text(json.dumps(doc))
+    return load_app_spec(path)
+
+
+def test_older_format_defaults_and_deprecation_message(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    s = _load(tmp_path, {"search_space": GOOD["search_space"]})
     assert isinstance(s, AppSpec) and s.name == "d" and s.hyperband.brackets == (1,)
-    s2 = app_from_dict({"search_space": GOOD["search_space"], "hyperband": {"max_resource": 9}},
-                       source="x", default_name="d")
+    assert (s.hyperband.max_resource, s.hyperband.eta, s.hyperband.steps_per_unit) == (3, 3, 30)
+    err = capsys.readouterr().err
+    assert "deprecated" in err and "themis submit --dry-run" in err
+    s2 = _load(tmp_path, {"search_space": GOOD["search_space"],
+                          "hyperband": {"max_resource": 9}})
     assert s2.hyperband.brackets is None  # all brackets of the new R
-    s3 = app_from_dict({"search_space": GOOD["search_space"], "hyperband": {"eta": 4}},
-                       source="x", default_name="d")
+    s3 = _load(tmp_path, {"search_space": GOOD["search_space"], "hyperband": {"eta": 4}})
     assert s3.hyperband.brackets is None and s3.planned_steps() == 3 * 30
+
+
+def test_one_format_for_standalone_and_submit(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The older standalone spec, converted, is the same app as its one-format spelling;
+    the one format is read by standalone without a message, and submit --dry-run prints
+    it (the conversion command the deprecation message names)."""
+    old = _load(tmp_path, GOOD, "lr.yaml")
+    capsys.readouterr()
+    new_doc = {**GOOD_NEW, "standalone": {"submit_at_s": 0},
+               "objective": {"metric": "eval_accuracy", "goal": "maximize", "target": 0.99}}
+    new = _load(tmp_path, new_doc, "lr-new.yaml")
+    assert capsys.readouterr().err == ""
+    assert (new.search_space, new.hyperband, new.args, new.resources) == \
+        (old.search_space, old.hyperband, old.args, old.resources)
+    assert new.objective.maximize and new.objective.target == 0.99
+    assert main(["submit", "--dry-run", str(tmp_path / "lr.yaml")]) == 0
+    out, err = capsys.readouterr()
+    assert "deprecated" in err
+    converted = json.loads(out)
+    assert converted["job"] == {"args": GOOD["job"], "env": {}, "max_restarts": 3}
+    path = tmp_path / "converted.json"
+    path.write_text(out)
+    assert load_app_spec(path) == old  # the conversion round-trips
+    assert capsys.readouterr().err == ""
+    # YARN runs the bundled job from job.args
+    assert "--batch-size 16" in old.job_command() and "{learning_rate}" in old.job_command()
+
+
+def test_one_format_names_every_bad_field_at_once(tmp_path: Path) -> None:
+    doc = {"name": "x", "search_space": GOOD["search_space"],
+           "job": {"args": {"batch_size": 0, "colour": 1}},
+           "objective": {"metric": "has space", "target": "high"},
+           "standalone": {"submit_at_s": -1, "when": 3}}
+    with pytest.raises(SpecError) as exc:
+        _load(tmp_path, doc)
+    fields = [f for f, _ in exc.value.problems]
+    assert fields == ["job.args.batch_size", "job.args.colour", "objective.metric",
+                      "objective.target", "standalone.when", "standalone.submit_at_s"]
 
 
 # --------------------------------------------------------------------------- CLI options
@@ -246,7 +303,7 @@ def test_build_options_defaults(tmp_path: Path) -> None:
     o1 = build_options(_opts(tmp_path, "--stagger-s", "0", "--max-gpus-per-job", "1",
                              "--steps-per-unit", "10"))
     assert [a.submit_at_s for a in o1.apps] == [0, 0, 0]
-    assert {a.hyperband.max_gpus_per_job for a in o1.apps} == {1}
+    assert {a.resources.gpus for a in o1.apps} == {1}
     assert o1.apps[0].planned_steps() == 2 * 10 + 10
     assert build_options(_opts(tmp_path, "--ideal-time", "paper")).ideal_time == "paper"
     o2 = build_options(_opts(tmp_path, "--machines", "2", "--gpus-per-machine", "2",
@@ -264,15 +321,15 @@ def test_build_options_defaults(tmp_path: Path) -> None:
      ["--cluster", "{tmp}/cluster.yaml", "--machines", "2"],
      "--cluster and --machines are mutually exclusive"),
     (None, ["--machines", "1", "--racks", "2"], "--racks 2 is more than --machines 1"),
-    ("a.yaml:" + json.dumps(GOOD), ["--apps", "2", "--app", "{tmp}/a.yaml"],
+    ("a.yaml:" + json.dumps(GOOD_NEW), ["--apps", "2", "--app", "{tmp}/a.yaml"],
      "--apps and --app are mutually exclusive"),
-    ("a.yaml:" + json.dumps(GOOD), ["--app", "{tmp}/a.yaml", "--app", "{tmp}/a.yaml"],
+    ("a.yaml:" + json.dumps(GOOD_NEW), ["--app", "{tmp}/a.yaml", "--app", "{tmp}/a.yaml"],
      "app name 'lr' is used by more than one app"),
     (None, ["--app", "{tmp}/missing.yaml"], "missing.yaml"),
     (None, ["--eta", "1"], "--eta must be an integer >= 2"),
     (None, ["--max-resource", "0.5"], "--max-resource must be a number >= 1, got 0.5"),
-    (None, ["--max-gpus-per-job", "65"], "hyperband.max_gpus_per_job=65 must be an integer "
-                                         "in [1, 64]"),
+    (None, ["--max-gpus-per-job", "65"], "--max-gpus-per-job must be an integer in [1, 64], "
+                                         "got 65"),
     (None, ["--solver", "magic"], "unknown solver 'magic'"),
     ("out:not a directory", [], "exists and is not a directory"),
     ("out/apps/x/f:old run", [], "already holds a run"),

@@ -293,7 +293,7 @@ def _bare_am(leases: dict[str, float], connected: bool = True,
 def test_stop_lead_grows_with_measured_stops_and_is_capped_by_the_lease() -> None:
     am, _, clock = _bare_am({})
     assert am.stop_lead() == 1.5
-    am._stop_durations.append(2.0)
+    am.launcher.stop_durations.append(2.0)
     assert am.stop_lead() == pytest.approx(2.5)  # 1.25x the slowest recent stop
     am._lease_len["nm1:8041/0"] = 4.0
     assert am.stop_lead("nm1:8041/0") == pytest.approx(1.0)  # at most a quarter of the lease
@@ -324,7 +324,7 @@ def test_a_container_on_a_lease_about_to_end_is_given_back_unlaunched() -> None:
     # the RM allocates on nm1 anyway (it has lease room there)
     shell.containers["c1"] = {"node": "nm1:8041", "gpus": 1, "running": False,
                               "job": run.job_id, "step": 0}
-    am._handle_event({"type": "allocated", "container": "c1", "node": "nm1:8041",
+    am.launcher.handle_event({"type": "allocated", "container": "c1", "node": "nm1:8041",
                       "request_id": rid})
     assert shell.launched == [] and "c1" not in shell.containers  # released, not launched
     assert am._no_park["nm1:8041"] == clock.t + 4.0

@@ -187,20 +187,12 @@ def test_am_launches_runners_with_the_jobs_hdfs_tensorboard_dir() -> None:
 
     from .test_submarine_am import _spec
 
-    class Shell:
-        def __init__(self) -> None:
-            self.commands: list[str] = []
-
-        def launch(self, container: str, command: str, env_json: str) -> None:
-            self.commands.append(command)
-
-    shell = Shell()
     app_dir = f"/user/root/.themis/{APP}"
-    am = AppMaster(_spec(), APP, shell, arbiter="-", hdfs=None, app_dir=app_dir)  # type: ignore[arg-type]
+    am = AppMaster(_spec(), APP, None, arbiter="-", hdfs=None, app_dir=app_dir)  # type: ignore[arg-type]
     job_id = next(iter(am.hb.jobs))
-    am._launch(Run(run_id=1, job_id=job_id, node="nm1:8041", host="nm1", gpus=1,
-                   request_id=1, container="c1"))
-    assert f"--tensorboard-dir {app_dir}/tensorboard/{job_id} " in shell.commands[0]
+    command, _ = am._command_for(Run(run_id=1, job_id=job_id, node="nm1:8041", host="nm1",
+                                     gpus=1, request_id=1, container="c1"))
+    assert f"--tensorboard-dir {app_dir}/tensorboard/{job_id} " in command
 
 
 # ------------------------------------------------------------------ themis logs

@@ -5,7 +5,9 @@ the steps done, the training and evaluation losses and the timed iterations toge
 with the allocation they ran on (``themis/num_gpus`` and ``themis/locality``, written by
 :mod:`themis.jobs.train` at the start of every run segment; segments without them count
 as one GPU, slot-local). From those it derives serial iteration times for the agent,
-losses for Hyperband's early stopping and placement slowdowns (:mod:`.slowdown`).
+the objective values for Hyperband's early stopping (the tag named by the app's
+:class:`~themis.am.objective.Objective`; by default ``eval_loss``, falling back to the
+smoothed training ``loss``) and placement slowdowns (:mod:`.slowdown`).
 """
 
 from __future__ import annotations
@@ -38,12 +40,16 @@ class JobProfile:
     losses: list[tuple[int, float]] = field(default_factory=list)
     eval_losses: list[tuple[int, float]] = field(default_factory=list)
     iterations: list[IterSample] = field(default_factory=list)
+    metric: str = TAG_EVAL_LOSS  # the objective's tag
+    metric_values: list[tuple[int, float]] = field(default_factory=list)
     _placement: dict[str, tuple[int, Locality]] = field(default_factory=dict, repr=False)
 
     def add(self, p: ScalarPoint) -> None:
         self.steps_done = max(self.steps_done, p.step)
         num_gpus, locality = self._placement.get(p.source, (1, Locality.SLOT))
-        if p.tag == TAG_LOSS:
+        if p.tag == self.metric and p.tag not in (TAG_LOSS, TAG_EVAL_LOSS):
+            self.metric_values.append((p.step, p.value))
+        elif p.tag == TAG_LOSS:
             self.losses.append((p.step, p.value))
         elif p.tag == TAG_EVAL_LOSS:
             self.eval_losses.append((p.step, p.value))
@@ -64,6 +70,16 @@ class JobProfile:
         recent = sorted(self.losses)[-window:]
         return sum(v for _, v in recent) / len(recent)
 
+    def objective_value(self) -> float | None:
+        """The newest value of the objective's tag (by step); for ``eval_loss`` (the
+        default) :meth:`latest_loss`, for ``loss`` the mean of the last ten."""
+        if self.metric == TAG_EVAL_LOSS:
+            return self.latest_loss()
+        if self.metric == TAG_LOSS:
+            recent = sorted(self.losses)[-10:]
+            return sum(v for _, v in recent) / len(recent) if recent else None
+        return max(self.metric_values)[1] if self.metric_values else None
+
     def serial_iter_time(
         self, profile: PlacementProfile = DEFAULT, window: int = 200
     ) -> float | None:
@@ -77,10 +93,11 @@ class JobProfile:
 
 
 class Profiler:
-    """Follows the event logs of an app's jobs."""
+    """Follows the event logs of an app's jobs; ``metric`` is the objective's tag."""
 
-    def __init__(self, min_samples: int = 5) -> None:
+    def __init__(self, min_samples: int = 5, metric: str = TAG_EVAL_LOSS) -> None:
         self.min_samples = min_samples
+        self.metric = metric
         self._tails: dict[str, LogDirTail] = {}
         self._jobs: dict[str, JobProfile] = {}
 
@@ -88,7 +105,7 @@ class Profiler:
         if job_id in self._tails:
             raise ProfilerError(f"job {job_id!r} is already profiled")
         self._tails[job_id] = LogDirTail(Path(logdir))
-        self._jobs[job_id] = JobProfile(job_id)
+        self._jobs[job_id] = JobProfile(job_id, metric=self.metric)
 
     def remove_job(self, job_id: str) -> None:
         self._tails.pop(job_id, None)

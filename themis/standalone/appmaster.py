@@ -41,67 +41,25 @@ from typing import Any
 
 import grpc
 
-from themis.agent.bidder import AllocationInfo, ModelBidder
+from themis.agent.bidder import AllocationInfo
 from themis.agent.client import AgentClient
-from themis.agent.fairness import FairnessContext, rho
-from themis.agent.model import AppModel, ModelError
+from themis.agent.model import AppModel
 from themis.agent.placement import DEFAULT, PlacementProfile
+from themis.am.core import AmCore, JobLaunch, LaunchCode, LaunchEvent, LiveBidder
 from themis.cluster.topology import Gpu, locality_of
 from themis.profiler import Profiler
-from themis.standalone.jobs import JobRunner, Segment
+from themis.standalone.jobs import GpuRegistry, GpusBusy, JobRunner, LocalProcessLauncher
 from themis.standalone.spec import AppSpec
-from themis.submarine_am.hyperband import Hyperband, JobStatus
+from themis.submarine_am.hyperband import Hyperband, JobStatus, RungOutcome
 from themis.submarine_am.packing import JobNeed, gpu_counts, place
+from themis.submarine_am.spec import render_command
 
 log = logging.getLogger(__name__)
 
+__all__ = ["AppMaster", "GpuRegistry", "Sample"]
+
 #: The "hardware" of the emulated GPUs: how much slower a step runs per locality level.
 TRUE_SLOWDOWN = DEFAULT
-
-
-class GpuRegistry:
-    """Which job process uses which GPU, shared by every app master of the machine: a GPU
-    is busy from its process's start until that process has exited, so a GPU that changes
-    hands at lease expiry is only used by its new app once the old job has checkpointed
-    and gone (as a NodeManager frees a container's GPU only when the container ends)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._users: dict[str, str] = {}
-
-    def acquire(self, gpus: tuple[str, ...], who: str) -> bool:
-        with self._lock:
-            if any(self._users.get(g, who) != who for g in gpus):
-                return False
-            for g in gpus:
-                self._users[g] = who
-            return True
-
-    def release(self, gpus: tuple[str, ...], who: str) -> None:
-        with self._lock:
-            for g in gpus:
-                if self._users.get(g) == who:
-                    del self._users[g]
-
-    def users(self) -> dict[str, str]:
-        with self._lock:
-            return dict(self._users)
-
-
-class LiveBidder(ModelBidder):
-    """The agent's :class:`ModelBidder`, plus the app's live rho for display/reports:
-    Eq. 1/2 of the current model with the GPUs held now (same code as the bids)."""
-
-    def live_rho(self, held: list[Gpu]) -> float | None:
-        with self._lock:
-            app, n_avg, cluster = self.app, self._n_avg.value, self._cluster_gpus
-        if cluster < 1:
-            return None
-        try:
-            return rho(app, len(held), locality_of(held),
-                       FairnessContext(self.clock(), cluster, n_avg, self.ideal))
-        except ModelError:
-            return None
 
 
 @dataclass
@@ -128,7 +86,6 @@ class AppMaster:
         min_lease_left_s: float = 0.0,
         kill_after_s: float = 30.0,
         registry: GpuRegistry | None = None,
-        max_failures: int = 3,
         emit: Callable[[str], None] | None = None,
         clock: Callable[[], float] = time.time,
         registration_token: str = "",
@@ -146,21 +103,16 @@ class AppMaster:
         self.min_lease_left_s = min_lease_left_s
         self.kill_after_s = kill_after_s
         self.registry = registry or GpuRegistry()
-        self.max_failures = max_failures
         self.emit = emit or (lambda msg: None)
         self.clock = clock
         self.state = "waiting"  # waiting -> running -> done | failed | stopped
         self.error = ""
-        self.hb = Hyperband(
-            space=spec.space(), max_resource=spec.hyperband.max_resource,
-            eta=spec.hyperband.eta, steps_per_unit=spec.hyperband.steps_per_unit,
-            seed=spec.seed, max_gpus_per_job=spec.hyperband.max_gpus_per_job,
-            app_id=spec.name, default_iter_time=max(spec.step_time_ms, 1.0) / 1000.0,
-            brackets=spec.hyperband.brackets,
-        )
+        self.core = AmCore(spec, spec.name, clock=clock, on_outcome=self._on_outcome,
+                           default_iter_time=max(spec.step_time_ms, 1.0) / 1000.0)
         self.planned_steps = spec.planned_steps()
-        self.profiler = Profiler()
-        self.runners: dict[str, JobRunner] = {}
+        self.profiler = Profiler(metric=spec.objective.metric)
+        self.launcher = LocalProcessLauncher(spec.name, topology, self.registry,
+                                             self._make_runner, TRUE_SLOWDOWN)
         self.client: AgentClient | None = None
         self.bidder: LiveBidder | None = None
         self.start_time = 0.0  # unix time of submission
@@ -243,9 +195,8 @@ class AppMaster:
         """Wait for the jobs to checkpoint and exit (SIGKILL after ``timeout``), then
         unregister from the arbiter."""
         end = time.monotonic() + timeout
-        while any(r.live for r in self.runners.values()) and time.monotonic() < end:
-            for r in self.runners.values():
-                self._close_segment(r, r.poll())
+        while self.launcher.live() and time.monotonic() < end:
+            self._poll_launcher()
             time.sleep(0.1)
         for r in self.runners.values():
             if r.live:
@@ -253,7 +204,7 @@ class AppMaster:
                 r.kill()
                 if r.proc is not None:
                     r.proc.wait(5)
-                self._close_segment(r, r.poll())
+        self._poll_launcher()
         if self.client is not None:
             self.client.stop(unregister=True, timeout=3.0)  # gives every lease back
             self.client = None
@@ -294,59 +245,85 @@ class AppMaster:
                 self._expiry[g] = max(self._expiry.get(g, 0.0), expiry)
 
     # ------------------------------------------------------------------ control loop
+    @property
+    def hb(self) -> Hyperband:
+        return self.core.hb
+
+    @property
+    def runners(self) -> dict[str, JobRunner]:
+        return self.launcher.runners
+
+    def _make_runner(self, job_id: str) -> JobRunner:
+        job = self.hb.jobs[job_id]
+        runner = JobRunner(job_id, dict(job.config), dict(self.spec.args),
+                           self.root / "jobs" / job_id, self.spec.step_time_ms,
+                           render=self._renderer(job_id), env=dict(self.spec.env))
+        runner.logdir.mkdir(parents=True, exist_ok=True)
+        self.profiler.add_job(job_id, runner.logdir)
+        return runner
+
     def _sync_jobs(self) -> None:
-        for job in self.hb.jobs.values():
-            if job.id not in self.runners:
-                runner = JobRunner(job.id, dict(job.config), dict(self.spec.job),
-                                   self.root / "jobs" / job.id, self.spec.step_time_ms)
-                self.runners[job.id] = runner
-                runner.logdir.mkdir(parents=True, exist_ok=True)
-                self.profiler.add_job(job.id, runner.logdir)
+        for job_id in self.hb.jobs:
+            self.launcher.runner(job_id)
+
+    def _renderer(self, job_id: str) -> Callable[[int, int], str] | None:
+        """``job.command`` rendered for this machine, given a segment's step target and
+        GPU count (None for the bundled job: JobRunner builds its command line with the
+        emulated GPU speed)."""
+        if not self.spec.command:
+            return None
+        job, jobs = self.hb.jobs[job_id], self.root / "jobs" / job_id
+        fixed = {**{k: v for k, v in job.config.items() if k != "_"}, "job_id": job_id,
+                 "app_id": self.name, "logdir": jobs / "logs", "seed": self.spec.seed,
+                 "checkpoint_uri": jobs / "checkpoints"}
+        return lambda steps, gpus: render_command(
+            self.spec, {**fixed, "max_steps": steps, "num_gpus": gpus})
 
     def _model(self) -> AppModel:
-        return self.hb.to_app_model(self.start_time, self._profile)
+        return self.core.model(self.start_time, self._profile)
 
-    def _close_segment(self, runner: JobRunner, seg: Segment | None) -> None:
-        if seg is None:
-            return
-        self.registry.release(seg.gpus, f"{self.name}/{runner.job_id}")
-        job = self.hb.jobs[runner.job_id]
-        where = ",".join(seg.gpus)
-        if seg.exit_status == 0 and seg.reason == "max-steps":
-            self.emit(f"{self.name}: {runner.job_id} reached step {seg.end_step} on {where}")
-        elif seg.stopped_by:
-            at = (f"at step {seg.end_step}, checkpoint kept" if seg.end_step is not None
+    def _poll_launcher(self) -> None:
+        for ev in self.launcher.poll():
+            self._on_event(ev)
+
+    def _on_event(self, ev: LaunchEvent) -> None:
+        """A run started or ended: the display line, the job's last value, the policy."""
+        seg = next((sg for j, sg in self.launcher.closed if j == ev.job_id), None)
+        where = ",".join(seg.gpus) if seg else ""
+        if ev.code is LaunchCode.REACHED:
+            self.emit(f"{self.name}: {ev.job_id} reached step {ev.step} on {where}")
+        elif ev.code is LaunchCode.STOPPED and seg is not None:
+            at = (f"at step {ev.step}, checkpoint kept" if ev.step is not None
                   else "before its first step")
-            self.emit(f"{self.name}: {runner.job_id} stopped ({seg.stopped_by}) {at} on "
-                      f"{where}")
-        if seg.end_step is not None and seg.exit_status == 0:
-            prof = self.profiler.jobs.get(runner.job_id)
-            loss = prof.latest_loss() if prof else None
-            if job.status is JobStatus.RUNNING:
-                self._report(runner.job_id, seg.end_step, loss)
-        if runner.failures >= self.max_failures and job.status is JobStatus.RUNNING:
-            self.emit(f"{self.name}: {runner.job_id} failed {runner.failures} times; "
-                      "ranked last")
-            self._report(runner.job_id, job.target_steps, math.inf)
+            self.emit(f"{self.name}: {ev.job_id} stopped ({seg.stopped_by}) {at} on {where}")
+        job = self.hb.jobs[ev.job_id]
+        if ev.code is not LaunchCode.STARTED and ev.step is not None and ev.status == 0 \
+                and job.status is JobStatus.RUNNING:
+            prof = self.profiler.jobs.get(ev.job_id)
+            self._report(ev.job_id, ev.step, prof.objective_value() if prof else None)
+        line = self.core.apply(ev)
+        if line:
+            self.emit(f"{self.name}: {line}")
+        self._sync_jobs()
 
     def _report(self, job_id: str, steps: int, loss: float | None) -> None:
         prof = self.profiler.jobs.get(job_id)
         it = prof.serial_iter_time(self._profile) if prof else None
-        outcome = self.hb.report(job_id, steps, loss, it)
-        if outcome is not None:
-            if outcome.promoted or outcome.stopped:
-                self.emit(f"{self.name}: rung {outcome.rung} done: promoted "
-                          f"{', '.join(outcome.promoted) or '-'}; stopped "
-                          f"{', '.join(outcome.stopped) or '-'}")
-            if outcome.finished:
-                self.emit(f"{self.name}: bracket done: {', '.join(outcome.finished)}")
-            self._sync_jobs()
+        self.core.progress(job_id, steps, loss, it)
+        self._sync_jobs()
+
+    def _on_outcome(self, outcome: RungOutcome) -> None:
+        if outcome.promoted or outcome.stopped:
+            self.emit(f"{self.name}: rung {outcome.rung} done: promoted "
+                      f"{', '.join(outcome.promoted) or '-'}; stopped "
+                      f"{', '.join(outcome.stopped) or '-'}")
+        if outcome.finished:
+            self.emit(f"{self.name}: bracket done: {', '.join(outcome.finished)}")
 
     def _tick(self) -> None:
         now = self.clock()
-        # 1. reap exited job processes
-        for r in list(self.runners.values()):
-            self._close_segment(r, r.poll())
+        # 1. reap exited job processes (and count started ones)
+        self._poll_launcher()
         # 2. profile: steps, losses, iteration times -> Hyperband
         new = self.profiler.poll()
         self._profile = self.profiler.placement_profile()
@@ -354,7 +331,7 @@ class AppMaster:
             job = self.hb.jobs[job_id]
             if job.status is JobStatus.RUNNING:
                 prof = self.profiler.job(job_id)
-                self._report(job_id, prof.steps_done, prof.latest_loss())
+                self._report(job_id, prof.steps_done, prof.objective_value())
         # 3. refresh the agent's model (rho and bids from profiled iteration times)
         assert self.client is not None and self.bidder is not None
         if not self.hb.done:
@@ -386,33 +363,29 @@ class AppMaster:
             moved = set(desired[r.job_id]) != set(r.gpus) if r.job_id in desired \
                 else self.hb.jobs[r.job_id].status is JobStatus.RUNNING
             if not set(r.gpus) <= keep:
-                r.stop("lease")
+                self.launcher.stop(r.job_id, "lease")
             elif moved:
-                r.stop("reassign")
+                self.launcher.stop(r.job_id, "reassign")
         # 6. start jobs on GPUs that are leased now and not used by a live process
         for r in self.runners.values():  # a job that ignores SIGTERM: SIGKILL
             if r.live and r.stop_sent is not None and now - r.stop_sent > self.kill_after_s:
                 log.warning("job %s still running %.0fs after SIGTERM: SIGKILL", r.job_id,
                             now - r.stop_sent)
                 r.kill()
+        runnable = {j.id for j in self.core.runnable()}
         for job_id, gpus in sorted(desired.items()):
             r = self.runners[job_id]
-            if r.live or not gpus or not set(gpus) <= held_now:
-                continue
-            if r.failures >= self.max_failures or now < r.not_before:
+            if r.live or not gpus or not set(gpus) <= held_now or job_id not in runnable:
                 continue
             with self._lock:
                 left = min(self._expiry.get(g, math.inf) for g in gpus) - now
             if left < self.min_lease_left_s:
                 continue  # TF would barely start before the expiry round: wait for it
-            if not self.registry.acquire(gpus, f"{self.name}/{job_id}"):
-                continue  # the GPU's previous job is still checkpointing
             job = self.hb.jobs[job_id]
             try:
-                r.start(job.target_steps, [self.topology[g] for g in gpus], TRUE_SLOWDOWN)
-            except OSError:
-                self.registry.release(gpus, f"{self.name}/{job_id}")
-                raise
+                self.launcher.launch(JobLaunch(job_id, job.target_steps, gpus))
+            except GpusBusy:
+                continue  # the GPU's previous job is still checkpointing
             resume = f" (resume from step {job.steps_done})" if job.steps_done else ""
             self.emit(f"{self.name}: {job_id} started on {','.join(gpus)}{resume}")
         self._update_snapshot(now)
@@ -423,7 +396,8 @@ class AppMaster:
         progress and lost GPUs, not only the value cached at the last allocation."""
         assert self.client is not None and self.bidder is not None
         self._last_report = now
-        value = self.bidder.live_rho([self.topology[g] for g in self._held])
+        held = [self.topology[g] for g in self._held]
+        value = self.bidder.live_rho(len(held), locality_of(held))
         if value is None or value <= 0:
             return
         try:
@@ -435,8 +409,7 @@ class AppMaster:
     def _assign(self, gpu_ids: list[str]) -> dict[str, tuple[str, ...]]:
         """Sticky split of the GPUs among the running jobs (see module docstring)."""
         states = {s.job_id: s for s in self.hb.job_states()}
-        running = [j for j in self.hb.running_jobs() if self.runners[j.id].failures
-                   < self.max_failures]
+        running = [j for j in self.hb.running_jobs() if not self.core.record(j.id).gave_up]
         avail = set(gpu_ids)
 
         def bound(job_id: str) -> bool:
@@ -445,7 +418,7 @@ class AppMaster:
 
         order = sorted(running, key=lambda j: (
             not bound(j.id), -states[j.id].iters_left * states[j.id].serial_iter_time, j.id))
-        chosen = order[: len(gpu_ids)]
+        chosen = order[: min(len(gpu_ids), self.spec.max_parallel_jobs or len(gpu_ids))]
         counts = gpu_counts([JobNeed(j.id, states[j.id].iters_left * states[j.id].
                                      serial_iter_time, states[j.id].max_demand)
                              for j in chosen], len(gpu_ids))
@@ -461,19 +434,25 @@ class AppMaster:
         return out
 
     def _finish(self, now: float) -> None:
+        for r in self.runners.values():  # jobs stopped when a trial reached the target
+            if r.live and r.stop_sent is None and self.hb.target_reached:
+                r.stop("target reached")
         if any(r.live for r in self.runners.values()):
             self._update_snapshot(now)
             return  # the last processes are writing their final checkpoints
         self.end_time = now
-        self.state = "done"
+        self.state = "failed" if self.core.failed else "done"
+        if self.core.failed:
+            self.error = "every trial failed; see the jobs' segment-*.err files"
         best = self.hb.best()
         if self.client is not None:
             self.client.stop(unregister=True, timeout=3.0)  # releases every GPU
             self.client = None
         self._held = []
         self.held_changes.append((round(now - self.t0, 3), []))
-        self.emit(f"{self.name}: DONE in {now - self.start_time:.1f}s; best "
-                  f"{best.id if best else '-'} loss "
+        reached = " (target reached)" if self.hb.target_reached else ""
+        self.emit(f"{self.name}: DONE in {now - self.start_time:.1f}s{reached}; best "
+                  f"{best.id if best else '-'} {self.spec.objective.metric} "
                   f"{best.loss if best and best.loss is not None else float('nan'):.4f}")
         self._update_snapshot(now)
 
@@ -483,7 +462,8 @@ class AppMaster:
 
     def _update_snapshot(self, now: float) -> None:
         held = [self.topology[g] for g in self._held if g in self.topology]
-        live = self.bidder.live_rho(held) if self.bidder and self.state == "running" else None
+        live = (self.bidder.live_rho(len(held), locality_of(held))
+                if self.bidder and self.state == "running" else None)
         reported = self._reported if self._reported is not None else (
             self.bidder.current_rho() if self.bidder else None)
         if live is not None and not math.isfinite(live):

@@ -285,6 +285,9 @@ def build_options(args: argparse.Namespace) -> Any:
         raise UsageError(f"--eta must be an integer >= 2, got {args.eta}")
     if args.max_resource < 1:
         raise UsageError(f"--max-resource must be a number >= 1, got {args.max_resource:g}")
+    if not 1 <= args.max_gpus_per_job <= 64:
+        raise UsageError(f"--max-gpus-per-job must be an integer in [1, 64], got "
+                         f"{args.max_gpus_per_job}")
     try:
         if args.app:
             apps = [load_app_spec(path) for path in args.app]

@@ -23,21 +23,21 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
 import themis
-from themis.agent.placement import PlacementProfile
+from themis.agent.placement import DEFAULT, PlacementProfile
+from themis.am.core import JobLaunch, LaunchCode, LaunchEvent
 from themis.cluster.topology import Gpu, Locality, locality_of
 from themis.submarine_am.searchspace import Value
+from themis.submarine_am.spec import BUNDLED_FLAGS
 
 log = logging.getLogger(__name__)
-
-_FLAGS = {"learning_rate", "batch_size", "hidden_units", "num_layers", "dropout",
-          "optimizer", "momentum", "dataset", "checkpoint_every", "eval_every",
-          "keep_checkpoints"}
 
 
 @dataclass
@@ -74,9 +74,11 @@ class JobRunner:
     root: Path  # <out>/apps/<app>/jobs/<job>
     step_time_ms: float
     python: str = sys.executable
+    #: a user's ``job.command`` (run with ``bash -c``) from (step target, GPU count);
+    #: None: the bundled job, with the emulated GPU speed
+    render: Callable[[int, int], str] | None = None
+    env: dict[str, str] = field(default_factory=dict)  # job.env
     segments: list[Segment] = field(default_factory=list)
-    failures: int = 0
-    not_before: float = 0.0  # no restart before this time (back-off after a failure)
     proc: subprocess.Popen[bytes] | None = None
     stop_sent: float | None = None  # time SIGTERM was sent to the live process
     _files: list[IO[bytes]] = field(default_factory=list, repr=False)
@@ -100,6 +102,8 @@ class JobRunner:
 
     def command(self, target_steps: int, gpus: list[Gpu], profile: PlacementProfile
                 ) -> list[str]:
+        if self.render is not None:
+            return ["bash", "-c", self.render(target_steps, len(gpus))]
         loc = locality_of(gpus)
         sleep_ms = self.step_time_ms * profile.slowdown(loc) / max(1, len(gpus))
         cmd = [self.python, "-m", "themis.jobs.train", "--job-id", self.job_id,
@@ -108,8 +112,8 @@ class JobRunner:
                "--locality", Locality(loc).name.lower(), "--step-sleep-ms", f"{sleep_ms:.3f}",
                "--summary-flush-secs", "0.5", "--log-level", "WARNING"]
         for key, value in sorted({**self.fixed, **self.config}.items()):
-            if key in _FLAGS:
-                cmd += [f"--{key.replace('_', '-')}", str(value)]
+            if key in BUNDLED_FLAGS:
+                cmd += [BUNDLED_FLAGS[key], str(value)]
         return cmd
 
     def start(self, target_steps: int, gpus: list[Gpu], profile: PlacementProfile) -> None:
@@ -118,7 +122,7 @@ class JobRunner:
         self.root.mkdir(parents=True, exist_ok=True)
         index = len(self.segments)
         ids = tuple(g.id for g in gpus)
-        env = dict(os.environ)
+        env = {**os.environ, **self.env}
         pkg_parent = str(Path(themis.__file__).resolve().parent.parent)
         env["PYTHONPATH"] = pkg_parent + os.pathsep + env.get("PYTHONPATH", "")
         env["THEMIS_GPU_IDS"] = ",".join(ids)
@@ -179,8 +183,6 @@ class JobRunner:
         if not seg.reason:
             seg.reason = (f"signal {-status}" if status < 0 else f"exit status {status}")
         if status != 0 and not (seg.stopped_by and status in (-signal.SIGTERM, -signal.SIGKILL)):
-            self.failures += 1
-            self.not_before = time.time() + 2.0 * self.failures
             log.warning("job %s: segment %d failed (status %s); stderr: %s", self.job_id,
                         seg.index, status, self.stderr_tail(seg.index))
         return seg
@@ -211,3 +213,106 @@ class JobRunner:
             return []
         return sorted(int(p.name[5:]) for p in self.checkpoint_dir.iterdir()
                       if p.name.startswith("ckpt-") and p.name[5:].isdigit())
+
+
+class GpuRegistry:
+    """Which job process uses which GPU, shared by every app master of the machine: a GPU
+    is busy from its process's start until that process has exited, so a GPU that changes
+    hands at lease expiry is only used by its new app once the old job has checkpointed
+    and gone (as a NodeManager frees a container's GPU only when the container ends)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._users: dict[str, str] = {}
+
+    def acquire(self, gpus: tuple[str, ...], who: str) -> bool:
+        with self._lock:
+            if any(self._users.get(g, who) != who for g in gpus):
+                return False
+            for g in gpus:
+                self._users[g] = who
+            return True
+
+    def release(self, gpus: tuple[str, ...], who: str) -> None:
+        with self._lock:
+            for g in gpus:
+                if self._users.get(g) == who:
+                    del self._users[g]
+
+    def users(self) -> dict[str, str]:
+        with self._lock:
+            return dict(self._users)
+
+
+class GpusBusy(RuntimeError):
+    """A launch on GPUs another job process still uses (it is checkpointing)."""
+
+
+class LocalProcessLauncher:
+    """:class:`themis.am.core.Launcher` over local job processes: one :class:`JobRunner`
+    per job, GPUs taken from the machine's :class:`GpuRegistry` for the run's lifetime."""
+
+    def __init__(self, app: str, topology: Any, registry: GpuRegistry,
+                 make_runner: Callable[[str], JobRunner],
+                 profile: PlacementProfile = DEFAULT) -> None:
+        self.app = app
+        self.topology = topology
+        self.registry = registry
+        self.make_runner = make_runner
+        self.profile = profile  # the emulated GPUs' slowdown per locality
+        self.runners: dict[str, JobRunner] = {}
+        self.closed: list[tuple[str, Segment]] = []  # segments ended at the last poll
+        self._started: list[str] = []  # launched since the last poll
+
+    def runner(self, job_id: str) -> JobRunner:
+        if job_id not in self.runners:
+            self.runners[job_id] = self.make_runner(job_id)
+        return self.runners[job_id]
+
+    def launch(self, run: JobLaunch) -> None:
+        who = f"{self.app}/{run.job_id}"
+        if not self.registry.acquire(run.gpus, who):
+            raise GpusBusy(f"{run.gpus} still in use")
+        try:
+            self.runner(run.job_id).start(run.target_steps,
+                                          [self.topology[g] for g in run.gpus], self.profile)
+        except OSError:
+            self.registry.release(run.gpus, who)
+            raise
+        self._started.append(run.job_id)
+
+    def stop(self, job_id: str, reason: str) -> None:
+        r = self.runners.get(job_id)
+        if r is not None:
+            r.stop(reason)
+
+    def live(self) -> set[str]:
+        return {k for k, r in self.runners.items() if r.live}
+
+    def poll(self) -> list[LaunchEvent]:
+        out = [LaunchEvent(j, LaunchCode.STARTED, step=max(self.runners[j].checkpoint_steps(),
+                                                           default=0))
+               for j in self._started]
+        self._started = []
+        self.closed = []
+        for job_id, r in self.runners.items():
+            seg = r.poll()
+            if seg is not None:
+                out.append(self.close(job_id, seg))
+        return out
+
+    def close(self, job_id: str, seg: Segment) -> LaunchEvent:
+        """The exit event of an ended segment (its GPUs are free again)."""
+        self.registry.release(seg.gpus, f"{self.app}/{job_id}")
+        self.closed.append((job_id, seg))
+        status = seg.exit_status
+        if status == 0 and (seg.reason == "max-steps" or not seg.stopped_by):
+            code = LaunchCode.REACHED  # (a user's command exits 0 at its target)
+        elif seg.stopped_by and status in (0, -signal.SIGTERM, -signal.SIGKILL):
+            code = LaunchCode.STOPPED
+        else:
+            code = LaunchCode.FAILED
+        step = seg.end_step
+        if code is LaunchCode.REACHED and step is None:
+            step = seg.target_steps  # a user's command without JSON events
+        return LaunchEvent(job_id, code, step, status, seg.reason)

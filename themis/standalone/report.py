@@ -7,7 +7,10 @@ the app held no GPU)::
      "duration_s", "config": {...}, "cluster": {"gpus": [...]},
      "apps": {name: {"completed", "state", "submit_s", "completion_s", "jct_s",
                      "gpu_seconds_leased", "gpu_seconds_jobs", "steps_done",
-                     "steps_planned", "best": {"job", "loss", "config"},
+                     "steps_planned", "objective": {"metric", "goal", "target"},
+                     "target_reached": job | null,
+                     "best": {"job", "loss", "config"},  # loss: the objective's value
+                     "top": [{"id", "value", "metric", "steps", "status", "config"}],
                      "rho": [[t, rho, rho_reported, gpus, running_jobs], ...],
                      "held": [[t, [gpu ids]], ...], "allocations": [...],
                      "max_tick_s",
@@ -33,6 +36,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from themis.am.objective import trial_json
 from themis.arbiter.round import RoundOutcome
 from themis.arbiter.state import RoundStats
 from themis.standalone.appmaster import AppMaster
@@ -110,8 +114,11 @@ def app_json(am: AppMaster, t0: float) -> dict[str, Any]:
         "gpu_seconds_jobs": round(gpu_s_jobs, 2),
         "steps_done": am.steps_done(),
         "steps_planned": am.planned_steps,
+        "objective": am.spec.objective.to_dict(),
+        "target_reached": am.hb.target_reached,
         "best": None if best is None else {"job": best.id, "loss": _num(best.loss),
                                            "config": best.config},
+        "top": [trial_json(j, am.spec.objective) for j in am.hb.top(5)],
         "max_tick_s": round(am.max_tick_s, 3),
         "final_rho_reported": _num(am.samples[-1].rho_reported) if am.samples else None,
         "rho": [[s.t, _num(s.rho), _num(s.rho_reported), s.gpus, s.running]

@@ -77,6 +77,15 @@ def _fmt_rho(x: Any) -> str:
     return f"{x:.2f}"
 
 
+def _fmt_value(v: float | None) -> str:
+    return "-" if v is None else f"{v:.4g}"
+
+
+def _params(config: dict[str, Any]) -> str:
+    return " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                    for k, v in sorted(config.items()))
+
+
 def _bar(frac: float, width: int = 16) -> str:
     n = round(max(0.0, min(1.0, frac)) * width)
     return "[" + "#" * n + "." * (width - n) + f"] {frac * 100:3.0f}%"
@@ -285,16 +294,7 @@ class Standalone:
                 "starvation": o.starvation, "bid_timeout_s": o.bid_timeout_s,
                 "warning_s": o.warning_s, "grace_s": o.grace_s, "solver": o.solver,
                 "seed": o.seed,
-                "apps": [{"name": s.name, "source": s.source, "seed": s.seed,
-                          "submit_at_s": s.submit_at_s, "hyperband": {
-                              "max_resource": s.hyperband.max_resource,
-                              "eta": s.hyperband.eta,
-                              "brackets": list(s.hyperband.brackets)
-                              if s.hyperband.brackets is not None else None,
-                              "steps_per_unit": s.hyperband.steps_per_unit,
-                              "max_gpus_per_job": s.hyperband.max_gpus_per_job},
-                          "search_space": dict(s.search_space), "job": dict(s.job)}
-                         for s in o.apps],
+                "apps": [{"source": s.source, **s.to_dict()} for s in o.apps],
             },
             "cluster": {"gpus": list(topo),
                         "machines": {m: [g.id for g in gs] for m, gs in topo.machines.items()}},
@@ -314,12 +314,15 @@ class Standalone:
               f"expiry, {len(report['resumes'])} job resumes from checkpoints; 2+ apps held "
               f"GPUs for {overlap_s(report):.0f}s", file=p)
         for name, a in report["apps"].items():
-            best = a["best"]
+            best, metric = a["best"], a["objective"]["metric"]
             print(f"  {name}: {a['state']}, JCT {a['jct_s'] if a['jct_s'] is not None else '-'}"
                   f" s, {a['gpu_seconds_leased']:.0f} GPU-s leased "
                   f"({a['gpu_seconds_jobs']:.0f} in job processes), steps "
                   f"{a['steps_done']}/{a['steps_planned']}"
-                  + (f", best {best['job']} loss {best['loss']}" if best else ""), file=p)
+                  + (f", best {best['job']} {metric} {best['loss']}" if best else ""), file=p)
+            for t in a["top"]:  # the top trials, best first
+                print(f"    {t['id']:<16} {metric} {_fmt_value(t['value']):<10} step "
+                      f"{t['steps']:>6} {t['status']:<9} {_params(t['config'])}", file=p)
         print(f"report: {self.opts.out / 'report.json'}"
               + (f", plot: {self.opts.out / 'report.png'}" if self.opts.plot else ""), file=p)
         p.flush()

@@ -20,7 +20,12 @@ the shell:
   NodeManager host) binds and advertises the hosts of :func:`http_hosts`.
 
 The controller (:class:`AppMaster`) is independent of Py4J and gRPC transport details: it
-takes a :class:`Shell` (the JVM, or a fake in tests) and an arbiter address.
+takes a :class:`Shell` (the JVM, or a fake in tests) and an arbiter address. Hyperband, the
+bidder and the job lifecycle policy (resume, failures and retries) are the shared
+:class:`themis.am.core.AmCore`; containers are started and stopped by
+:class:`~themis.submarine_am.launcher.YarnContainerLauncher`. What stays here is YARN's
+placement: which node to ask on, for how many GPUs, and when to stop a run before its lease
+ends.
 """
 
 from __future__ import annotations
@@ -28,27 +33,24 @@ from __future__ import annotations
 import json
 import logging
 import os
-import queue
 import shlex
 import signal
 import sys
 import threading
 import time
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from themis.agent.bidder import AllocationInfo
-from themis.agent.fairness import FairnessContext, rho
 from themis.agent.model import AppModel
+from themis.am.core import AmCore, JobLaunch, LiveBidder
 from themis.cluster.topology import Locality
-from themis.submarine_am.appstate import FORMAT, hyperband_to_dict, restore_hyperband
-from themis.submarine_am.hyperband import Hyperband, JobStatus
+from themis.submarine_am.hyperband import Hyperband, JobStatus, RungOutcome
+from themis.submarine_am.launcher import HOLDING, YarnContainerLauncher
 from themis.submarine_am.records import (
-    JobInfo,
-    LiveBidder,
     Reallocation,
     Run,
     finite_or_none,
@@ -68,12 +70,6 @@ from themis.submarine_am.tblogs import tensorboard_dir
 from themis.submarine_am.webhdfs import WebHdfs, WebHdfsError
 
 log = logging.getLogger("themis.submarine_am.am")
-
-EXIT_PREEMPTED = -102  # ContainerExitStatus.PREEMPTED
-EXIT_ABORTED = -100  # released by the AM / lost
-EXIT_KILLED_BY_AM = -105  # KILLED_BY_APPMASTER
-NOT_FAILURES = {EXIT_PREEMPTED, EXIT_ABORTED, EXIT_KILLED_BY_AM, -106, -107}
-PRIORITY_GPU = 1
 
 # parse_container_id, node_of, JvmShell and Shell are re-exported for existing callers.
 __all__ = ["AppMaster", "JvmShell", "Shell", "main", "node_of", "parse_container_id"]
@@ -119,18 +115,19 @@ class AppMaster:
         self.start_margin_s = start_margin_s
         self._lease_len: dict[str, float] = {}  # GPU id -> length of its current lease
         self._no_park: dict[str, float] = {}  # node -> until when no ask is parked there
-        self._stop_durations: deque[float] = deque(maxlen=5)  # lease-end stop -> container gone
         self._released: set[str] = set()
         self.cluster_nodes: list[dict[str, Any]] = []
         self._nodes_at = -1e9
         self.rounds: list[dict[str, Any]] = []  # allocation events received
-        self.hb: Hyperband = spec.make_hyperband(app_id)
+        self.core = AmCore(spec, app_id, clock=clock, on_outcome=self._on_outcome)
+        self._lock = threading.Lock()
+        self.launcher = YarnContainerLauncher(
+            shell, memory_mb=spec.resources.memory_mb, vcores=spec.resources.vcores,
+            clock=clock, lock=self._lock, command_for=self._command_for, admit=self._admit,
+            on_progress=self._on_progress, stop_timeout_s=stop_timeout_s)
+        self._reports = self.launcher.reports  # filled by the HTTP thread
+        self._stop_set = self.launcher.stop_set  # read by the HTTP thread (under _lock)
         self.start_time = clock()
-        self.jobs: dict[str, JobInfo] = {}
-        self.runs: list[Run] = []
-        self.by_container: dict[str, Run] = {}
-        self.by_request: dict[int, Run] = {}
-        self.reallocations: list[Reallocation] = []
         self.gpu_seconds = 0.0  # leased GPU-seconds
         self.busy_gpu_seconds = 0.0  # GPU-seconds of running job containers
         self.history: list[tuple[float, int, float | None]] = []  # (t, GPUs held, rho)
@@ -140,18 +137,14 @@ class AppMaster:
         self.http_host = "127.0.0.1"  # set by start_http (http_hosts)
         self.agent: Any = None
         self.bidder: LiveBidder | None = None
-        self._reports: queue.Queue[dict[str, Any]] = queue.Queue()
         self.report_tokens = ReportTokens()  # per-container tokens of /api/report
         self.agent_options: dict[str, Any] = {}  # AgentClient's token and TLS (security.py)
-        self._stop_set: set[str] = set()  # containers whose runner must stop its job
-        self._lock = threading.Lock()
         self._status: dict[str, Any] = {}
         self._dirty = True
         self._last_save = 0.0
         self._last_tick = clock()
         self._idle_since: dict[str, float] = {}
         self._shutdown = threading.Event()
-        self._next_run = 1
         self._saved_secret: str | None = None
         self._saved_cluster_gpus = 0
         self._http: ThreadingHTTPServer | None = None
@@ -172,21 +165,17 @@ class AppMaster:
             return False
         try:
             d = json.loads(raw)
-            if d.get("format") != FORMAT:
-                raise ValueError(f"format {d.get('format')!r}")
-            restore_hyperband(self.hb, d["hyperband"])
-        except (ValueError, KeyError, TypeError) as e:
+            self.core.restore(d)
+        except (ValueError, AttributeError) as e:
             log.warning("saved state unusable (%s): starting the app from scratch", e)
-            self.hb = self.spec.make_hyperband(self.app_id)
             return False
         self.start_time = float(d.get("start_time", self.start_time))
-        self.jobs = {k: JobInfo(**v) for k, v in d.get("jobs", {}).items()}
         self._saved_secret = d.get("agent_secret") or None
         self._saved_cluster_gpus = int(d.get("cluster_gpus", 0))
         self.gpu_seconds = float(d.get("gpu_seconds", 0.0))
         self.busy_gpu_seconds = float(d.get("busy_gpu_seconds", 0.0))
-        self._next_run = int(d.get("next_run", 1))
-        self.reallocations = [Reallocation(**r) for r in d.get("reallocations", [])]
+        self.launcher.next_run = int(d.get("next_run", 1))
+        self.launcher.reallocations = [Reallocation(**r) for r in d.get("reallocations", [])]
         log.info("resumed from HDFS state of attempt %s: bracket %d rung %d, %d jobs",
                  d.get("attempt"), self.hb.bracket_index, self.hb.rung_index, len(self.hb.jobs))
         return True
@@ -198,14 +187,12 @@ class AppMaster:
         if not force and now - self._last_save < 2.0:
             return
         doc = {
-            "format": FORMAT, "app_id": self.app_id, "attempt": self.attempt,
+            **self.core.to_state(), "app_id": self.app_id, "attempt": self.attempt,
             "start_time": self.start_time, "saved": now,
-            "hyperband": hyperband_to_dict(self.hb),
-            "jobs": {k: asdict(v) for k, v in self.jobs.items()},
             "agent_secret": getattr(self.agent, "secret", None) or self._saved_secret,
             "cluster_gpus": self.bidder.cluster_gpus if self.bidder else 0,
             "gpu_seconds": self.gpu_seconds, "busy_gpu_seconds": self.busy_gpu_seconds,
-            "next_run": self._next_run,
+            "next_run": self.launcher.next_run,
             "reallocations": [asdict(r) for r in self.reallocations],
         }
         try:
@@ -274,7 +261,7 @@ class AppMaster:
     def start_agent(self) -> None:
         from themis.agent.client import AgentClient
 
-        self.bidder = LiveBidder(self.model(), self.spec.max_gpus(), self.clock)
+        self.bidder = LiveBidder(self.model(), self.clock, self.spec.max_gpus())
         if self._saved_cluster_gpus:
             self.bidder.set_cluster_gpus(self._saved_cluster_gpus)
         self.agent = AgentClient(self.arbiter, self.app_id, self.bidder,
@@ -311,70 +298,46 @@ class AppMaster:
     def current_rho(self, held: int) -> float | None:
         if self.bidder is None or self.hb.done:
             return None
-        cg = self.bidder.cluster_gpus or self.spec.max_gpus()
-        try:
-            ctx = FairnessContext(self.clock(), max(1, cg), self.bidder.n_avg, self.bidder.ideal)
-            return finite_or_none(rho(self.model(), held, Locality.MACHINE, ctx))
-        except Exception:
-            return None
+        value = self.bidder.live_rho(held, Locality.MACHINE, self.spec.max_gpus())
+        return None if value is None else finite_or_none(value)
 
-    # ----------------------------------------------------------------- events
-    def _handle_event(self, e: dict[str, Any]) -> None:
-        kind = e.get("type")
+    @property
+    def hb(self) -> Hyperband:
+        return self.core.hb
+
+    @property
+    def runs(self) -> list[Run]:
+        return self.launcher.runs
+
+    @property
+    def by_request(self) -> dict[int, Run]:
+        return self.launcher.by_request
+
+    @property
+    def reallocations(self) -> list[Reallocation]:
+        return self.launcher.reallocations
+
+    # ----------------------------------------------------------------- launcher hooks
+    def _admit(self, run: Run) -> bool:
+        """Whether an allocated container may be launched: a lease on its node still has
+        room for a new run. Otherwise (allocated on a lease that ends before the job could
+        do useful work, or one the AM does not know) it is given back unlaunched, and no
+        ask is parked on this node again until its leases end (the RM would allocate it
+        again)."""
         now = self.clock()
-        if kind == "allocated":
-            run = self.by_request.pop(int(e.get("request_id", -1)), None)
-            cid = str(e["container"])
-            if run is None or run.state != "requested":
-                log.info("releasing unexpected container %s on %s", cid, e.get("node"))
-                self.shell.release(cid)
-                return
-            run.container, run.state, run.t_allocated = cid, "allocated", now
-            run.node = str(e.get("node", run.node))
-            self.by_container[cid] = run
-            room = sum(1 for g in self.placeable_leases(now) if node_of(g) == run.node)
-            busy = sum(r.gpus for r in self.runs if r is not run and r.node == run.node
-                       and r.state in ("allocated", "launched", "running"))
-            if room - busy < run.gpus:
-                # allocated on a lease that ends before the job could do useful work (or
-                # one the AM does not know): give it back unlaunched; no ask is parked on
-                # this node again until its leases end (the RM would allocate it again)
-                ends = [exp for g, exp in self._leases().items() if node_of(g) == run.node]
-                self._no_park[run.node] = max(ends, default=now + 5.0)
-                log.info("releasing %s on %s unlaunched: no lease there has room for a new "
-                         "run (%d placeable GPU(s), %d in use)", cid, run.node, room, busy)
-                run.state, run.stop_reason, run.t_done = "done", "lease ends too soon", now
-                self.by_container.pop(cid, None)
-                self.jobs.setdefault(run.job_id, JobInfo()).restarts -= 1
-                self.shell.release(cid)
-                return
-            self._launch(run)
-        elif kind == "started":
-            run = self.by_container.get(str(e["container"]))
-            if run is not None and run.state == "allocated":
-                run.state = "launched"
-        elif kind in ("start_failed",):
-            run = self.by_container.get(str(e["container"]))
-            if run is not None:
-                log.warning("container %s failed to start: %s", run.container, e.get("message"))
-                self.shell.release(run.container)
-        elif kind == "completed":
-            self._on_completed(str(e["container"]), int(e.get("exit_status", 0)),
-                               str(e.get("diagnostics", "")))
-        elif kind == "preemption":
-            for cid in e.get("containers", []):
-                run = self.by_container.get(str(cid))
-                if run is not None and run.live:
-                    self._stop(run, "preempted by the RM (lease expired)", lease_expiry=now)
-        elif kind == "shutdown":
-            log.warning("the RM asked the AM to shut down")
-            self._shutdown.set()
-        elif kind == "error":
-            log.error("AMRM client error: %s", e.get("message"))
-            self.message = str(e.get("message"))
-            self._shutdown.set()
+        room = sum(1 for g in self.placeable_leases(now) if node_of(g) == run.node)
+        busy = sum(r.gpus for r in self.runs if r is not run and r.node == run.node
+                   and r.state in ("allocated", "launched", "running"))
+        if room - busy >= run.gpus:
+            return True
+        ends = [exp for g, exp in self._leases().items() if node_of(g) == run.node]
+        self._no_park[run.node] = max(ends, default=now + 5.0)
+        log.info("releasing %s on %s unlaunched: no lease there has room for a new run "
+                 "(%d placeable GPU(s), %d in use)", run.container, run.node, room, busy)
+        return False
 
-    def _launch(self, run: Run) -> None:
+    def _command_for(self, run: Run) -> tuple[str, dict[str, str]]:
+        """The container command (the runner around the job command) and environment."""
         job = self.hb.jobs[run.job_id]
         values: dict[str, Any] = {
             **{k: v for k, v in job.config.items() if k != "_"},
@@ -385,7 +348,8 @@ class AppMaster:
         job_cmd = render_command(self.spec, values)
         cmd = container_command(
             self.python, self.tracking_url.rstrip("/"), run.job_id, run.run_id,
-            tensorboard_dir(self.app_dir, run.job_id), self.report_every_s, job_cmd)
+            tensorboard_dir(self.app_dir, run.job_id), self.report_every_s, job_cmd,
+            self.spec.objective.metric)
         bindir = os.path.dirname(self.python) if os.path.isabs(self.python) else ""
         path = os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin")
         env = {"THEMIS_WEBHDFS_URL": self.webhdfs_url, "HADOOP_USER_NAME": "root",
@@ -393,152 +357,45 @@ class AppMaster:
                "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "2",
                "THEMIS_APP_ID": self.app_id, "THEMIS_JOB_ID": run.job_id, **self.spec.env,
                REPORT_TOKEN_ENV: self.report_tokens.token_for(run.container)}
-        log.info("launching %s (run %d) in %s on %s: %s", run.job_id, run.run_id, run.container,
-                 run.node, job_cmd)
-        self.shell.launch(run.container, cmd, json.dumps(env))
+        log.info("job command of %s (run %d): %s", run.job_id, run.run_id, job_cmd)
+        return cmd, env
+
+    def _on_progress(self, run: Run, r: dict[str, Any]) -> None:
+        """A runner's report: steps, the objective's value, serial iteration time."""
+        loss, it = r.get("loss"), r.get("serial_iter_time")
+        if run.job_id not in self.hb.jobs:
+            return
+        self._dirty = True
+        try:
+            self.core.progress(run.job_id, run.steps,
+                               float(loss) if isinstance(loss, int | float) else None,
+                               float(it) if isinstance(it, int | float) and it > 0 else None)
+        except ValueError as e:
+            log.warning("report from %s: %s", run.job_id, e)
+
+    def _on_outcome(self, outcome: RungOutcome) -> None:
+        log.info("rung done: bracket %d rung %d; promoted %s, stopped %s, finished %s, "
+                 "started %s", outcome.bracket, outcome.rung, list(outcome.promoted),
+                 list(outcome.stopped), list(outcome.finished), list(outcome.started))
 
     def checkpoint_uri(self, job_id: str) -> str:
         base = self.webhdfs_url.replace("http://", "webhdfs://").rstrip("/")
         return f"{base}{self.app_dir}/ckpt/{job_id}"
 
-    def _on_completed(self, cid: str, status: int, diagnostics: str) -> None:
-        run = self.by_container.pop(cid, None)
-        with self._lock:
-            self._stop_set.discard(cid)
-        if run is None:
-            return
-        now = self.clock()
-        run.state, run.exit_status, run.t_done = "done", status, now
-        info = self.jobs.setdefault(run.job_id, JobInfo())
-        info.last_exit = status
-        self._dirty = True
-        if run.stop_reason:
-            log.info("%s stopped in %s (%s), exit %d", run.job_id, cid, run.stop_reason, status)
-            if run.lease_expiry is not None and run.t_stop is not None:
-                self._stop_durations.append(now - run.t_stop)
-            return
-        if status == 0:
-            job = self.hb.jobs.get(run.job_id)
-            if job is not None and job.status is JobStatus.RUNNING:
-                # exit 0 without a stop request = the job reached --max-steps (its final
-                # report may still be on its way)
-                run.steps = max(run.steps, job.target_steps)
-                self.hb.report(run.job_id, run.steps)
-            return
-        if status in NOT_FAILURES:
-            return
-        info.failures += 1
-        log.warning("%s failed in %s with exit %d (%d/%d): %s", run.job_id, cid, status,
-                    info.failures, self.spec.max_restarts, diagnostics[-500:])
-        if info.failures > self.spec.max_restarts:
-            self.state = "FAILED"
-            self.message = (f"job {run.job_id} failed {info.failures} times "
-                            f"(last exit {status}); see its container logs")
-            self._shutdown.set()
-
-    # ----------------------------------------------------------------- reports
-    def _handle_report(self, r: dict[str, Any]) -> None:
-        run = self.by_container.get(str(r.get("container", "")))
-        if run is None:  # a report after completion or from a stale run: events only
-            run = next((x for x in self.runs if x.run_id == r.get("run_id")
-                        and x.job_id == r.get("job_id")), None)
-        if run is None:
-            return
-        now = self.clock()
-        if run.state in ("allocated", "launched"):
-            run.state = "running"
-        for e in r.get("events", []):
-            ev = e.get("event")
-            if ev == "start":
-                run.t_started = float(e.get("time", now))
-                run.restored_step = int(e.get("step", 0)) if e.get("restored_from") else None
-                run.restored_from = e.get("restored_from")
-                run.steps = max(run.steps, int(e.get("step", 0)))
-                if run.restored_from:
-                    self.jobs.setdefault(run.job_id, JobInfo()).restored_steps.append(
-                        int(e.get("step", 0)))
-                self._note_reallocation(run)
-            elif ev == "checkpoint" and str(e.get("reason", "")).startswith("signal"):
-                run.checkpoint_s = float(e.get("seconds", 0.0))
-                run.checkpoint_step = int(e.get("step", 0))
-            elif ev == "exit":
-                run.steps = max(run.steps, int(e.get("step", 0)))
-        steps = r.get("steps")
-        if isinstance(steps, int):
-            run.steps = max(run.steps, steps)
-        loss = r.get("loss")
-        it = r.get("serial_iter_time")
-        job = self.hb.jobs.get(run.job_id)
-        if job is None:
-            return
-        self._dirty = True
-        try:
-            outcome = self.hb.report(run.job_id, run.steps,
-                                     float(loss) if isinstance(loss, int | float) else None,
-                                     float(it) if isinstance(it, int | float) and it > 0 else None)
-        except ValueError as e:
-            log.warning("report from %s: %s", run.job_id, e)
-            return
-        if outcome is not None:
-            log.info("rung done: bracket %d rung %d; promoted %s, stopped %s, finished %s, "
-                     "started %s", outcome.bracket, outcome.rung, list(outcome.promoted),
-                     list(outcome.stopped), list(outcome.finished), list(outcome.started))
-
-    def _note_reallocation(self, run: Run) -> None:
-        """A run restored from a checkpoint after a previous run of the job lost its lease."""
-        # the job's previous run that actually ran (asks withdrawn or moved in between never
-        # started and carry no lease end)
-        prev = [x for x in self.runs if x.job_id == run.job_id and x.run_id < run.run_id
-                and x.t_started is not None]
-        if not prev or run.t_started is None:
-            return
-        last = max(prev, key=lambda x: x.run_id)
-        if last.lease_expiry is None or last.t_stop is None:
-            return
-        self.reallocations.append(Reallocation(
-            job_id=run.job_id, from_node=last.node, to_node=run.node,
-            lease_expiry=last.lease_expiry, stop_requested=last.t_stop,
-            stopped=last.t_done or last.t_stop, started=run.t_started,
-            restored_step=run.restored_step, checkpoint_s=last.checkpoint_s,
-            checkpoint_step=last.checkpoint_step))
-        log.info("reallocation of %s: %s -> %s in %.2fs (restored step %s)", run.job_id,
-                 last.node, run.node, run.t_started - last.lease_expiry, run.restored_step)
-
-    # ----------------------------------------------------------------- control
     def _stop(self, run: Run, reason: str, lease_expiry: float | None = None) -> None:
-        now = self.clock()
-        if run.state == "requested":
-            self.shell.cancel_request(run.request_id)
-            self.by_request.pop(run.request_id, None)
-            run.state, run.stop_reason, run.t_done = "done", reason, now
-            return
-        if not run.live:
-            return
-        log.info("stopping %s in %s on %s: %s", run.job_id, run.container, run.node, reason)
-        run.state, run.stop_reason, run.t_stop = "stopping", reason, now
-        run.lease_expiry = lease_expiry
-        with self._lock:
-            self._stop_set.add(run.container)
+        self.launcher.stop_run(run, reason, lease_expiry)
         self._dirty = True
 
     def _request(self, job_id: str, node: str, gpus: int) -> None:
-        host = node.split(":")[0]
-        res = self.spec.resources
-        rid = self.shell.request(host, res.memory_mb, res.vcores, gpus, PRIORITY_GPU)
-        run = Run(self._next_run, job_id, node, host, gpus, rid, t_requested=self.clock())
-        self._next_run += 1
-        self.runs.append(run)
-        self.by_request[rid] = run
-        info = self.jobs.setdefault(job_id, JobInfo())
-        info.restarts += 1
-        log.info("asking for %d GPU(s) on %s for %s (request %d)", gpus, node, job_id, rid)
+        self.launcher.launch(JobLaunch(job_id, self.hb.jobs[job_id].target_steps, node=node,
+                                       count=gpus))
 
     def stop_lead(self, gpu: str = "") -> float:
         """How long before a lease ends its runs are told to stop: ``stop_lead_s``, or 1.25x
         the longest of the app's last five lease-end stops (request -> container gone:
         checkpoint, exit) if longer, so that the GPUs are free when the lease ends; at most a
         quarter of the lease."""
-        lead = max([self.stop_lead_s, *(1.25 * d for d in self._stop_durations)])
+        lead = max([self.stop_lead_s, *(1.25 * d for d in self.launcher.stop_durations)])
         length = self._lease_len.get(gpu)
         return min(lead, 0.25 * length) if length else lead
 
@@ -571,8 +428,7 @@ class AppMaster:
         held = Counter(node_of(g) for g in usable)
         room = Counter(node_of(g) for g in self.placeable_leases(now))
         g = self.spec.resources.gpus
-        holding = [r for r in self.runs if r.state in ("allocated", "launched", "running",
-                                                        "stopping")]
+        holding = [r for r in self.runs if r.state in HOLDING]
         # 1. containers on nodes where the app no longer holds enough GPUs: stop (checkpoint)
         for node in sorted({r.node for r in holding}):
             on_node = [r for r in holding if r.node == node]
@@ -590,20 +446,12 @@ class AppMaster:
                 continue
             if r.state == "requested" or (r.live and job.status is JobStatus.STOPPED):
                 self._stop(r, f"job is {job.status.value}")
-        # 3. stops that outlived their timeout: release (the NM kills the container)
-        for r in self.runs:
-            if r.state == "stopping" and r.t_stop is not None and r.container \
-                    and now - r.t_stop > self.stop_timeout_s:
-                log.warning("%s did not stop within %.0fs: releasing %s", r.job_id,
-                            self.stop_timeout_s, r.container)
-                self.shell.release(r.container)
-                r.t_stop = now
-        # 4. every waiting job has one node-local ask: on a node with free leased GPUs when
+        # 3. every waiting job has one node-local ask: on a node with free leased GPUs when
         #    there is one, else parked on the demand node (the RM commits nothing there
         #    without a lease; the pending ask is what makes the app take part in rounds)
         used: Counter[str] = Counter()
         for r in self.runs:
-            if r.state in ("allocated", "launched", "running", "stopping"):
+            if r.state in HOLDING:
                 used[r.node] += r.gpus
         # free for new runs: GPUs no run uses, on leases that last long enough to start one
         free = {n: min(held[n] - used.get(n, 0), room.get(n, 0)) for n in held}
@@ -615,7 +463,7 @@ class AppMaster:
             else:
                 parked.append(r)
         busy_jobs = {r.job_id for r in self.runs if r.live or r.state == "stopping"}
-        waiting = sorted((j for j in self.hb.running_jobs() if j.id not in busy_jobs),
+        waiting = sorted((j for j in self.core.runnable() if j.id not in busy_jobs),
                          key=lambda j: (-j.iters_left, j.id))
         cap = self.spec.max_parallel_jobs or 10**9
         active = sum(1 for r in self.runs if r.live)
@@ -624,10 +472,7 @@ class AppMaster:
             if not nodes:
                 break
             node = max(nodes, key=lambda n: (free[n], n))
-            self.shell.cancel_request(r.request_id)
-            self.by_request.pop(r.request_id, None)
-            r.state, r.stop_reason, r.t_done = "done", f"ask moved to {node}", now
-            self.jobs.setdefault(r.job_id, JobInfo()).restarts -= 1
+            self._stop(r, f"ask moved to {node}")
             self._request(r.job_id, node, g)
             free[node] -= g
         unplaced = 0
@@ -648,7 +493,7 @@ class AppMaster:
                     continue
             self._request(job.id, node, g)
             active += 1
-        # 5. give back GPUs the app cannot use: leases about to end at once, others after
+        # 4. give back GPUs the app cannot use: leases about to end at once, others after
         #    idle_release_s without a job to place on them
         give: list[str] = []
         if self.agent is not None:
@@ -733,7 +578,7 @@ class AppMaster:
         jobs = []
         for j in sorted(self.hb.jobs.values(), key=lambda j: j.id):
             r = latest.get(j.id)
-            info = self.jobs.get(j.id, JobInfo())
+            info = self.core.record(j.id)
             jobs.append({
                 "id": j.id, "config": {k: v for k, v in j.config.items() if k != "_"},
                 "status": j.status.value, "bracket": j.bracket, "rung": j.rung,
@@ -744,12 +589,9 @@ class AppMaster:
                     "run_id": r.run_id, "state": r.state, "node": r.node,
                     "container": r.container, "gpus": r.gpus,
                     "restored_step": r.restored_step, "stop_reason": r.stop_reason},
-                "runs": info.restarts, "failures": info.failures,
+                "runs": info.runs, "failures": info.failures, "gave_up": info.gave_up,
                 "restored_steps": info.restored_steps,
             })
-        total = sum(j.target_steps for j in self.hb.jobs.values()) or 1
-        done = sum(min(j.steps_done, j.target_steps) for j in self.hb.jobs.values())
-        best = self.hb.best()
         agent = self.agent
         return {
             "app_id": self.app_id, "name": self.spec.name, "kind": self.spec.kind,
@@ -772,9 +614,11 @@ class AppMaster:
                 "stats": asdict(agent.stats)},
             "hyperband": {"bracket": self.hb.bracket_index, "rung": self.hb.rung_index,
                           "brackets": len(self.hb.plan), "done": self.hb.done,
-                          "progress": round(done / total, 4)},
-            "best": None if best is None else {"id": best.id, "loss": best.loss,
-                                               "config": best.config},
+                          "progress": round(self.core.progress_fraction(), 4)},
+            "objective": self.spec.objective.to_dict(),
+            "target_reached": self.hb.target_reached,
+            "best": self.core.best_json(),
+            "top": self.core.top(5),
             "jobs": jobs,
             "reallocations": [{**asdict(x), "latency_s": round(x.latency_s, 3)}
                               for x in self.reallocations],
@@ -789,15 +633,15 @@ class AppMaster:
 
     # ----------------------------------------------------------------- main loop
     def tick(self, poll_ms: int = 200) -> None:
-        events = json.loads(self.shell.poll_events(poll_ms))
-        for e in events:
-            self._handle_event(e)
-        while True:
-            try:
-                r = self._reports.get_nowait()
-            except queue.Empty:
-                break
-            self._handle_report(r)
+        for ev in self.launcher.poll(poll_ms):
+            line = self.core.apply(ev)
+            self._dirty = True
+            if line:
+                log.warning("%s", line)
+        if self.launcher.shutdown and not self._shutdown.is_set():
+            if self.launcher.shutdown != "shutdown":
+                self.message = self.launcher.shutdown
+            self._shutdown.set()
         if self.bidder is not None and not self.hb.done:
             self.bidder.app = self.model()
         if self.state in ("RUNNING", "STARTING") and not self._shutdown.is_set():
@@ -811,14 +655,9 @@ class AppMaster:
         self.busy_gpu_seconds += dt * sum(r.gpus for r in self.runs if r.state == "running")
         if not self.history or now - self.history[-1][0] >= 1.0:
             self.history.append((round(now, 2), held_n, self.current_rho(held_n)))
-        self.shell.set_progress(self._progress())
+        self.shell.set_progress(self.core.progress_fraction())
         self.save_state()
         self._publish()
-
-    def _progress(self) -> float:
-        total = sum(j.target_steps for j in self.hb.jobs.values()) or 1
-        return min(1.0, sum(min(j.steps_done, j.target_steps)
-                            for j in self.hb.jobs.values()) / total)
 
     def run(self) -> int:
         self.load_state()
@@ -835,8 +674,13 @@ class AppMaster:
         try:
             while not self._shutdown.is_set():
                 self.tick()
-                if self.hb.done and not any(r.live or r.state == "stopping"
-                                            for r in self.runs):
+                if self.core.failed:
+                    failed = self.core.record(next(iter(self.hb.jobs)))
+                    self.state = "FAILED"
+                    self.message = (f"every job failed {failed.failures} times (last exit "
+                                    f"{failed.last_exit}); see their container logs")
+                    break
+                if self.hb.done and not self.launcher.live():
                     self.state = "FINISHED"
                     break
         finally:
@@ -844,12 +688,7 @@ class AppMaster:
         return 0 if self.state == "FINISHED" else 1
 
     def _finish(self) -> None:
-        live = [r for r in self.runs if r.live or r.state == "stopping"]
-        for r in live:
-            if r.container:
-                self.shell.release(r.container)
-            elif r.state == "requested":
-                self.shell.cancel_request(r.request_id)
+        self.launcher.release_all()
         if self.state not in ("FINISHED", "FAILED"):
             self.state = "KILLED" if self._killed else "CRASHED"
         if self.agent is not None:
@@ -861,6 +700,7 @@ class AppMaster:
         result = {"state": self.state, "message": self.message,
                   "best": None if best is None else {"id": best.id, "loss": best.loss,
                                                      "config": best.config},
+                  "top": self.core.top(10),
                   "status": self.snapshot()}
         if self.hdfs is not None:
             try:
@@ -868,8 +708,9 @@ class AppMaster:
             except WebHdfsError as e:
                 log.warning("cannot write result.json: %s", e)
         if self.state in ("FINISHED", "FAILED"):
-            msg = self.message or (f"best {best.id} loss {best.loss:.4f}" if best and
-                                   best.loss is not None else "done")
+            msg = self.message or (f"best {best.id} {self.spec.objective.metric} "
+                                   f"{best.loss:.4f}" if best and best.loss is not None
+                                   else "done")
             self.shell.finish("SUCCEEDED" if self.state == "FINISHED" else "FAILED", msg,
                               self.tracking_url)
         # else (killed / shut down / crashed): no unregister; YARN decides (retry or not)
@@ -931,13 +772,14 @@ def default_arbiter(conf: Callable[[str, str], str]) -> str:
 
 
 def container_command(python: str, am_url: str, job_id: str, run_id: int, tb_dir: str,
-                      report_every_s: float, job_cmd: str) -> str:
+                      report_every_s: float, job_cmd: str, metric: str = "eval_loss") -> str:
     """A job container's command: the runner, told the job command in base64 (YARN puts the
     command inside double quotes in the container's launch script, so the user's quotes, $
     and backquotes must not reach that shell; the runner runs it with ``bash -c``)."""
     return (f"{python} -m themis.submarine_am.runner --am {shlex.quote(am_url)} "
             f"--job-id {shlex.quote(job_id)} --run-id {run_id} --logdir tflogs "
             f"--tensorboard-dir {shlex.quote(tb_dir)} --report-every {report_every_s} "
+            f"--metric {shlex.quote(metric)} "
             f"--command-b64 {encode_command(job_cmd)} 1><LOG_DIR>/stdout 2><LOG_DIR>/stderr")
 
 

@@ -1,7 +1,7 @@
-"""The AM's durable state (HDFS ``<app dir>/state.json``): the Hyperband progress (jobs,
-configurations, steps, losses, the bracket/rung and the sampler's RNG), the agent's secret
-and per-job restart counts. A new AM attempt (YARN AM retry) loads it and resumes; the jobs
-themselves resume from their own checkpoints."""
+"""The Hyperband part of an AM's durable state (YARN: HDFS ``<app dir>/state.json``): jobs,
+configurations, steps, values, the bracket/rung and the sampler's RNG. It is saved within
+:meth:`themis.am.core.AmCore.to_state` (with the per-job run and failure counts); a new AM
+attempt (YARN AM retry) loads it and resumes; the jobs resume from their own checkpoints."""
 
 from __future__ import annotations
 
@@ -9,14 +9,13 @@ from typing import Any
 
 from themis.submarine_am.hyperband import Hyperband, HyperbandJob, JobStatus
 
-FORMAT = "themis-am-state-v1"
-
 
 def hyperband_to_dict(hb: Hyperband) -> dict[str, Any]:
     state = hb._rng.getstate()
     return {
         "bracket_index": hb.bracket_index,
         "rung_index": hb.rung_index,
+        "target_reached": hb.target_reached,
         "rng": [state[0], list(state[1]), state[2]],
         "jobs": [
             {"id": j.id, "config": j.config, "bracket": j.bracket, "rung": j.rung,
@@ -32,6 +31,7 @@ def restore_hyperband(hb: Hyperband, d: dict[str, Any]) -> None:
     """Overwrite a freshly built ``hb`` (same spec) with saved progress."""
     hb.bracket_index = int(d["bracket_index"])
     hb.rung_index = int(d["rung_index"])
+    hb.target_reached = d.get("target_reached")
     rng = d["rng"]
     hb._rng.setstate((rng[0], tuple(rng[1]), rng[2]))
     hb.jobs = {}

@@ -148,22 +148,42 @@ def _render(app: dict[str, Any], st: dict[str, Any] | None, detail: bool) -> lis
         f"gpus={gpus.get('count', 0)} {json.dumps(gpus.get('by_node', {}))} "
         f"jobs running={running} done={done}/{len(jobs)} "
         f"progress={100 * hb.get('progress', 0):.0f}% gpu-time={st.get('gpu_seconds', 0):.0f}s")
+    metric = (st.get("objective") or {}).get("metric", "loss")
+    best = _best_line(st, metric)
+    if best:
+        lines.append(best)
     if detail:
         for j in jobs:
             run = j.get("run") or {}
             loss = j.get("loss")
             lines.append(
                 f"    {j['id']:<28} {j['status']:<9} step {j['steps']:>5}/{j['target_steps']:<5} "
-                f"loss={'-' if loss is None else f'{loss:.4f}'} "
+                f"{metric}={'-' if loss is None else f'{loss:.4f}'} "
                 f"run={run.get('state', '-')}@{run.get('node', '-')} "
                 f"restored={j.get('restored_steps', [])}")
         for r in st.get("reallocations", [])[-5:]:
             lines.append(f"    moved {r['job_id']} {r['from_node']} -> {r['to_node']} in "
                          f"{r['latency_s']:.2f}s (restored step {r['restored_step']})")
-        best = st.get("best")
-        if best:
-            lines.append(f"    best: {best['id']} loss={best['loss']} {best['config']}")
     return lines
+
+
+def _best_line(st: dict[str, Any], metric: str) -> str:
+    """The best trial and its hyper-parameters: the best finished one, else the leading
+    trial so far (``top``, best first); "" before any trial has a value."""
+    best, top = st.get("best"), st.get("top") or []
+    if best:
+        trial, what = {"id": best["id"], "value": best.get("loss"),
+                       "config": best.get("config", {})}, "best"
+    elif top:
+        trial, what = top[0], "leading"
+    else:
+        return ""
+    value = trial.get("value")
+    shown = "-" if value is None else f"{value:.4g}"
+    params = " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                      for k, v in sorted((trial.get("config") or {}).items()) if k != "_")
+    reached = " (target reached)" if st.get("target_reached") else ""
+    return f"    {what} trial: {trial['id']} {metric}={shown}{reached} {params}".rstrip()
 
 
 ACTIVE_STATES = "NEW,NEW_SAVING,SUBMITTED,ACCEPTED,RUNNING"

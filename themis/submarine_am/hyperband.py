@@ -10,8 +10,12 @@ steps; survivors resume from their checkpoint, so rung ``i`` costs each survivor
 
 Execution. Brackets run one after the other; within a bracket rungs are synchronous:
 when every job of the rung has reached its step target, the ``n_{i+1}`` jobs with the
-lowest loss (ties: job id) are promoted, the others are stopped early. A job whose loss
-is unknown ranks last.
+best objective value (:class:`themis.am.objective.Objective`: the lowest ``eval_loss`` by
+default, or the highest value of a ``maximize`` metric; ties: job id) are promoted, the
+others are stopped early. A job whose value is unknown or not finite ranks last. With a
+target value, the first report that reaches it ends the search: that job is finished,
+every other one stopped. (``HyperbandJob.loss`` holds the objective value, whatever the
+metric.)
 
 Maximum GPU demand of a job in rung ``i`` is ``min(max_gpus_per_job, eta^i)``: like the
 paper's successive halving (section 4.3.2), survivors may use more GPUs.
@@ -33,6 +37,7 @@ from enum import StrEnum
 
 from themis.agent.model import AppKind, AppModel, FuturePhase, Job, PhaseShape
 from themis.agent.placement import DEFAULT, PlacementProfile
+from themis.am.objective import Objective
 from themis.cluster.topology import Gpu
 from themis.submarine_am.packing import JobNeed, pack
 from themis.submarine_am.searchspace import SearchSpace, Value
@@ -148,10 +153,12 @@ class Hyperband:
     app_id: str = "app"
     default_iter_time: float = 1.0  # serial seconds/step assumed before any profile
     brackets: Sequence[int] | None = None  # which s to run (default: all, s_max first)
+    objective: Objective = field(default_factory=Objective)
     plan: list[Bracket] = field(init=False)
     jobs: dict[str, HyperbandJob] = field(init=False, default_factory=dict)
     bracket_index: int = field(init=False, default=0)
     rung_index: int = field(init=False, default=0)
+    target_reached: str | None = field(init=False, default=None)  # job that reached it
 
     def __post_init__(self) -> None:
         if self.steps_per_unit < 1:
@@ -234,16 +241,33 @@ class Hyperband:
             if not (serial_iter_time > 0 and math.isfinite(serial_iter_time)):
                 raise HyperbandError(f"job {job_id!r}: serial_iter_time must be > 0")
             job.serial_iter_time = serial_iter_time
+        if self.objective.reached(job.loss) and not self.done:
+            return self._end_at_target(job)
         if job.status is JobStatus.RUNNING and job.steps_done >= job.target_steps:
             job.status = JobStatus.RUNG_DONE
         if all(j.status is JobStatus.RUNG_DONE for j in self.current_jobs()):
             return self._complete_rung()
         return None
 
+    def _end_at_target(self, job: HyperbandJob) -> RungOutcome:
+        """``job`` reached the objective's target: it is the result; the search ends."""
+        b, i = self.bracket_index, self.rung_index
+        others = [j for j in self.jobs.values() if j is not job
+                  and j.status in (JobStatus.RUNNING, JobStatus.RUNG_DONE)]
+        for j in others:
+            j.status = JobStatus.STOPPED
+        job.status = JobStatus.FINISHED
+        self.target_reached = job.id
+        self.bracket_index = len(self.plan)
+        return RungOutcome(b, i, (), tuple(j.id for j in others), (job.id,), ())
+
+    def _rank(self, jobs: Sequence[HyperbandJob]) -> list[HyperbandJob]:
+        """Best first by the objective (no value / not finite last; ties: job id)."""
+        return sorted(jobs, key=lambda j: (self.objective.rank_key(j.loss), j.id))
+
     def _complete_rung(self) -> RungOutcome:
         bracket = self.plan[self.bracket_index]
-        rung_jobs = sorted(self.current_jobs(),
-                           key=lambda j: (math.inf if j.loss is None else j.loss, j.id))
+        rung_jobs = self._rank(self.current_jobs())
         b, i = self.bracket_index, self.rung_index
         if i + 1 < len(bracket.rungs):
             nxt = bracket.rungs[i + 1]
@@ -269,10 +293,20 @@ class Hyperband:
         return RungOutcome(b, i, (), (), tuple(j.id for j in rung_jobs), started)
 
     def best(self) -> HyperbandJob | None:
-        """The finished job with the lowest loss so far."""
+        """The finished job with the best objective value so far."""
         done = [j for j in self.jobs.values()
                 if j.status is JobStatus.FINISHED and j.loss is not None]
-        return min(done, key=lambda j: (j.loss, j.id)) if done else None
+        return self._rank(done)[0] if done else None
+
+    def top(self, n: int = 5) -> list[HyperbandJob]:
+        """The ``n`` best trials with a value: finished ones first (they trained
+        longest), then by objective value (a trial stopped early was judged on fewer
+        steps, so it never outranks a finished one)."""
+        valued = [j for j in self.jobs.values() if j.loss is not None]
+        ranked = sorted(valued, key=lambda j: (j.status is not JobStatus.FINISHED,
+                                               -j.steps_done,
+                                               self.objective.rank_key(j.loss), j.id))
+        return ranked[:n]
 
     # -- GPUs ----------------------------------------------------------------------------
 

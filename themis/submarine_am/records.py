@@ -1,44 +1,12 @@
-"""What the application master keeps per job and per container run: the live bidder, run
-records, job counters, measured reallocations, and small id helpers."""
+"""What the YARN application master keeps per container run: run records, measured
+reallocations, and small id helpers (per-job counters and the bidder are
+:mod:`themis.am.core`'s)."""
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
-from dataclasses import dataclass, field
-
-from themis.agent.bidder import ModelBidder, OfferInfo
-from themis.agent.bids import BidTable
-from themis.agent.model import AppModel
-
-
-# ------------------------------------------------------------------------------ bidder
-class LiveBidder(ModelBidder):
-    """:class:`ModelBidder` whose app model is refreshed from the Hyperband state before
-    every bid (the main loop publishes a new model each iteration)."""
-
-    def __init__(self, model: AppModel, max_gpus: int, clock: Callable[[], float]) -> None:
-        super().__init__(model, clock)
-        self._max = max_gpus
-        self.cluster_gpus = 0
-        self.active_apps = 1
-
-    def max_gpus(self) -> int:
-        return self._max
-
-    def set_cluster_gpus(self, n: int) -> None:
-        super().set_cluster_gpus(n)
-        self.cluster_gpus = n
-
-    def bid(self, offer: OfferInfo) -> BidTable:
-        self.active_apps = max(1, offer.active_apps)
-        self.cluster_gpus = offer.cluster_gpus or self.cluster_gpus
-        return super().bid(offer)
-
-    @property
-    def n_avg(self) -> float:
-        return self._n_avg.value
+from dataclasses import dataclass
 
 
 # ------------------------------------------------------------------------------ runs
@@ -64,6 +32,7 @@ class Run:
     t_started: float | None = None  # job's "start" event: checkpoint restored, training begins
     t_stop: float | None = None
     t_done: float | None = None
+    target_steps: int = 0  # the job's step target for this run
     lease_expiry: float | None = None  # when stopped because a lease ran out
     checkpoint_s: float | None = None  # duration of the checkpoint written on stop
     checkpoint_step: int | None = None  # step of that checkpoint
@@ -71,14 +40,6 @@ class Run:
     @property
     def live(self) -> bool:
         return self.state in ("requested", "allocated", "launched", "running")
-
-
-@dataclass
-class JobInfo:
-    restarts: int = 0
-    failures: int = 0
-    last_exit: int | None = None
-    restored_steps: list[int] = field(default_factory=list)
 
 
 @dataclass

@@ -71,7 +71,8 @@ class Runner:
     def __init__(self, am_url: str, job_id: str, run_id: int, logdir: Path,
                  command: list[str], report_every: float = 1.0, start_slots: int = 0,
                  slot_dir: str = "", slot_wait: float = 60.0,
-                 upload: EventLogUpload | None = None, upload_every: float = 10.0) -> None:
+                 upload: EventLogUpload | None = None, upload_every: float = 10.0,
+                 metric: str = "eval_loss") -> None:
         self.am_url = am_url.rstrip("/")
         self.job_id = job_id
         self.run_id = run_id
@@ -94,6 +95,7 @@ class Runner:
         self._stop_early = threading.Event()  # stop asked before the job was started
         self.upload = upload  # copies the event files to HDFS
         self.upload_every = upload_every
+        self.metric = metric  # the objective's TensorFlow scalar tag
 
     # ---------------------------------------------------------------- job process
     def _signal_child(self, why: str) -> None:
@@ -133,7 +135,7 @@ class Runner:
             try:
                 from themis.profiler import Profiler
 
-                self._profiler = Profiler()
+                self._profiler = Profiler(metric=self.metric)
                 self._profiler.add_job(self.job_id, self.logdir)
             except Exception as e:  # tensorboard missing: stdout events only
                 log.warning("no profiler (%s): progress from stdout events only", e)
@@ -143,7 +145,7 @@ class Runner:
                 self._profiler.poll()
                 prof = self._profiler.job(self.job_id)
                 out["steps"] = prof.steps_done
-                out["loss"] = prof.latest_loss()
+                out["loss"] = prof.objective_value()  # the objective's value
                 out["serial_iter_time"] = prof.serial_iter_time()
             except Exception as e:
                 log.warning("profiler: %s", e)
@@ -310,6 +312,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "WebHDFS at $THEMIS_WEBHDFS_URL as $HADOOP_USER_NAME)")
     p.add_argument("--tensorboard-every", type=float, default=10.0,
                    help="seconds between two copies of the event files (default 10)")
+    p.add_argument("--metric", default="eval_loss",
+                   help="the objective's TensorFlow scalar tag, reported to the AM as the "
+                        "job's value (default eval_loss)")
     p.add_argument("--command-b64", default="",
                    help="the job command as a shell string, base64 (RFC 4648 URL-safe) "
                         "encoded, run by `bash -c` (default: none, the command follows --). "
@@ -341,7 +346,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             log.warning("--tensorboard-dir without $THEMIS_WEBHDFS_URL: event files not kept")
     return Runner(args.am, args.job_id, args.run_id, args.logdir, cmd, args.report_every,
                   start_slots=slots, slot_dir=args.slot_dir, slot_wait=args.slot_wait,
-                  upload=upload, upload_every=args.tensorboard_every).run()
+                  upload=upload, upload_every=args.tensorboard_every,
+                  metric=args.metric).run()
 
 
 if __name__ == "__main__":

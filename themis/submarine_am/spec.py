@@ -1,11 +1,12 @@
-"""The app spec a user submits: a hyper-parameter group (Hyperband over a search space) or a
-single job (Submarine ``job run`` style). Parsed from YAML/JSON, validated *before* anything
-is submitted; every problem names its field (``hyperband.eta``) and what is wrong.
+"""The one app spec format of ``themis submit``, ``themis submit --dry-run`` and
+``themis standalone``: a hyper-parameter group (Hyperband over a search space) or a single
+job (Submarine ``job run`` style). Parsed from YAML/JSON, validated *before* anything is
+submitted or started; every problem names its field (``hyperband.eta``) and what is wrong,
+all of them in one :class:`SpecError`.
 
 Format (docs/am.md)::
 
-    name: digits-hb                  # app name in YARN
-    queue: default
+    name: digits-hb                  # app name (standalone: defaults to the file name)
     kind: hyperband                  # or single-job
     search_space:                    # hyperband only; at least one parameter
       learning_rate: {type: double, min: 1.0e-4, max: 1.0e-1, scale: log}
@@ -17,20 +18,32 @@ Format (docs/am.md)::
       steps_per_unit: 20             # training steps per resource unit
       brackets: [1]                  # optional: which s to run (default all)
       seed: 0
+    objective:                       # themis.am.objective (default: minimize eval_loss)
+      metric: eval_accuracy          # any TensorFlow scalar tag the jobs write
+      goal: maximize
+      target: 0.97                   # optional: ends the search when a trial reaches it
     max_steps: 500                   # single-job only
-    job:
+    job:                             # either command (any program) or args (bundled job)
       command: >-                    # placeholders: see PLACEHOLDERS and the parameter names
         python -m themis.jobs.train --job-id {job_id} --logdir {logdir}
         --max-steps {max_steps} --checkpoint-uri {checkpoint_uri}
         --learning-rate {learning_rate} --hidden-units {hidden_units} --optimizer {optimizer}
+      args: {batch_size: 32}         # instead of command: themis.jobs.train's fixed arguments
       env: {KEY: value}
       max_restarts: 3                # failed runs of one job before the app fails
-    resources:                       # per worker (one job = one worker container)
-      gpus: 1
-      memory_mb: 1024
-      vcores: 1
+    resources:                       # per job (YARN: one worker container)
+      gpus: 1                        # standalone: a job's GPUs grow to this by rung
+      memory_mb: 1024                # YARN only
+      vcores: 1                      # YARN only
     max_parallel_jobs: 4             # optional cap on concurrently running jobs
-    am: {memory_mb: 768, vcores: 1, max_attempts: 2}
+    queue: default                   # YARN only
+    am: {memory_mb: 768, vcores: 1, max_attempts: 2}    # YARN only
+    standalone:                      # standalone only (ignored by themis submit)
+      submit_at_s: 0                 # seconds after start-up when the app arrives
+
+The older standalone format (top-level ``seed`` and ``submit_at_s``, the job's arguments
+directly under ``job``, ``hyperband.max_gpus_per_job``) is converted by
+:mod:`themis.standalone.spec` with a deprecation message.
 
 Limits (docs/am.md, "Limits"): the file is read by :func:`themis.docfile.read_document`
 (1 MiB, nesting depth 32, 100,000 values with YAML aliases expanded, |numbers| <= 1e18,
@@ -44,11 +57,12 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from themis.am.objective import Objective, parse_objective
 from themis.docfile import DocumentError, read_document
 from themis.safeinput import InputError, Limits, Template, load_json, short
 from themis.submarine_am.hyperband import (
@@ -84,15 +98,74 @@ BOUNDS = {
     "hyperband.seed": (1 << 63) - 1, "max_steps": MAX_STEPS,
 }
 _TOP = {"name", "queue", "kind", "search_space", "hyperband", "max_steps", "job", "resources",
-        "max_parallel_jobs", "am"}
+        "max_parallel_jobs", "am", "objective", "standalone"}
+_BIG = 1e18  # any other number: |x| <= 1e18
 
 
 class SpecError(ValueError):
-    """An invalid spec; ``problems`` lists ``(field, problem)`` pairs."""
+    """An invalid spec; ``problems`` lists ``(field, problem)`` pairs, ``source`` names the
+    file (or is empty)."""
 
-    def __init__(self, problems: list[tuple[str, str]]) -> None:
+    def __init__(self, problems: list[tuple[str, str]], source: str = "") -> None:
         self.problems = problems
-        super().__init__("invalid app spec:\n" + "\n".join(f"  {f}: {p}" for f, p in problems))
+        self.source = source
+        where = f"invalid app spec {source}" if source else "invalid app spec"
+        super().__init__(f"{where}:\n" + "\n".join(f"  {f}: {p}" for f, p in problems))
+
+
+# ------------------------------------------------------------- the bundled training job
+DATASETS = ("digits", "synthetic")  # = themis.jobs.data.DATASETS (no numpy import here)
+OPTIMIZERS = ("adam", "sgd", "rmsprop", "adagrad")
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and abs(v) <= _BIG
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and abs(v) <= _BIG
+
+
+def _rule(ok: Callable[[Any], bool], what: str) -> Callable[[Any], str | None]:
+    return lambda v: None if ok(v) else what
+
+
+#: Hyper-parameters of ``themis.jobs.train`` (search space or ``job.args``): name -> check.
+HYPER_PARAMS: dict[str, Callable[[Any], str | None]] = {
+    "learning_rate": _rule(lambda v: _is_num(v) and v > 0, "must be a number > 0"),
+    "batch_size": _rule(lambda v: _is_int(v) and v >= 1, "must be an integer >= 1"),
+    "hidden_units": _rule(lambda v: _is_int(v) and v >= 1, "must be an integer >= 1"),
+    "num_layers": _rule(lambda v: _is_int(v) and v >= 0, "must be an integer >= 0"),
+    "dropout": _rule(lambda v: _is_num(v) and 0 <= v < 1, "must be a number in [0, 1)"),
+    "optimizer": _rule(lambda v: v in OPTIMIZERS, f"must be one of {', '.join(OPTIMIZERS)}"),
+    "momentum": _rule(lambda v: _is_num(v) and v >= 0, "must be a number >= 0"),
+}
+#: Settings of the bundled job that are not searched over (``job.args`` only).
+JOB_SETTINGS: dict[str, Callable[[Any], str | None]] = {
+    "dataset": _rule(lambda v: v in DATASETS, f"must be one of {', '.join(DATASETS)}"),
+    "checkpoint_every": _rule(lambda v: _is_int(v) and v >= 1, "must be an integer >= 1"),
+    "eval_every": _rule(lambda v: _is_int(v) and v >= 1, "must be an integer >= 1"),
+    "keep_checkpoints": _rule(lambda v: _is_int(v) and v >= 1, "must be an integer >= 1"),
+    "step_time_ms": _rule(lambda v: _is_num(v) and v >= 0, "must be a number >= 0"),
+}
+#: the bundled job's command line flag of each argument (``step_time_ms`` is emulated GPU
+#: work: ``--step-sleep-ms``; standalone scales it by the placement, docs/standalone.md)
+BUNDLED_FLAGS = {k: f"--{k.replace('_', '-')}" for k in (*HYPER_PARAMS, *JOB_SETTINGS)
+                 if k != "step_time_ms"}
+
+
+def bundled_command(args: Mapping[str, Any], params: set[str]) -> str:
+    """The command template of the bundled training job (``themis.jobs.train``) with
+    fixed ``args`` and the searched ``params`` as placeholders."""
+    parts = ["python3 -m themis.jobs.train --job-id {job_id} --logdir {logdir}",
+             "--max-steps {max_steps} --checkpoint-uri {checkpoint_uri} --num-gpus {num_gpus}"]
+    if "step_time_ms" in args:
+        parts.append(f"--step-sleep-ms {args['step_time_ms']}")
+    for k in sorted(args):
+        if k in BUNDLED_FLAGS:
+            parts.append(f"{BUNDLED_FLAGS[k]} {shlex.quote(str(args[k]))}")
+    parts += [f"{BUNDLED_FLAGS[k]} {{{k}}}" for k in sorted(params)]
+    return " ".join(parts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +195,7 @@ class HyperbandSettings:
 class AppSpec:
     name: str
     kind: str
-    command: str
+    command: str  # job.command; "" for the bundled job (``args``)
     search_space: dict[str, dict[str, Any]] = field(default_factory=dict)
     hyperband: HyperbandSettings = HyperbandSettings()
     max_steps: int = 0  # single-job
@@ -132,16 +205,24 @@ class AppSpec:
     max_parallel_jobs: int = 0  # 0 = no cap
     am: AmResources = AmResources()
     queue: str = "default"
+    args: dict[str, Any] = field(default_factory=dict)  # job.args (the bundled job)
+    objective: Objective = field(default_factory=Objective)
+    submit_at_s: float = 0.0  # standalone.submit_at_s
+    source: str = field(default="<built-in>", compare=False)  # the file, for messages
 
     def to_dict(self) -> dict[str, Any]:
         """The spec in its input format (``parse_spec(spec.to_dict()) == spec``)."""
+        job: dict[str, Any] = ({"command": self.command} if self.command
+                               else {"args": dict(self.args)})
         d: dict[str, Any] = {
             "name": self.name, "queue": self.queue, "kind": self.kind,
-            "job": {"command": self.command, "env": dict(self.env),
-                    "max_restarts": self.max_restarts},
+            "job": {**job, "env": dict(self.env), "max_restarts": self.max_restarts},
             "resources": asdict(self.resources), "am": asdict(self.am),
             "max_parallel_jobs": self.max_parallel_jobs,
+            "objective": self.objective.to_dict(),
         }
+        if self.submit_at_s:
+            d["standalone"] = {"submit_at_s": self.submit_at_s}
         if self.kind == "hyperband":
             hb = asdict(self.hyperband)
             if hb["brackets"] is None:
@@ -167,17 +248,51 @@ class AppSpec:
             raise SpecError([("(json)", str(exc))]) from None
         return parse_spec(raw)
 
-    def make_hyperband(self, app_id: str) -> Hyperband:
+    def make_hyperband(self, app_id: str, default_iter_time: float = 1.0) -> Hyperband:
         """The app's Hyperband plan (a single job is a one-bracket, one-rung plan)."""
         if self.kind == "single-job":
             return Hyperband(SearchSpace([Categorical("_", ("",))]), max_resource=1.0, eta=2,
                              steps_per_unit=self.max_steps, app_id=app_id,
-                             max_gpus_per_job=self.resources.gpus)
+                             max_gpus_per_job=self.resources.gpus, objective=self.objective,
+                             default_iter_time=default_iter_time)
         hb = self.hyperband
         return Hyperband(SearchSpace.from_dict(self.search_space), max_resource=hb.max_resource,
                          eta=hb.eta, steps_per_unit=hb.steps_per_unit, seed=hb.seed,
                          app_id=app_id, max_gpus_per_job=self.resources.gpus,
-                         brackets=hb.brackets)
+                         brackets=hb.brackets, objective=self.objective,
+                         default_iter_time=default_iter_time)
+
+    def job_command(self) -> str:
+        """The command template of every job: ``job.command``, or the bundled job's."""
+        return self.command or bundled_command(self.args, set(self.search_space))
+
+    def space(self) -> SearchSpace:
+        return SearchSpace.from_dict(self.search_space)
+
+    @property
+    def seed(self) -> int:
+        return self.hyperband.seed
+
+    @property
+    def step_time_ms(self) -> float:
+        """Emulated GPU work per step of the bundled job on one GPU (standalone)."""
+        return float(self.args.get("step_time_ms", 100.0))
+
+    def planned_steps(self) -> int:
+        """Training steps of the whole plan (sum over every job's final step)."""
+        if self.kind == "single-job":
+            return self.max_steps
+        hb = self.hyperband
+        total = 0
+        for b in hyperband_brackets(hb.max_resource, hb.eta):
+            if hb.brackets is not None and b.s not in hb.brackets:
+                continue
+            prev = 0
+            for rung in b.rungs:
+                steps = max(1, round(rung.r * hb.steps_per_unit))
+                total += rung.n * (steps - prev)
+                prev = steps
+        return total
 
     def max_concurrent_jobs(self) -> int:
         """Most jobs that can run at once over the plan (first rung of the widest bracket)."""
@@ -326,16 +441,57 @@ def _check_command(c: _Checker, cmd: str, params: set[str]) -> None:
             c.bad("job.command", f"must use {{{r}}} (jobs are stopped, moved and resumed)")
 
 
-def parse_spec(raw: Any) -> AppSpec:
-    """Validate a loaded spec (dict); raise :class:`SpecError` naming every problem."""
-    c = _Checker()
+def _check_args(c: _Checker, raw: Any, space: Mapping[str, Mapping[str, Any]]
+                ) -> dict[str, Any]:
+    """``job.args`` and, for the bundled job, the search space's parameters."""
+    args: dict[str, Any] = {}
     if not isinstance(raw, Mapping):
-        raise SpecError([("(top level)", f"must be a mapping, got {type(raw).__name__}")])
+        c.bad("job.args", f"must be a mapping of the bundled job's arguments, got {short(raw)}")
+        raw = {}
+    rules = {**HYPER_PARAMS, **JOB_SETTINGS}
+    for k, v in raw.items():
+        check = rules.get(k) if isinstance(k, str) else None
+        if check is None:
+            c.bad(f"job.args.{k[:64] if isinstance(k, str) else short(k, 40)}",
+                  f"unknown setting (allowed: {', '.join(sorted(rules))})")
+        elif (problem := check(v)) is not None:
+            c.bad(f"job.args.{k}", f"{problem}, got {short(v)}")
+        elif k in space:
+            c.bad(f"job.args.{k}", "is also in search_space (give it in one place)")
+        else:
+            args[k] = v
+    for name, p in space.items():
+        check = HYPER_PARAMS.get(name)
+        if check is None:
+            c.bad(f"search_space.{name}", "not a hyper-parameter of the bundled training job "
+                  f"(allowed: {', '.join(sorted(HYPER_PARAMS))}; or give job.command)")
+            continue
+        if p.get("type") == "double" and name in ("batch_size", "hidden_units", "num_layers"):
+            c.bad(f"search_space.{name}", "must be of type int or categorical")
+            continue
+        samples = p.get("values", []) if p.get("type") == "categorical" else \
+            [p.get("min"), p.get("max")]
+        for v in samples:
+            if (problem := check(v)) is not None:
+                c.bad(f"search_space.{name}", f"value {short(v)} {problem}")
+                break
+    return args
+
+
+def parse_spec(raw: Any, source: str = "", default_name: str | None = None) -> AppSpec:
+    """Validate a loaded spec (dict); raise :class:`SpecError` naming every problem.
+    ``default_name`` (standalone: the file name) is used when the spec has no name."""
+    c = _Checker()
+    if raw is None or raw == {}:
+        raise SpecError([("(top level)", "is empty")], source)
+    if not isinstance(raw, Mapping):
+        raise SpecError([("(top level)", f"must be a mapping, got {type(raw).__name__}")],
+                        source)
     for k in raw:
         if k not in _TOP:
             c.bad(short(k, 40) if not isinstance(k, str) else k[:64],
                   f"unknown field (known: {', '.join(sorted(_TOP))})")
-    name = c.str_(raw, "name", "", None)
+    name = c.str_(raw, "name", "", default_name)
     if name and not _NAME_RE.fullmatch(name):
         c.bad("name", f"must match {_NAME_RE.pattern} (letters, digits, . _ -), got "
                       f"{short(name)}")
@@ -397,12 +553,18 @@ def parse_spec(raw: Any) -> AppSpec:
                 c.bad(k, "only for kind hyperband")
         max_steps = c.int_(raw, "max_steps", "", None, 1)
 
-    job = c.section(raw, "job", {"command", "env", "max_restarts"})
+    job = c.section(raw, "job", {"command", "args", "env", "max_restarts"})
     if "job" not in raw:
-        c.bad("job", "is required (job.command)")
-    command = c.str_(job, "command", "job.", None) if "job" in raw else ""
-    if command:
-        _check_command(c, command, set(space) if kind == "hyperband" else set())
+        c.bad("job", "is required (job.command, or job.args for the bundled training job)")
+    command, args = "", {}
+    if "command" in job and "args" in job:
+        c.bad("job", "give either command (your program) or args (the bundled job), not both")
+    elif "command" in job or ("job" in raw and "args" not in job):
+        command = c.str_(job, "command", "job.", None)
+        if command:
+            _check_command(c, command, set(space) if kind == "hyperband" else set())
+    else:
+        args = _check_args(c, job.get("args"), space)
     env_raw = job.get("env", {})
     env: dict[str, str] = {}
     if not isinstance(env_raw, Mapping):
@@ -429,28 +591,101 @@ def parse_spec(raw: Any) -> AppSpec:
                       c.int_(am, "vcores", "am.", 1, 1),
                       c.int_(am, "max_attempts", "am.", 2, 1, 10))
     mpj = c.int_(raw, "max_parallel_jobs", "", 0, 0)
+    objective = parse_objective(raw.get("objective"), c.bad)
+    sa = c.section(raw, "standalone", {"submit_at_s"})
+    submit_at = sa.get("submit_at_s", 0.0)
+    if not _is_num(submit_at) or submit_at < 0:
+        c.bad("standalone.submit_at_s", f"must be a number in [0, 1e18], got {short(submit_at)}")
+        submit_at = 0.0
     if c.problems:
-        raise SpecError(c.problems)
+        raise SpecError(c.problems, source)
     spec = AppSpec(name=name, kind=kind, command=command, search_space=space, hyperband=hbs,
                    max_steps=max_steps, env=env, max_restarts=max_restarts, resources=resources,
-                   max_parallel_jobs=mpj, am=amr, queue=queue)
+                   max_parallel_jobs=mpj, am=amr, queue=queue, args=args, objective=objective,
+                   submit_at_s=float(submit_at), source=source or "<built-in>")
     try:
         spec.make_hyperband("check")
     except (HyperbandError, SearchSpaceError) as e:
-        raise SpecError([("hyperband", str(e))]) from None
+        raise SpecError([("hyperband", str(e))], source) from None
     return spec
 
 
-def load_spec(path: str | Path) -> AppSpec:
-    """Read a YAML (or JSON) spec file and validate it."""
+#: the older standalone format's fields (docs/standalone.md, "Older spec format")
+_OLD_TOP = ("seed", "submit_at_s")
+_JOB_KEYS = {"command", "args", "env", "max_restarts"}
+#: where a converted field was in the older standalone format (for messages)
+_OLD_PATHS = (("hyperband.seed", "seed"), ("standalone.submit_at_s", "submit_at_s"),
+              ("resources.gpus", "hyperband.max_gpus_per_job"), ("job.args", "job"))
+
+
+def is_old_standalone(doc: Any) -> bool:
+    """Whether ``doc`` is in the older standalone format: top-level ``seed`` or
+    ``submit_at_s``, ``hyperband.max_gpus_per_job``, no ``job`` section, or a ``job``
+    section holding the bundled job's arguments directly."""
+    if not isinstance(doc, Mapping) or not doc:
+        return False
+    hb, job = doc.get("hyperband"), doc.get("job")
+    return (any(k in doc for k in _OLD_TOP) or "job" not in doc
+            or (isinstance(hb, Mapping) and "max_gpus_per_job" in hb)
+            or (isinstance(job, Mapping) and bool(set(job) - _JOB_KEYS)))
+
+
+def convert_standalone(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """The older standalone format in the one format, with that format's defaults made
+    explicit (bracket s=1 of R=3, eta=3 when neither is given; 30 steps per unit)."""
+    new = {k: v for k, v in doc.items() if k not in (*_OLD_TOP, "hyperband", "job")}
+    hb = doc.get("hyperband", {})
+    if isinstance(hb, Mapping):
+        hb = dict(hb)
+        new["resources"] = {"gpus": hb.pop("max_gpus_per_job", 1)}
+        if "max_resource" not in hb and "eta" not in hb:
+            hb.setdefault("brackets", [1])
+        hb = {"max_resource": 3, "eta": 3, **hb}
+        hb.setdefault("steps_per_unit", 30)
+        if "seed" in doc:
+            hb["seed"] = doc["seed"]
+    new["hyperband"] = hb
+    new["job"] = {"args": {} if doc.get("job") is None else doc["job"]}
+    if "submit_at_s" in doc:
+        new["standalone"] = {"submit_at_s": doc["submit_at_s"]}
+    return new
+
+
+def _old_path(field_: str) -> str:
+    for new, old in _OLD_PATHS:
+        if field_ == new or field_.startswith(new + "."):
+            return old + field_[len(new):]
+    return field_
+
+
+def load_spec(path: str | Path, default_name: str | None = None,
+              warn: Callable[[str], None] | None = None) -> AppSpec:
+    """Read a YAML (or JSON) spec file and validate it. A file in the older standalone
+    format is converted, with a deprecation message to ``warn`` (default: stderr) that
+    names the one-line conversion command; its problems name the fields as written."""
+    source = repr(str(path))
     try:
         raw = read_document(path)
     except DocumentError as exc:
-        raise SpecError([("(file)", str(exc))]) from None
-    return parse_spec(raw)
+        raise SpecError([("(file)", exc.problem)], source) from None
+    if not is_old_standalone(raw):
+        return parse_spec(raw, source, default_name)
+    (warn or _stderr)(f"themis: {path}: the older standalone spec format is deprecated; "
+                      f"convert it with: themis submit --dry-run {shlex.quote(str(path))} "
+                      "> NEW.json (docs/am.md, \"Spec format\")")
+    try:
+        return parse_spec(convert_standalone(raw), source, default_name or Path(path).stem)
+    except SpecError as exc:
+        raise SpecError([(_old_path(f), p) for f, p in exc.problems], source) from None
+
+
+def _stderr(msg: str) -> None:
+    import sys
+
+    print(msg, file=sys.stderr)
 
 
 def render_command(spec: AppSpec, values: Mapping[str, Any]) -> str:
     """The job command with every placeholder filled in (values are shell-quoted)."""
-    template = _template(spec.command, set(spec.search_space))
+    template = _template(spec.job_command(), set(spec.search_space))
     return template.render({k: shlex.quote(str(v)) for k, v in values.items()})

@@ -1,0 +1,2 @@
+"""What the standalone and the YARN application masters share: the objective a
+hyper-parameter search optimises (:mod:`.objective`)."""

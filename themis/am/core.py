@@ -1,0 +1,265 @@
+"""The application-master core that standalone mode and the YARN AM share: Hyperband (with
+the app's objective), the agent's bidder, and the job lifecycle - start, stop with a
+checkpoint, resume, and the failure and retry policy - over a small :class:`Launcher`
+interface with two implementations, local processes
+(:class:`themis.standalone.jobs.LocalProcessLauncher`) and YARN containers through the JVM
+shell (:class:`themis.submarine_am.launcher.YarnContainerLauncher`). Their conformance
+suite is :mod:`themis.testing.am_conformance`.
+
+Lifecycle of one job (a Hyperband trial):
+
+* the AM picks GPUs for it (its own placement rules: GPU ids in standalone, a node in YARN)
+  and calls :meth:`Launcher.launch`; the launcher reports :attr:`LaunchCode.STARTED` with
+  the step the job resumed from (its newest checkpoint, 0 for a fresh start);
+* progress (steps, the objective's value, serial iteration time) goes to
+  :meth:`AmCore.progress`, which feeds Hyperband and completes rungs;
+* when the app loses the GPUs (lease end) or Hyperband stops the trial, the AM calls
+  :meth:`Launcher.stop`: the job checkpoints and exits (:attr:`LaunchCode.STOPPED`); the
+  next launch, on whatever GPUs the app holds then, resumes from that checkpoint;
+* any other exit that is not the job reaching its target is a failure
+  (:attr:`LaunchCode.FAILED`): the job is launched again after ``backoff_s`` x its failure
+  count, at most ``job.max_restarts`` times; after that the trial is ranked last (its
+  value is +inf for the objective) and the search goes on without it. The app fails only
+  when every trial failed.
+* a new AM attempt (the AM crashed) restores :meth:`AmCore.to_state` and relaunches the
+  trials Hyperband still runs; they resume from their checkpoints.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, Protocol
+
+from themis.agent.bidder import ModelBidder, OfferInfo
+from themis.agent.bids import BidTable
+from themis.agent.fairness import FairnessContext, rho
+from themis.agent.model import AppModel, ModelError
+from themis.agent.placement import DEFAULT, PlacementProfile
+from themis.am.objective import trial_json
+from themis.cluster.topology import Locality
+from themis.submarine_am.appstate import hyperband_to_dict, restore_hyperband
+from themis.submarine_am.hyperband import Hyperband, HyperbandJob, JobStatus, RungOutcome
+
+if TYPE_CHECKING:
+    from themis.submarine_am.spec import AppSpec
+
+STATE_FORMAT = "themis-am-core-v1"
+
+
+class LaunchCode(StrEnum):
+    STARTED = "started"  # the job runs; ``step``: the step it resumed from
+    REACHED = "reached"  # exited 0 at the run's step target (``step``)
+    STOPPED = "stopped"  # exited after a stop request; its checkpoint is kept
+    FAILED = "failed"  # any other exit (or the launch itself failed)
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchEvent:
+    job_id: str
+    code: LaunchCode
+    step: int | None = None  # STARTED: restored step; exits: last step known
+    status: int | None = None  # exit status
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class JobLaunch:
+    """One run of a job: its step target and where it runs - the leased GPU ids
+    (standalone), or a node and a GPU count (YARN asks the RM for a container there)."""
+
+    job_id: str
+    target_steps: int
+    gpus: tuple[str, ...] = ()
+    node: str = ""
+    count: int = 0
+
+    @property
+    def n_gpus(self) -> int:
+        return self.count or len(self.gpus)
+
+
+class Launcher(Protocol):
+    """Starts and stops job runs for :class:`AmCore` (a run = a process or a container)."""
+
+    def launch(self, run: JobLaunch) -> None:
+        """Start ``run`` (asynchronously: STARTED comes from :meth:`poll`)."""
+
+    def stop(self, job_id: str, reason: str) -> None:
+        """Ask the job's live run to checkpoint and exit (STOPPED comes from poll)."""
+
+    def poll(self) -> list[LaunchEvent]:
+        """What happened to runs since the last poll."""
+
+    def live(self) -> set[str]:
+        """Jobs with a run that has not ended yet (including runs asked to stop)."""
+
+
+@dataclass
+class JobRecord:
+    """What the core keeps per job besides Hyperband's own state."""
+
+    runs: int = 0
+    failures: int = 0
+    last_exit: int | None = None
+    restored_steps: list[int] = field(default_factory=list)
+    not_before: float = 0.0  # no relaunch before (back-off after a failure)
+    gave_up: bool = False  # failed more than max_restarts times: ranked last
+
+
+class LiveBidder(ModelBidder):
+    """The agent's :class:`ModelBidder` (its app model refreshed by the AM every tick), plus
+    the app's live rho for status and reports: Eq. 1/2 of the current model with the GPUs
+    held now (same code as the bids)."""
+
+    def __init__(self, model: AppModel, clock: Callable[[], float],
+                 max_gpus: int | None = None) -> None:
+        super().__init__(model, clock)
+        self._max = max_gpus
+        self.cluster_gpus = 0
+        self.active_apps = 1
+
+    def max_gpus(self) -> int:
+        return self._max if self._max is not None else super().max_gpus()
+
+    def set_cluster_gpus(self, n: int) -> None:
+        super().set_cluster_gpus(n)
+        self.cluster_gpus = n
+
+    def bid(self, offer: OfferInfo) -> BidTable:
+        self.active_apps = max(1, offer.active_apps)
+        self.cluster_gpus = offer.cluster_gpus or self.cluster_gpus
+        return super().bid(offer)
+
+    @property
+    def n_avg(self) -> float:
+        return self._n_avg.value
+
+    def live_rho(self, held: int, locality: Locality, cluster: int = 0) -> float | None:
+        """rho with ``held`` GPUs at ``locality`` (None before the cluster size is known)."""
+        with self._lock:
+            app, n_avg, cg = self.app, self._n_avg.value, self._cluster_gpus or cluster
+        if cg < 1:
+            return None
+        try:
+            return rho(app, held, locality, FairnessContext(self.clock(), cg, n_avg, self.ideal))
+        except ModelError:
+            return None
+
+
+class AmCore:
+    """Hyperband + the job lifecycle policy of one app (see the module docstring)."""
+
+    def __init__(self, spec: AppSpec, app_id: str, *, clock: Callable[[], float],
+                 default_iter_time: float = 1.0, backoff_s: float = 2.0,
+                 on_outcome: Callable[[RungOutcome], None] | None = None) -> None:
+        self.spec = spec
+        self.app_id = app_id
+        self.clock = clock
+        self.backoff_s = backoff_s
+        self.default_iter_time = default_iter_time
+        self.hb: Hyperband = spec.make_hyperband(app_id, default_iter_time)
+        self.jobs: dict[str, JobRecord] = {}
+        self.on_outcome = on_outcome or (lambda outcome: None)
+
+    def record(self, job_id: str) -> JobRecord:
+        return self.jobs.setdefault(job_id, JobRecord())
+
+    # ---------------------------------------------------------------- lifecycle
+    def apply(self, ev: LaunchEvent) -> str:
+        """Apply a launcher event; returns a line for the AM's log ("" for none)."""
+        rec = self.record(ev.job_id)
+        job = self.hb.jobs.get(ev.job_id)
+        if ev.code is LaunchCode.STARTED:
+            rec.runs += 1
+            if ev.step:
+                rec.restored_steps.append(ev.step)
+            return ""
+        if ev.code is LaunchCode.REACHED:
+            # the run's own target (``step``): the job may have been promoted meanwhile
+            if ev.step is not None and job is not None and job.status is JobStatus.RUNNING:
+                self.progress(ev.job_id, ev.step)
+            return ""
+        if ev.code is LaunchCode.STOPPED:
+            return ""
+        rec.failures += 1
+        rec.last_exit = ev.status
+        rec.not_before = self.clock() + self.backoff_s * rec.failures
+        if rec.failures <= self.spec.max_restarts or rec.gave_up:
+            return (f"{ev.job_id} failed ({ev.detail or f'exit {ev.status}'}); retry "
+                    f"{rec.failures}/{self.spec.max_restarts}")
+        rec.gave_up = True
+        self._rank_given_up_last()
+        return (f"{ev.job_id} failed {rec.failures} times (last: "
+                f"{ev.detail or f'exit {ev.status}'}); ranked last")
+
+    def _rank_given_up_last(self) -> None:
+        """Report every given-up trial Hyperband still runs at its target with +inf, so
+        that rungs complete without it (repeated: a rung may promote one again)."""
+        while True:
+            stuck = [j for j in self.hb.running_jobs() if self.record(j.id).gave_up]
+            if not stuck:
+                return
+            for j in stuck:
+                self.progress(j.id, j.target_steps, math.inf)
+
+    def progress(self, job_id: str, steps: int, value: float | None = None,
+                 iter_time: float | None = None) -> RungOutcome | None:
+        """A job's steps, objective value and serial iteration time -> Hyperband."""
+        outcome = self.hb.report(job_id, steps, value, iter_time)
+        if outcome is not None:
+            self.on_outcome(outcome)
+            self._rank_given_up_last()
+        return outcome
+
+    def runnable(self) -> list[HyperbandJob]:
+        """Trials Hyperband runs now that may be launched (not given up, not backing off)."""
+        now = self.clock()
+        return [j for j in self.hb.running_jobs()
+                if not self.record(j.id).gave_up and now >= self.record(j.id).not_before]
+
+    @property
+    def failed(self) -> bool:
+        """Every trial failed past its restarts (nothing left to rank)."""
+        return bool(self.hb.jobs) and all(self.record(j).gave_up for j in self.hb.jobs)
+
+    @property
+    def done(self) -> bool:
+        return bool(self.hb.done)
+
+    # ---------------------------------------------------------------- status, state
+    def model(self, start_time: float, profile: PlacementProfile = DEFAULT) -> AppModel:
+        return self.hb.to_app_model(start_time, profile)
+
+    def progress_fraction(self) -> float:
+        jobs = self.hb.jobs.values()
+        total = sum(j.target_steps for j in jobs) or 1
+        return min(1.0, sum(min(j.steps_done, j.target_steps) for j in jobs) / total)
+
+    def top(self, n: int = 5) -> list[dict[str, Any]]:
+        return [trial_json(j, self.spec.objective) for j in self.hb.top(n)]
+
+    def best_json(self) -> dict[str, Any] | None:
+        best = self.hb.best()
+        return None if best is None else {"id": best.id, "loss": best.loss,
+                                          "config": best.config}
+
+    def to_state(self) -> dict[str, Any]:
+        return {"format": STATE_FORMAT, "hyperband": hyperband_to_dict(self.hb),
+                "jobs": {k: asdict(v) for k, v in self.jobs.items()}}
+
+    def restore(self, d: dict[str, Any]) -> None:
+        """Resume from :meth:`to_state` (a new AM attempt); ValueError if unusable."""
+        try:
+            if d.get("format") != STATE_FORMAT:
+                raise ValueError(f"format {d.get('format')!r}")
+            hb = self.spec.make_hyperband(self.app_id, self.default_iter_time)
+            restore_hyperband(hb, d["hyperband"])
+            jobs = {k: JobRecord(**v) for k, v in d.get("jobs", {}).items()}
+        except (KeyError, TypeError, AttributeError) as e:
+            raise ValueError(f"saved state unusable: {e}") from None
+        self.hb, self.jobs = hb, jobs
+        for rec in self.jobs.values():
+            rec.not_before = 0.0  # clock of the previous attempt
