@@ -23,22 +23,20 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import functools
 import json
 import multiprocessing as mp
 import random
 import statistics
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import grpc
+from bench_rounds import pct, worker  # bench/ is the script's directory
 
-from themis.agent.bidder import AllocationInfo, ModelBidder
-from themis.agent.client import AgentClient
 from themis.agent.model import AppKind, AppModel, FuturePhase, Job
 from themis.arbiter.cluster_backend import uniform_cluster
 from themis.arbiter.service import ArbiterServer
@@ -60,35 +58,6 @@ def make_app(name: str, k: int, symmetric: bool) -> AppModel:
     return AppModel(name, time.time() - rng.uniform(0, 600), jobs, future, kind)
 
 
-def worker(address: str, names: list[str], symmetric: bool, stop: Any, out: Any) -> None:
-    channel = grpc.insecure_channel(address)
-    recv: dict[int, float] = {}
-    lock = threading.Lock()
-
-    def on_alloc(a: AllocationInfo) -> None:
-        t = time.time()
-        with lock:
-            recv[a.round_id] = max(recv.get(a.round_id, 0.0), t)
-
-    clients = []
-    for n in names:
-        k = int(n.split("-")[1])
-        clients.append(AgentClient(address, n, ModelBidder(make_app(n, k, symmetric),
-                                                           time.time),
-                                   on_allocation=on_alloc, channel=channel, seed=k).start())
-    stop.wait()
-    rejected = sum(c.stats.bids_rejected for c in clients)
-    for c in clients:
-        c.stop(unregister=False, timeout=1.0)
-    channel.close()
-    out.put((recv, rejected))
-
-
-def pct(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, round(q * (len(xs) - 1)))]
-
-
 def run(args: argparse.Namespace) -> dict[str, Any]:
     cfg = ArbiterConfig(lease_s=args.lease, bid_timeout_s=5.0, warning_s=args.lease / 4,
                         fairness_knob=args.knob, heartbeat_s=5.0, round_delay_s=0.2,
@@ -100,8 +69,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     stop = ctx.Event()
     out: Any = ctx.Queue()
     names = [f"app-{i}" for i in range(args.agents)]
-    ps = [ctx.Process(target=worker, args=(srv.address, names[p::args.procs], args.symmetric,
-                                           stop, out)) for p in range(args.procs)]
+    make = functools.partial(make_app, symmetric=args.symmetric)
+    ps = [ctx.Process(target=worker, args=(srv.address, names[p::args.procs], stop, out, make))
+          for p in range(args.procs)]
     for p in ps:
         p.start()
     srv.core.wait_rounds(1, timeout=300)

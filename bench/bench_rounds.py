@@ -21,6 +21,7 @@ import statistics
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +43,11 @@ def make_app(name: str, k: int) -> AppModel:
                     AppKind.SUCCESSIVE_HALVING)
 
 
-def worker(address: str, names: list[str], stop: Any, out: Any) -> None:
+def worker(address: str, names: list[str], stop: Any, out: Any,
+           make: Callable[[str, int], AppModel] = make_app) -> None:
+    """One process of agents (names ``app-<k>``) on one channel, each bidding for the app
+    ``make(name, k)``; puts (round id -> last Allocation received, bids rejected) on ``out``
+    once ``stop`` is set."""
     channel = grpc.insecure_channel(address)
     recv: dict[int, float] = {}
     lock = threading.Lock()
@@ -55,7 +60,7 @@ def worker(address: str, names: list[str], stop: Any, out: Any) -> None:
     clients = []
     for n in names:
         k = int(n.split("-")[1])
-        m = make_app(n, k)
+        m = make(n, k)
         clients.append(AgentClient(address, n, ModelBidder(m, time.time), on_allocation=on_alloc,
                                    channel=channel, seed=k).start())
     stop.wait()
