@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from themis.cli import main
-from themis.submarine_am.spec import AppSpec, SpecError, load_spec, parse_spec
+from themis.submarine_am.spec import AppSpec, SpecError, load_spec, parse_spec, render_command
 
 CMD = ("python3 -m themis.jobs.train --job-id {job_id} --logdir {logdir} --max-steps "
        "{max_steps} --checkpoint-uri {checkpoint_uri} --learning-rate {lr} --optimizer {opt}")
@@ -69,8 +69,6 @@ def _problems(mutate: Any) -> list[tuple[str, str]]:
     (lambda r: r["search_space"].update(max_steps={"type": "int", "min": 1, "max": 2}),
      "search_space.max_steps", "reserved"),
     (lambda r: r.update(search_space={}), "search_space", "at least one parameter"),
-    (lambda r: r["job"].update(command="train --lr {lr} {checkpoint_uri}"), "job.command",
-     "must use {max_steps}"),
     (lambda r: r["job"].update(command=CMD + " {nope}"), "job.command",
      "unknown placeholder {nope}"),
     (lambda r: r["job"].update(command=CMD + " {"), "job.command", "placeholder syntax"),
@@ -241,3 +239,14 @@ def test_submit_dry_run_refuses_non_utf8(tmp_path: Path,
     p.write_bytes(b"name: \xff\xfe\n")
     assert main(["submit", "--dry-run", str(p)]) == 2
     assert "not UTF-8 text (byte 0xff at offset 6)" in capsys.readouterr().err
+
+
+def test_command_without_placeholders_is_accepted_and_gets_the_contract_env() -> None:
+    from themis.submarine_am.spec import CONTRACT_ENV, PLACEHOLDERS, contract_env
+
+    spec = parse_spec({"name": "plain", "kind": "single-job", "max_steps": 10,
+                       "job": {"command": "python3 train.py"}})
+    assert render_command(spec, {"max_steps": 10}) == "python3 train.py"
+    assert set(CONTRACT_ENV) == set(PLACEHOLDERS)
+    assert contract_env({"max_steps": 10, "checkpoint_dir": "checkpoints", "other": 1}) == {
+        "THEMIS_MAX_STEPS": "10", "THEMIS_CHECKPOINT_DIR": "checkpoints"}

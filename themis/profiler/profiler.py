@@ -42,11 +42,21 @@ class JobProfile:
     iterations: list[IterSample] = field(default_factory=list)
     metric: str = TAG_EVAL_LOSS  # the objective's tag
     metric_values: list[tuple[int, float]] = field(default_factory=list)
+    #: step times from the event files' wall times (jobs that write no ``iteration_time``)
+    wall_steps: list[IterSample] = field(default_factory=list)
+    _last_wall: dict[str, tuple[int, float]] = field(default_factory=dict, repr=False)
     _placement: dict[str, tuple[int, Locality]] = field(default_factory=dict, repr=False)
 
     def add(self, p: ScalarPoint) -> None:
         self.steps_done = max(self.steps_done, p.step)
         num_gpus, locality = self._placement.get(p.source, (1, Locality.SLOT))
+        last = self._last_wall.get(p.source)
+        if last is None or p.step > last[0]:
+            if last is not None and p.wall_time > last[1]:
+                self.wall_steps.append(IterSample(p.step, (p.wall_time - last[1])
+                                                  / (p.step - last[0]), num_gpus, locality))
+                del self.wall_steps[:-1000]
+            self._last_wall[p.source] = (p.step, p.wall_time)
         if p.tag == self.metric and p.tag not in (TAG_LOSS, TAG_EVAL_LOSS):
             self.metric_values.append((p.step, p.value))
         elif p.tag == TAG_LOSS:
@@ -83,8 +93,9 @@ class JobProfile:
     def serial_iter_time(
         self, profile: PlacementProfile = DEFAULT, window: int = 200
     ) -> float | None:
-        """Median over the last ``window`` timed steps of ``t * k / S(level)``."""
-        recent = self.iterations[-window:]
+        """Median over the last ``window`` timed steps of ``t * k / S(level)``; for a job
+        that writes no ``iteration_time``, its steps timed by the event files' wall times."""
+        recent = (self.iterations or self.wall_steps)[-window:]
         if not recent:
             return None
         return statistics.median(

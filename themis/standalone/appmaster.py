@@ -52,7 +52,7 @@ from themis.standalone.jobs import GpuRegistry, GpusBusy, JobRunner, LocalProces
 from themis.standalone.spec import AppSpec
 from themis.submarine_am.hyperband import Hyperband, JobStatus, RungOutcome
 from themis.submarine_am.packing import JobNeed, gpu_counts, place
-from themis.submarine_am.spec import render_command
+from themis.submarine_am.spec import contract_env, render_command
 
 log = logging.getLogger(__name__)
 
@@ -257,7 +257,9 @@ class AppMaster:
         job = self.hb.jobs[job_id]
         runner = JobRunner(job_id, dict(job.config), dict(self.spec.args),
                            self.root / "jobs" / job_id, self.spec.step_time_ms,
-                           render=self._renderer(job_id), env=dict(self.spec.env))
+                           render=self._renderer(job_id),
+                           env={**contract_env({"app_id": self.name, "seed": self.spec.seed}),
+                                **self.spec.env})
         runner.logdir.mkdir(parents=True, exist_ok=True)
         self.profiler.add_job(job_id, runner.logdir)
         return runner
@@ -275,7 +277,7 @@ class AppMaster:
         job, jobs = self.hb.jobs[job_id], self.root / "jobs" / job_id
         fixed = {**{k: v for k, v in job.config.items() if k != "_"}, "job_id": job_id,
                  "app_id": self.name, "logdir": jobs / "logs", "seed": self.spec.seed,
-                 "checkpoint_uri": jobs / "checkpoints"}
+                 "checkpoint_uri": jobs / "checkpoints", "checkpoint_dir": jobs / "checkpoints"}
         return lambda steps, gpus: render_command(
             self.spec, {**fixed, "max_steps": steps, "num_gpus": gpus})
 

@@ -34,8 +34,9 @@ import themis
 from themis.agent.placement import DEFAULT, PlacementProfile
 from themis.am.core import JobLaunch, LaunchCode, LaunchEvent
 from themis.cluster.topology import Gpu, Locality, locality_of
+from themis.submarine_am.ckptstore import checkpoint_steps
 from themis.submarine_am.searchspace import Value
-from themis.submarine_am.spec import BUNDLED_FLAGS
+from themis.submarine_am.spec import BUNDLED_FLAGS, contract_env
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +126,10 @@ class JobRunner:
         env = {**os.environ, **self.env}
         pkg_parent = str(Path(themis.__file__).resolve().parent.parent)
         env["PYTHONPATH"] = pkg_parent + os.pathsep + env.get("PYTHONPATH", "")
+        env.update(contract_env({  # the job contract's variables (docs/jobs.md)
+            "job_id": self.job_id, "logdir": self.logdir, "max_steps": target_steps,
+            "checkpoint_uri": self.checkpoint_dir, "checkpoint_dir": self.checkpoint_dir,
+            "num_gpus": len(gpus)}))
         env["THEMIS_GPU_IDS"] = ",".join(ids)
         env["CUDA_VISIBLE_DEVICES"] = ",".join(ids)
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -209,10 +214,9 @@ class JobRunner:
             return ""
 
     def checkpoint_steps(self) -> list[int]:
-        if not self.checkpoint_dir.is_dir():
-            return []
-        return sorted(int(p.name[5:]) for p in self.checkpoint_dir.iterdir()
-                      if p.name.startswith("ckpt-") and p.name[5:].isdigit())
+        """Steps of the checkpoints in :attr:`checkpoint_dir`, by name (the bundled job's
+        ``ckpt-<step>``, TensorFlow's ``ckpt-<n>.index``: :data:`~.ckptstore.CKPT_NAME`)."""
+        return checkpoint_steps(self.checkpoint_dir)
 
 
 class GpuRegistry:

@@ -57,7 +57,7 @@ from themis.submarine_am.records import (
     node_of,
     parse_container_id,
 )
-from themis.submarine_am.runner import encode_command
+from themis.submarine_am.runner import CKPT_DIR, encode_command
 from themis.submarine_am.security import (
     REPORT_TOKEN_ENV,
     REPORT_TOKEN_HEADER,
@@ -65,7 +65,7 @@ from themis.submarine_am.security import (
     agent_options,
 )
 from themis.submarine_am.shell import JvmShell, Shell
-from themis.submarine_am.spec import AppSpec, render_command
+from themis.submarine_am.spec import AppSpec, contract_env, render_command
 from themis.submarine_am.tblogs import tensorboard_dir
 from themis.submarine_am.webhdfs import WebHdfs, WebHdfsError
 
@@ -343,19 +343,19 @@ class AppMaster:
             **{k: v for k, v in job.config.items() if k != "_"},
             "job_id": run.job_id, "app_id": self.app_id, "logdir": "tflogs",
             "max_steps": job.target_steps, "num_gpus": run.gpus, "seed": self.spec.hyperband.seed,
-            "checkpoint_uri": self.checkpoint_uri(run.job_id),
+            "checkpoint_uri": self.checkpoint_uri(run.job_id), "checkpoint_dir": CKPT_DIR,
         }
         job_cmd = render_command(self.spec, values)
         cmd = container_command(
             self.python, self.tracking_url.rstrip("/"), run.job_id, run.run_id,
             tensorboard_dir(self.app_dir, run.job_id), self.report_every_s, job_cmd,
-            self.spec.objective.metric)
+            self.spec.objective.metric, f"{self.app_dir}/ckpt-dir/{run.job_id}")
         bindir = os.path.dirname(self.python) if os.path.isabs(self.python) else ""
         path = os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin")
         env = {"THEMIS_WEBHDFS_URL": self.webhdfs_url, "HADOOP_USER_NAME": "root",
                "PATH": f"{bindir}:{path}" if bindir else path,
                "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "2",
-               "THEMIS_APP_ID": self.app_id, "THEMIS_JOB_ID": run.job_id, **self.spec.env,
+               **contract_env(values), **self.spec.env,
                REPORT_TOKEN_ENV: self.report_tokens.token_for(run.container)}
         log.info("job command of %s (run %d): %s", run.job_id, run.run_id, job_cmd)
         return cmd, env
@@ -772,14 +772,19 @@ def default_arbiter(conf: Callable[[str, str], str]) -> str:
 
 
 def container_command(python: str, am_url: str, job_id: str, run_id: int, tb_dir: str,
-                      report_every_s: float, job_cmd: str, metric: str = "eval_loss") -> str:
+                      report_every_s: float, job_cmd: str, metric: str = "eval_loss",
+                      ckpt_store: str = "") -> str:
     """A job container's command: the runner, told the job command in base64 (YARN puts the
     command inside double quotes in the container's launch script, so the user's quotes, $
-    and backquotes must not reach that shell; the runner runs it with ``bash -c``)."""
+    and backquotes must not reach that shell; the runner runs it with ``bash -c``).
+    ``ckpt_store``: the HDFS directory the runner keeps the job's local ``{checkpoint_dir}``
+    in (restored before the job starts, saved after it exits)."""
+    store = (f"--checkpoint-dir {CKPT_DIR} --checkpoint-store {shlex.quote(ckpt_store)} "
+             if ckpt_store else "")
     return (f"{python} -m themis.submarine_am.runner --am {shlex.quote(am_url)} "
             f"--job-id {shlex.quote(job_id)} --run-id {run_id} --logdir tflogs "
             f"--tensorboard-dir {shlex.quote(tb_dir)} --report-every {report_every_s} "
-            f"--metric {shlex.quote(metric)} "
+            f"--metric {shlex.quote(metric)} {store}"
             f"--command-b64 {encode_command(job_cmd)} 1><LOG_DIR>/stdout 2><LOG_DIR>/stderr")
 
 

@@ -18,6 +18,17 @@ CPU core of the node; 0 = no limit) before it starts the job and gives it back w
 reports ``start`` (or exits). It keeps reporting to the AM while it waits, and waits at most
 ``--slot-wait`` seconds.
 
+Jobs without JSON events (any program following docs/jobs.md): the job counts as started
+when its first TensorFlow event file appears under ``--logdir`` (the runner then reports a
+``start`` event itself, with the step of the newest checkpoint in ``--checkpoint-dir``), and
+its progress comes from the event files alone.
+
+Checkpoints: with ``--checkpoint-store`` the job's local ``--checkpoint-dir`` (its
+``{checkpoint_dir}``, ``$THEMIS_CHECKPOINT_DIR``) is filled from that HDFS directory before
+the job starts and saved back after it exited (:mod:`themis.submarine_am.ckptstore`), so
+that a job checkpointing with plain TensorFlow/Keras to a local directory resumes on any
+node.
+
 TensorBoard logs: with ``--tensorboard-dir`` the job's event files are copied to that HDFS
 directory as they grow (every ``--tensorboard-every`` seconds and once more after the job
 exited; :mod:`themis.submarine_am.tblogs`), through WebHDFS at ``$THEMIS_WEBHDFS_URL`` as
@@ -49,9 +60,13 @@ from typing import TYPE_CHECKING, Any
 from themis.submarine_am.security import REPORT_TOKEN_ENV, REPORT_TOKEN_HEADER
 
 if TYPE_CHECKING:
+    from themis.submarine_am.ckptstore import CheckpointStore
     from themis.submarine_am.tblogs import EventLogUpload
 
 log = logging.getLogger("themis.submarine_am.runner")
+
+#: the job's local checkpoint directory in its container (``{checkpoint_dir}``)
+CKPT_DIR = "checkpoints"
 
 
 def parse_event(line: str) -> dict[str, Any] | None:
@@ -72,7 +87,8 @@ class Runner:
                  command: list[str], report_every: float = 1.0, start_slots: int = 0,
                  slot_dir: str = "", slot_wait: float = 60.0,
                  upload: EventLogUpload | None = None, upload_every: float = 10.0,
-                 metric: str = "eval_loss") -> None:
+                 metric: str = "eval_loss", checkpoint_dir: Path | None = None,
+                 store: CheckpointStore | None = None) -> None:
         self.am_url = am_url.rstrip("/")
         self.job_id = job_id
         self.run_id = run_id
@@ -88,6 +104,7 @@ class Runner:
         self._signalled = False
         self._profiler: Any = None
         self._job_started = False  # the job's "start" event was seen
+        self._restorable_step = 0  # newest checkpoint in checkpoint_dir at the job's start
         self.start_slots = start_slots
         self.slot_dir = slot_dir or tempfile.gettempdir()
         self.slot_wait = slot_wait
@@ -96,6 +113,8 @@ class Runner:
         self.upload = upload  # copies the event files to HDFS
         self.upload_every = upload_every
         self.metric = metric  # the objective's TensorFlow scalar tag
+        self.checkpoint_dir = checkpoint_dir  # the job's local checkpoints
+        self.store = store  # keeps checkpoint_dir in HDFS
 
     # ---------------------------------------------------------------- job process
     def _signal_child(self, why: str) -> None:
@@ -123,6 +142,18 @@ class Runner:
                     self._job_started = True
                     self._release_slot()
                 self._add_event(e)
+
+    def _check_started(self) -> None:
+        """A job that prints no ``start`` event has started when its first event file
+        appears: report ``start`` for it, with the step of its newest local checkpoint."""
+        if self._job_started or not any(self.logdir.rglob("events.out.tfevents.*")):
+            return
+        self._job_started = True
+        self._release_slot()
+        step = self._restorable_step
+        self._add_event({"event": "start", "step": step,
+                         "restored_from": str(self.checkpoint_dir) if step else None,
+                         "from": "event files"})
 
     # ---------------------------------------------------------------- reports
     def _progress(self) -> dict[str, Any]:
@@ -234,6 +265,8 @@ class Runner:
             self._add_event({"event": "runner-exit", "status": 0})
             self.report(final=True)
             return 0
+        if self.store is not None:
+            self._restore_checkpoints()
         if self.upload is not None:
             self.upload.start(self.upload_every)
         try:
@@ -243,7 +276,34 @@ class Runner:
             if self.upload is not None:
                 self.upload.close()
 
+    def _restore_checkpoints(self) -> None:
+        assert self.store is not None
+        t0 = time.time()
+        try:
+            files, nbytes = self.store.restore()
+        except Exception as e:  # the job starts from scratch rather than not at all
+            log.error("checkpoint restore from %s failed: %s", self.store.remote, e)
+            self._add_event({"event": "checkpoint-restore-failed", "error": str(e)[:300]})
+            return
+        self._add_event({"event": "checkpoint-restored", "files": files, "bytes": nbytes,
+                         "seconds": round(time.time() - t0, 3)})
+
+    def _save_checkpoints(self) -> None:
+        assert self.store is not None
+        try:
+            written, deleted = self.store.save()
+        except Exception as e:
+            log.error("checkpoint save to %s failed: %s", self.store.remote, e)
+            self._add_event({"event": "checkpoint-save-failed", "error": str(e)[:300]})
+            return
+        self._add_event({"event": "checkpoint-saved", "written": written, "deleted": deleted})
+
     def _run_job(self) -> int:
+        from themis.submarine_am.ckptstore import checkpoint_steps
+
+        # the step a job without JSON events resumes from: its newest checkpoint now
+        steps = checkpoint_steps(self.checkpoint_dir) if self.checkpoint_dir else []
+        self._restorable_step = steps[-1] if steps else 0
         self._child = subprocess.Popen(self.command, stdout=subprocess.PIPE, text=True,
                                        start_new_session=True, bufsize=1)
         pump = threading.Thread(target=self._pump_stdout, args=(self._child.stdout,),
@@ -255,10 +315,14 @@ class Runner:
                 break
             except subprocess.TimeoutExpired:
                 pass
+            self._check_started()
             if self.report():
                 self._signal_child("asked by the AM")
         pump.join(timeout=5)
+        self._check_started()
         self._release_slot()
+        if self.store is not None:
+            self._save_checkpoints()  # before the AM hears of the exit
         if self.upload is not None:
             self.upload.close()  # the last events, before the AM hears of the exit
             self._add_event({"event": "tensorboard-copied", "bytes": self.upload.uploaded})
@@ -315,6 +379,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--metric", default="eval_loss",
                    help="the objective's TensorFlow scalar tag, reported to the AM as the "
                         "job's value (default eval_loss)")
+    p.add_argument("--checkpoint-dir", type=Path, default=None,
+                   help="the job's local checkpoint directory ({checkpoint_dir}; default: "
+                        "none). Its newest ckpt-<step> gives the step a job without JSON "
+                        "events resumed from")
+    p.add_argument("--checkpoint-store", default="",
+                   help="HDFS directory that keeps --checkpoint-dir across runs: restored "
+                        "before the job starts, saved after it exits (default: none; "
+                        "WebHDFS at $THEMIS_WEBHDFS_URL as $HADOOP_USER_NAME)")
     p.add_argument("--command-b64", default="",
                    help="the job command as a shell string, base64 (RFC 4648 URL-safe) "
                         "encoded, run by `bash -c` (default: none, the command follows --). "
@@ -333,21 +405,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     slots = (os.cpu_count() or 1) if args.start_slots < 0 else args.start_slots
-    upload = None
-    if args.tensorboard_dir:
-        url = os.environ.get("THEMIS_WEBHDFS_URL", "")
-        if url:
-            from themis.submarine_am.tblogs import EventLogUpload
-            from themis.submarine_am.webhdfs import WebHdfs
+    upload = store = None
+    url = os.environ.get("THEMIS_WEBHDFS_URL", "")
+    if (args.tensorboard_dir or args.checkpoint_store) and not url:
+        log.warning("no $THEMIS_WEBHDFS_URL: event files and checkpoints not kept in HDFS")
+    elif args.tensorboard_dir or args.checkpoint_store:
+        from themis.submarine_am.webhdfs import WebHdfs
 
-            fs = WebHdfs(url, os.environ.get("HADOOP_USER_NAME") or "root", timeout=10.0)
+        fs = WebHdfs(url, os.environ.get("HADOOP_USER_NAME") or "root", timeout=10.0)
+        if args.tensorboard_dir:
+            from themis.submarine_am.tblogs import EventLogUpload
+
             upload = EventLogUpload(fs, args.logdir, args.tensorboard_dir)
-        else:
-            log.warning("--tensorboard-dir without $THEMIS_WEBHDFS_URL: event files not kept")
+        if args.checkpoint_store:
+            from themis.submarine_am.ckptstore import CheckpointStore
+
+            store = CheckpointStore(fs, args.checkpoint_dir or Path(CKPT_DIR),
+                                    args.checkpoint_store)
     return Runner(args.am, args.job_id, args.run_id, args.logdir, cmd, args.report_every,
                   start_slots=slots, slot_dir=args.slot_dir, slot_wait=args.slot_wait,
                   upload=upload, upload_every=args.tensorboard_every,
-                  metric=args.metric).run()
+                  metric=args.metric, checkpoint_dir=args.checkpoint_dir, store=store).run()
 
 
 if __name__ == "__main__":

@@ -74,10 +74,19 @@ from themis.submarine_am.hyperband import (
 from themis.submarine_am.searchspace import Categorical, SearchSpace, SearchSpaceError
 
 KINDS = ("hyperband", "single-job")
-#: placeholders the AM fills in for every job run
-PLACEHOLDERS = ("job_id", "app_id", "logdir", "max_steps", "checkpoint_uri", "num_gpus", "seed")
-#: placeholders a command must use (resume and rung targets depend on them)
-REQUIRED = ("max_steps", "checkpoint_uri")
+#: placeholders the AM fills in for every job run (docs/jobs.md, the job contract)
+PLACEHOLDERS = ("job_id", "app_id", "logdir", "max_steps", "checkpoint_uri", "checkpoint_dir",
+                "num_gpus", "seed")
+#: the environment variable of each placeholder, set for every job run as well, so that a
+#: command without placeholders (a Submarine ``--worker_launch_cmd``) can follow the
+#: contract: ``THEMIS_MAX_STEPS``, ``THEMIS_CHECKPOINT_DIR``, ...
+CONTRACT_ENV = {k: f"THEMIS_{k.upper()}" for k in PLACEHOLDERS}
+
+
+def contract_env(values: Mapping[str, Any]) -> dict[str, str]:
+    """The ``THEMIS_*`` variables of a job run from its placeholder values."""
+    return {CONTRACT_ENV[k]: str(v) for k, v in values.items() if k in CONTRACT_ENV}
+
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # matched with fullmatch
 _QUEUE_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
 _PARAM_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
@@ -431,14 +440,11 @@ def _template(spec_command: str, params: set[str]) -> Template:
 
 
 def _check_command(c: _Checker, cmd: str, params: set[str]) -> None:
+    """No placeholder is required: each is also in the job's environment (CONTRACT_ENV)."""
     try:
-        names = _template(cmd, params).names
+        _template(cmd, params)
     except InputError as e:
         c.bad("job.command", e.problem)
-        return
-    for r in REQUIRED:
-        if r not in names:
-            c.bad("job.command", f"must use {{{r}}} (jobs are stopped, moved and resumed)")
 
 
 def _check_args(c: _Checker, raw: Any, space: Mapping[str, Mapping[str, Any]]
