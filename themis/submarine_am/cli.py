@@ -41,7 +41,10 @@ def _submit_spec(args: argparse.Namespace, spec: AppSpec) -> int:
     except ClientError as e:
         print(f"themis: submit failed: {e}", file=sys.stderr)
         return 1
-    print(app_id)
+    print(app_id, flush=True)
+    after = getattr(args, "after_submit", None)
+    if after is not None:
+        after(args, app_id)
     if getattr(args, "wait", False):
         return _watch(args, app_id, until_done=True)
     return 0
@@ -88,43 +91,105 @@ def _count(key: str, text: str, mult: int = 1, whole: bool = False) -> int:
     return int(x)
 
 
-def cmd_job_run(args: argparse.Namespace) -> int:
+#: Submarine ``job run`` flags Themis refuses, with the reason (docs/am.md, "themis job run")
+REFUSED_FLAGS = {
+    "docker_image": "jobs run in the NodeManager's own environment: Themis does not launch "
+                    "containers through YARN's Docker runtime (NodeManager settings "
+                    "yarn.nodemanager.runtime.linux.allowed-runtimes=default,docker and "
+                    "yarn.nodemanager.container-executor.class=LinuxContainerExecutor); "
+                    "install the job's software in the NodeManager image instead",
+    "worker_docker_image": "see --docker_image",
+    "ps_docker_image": "see --docker_image",
+    "ps_resources": "parameter servers are not supported (--num_ps 0)",
+    "ps_launch_cmd": "parameter servers are not supported (--num_ps 0)",
+    "tensorboard_docker_image": "no TensorBoard container: --tensorboard prints how to "
+                                "view the app's event files",
+    "tensorboard_resources": "no TensorBoard container: --tensorboard prints how to view "
+                             "the app's event files",
+    "saved_model_path": "not supported: the job exports its own model",
+    "localization": "not supported: put files in HDFS and read them from the job, or in "
+                    "the NodeManager image",
+    "conf": "not supported: use --env, or the spec file of `themis submit`",
+    "quicklink": "not supported: the app's tracking URL is the AM's status page",
+    "keytab": "Kerberos is not supported by the Themis client (docs/yarn.md, 'Security')",
+    "principal": "Kerberos is not supported by the Themis client (docs/yarn.md, 'Security')",
+    "distribute_keytab": "Kerberos is not supported by the Themis client",
+}
+#: Submarine substitutions in --worker_launch_cmd
+SUBST = ("%checkpoint_path%", "%input_path%")
+
+
+def _literal(text: str) -> str:
+    """``text`` inside a ``job.command`` template: braces are not placeholders."""
+    return text.replace("{", "{{").replace("}", "}}")
+
+
+def job_run_spec(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``single-job`` spec of ``themis job run`` (raises SpecError naming every bad
+    flag): Submarine's flags mapped onto docs/am.md's spec format."""
     problems: list[tuple[str, str]] = []
+    for flag, why in REFUSED_FLAGS.items():
+        if getattr(args, flag, None) not in (None, False):
+            problems.append((f"--{flag}", why))
+    if args.framework.lower() != "tensorflow":
+        problems.append(("--framework", f"only tensorflow jobs are supported, got "
+                                        f"{args.framework[:40]!r}"))
     if args.num_workers != 1:
-        problems.append(("--num_workers", f"only single-worker jobs are supported, got "
-                                          f"{args.num_workers}"))
+        problems.append(("--num_workers", f"got {args.num_workers}: only single-worker jobs "
+                         "are supported (one container whose GPUs come from Themis leases; "
+                         "multi-worker jobs with TF_CONFIG are not gang-scheduled yet); use "
+                         "more GPUs per worker with --worker_resources gpu=N"))
     if args.num_ps:
-        problems.append(("--num_ps", "parameter servers are not supported"))
-    if args.docker_image:
-        print("themis: note: --docker_image is ignored (jobs run in the NodeManager's "
-              "environment)", file=sys.stderr)
+        problems.append(("--num_ps", f"got {args.num_ps}: parameter servers are not "
+                                     "supported (single-worker jobs only)"))
     cmd = args.worker_launch_cmd
-    if args.checkpoint_path:
-        cmd = cmd.replace("%checkpoint_path%", args.checkpoint_path)
-    if args.input_path:
-        cmd = cmd.replace("%input_path%", args.input_path)
+    # %checkpoint_path%: the user's own directory, else the job's checkpoint directory
+    # that Themis keeps across moves (docs/jobs.md)
+    ckpt = _literal(args.checkpoint_path) if args.checkpoint_path else "{checkpoint_dir}"
+    cmd = cmd.replace("%checkpoint_path%", ckpt)
+    if "%input_path%" in cmd and not args.input_path:
+        problems.append(("--input_path", "is required: --worker_launch_cmd uses %input_path%"))
+    cmd = cmd.replace("%input_path%", _literal(args.input_path or ""))
+    res: dict[str, int] = {}
+    env: dict[str, str] = {}
     try:
         res = _resources(args.worker_resources)
-        env = dict(e.split("=", 1) for e in args.env) if args.env else {}
     except SpecError as e:
         problems += e.problems
-        res, env = {}, {}
-    except ValueError:
-        problems.append(("--env", "each --env must be NAME=VALUE"))
-        res, env = {}, {}
+    for item in args.env:
+        name, eq, value = item.partition("=")
+        if not eq or not name:
+            problems.append(("--env", f"{item[:40]!r}: each --env must be NAME=VALUE"))
+        else:
+            env[name] = value
     if problems:
-        print(f"themis: {SpecError(problems)}", file=sys.stderr)
-        return 2
-    raw = {"name": args.name, "queue": args.queue, "kind": "single-job",
-           "max_steps": args.max_steps, "job": {"command": cmd, "env": env},
-           "resources": res}
+        raise SpecError(problems)
+    return {"name": args.name, "queue": args.queue, "kind": "single-job",
+            "max_steps": args.max_steps, "job": {"command": cmd, "env": env},
+            "resources": res}
+
+
+def cmd_job_run(args: argparse.Namespace) -> int:
     try:
-        spec = parse_spec(raw)
+        spec = parse_spec(job_run_spec(args))
     except SpecError as e:
         print(f"themis: {e}", file=sys.stderr)
         return 2
+    if args.verbose:
+        print(json.dumps(spec.to_dict(), indent=2), file=sys.stderr)
     args.wait = args.wait_job_finish
+    if args.tensorboard and not args.dry_run:
+        args.after_submit = _tensorboard_hint
     return _submit_spec(args, spec)
+
+
+def _tensorboard_hint(args: argparse.Namespace, app_id: str) -> None:
+    """``--tensorboard``: how to view the job's event files (the runner copies them to the
+    app's HDFS directory while it runs; docs/am.md, "TensorBoard logs")."""
+    print(f"themis: TensorBoard: themis logs {app_id} --tensorboard --dest "
+          f"./themis-tensorboard/{app_id} && tensorboard --logdir "
+          f"./themis-tensorboard/{app_id}  (again to refresh while the job runs)",
+          file=sys.stderr)
 
 
 def _fmt_rho(x: Any) -> str:
@@ -319,29 +384,55 @@ def add_parser(sub: Any) -> None:
     r = jsub.add_parser("run", help="run one training job (Submarine 'job run' flags)")
     r.add_argument("--name", required=True, help="application name shown by YARN")
     r.add_argument("--worker_launch_cmd", required=True,
-                   help="job command; placeholders {max_steps} {checkpoint_uri} {logdir} "
-                        "{job_id}; Submarine's %%checkpoint_path%% / %%input_path%% too")
+                   help="the job's command, run by bash in its container; needs no "
+                        "placeholders (the job gets $THEMIS_MAX_STEPS, "
+                        "$THEMIS_CHECKPOINT_DIR, $THEMIS_LOGDIR: docs/jobs.md); may use "
+                        "{max_steps} {checkpoint_dir} {checkpoint_uri} {logdir} {job_id} "
+                        "and Submarine's %%checkpoint_path%% / %%input_path%%")
     r.add_argument("--worker_resources", default="memory=1G,vcores=1,gpu=1",
-                   help="resources of each worker container (default %(default)s)")
+                   help="resources of the worker container: memory (M or G), vcores, gpu "
+                        "(default %(default)s)")
     r.add_argument("--num_workers", type=int, default=1,
-                   help="workers of the job: only 1 is supported (its GPUs come from Themis "
-                        "leases)")
+                   help="workers of the job (default 1; only 1 is supported)")
     r.add_argument("--num_ps", type=int, default=0,
-                   help="parameter servers: accepted for Submarine compatibility, only 0 "
-                        "is supported")
+                   help="parameter servers (default 0; only 0 is supported)")
     r.add_argument("--checkpoint_path", default=None,
-                   help="replaces %%checkpoint_path%% in the command (the job's own "
-                        "checkpoints go to {checkpoint_uri}, under the app's HDFS dir)")
+                   help="replaces %%checkpoint_path%% in the command (default: the job's "
+                        "checkpoint directory that Themis keeps across moves, "
+                        "{checkpoint_dir})")
     r.add_argument("--input_path", default=None,
-                   help="replaces %%input_path%% in the command")
-    r.add_argument("--docker_image", default=None,
-                   help="accepted for Submarine compatibility and ignored: jobs run in "
-                        "the NodeManager's environment")
+                   help="replaces %%input_path%% in the command (default: none; required "
+                        "when the command uses %%input_path%%)")
+    r.add_argument("--framework", default="tensorflow",
+                   help="the job's framework (default %(default)s; only tensorflow)")
     r.add_argument("--queue", default="default", help="YARN queue (default %(default)s)")
-    r.add_argument("--env", action="append", default=[], help="NAME=VALUE (repeatable)")
-    r.add_argument("--max_steps", type=int, default=1000, help="training steps of the job")
+    r.add_argument("--env", action="append", default=[],
+                   help="NAME=VALUE in the job's environment (repeatable; default none)")
+    r.add_argument("--max_steps", type=int, default=1000,
+                   help="training steps of the job ({max_steps}, $THEMIS_MAX_STEPS; "
+                        "default %(default)s)")
+    r.add_argument("--tensorboard", action="store_true",
+                   help="after submitting, print the commands that download the job's "
+                        "TensorBoard event files from HDFS and start TensorBoard on them "
+                        "(default: off; no TensorBoard container is started)")
+    r.add_argument("--insecure", action="store_true",
+                   help="Submarine's 'cluster without Kerberos': the only mode of the Themis "
+                        "client, so it changes nothing (default: off)")
+    r.add_argument("--verbose", action="store_true",
+                   help="print the generated spec on stderr (default: off)")
     r.add_argument("--wait_job_finish", action="store_true",
-                   help="follow the app until it ends")
+                   help="follow the app until it ends (default: return after submitting)")
+    refused = r.add_argument_group(
+        "refused Submarine flags", "Submarine flags Themis refuses (exit 2, with the "
+        "reason; docs/am.md, 'themis job run'): "
+        + ", ".join(f"--{f}" for f in REFUSED_FLAGS))
+    for flag in REFUSED_FLAGS:
+        if flag == "distribute_keytab":
+            refused.add_argument(f"--{flag}", action="store_true", default=None,
+                                 help=argparse.SUPPRESS)
+        else:
+            refused.add_argument(f"--{flag}", default=None, metavar="X",
+                                 help=argparse.SUPPRESS)
     r.add_argument("--dry-run", action="store_true",
                    help="validate and print the generated spec only; submit nothing")
     r.add_argument("--am-python", default="",

@@ -1,0 +1,122 @@
+"""``themis job run``: Submarine's ``job run`` flags mapped onto a single-job spec, and the
+flags Themis refuses, each with its reason (docs/am.md, "themis job run")."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from themis.cli import main
+from themis.submarine_am.cli import REFUSED_FLAGS
+from themis.submarine_am.spec import parse_spec, render_command
+
+BASE = ["job", "run", "--name", "mnist", "--dry-run"]
+
+
+def _spec(capsys: pytest.CaptureFixture[str], *flags: str) -> dict[str, Any]:
+    assert main([*BASE, *flags]) == 0, capsys.readouterr().err
+    d: dict[str, Any] = json.loads(capsys.readouterr().out)
+    return d
+
+
+def _refused(capsys: pytest.CaptureFixture[str], *flags: str) -> str:
+    assert main([*BASE, *flags]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""  # nothing submitted, no spec printed
+    return captured.err
+
+
+def test_command_without_placeholders_is_accepted(capsys: pytest.CaptureFixture[str]) -> None:
+    d = _spec(capsys, "--worker_launch_cmd", "python3 /opt/train.py --epochs 3")
+    assert d["kind"] == "single-job" and d["max_steps"] == 1000
+    assert d["job"]["command"] == "python3 /opt/train.py --epochs 3"
+    assert d["resources"] == {"gpus": 1, "memory_mb": 1024, "vcores": 1}
+
+
+def test_submarine_substitutions(capsys: pytest.CaptureFixture[str]) -> None:
+    cmd = "python3 t.py --data %input_path% --ckpt %checkpoint_path%"
+    d = _spec(capsys, "--worker_launch_cmd", cmd, "--input_path", "hdfs:///data/{v1}")
+    spec = parse_spec(d)
+    # %checkpoint_path% without --checkpoint_path: the checkpoint dir Themis keeps
+    assert render_command(spec, {"checkpoint_dir": "checkpoints"}) == (
+        "python3 t.py --data hdfs:///data/{v1} --ckpt checkpoints")
+    d = _spec(capsys, "--worker_launch_cmd", cmd, "--input_path", "/in",
+              "--checkpoint_path", "hdfs:///mine")
+    assert d["job"]["command"] == "python3 t.py --data /in --ckpt hdfs:///mine"
+    err = _refused(capsys, "--worker_launch_cmd", cmd)
+    assert "--input_path: is required: --worker_launch_cmd uses %input_path%" in err
+
+
+def test_resources_env_queue_steps(capsys: pytest.CaptureFixture[str]) -> None:
+    d = _spec(capsys, "--worker_launch_cmd", "x", "--worker_resources",
+              "memory=2G,vcores=2,gpu=2", "--env", "A=b=c", "--env", "B=", "--queue", "q1",
+              "--max_steps", "300", "--framework", "TensorFlow", "--insecure")
+    assert d["resources"] == {"gpus": 2, "memory_mb": 2048, "vcores": 2}
+    assert d["job"]["env"] == {"A": "b=c", "B": ""}
+    assert d["queue"] == "q1" and d["max_steps"] == 300
+
+
+def test_verbose_prints_the_spec_on_stderr(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*BASE, "--worker_launch_cmd", "x", "--verbose"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(err) == json.loads(out)
+
+
+def test_tensorboard_prints_how_to_view_the_event_files(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    import themis.submarine_am.cli as cli
+
+    def submit(args: Any, spec: Any) -> int:
+        print("application_1_0001")
+        args.after_submit(args, "application_1_0001")
+        return 0
+
+    monkeypatch.setattr(cli, "_submit_spec", submit)
+    assert main(["job", "run", "--name", "m", "--worker_launch_cmd", "x", "--tensorboard"]) == 0
+    out, err = capsys.readouterr()
+    assert out == "application_1_0001\n"
+    assert "themis logs application_1_0001 --tensorboard" in err
+    assert "tensorboard --logdir ./themis-tensorboard/application_1_0001" in err
+
+
+@pytest.mark.parametrize("flags, field, words", [
+    (["--num_workers", "2"], "--num_workers", "only single-worker jobs"),
+    (["--num_ps", "1"], "--num_ps", "parameter servers are not supported"),
+    (["--docker_image", "tf:2"], "--docker_image",
+     "yarn.nodemanager.runtime.linux.allowed-runtimes"),
+    (["--worker_docker_image", "tf:2"], "--worker_docker_image", "see --docker_image"),
+    (["--ps_docker_image", "tf:2"], "--ps_docker_image", "see --docker_image"),
+    (["--ps_launch_cmd", "x"], "--ps_launch_cmd", "parameter servers"),
+    (["--ps_resources", "memory=1G"], "--ps_resources", "parameter servers"),
+    (["--tensorboard_docker_image", "tb"], "--tensorboard_docker_image", "no TensorBoard"),
+    (["--framework", "pytorch"], "--framework", "only tensorflow"),
+    (["--keytab", "/k"], "--keytab", "Kerberos"),
+    (["--distribute_keytab"], "--distribute_keytab", "Kerberos"),
+    (["--localization", "hdfs:///a:b"], "--localization", "not supported"),
+    (["--worker_resources", "memory=1G,fpga=1"], "--worker_resources", "unknown resource"),
+    (["--worker_resources", "gpu=1.5"], "--worker_resources", "not an integer"),
+    (["--env", "NOVALUE"], "--env", "NAME=VALUE"),
+    (["--env", "=x"], "--env", "NAME=VALUE"),
+    (["--worker_resources", "gpu=0"], "resources.gpus", "in [1, 64]"),
+    (["--max_steps", "0"], "max_steps", "in [1, 1000000000]"),
+])
+def test_refused_flags_name_the_flag_and_the_reason(
+        capsys: pytest.CaptureFixture[str], flags: list[str], field: str, words: str) -> None:
+    err = _refused(capsys, "--worker_launch_cmd", "x", *flags)
+    assert f"{field}: " in err and words in err, err
+
+
+def test_every_refused_flag_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    for flag in REFUSED_FLAGS:
+        value = [] if flag == "distribute_keytab" else ["v"]
+        err = _refused(capsys, "--worker_launch_cmd", "x", f"--{flag}", *value)
+        assert f"--{flag}: " in err
+
+
+def test_unknown_flag_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        main([*BASE, "--worker_launch_cmd", "x", "--no_such_flag", "1"])
+    assert e.value.code == 2
+    assert "--no_such_flag" in capsys.readouterr().err
