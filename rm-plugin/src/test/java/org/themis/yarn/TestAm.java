@@ -104,6 +104,20 @@ final class TestAm {
     }
   }
 
+  /**
+   * Withdraws {@code n} asks made with {@link #ask}: the next {@link #poll()} sends the lower
+   * total. An AM that re-registers with a restarted RM sends its whole outstanding ask again;
+   * an AM whose asks were all served withdraws them so that it asks for nothing more then.
+   */
+  void unask(int n, int gpusEach) {
+    Resource r = Resource.newInstance(128, 1);
+    r.setResourceValue(Gpus.GPU, gpusEach);
+    for (int i = 0; i < n; i++) {
+      amrm.removeContainerRequest(new ContainerRequest(r, null, null,
+          Priority.newInstance(gpusEach > 0 ? 1 : 2), gpusEach > 0 ? 1L : 2L, true, null));
+    }
+  }
+
   AllocateResponse poll() throws Exception {
     AllocateResponse resp = ugi.doAs(
         (PrivilegedExceptionAction<AllocateResponse>) () -> amrm.allocate(0.1f));
