@@ -57,8 +57,15 @@ from themis.submarine_am.records import (
     node_of,
     parse_container_id,
 )
+from themis.submarine_am.report import (
+    REPORT_READ_TIMEOUT_S,
+    ReportRefused,
+    content_length,
+    parse_report,
+)
 from themis.submarine_am.runner import CKPT_DIR, encode_command
 from themis.submarine_am.security import (
+    REPORT_CONTAINER_HEADER,
     REPORT_TOKEN_ENV,
     REPORT_TOKEN_HEADER,
     ReportTokens,
@@ -207,6 +214,8 @@ class AppMaster:
         am = self
 
         class Handler(BaseHTTPRequestHandler):
+            timeout = REPORT_READ_TIMEOUT_S
+
             def log_message(self, fmt: str, *args: Any) -> None:
                 log.debug("http: " + fmt, *args)
 
@@ -226,24 +235,37 @@ class AppMaster:
                     self._send(404, {"error": f"no such path {self.path}"})
 
             def do_POST(self) -> None:
+                """A runner's report (themis.submarine_am.report): its container's token
+                before its body, a bounded body, a checked shape; a refused report changes
+                nothing."""
                 if self.path != "/api/report":
+                    self.close_connection = True  # the body is not read
                     self._send(404, {"error": f"no such path {self.path}"})
                     return
+                container = self.headers.get(REPORT_CONTAINER_HEADER)
                 try:
-                    n = int(self.headers.get("Content-Length", "0"))
-                    body = json.loads(self.rfile.read(n) or b"{}")
-                except ValueError as e:
-                    self._send(400, {"error": str(e)})
+                    refused = am.report_tokens.check(container,
+                                                     self.headers.get(REPORT_TOKEN_HEADER))
+                    if refused is not None:
+                        raise ReportRefused(*refused)
+                    assert container is not None  # checked by report_tokens
+                    n = content_length(self.headers.get("Content-Length"))
+                    data = self.rfile.read(n)
+                    if len(data) != n:
+                        raise ReportRefused(400, f"body of {len(data)} bytes, Content-Length "
+                                                 f"says {n}")
+                    body = parse_report(data, container)
+                except ReportRefused as e:
+                    self.close_connection = True  # the body may be unread
+                    self._send(e.status, {"error": e.message})
                     return
-                refused = am.report_tokens.check(
-                    body.get("container") if isinstance(body, dict) else None,
-                    self.headers.get(REPORT_TOKEN_HEADER))
-                if refused is not None:  # before anything looks at the report
-                    self._send(refused[0], {"error": refused[1]})
+                except OSError as e:  # the client went away or stalled (timeout)
+                    log.debug("report from %s: %s", container, e)
+                    self.close_connection = True
                     return
                 am._reports.put(body)
                 with am._lock:
-                    stop = body.get("container", "") in am._stop_set
+                    stop = body["container"] in am._stop_set
                 self._send(200, {"stop": stop})
 
         bind, self.http_host = http_hosts(os.environ)

@@ -57,7 +57,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from themis.submarine_am.security import REPORT_TOKEN_ENV, REPORT_TOKEN_HEADER
+from themis.submarine_am.report import MAX_REPORT_BYTES
+from themis.submarine_am.security import (
+    REPORT_CONTAINER_HEADER,
+    REPORT_TOKEN_ENV,
+    REPORT_TOKEN_HEADER,
+)
 
 if TYPE_CHECKING:
     from themis.submarine_am.ckptstore import CheckpointStore
@@ -186,12 +191,22 @@ class Runner:
         """Send progress and new events; returns True when the AM asks the job to stop."""
         with self._lock:
             events = list(self._events)
-        body = {"job_id": self.job_id, "run_id": self.run_id, "container": self.container,
-                "final": final, "events": events, **self._progress()}
-        req = urllib.request.Request(f"{self.am_url}/api/report", method="POST",
-                                     data=json.dumps(body).encode(),
+        taken = len(events)
+        progress = self._progress()
+        while True:
+            body = {"job_id": self.job_id, "run_id": self.run_id, "container": self.container,
+                    "final": final, "events": events, **progress}
+            data = json.dumps(body).encode()
+            if len(data) <= MAX_REPORT_BYTES or not events:
+                break
+            # over the AM's limit (themis.submarine_am.report): the oldest events are dropped
+            drop = max(1, len(events) // 2)
+            log.warning("report of %d bytes: dropping the %d oldest events", len(data), drop)
+            events = events[drop:]
+        req = urllib.request.Request(f"{self.am_url}/api/report", method="POST", data=data,
                                      headers={"Content-Type": "application/json",
-                                              REPORT_TOKEN_HEADER: self.report_token})
+                                              REPORT_TOKEN_HEADER: self.report_token,
+                                              REPORT_CONTAINER_HEADER: self.container})
         try:
             with urllib.request.urlopen(req, timeout=5) as r:
                 answer = json.load(r)
@@ -199,7 +214,7 @@ class Runner:
             log.debug("report failed: %s", e)
             return False
         with self._lock:
-            del self._events[: len(events)]
+            del self._events[:taken]
         return bool(answer.get("stop"))
 
     # ---------------------------------------------------------------- start-up slots

@@ -9,9 +9,10 @@
   TLS off.
 * **Progress reports** (``POST /api/report``): each job container gets its own token
   (HMAC of its container id under a key the AM draws at start) in ``THEMIS_REPORT_TOKEN``;
-  its runner sends it in the ``X-Themis-Report-Token`` header. A report without a token is
-  refused with 401, with a wrong one (or another container's) with 403, before the AM looks
-  at it.
+  its runner sends it in the ``X-Themis-Report-Token`` header and its container id in
+  ``X-Themis-Container``. A report without a token is refused with 401, with a wrong one (or
+  another container's) with 403, before the AM reads its body
+  (:mod:`themis.submarine_am.report`).
 """
 
 from __future__ import annotations
@@ -29,9 +30,11 @@ if TYPE_CHECKING:  # imported when used: job containers' runners import this mod
 
 REPORT_TOKEN_ENV = "THEMIS_REPORT_TOKEN"
 REPORT_TOKEN_HEADER = "X-Themis-Report-Token"
+REPORT_CONTAINER_HEADER = "X-Themis-Container"
 ARBITER_TLS_ENV = "THEMIS_ARBITER_TLS"  # "off", or absent / "on"
 ARBITER_CA_ENV = "THEMIS_ARBITER_TLS_CA"  # base64 of the PEM CA certificate(s)
 MAX_REPORT_TOKEN = 256  # characters
+MAX_CONTAINER_ID = 256  # characters
 
 
 class ReportTokens:
@@ -48,7 +51,10 @@ class ReportTokens:
         if not token:
             return 401, f"missing report token (header {REPORT_TOKEN_HEADER})"
         if not isinstance(container, str) or not container:
-            return 403, "a report names its container ('container')"
+            return 403, f"a report names its container (header {REPORT_CONTAINER_HEADER})"
+        if len(container) > MAX_CONTAINER_ID:
+            return 403, (f"container id of {len(container)} characters (header "
+                         f"{REPORT_CONTAINER_HEADER}; at most {MAX_CONTAINER_ID})")
         if len(token) > MAX_REPORT_TOKEN or not hmac.compare_digest(
                 self.token_for(container).encode(), token.encode()):
             return 403, f"wrong report token for container {container[:128]!r}"
