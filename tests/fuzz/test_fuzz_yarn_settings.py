@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from tests.fuzz._fuzz import HOSTILE_TEXT, fuzz_settings
 from themis.yarn import engine
 from themis.yarn.settings import (
+    MAX_APPS,
     MAX_BID_TIMEOUT_S,
     MAX_LEASE_MS,
     PREFIX,
@@ -47,6 +48,7 @@ def check(s: EngineSettings) -> None:
     assert 0 <= s.fairness_knob < 1
     assert s.ideal_time in ("exact", "paper") and s.starvation in ("inf", "served-now")
     assert s.solver and s.solver.isprintable()
+    assert 1 <= s.max_apps <= MAX_APPS
 
 
 @fuzz_settings(300)

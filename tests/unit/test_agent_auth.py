@@ -6,11 +6,13 @@ arbiter's state exactly as it was (snapshot before == snapshot after)."""
 from __future__ import annotations
 
 import math
+import os
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import grpc
 import pytest
@@ -22,11 +24,13 @@ from themis.agent.model import AppModel, Job
 from themis.arbiter.cluster_backend import uniform_cluster
 from themis.arbiter.registration import MAX_TOKEN, HmacRegistrar
 from themis.arbiter.service import ArbiterServer
-from themis.arbiter.state import ArbiterConfig, ArbiterCore
+from themis.arbiter.state import DEFAULT_MAX_APPS, ArbiterConfig, ArbiterCore
 from themis.arbiter.tls import CERT_KEY, KEY_KEY, ServerTls, TlsError, channel_credentials
 from themis.rpc.testing import creds, settle, stub, wait_for
 from themis.rpc.v1 import arbiter_pb2 as pb
 from themis.rpc.v1 import arbiter_pb2_grpc as pb_grpc
+from themis.yarn.engine import _parse
+from themis.yarn.settings import VARIABLES, SettingError
 
 SC = grpc.StatusCode
 
@@ -40,9 +44,9 @@ def config(**kw: Any) -> ArbiterConfig:
 
 
 def authed_server(registrar: HmacRegistrar, tls: ServerTls | None = None,
-                  max_workers: int = 8) -> ArbiterServer:
+                  max_workers: int = 8, **kw: Any) -> ArbiterServer:
     backend = uniform_cluster(2, 2)
-    core = ArbiterCore(backend, config(), registrar=registrar)
+    core = ArbiterCore(backend, config(**kw), registrar=registrar)
     srv = ArbiterServer(backend, core=core, tls=tls, max_workers=max_workers)
     srv.start(0)
     return srv
@@ -114,6 +118,45 @@ def test_per_app_registration_limit(server: ArbiterServer, arb: Any,
     assert err.code() == SC.RESOURCE_EXHAUSTED, err.details()
     assert "3 registrations" in (err.details() or "")
     assert register(arb, "b", registrar.token_for("b")).secret  # other apps unaffected
+
+
+def test_registered_apps_limit(registrar: HmacRegistrar) -> None:
+    """``max_apps`` registered apps at once: one more gets RESOURCE_EXHAUSTED and changes
+    nothing; the registered apps keep working; a place freed by an app that ends is taken."""
+    server = authed_server(registrar, max_apps=3)
+    channel, arb = stub(server.address)
+    try:
+        secrets = {a: register(arb, a, registrar.token_for(a)).secret for a in "abc"}
+        stream = arb.Events(pb.EventsRequest(credentials=creds("a", secrets["a"])))
+        assert next(iter(stream)).WhichOneof("kind") == "hello"
+        err = rejected(server, lambda: register(arb, "d", registrar.token_for("d")))
+        assert err.code() == SC.RESOURCE_EXHAUSTED, err.details()
+        assert "3 registered apps (at most 3, max_apps)" in (err.details() or "")
+        assert "d" not in server.core.snapshot()["registrations"]
+        arb.ReportRho(pb.ReportRhoRequest(credentials=creds("a", secrets["a"]), rho=2.0),
+                      timeout=5)  # the registered apps are unaffected
+        assert server.core.snapshot()["apps"]["a"][1] == 2.0
+        assert wait_for(lambda: server.core.snapshot()["apps"]["a"][3] > 0, 5)
+        arb.Unregister(pb.UnregisterRequest(credentials=creds("c", secrets["c"])), timeout=5)
+        assert register(arb, "d", registrar.token_for("d")).secret
+        stream.cancel()
+    finally:
+        channel.close()
+        server.stop(0)
+
+
+def test_max_apps_setting() -> None:
+    assert VARIABLES["THEMIS_MAX_APPS"][1] == str(DEFAULT_MAX_APPS) == "4096"
+    assert ArbiterConfig().max_apps == DEFAULT_MAX_APPS
+    for bad in (0, -1, True, 2.5):
+        with pytest.raises(ValueError, match="max_apps"):
+            config(max_apps=bad)
+    with mock.patch.dict(os.environ, {"THEMIS_MAX_APPS": "7"}):
+        assert _parse(["--port", "1", "--token", "t"]).max_apps == 7
+        assert _parse(["--port", "1", "--token", "t", "--max-apps", "9"]).max_apps == 9
+    with mock.patch.dict(os.environ, {"THEMIS_MAX_APPS": "0"}), \
+            pytest.raises(SettingError, match="THEMIS_MAX_APPS"):
+        _parse(["--port", "1", "--token", "t"])
 
 
 def test_expel_ends_the_registration_and_its_stream(server: ArbiterServer, arb: Any,

@@ -58,6 +58,7 @@ log = logging.getLogger(__name__)
 MAX_APP_ID = 128
 MAX_APPS_HINT = 1024  # registered apps beyond which the registration history is pruned
 MAX_SECRET = 256  # characters; a longer secret is wrong without being compared
+DEFAULT_MAX_APPS = 4096  # ArbiterConfig.max_apps
 
 
 class Code(Enum):
@@ -101,6 +102,9 @@ class ArbiterConfig:
     # RegisterApp calls of one app id per registration_window_s (RESOURCE_EXHAUSTED beyond)
     max_registrations: int = 10
     registration_window_s: float = 60.0
+    # registered apps at once (docs/protocol.md, "Limits"): a round's work and messages grow
+    # with them, so RegisterApp beyond gets RESOURCE_EXHAUSTED; registered apps are unaffected
+    max_apps: int = DEFAULT_MAX_APPS
 
     def __post_init__(self) -> None:
         check_knob(self.fairness_knob)
@@ -120,7 +124,7 @@ class ArbiterConfig:
             v = getattr(self, name)
             if not math.isfinite(v) or v < 0:
                 raise ValueError(f"arbiter config: {name}={v!r} must be a number >= 0")
-        for name in ("max_bundles", "max_table_gpu_ids", "max_registrations"):
+        for name in ("max_bundles", "max_table_gpu_ids", "max_registrations", "max_apps"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"arbiter config: {name}={v!r} must be an integer >= 1")
@@ -338,6 +342,11 @@ class ArbiterCore:
         with self._cond:
             if app_id in self._apps:
                 raise CallError(Code.ALREADY_EXISTS, f"app {app_id!r} is already registered")
+            if len(self._apps) >= self.config.max_apps:
+                raise CallError(Code.RESOURCE_EXHAUSTED,
+                                f"app {app_id!r}: the arbiter has {len(self._apps)} registered "
+                                f"apps (at most {self.config.max_apps}, max_apps); try again "
+                                "when an app ends")
             now = self.clock()
             window = self.config.registration_window_s
             recent = [t for t in self._registered.get(app_id, []) if t > now - window]

@@ -20,7 +20,7 @@ from themis.arbiter.cluster_backend import StaticCluster
 from themis.arbiter.leaselog import LeaseLog, LeaseLogError
 from themis.arbiter.registration import HmacRegistrar
 from themis.arbiter.service import ArbiterServer
-from themis.arbiter.state import ArbiterConfig, ArbiterCore
+from themis.arbiter.state import DEFAULT_MAX_APPS, ArbiterConfig, ArbiterCore
 from themis.standalone.appmaster import AppMaster, GpuRegistry
 from themis.standalone.report import (
     app_json,
@@ -203,7 +203,9 @@ class Standalone:
                             warning_s=min(o.warning_s, o.lease_s / 2),
                             fairness_knob=o.fairness_knob, heartbeat_s=2.0,
                             round_delay_s=0.05, solver=o.solver, seed=o.seed,
-                            ideal_time=o.ideal_time, starvation=o.starvation)
+                            ideal_time=o.ideal_time, starvation=o.starvation,
+                            # only this run's apps can register (their tokens are its own)
+                            max_apps=max(DEFAULT_MAX_APPS, len(o.apps)))
         # registrations need the app's token (HMAC under a key drawn now), which this driver
         # hands only to its own application masters (docs/standalone.md)
         registrar = HmacRegistrar()

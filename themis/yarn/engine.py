@@ -215,6 +215,13 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
         "THEMIS_BID_TIMEOUT_S, else 5)",
     )
     p.add_argument(
+        "--max-apps",
+        type=arg_type("THEMIS_MAX_APPS"),
+        default=None,
+        help="most apps registered with the agents' endpoint at once; RegisterApp beyond gets "
+        "RESOURCE_EXHAUSTED (default: THEMIS_MAX_APPS, e.g. from yarn-env.sh, else 4096)",
+    )
+    p.add_argument(
         "--lease-s",
         type=lease_seconds,
         default=None,
@@ -226,7 +233,8 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     args.settings = env
     for name, value in (("port", env.gateway_port), ("token", env.gateway_token),
                         ("agent_port", env.agent_port), ("agent_host", env.agent_host),
-                        ("bid_timeout_s", env.bid_timeout_s), ("lease_s", env.lease_s)):
+                        ("bid_timeout_s", env.bid_timeout_s), ("lease_s", env.lease_s),
+                        ("max_apps", env.max_apps)):
         if getattr(args, name) is None:
             setattr(args, name, value)
     return args
@@ -245,6 +253,7 @@ def _agent_endpoint(
     config = ArbiterConfig(
         lease_s=args.lease_s,
         bid_timeout_s=args.bid_timeout_s,
+        max_apps=args.max_apps,
         fairness_knob=env.fairness_knob,
         solver=env.solver,
         # yarn.resourcemanager.themis.ideal-time, announced to the AMs' agents

@@ -17,6 +17,7 @@ THEMIS_AGENT_PORT      agent-port                                      -1 (no ag
                                                                        65535 (0: any)
 THEMIS_AGENT_HOST      - (the agents' endpoint's bind address)         a host name or IP
 THEMIS_BID_TIMEOUT_S   -                                               (0, 3600] s
+THEMIS_MAX_APPS        - (registered apps at once; default 4096)       1 - 1000000
 THEMIS_LEASE_MS        lease-duration-ms                               1 ms - 366 days
 THEMIS_FAIRNESS_KNOB   fairness-knob                                   [0, 1)
 THEMIS_SOLVER          solver                                          a solver name
@@ -48,6 +49,7 @@ PREFIX = "yarn.resourcemanager.themis."
 MAX_VALUE = 1024  # characters of any value
 MAX_LEASE_MS = 366 * 86400 * 1000
 MAX_BID_TIMEOUT_S = 3600.0
+MAX_APPS = 1_000_000  # largest accepted THEMIS_MAX_APPS
 _HOST = re.compile(r"[A-Za-z0-9_.:\[\]%-]{1,253}")  # names, IPv4, IPv6 (maybe bracketed)
 _INT = re.compile(r"[+-]?[0-9]{1,19}")  # no underscores, no other digits than 0-9
 _NAME = re.compile(r"[A-Za-z0-9_.+-]{1,64}")
@@ -102,6 +104,10 @@ def _bid_timeout(text: str) -> float:
     return _number(text, 0.0, MAX_BID_TIMEOUT_S, lo_open=True, hi_open=False)
 
 
+def _max_apps(text: str) -> int:
+    return _integer(text, 1, MAX_APPS)
+
+
 def _lease_ms(text: str) -> int:
     return _integer(text, 1, MAX_LEASE_MS)
 
@@ -132,6 +138,8 @@ VARIABLES: dict[str, tuple[str, str, Callable[[str], Any]]] = {
     "THEMIS_AGENT_PORT": ("agent-port", "-1", _agent_port),
     "THEMIS_AGENT_HOST": ("", "127.0.0.1", _host),
     "THEMIS_BID_TIMEOUT_S": ("", "5", _bid_timeout),
+    # = themis.arbiter.state.DEFAULT_MAX_APPS (not imported: it pulls in the solvers)
+    "THEMIS_MAX_APPS": ("", "4096", _max_apps),
     "THEMIS_LEASE_MS": ("lease-duration-ms", "600000", _lease_ms),
     "THEMIS_FAIRNESS_KNOB": ("fairness-knob", "0.8", _knob),
     "THEMIS_SOLVER": ("solver", "auto", _solver),
@@ -162,6 +170,7 @@ class EngineSettings:
     agent_port: int
     agent_host: str
     bid_timeout_s: float
+    max_apps: int
     lease_s: float
     fairness_knob: float
     solver: str
@@ -179,7 +188,8 @@ def from_env(environ: Mapping[str, str]) -> EngineSettings:
     return EngineSettings(
         gateway_port=v["THEMIS_GATEWAY_PORT"], gateway_token=v["THEMIS_GATEWAY_TOKEN"],
         agent_port=v["THEMIS_AGENT_PORT"], agent_host=v["THEMIS_AGENT_HOST"],
-        bid_timeout_s=v["THEMIS_BID_TIMEOUT_S"], lease_s=v["THEMIS_LEASE_MS"] / 1000.0,
+        bid_timeout_s=v["THEMIS_BID_TIMEOUT_S"], max_apps=v["THEMIS_MAX_APPS"],
+        lease_s=v["THEMIS_LEASE_MS"] / 1000.0,
         fairness_knob=v["THEMIS_FAIRNESS_KNOB"], solver=v["THEMIS_SOLVER"],
         ideal_time=v["THEMIS_IDEAL_TIME"], starvation=v["THEMIS_STARVATION"])
 
