@@ -3,6 +3,7 @@ arbiter core guards it with its lock)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -32,6 +33,10 @@ class LeaseTable:
 
     def held_by(self, app_id: str) -> list[Lease]:
         return [lease for lease in self._by_gpu.values() if lease.app_id == app_id]
+
+    def held_counts(self) -> Counter[str]:
+        """App id -> GPUs it leases (one pass over the table)."""
+        return Counter(lease.app_id for lease in self._by_gpu.values())
 
     def holder(self, gpu_id: str) -> str | None:
         lease = self._by_gpu.get(gpu_id)

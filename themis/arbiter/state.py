@@ -7,7 +7,9 @@ of a :class:`~themis.arbiter.cluster_backend.ClusterBackend`, sending offers to 
 chosen by the fairness knob and collecting bids until the deadline. GPUs whose lease ran
 out since the last round are passed as ``previous`` (renewed to a holder that does not
 bid, docs/mechanism.md "Renewal"); GPUs given back (release, unregister) are offered in a
-round ``round_delay_s`` later, not at the next lease expiry.
+round ``round_delay_s`` later, not at the next lease expiry. Every ``round_interval_s`` the
+loop also starts a round when GPUs are free while a connected app could use more
+(work conservation, :meth:`ArbiterCore._idle_demand`).
 
 Every public call validates everything before it changes anything: a call that raises
 :class:`CallError` leaves the state exactly as it was.
@@ -87,6 +89,10 @@ class ArbiterConfig:
     fairness_knob: float = 0.8
     heartbeat_s: float = 5.0
     round_delay_s: float = 0.02  # coalesce triggers (e.g. a burst of registrations)
+    # work conservation (paper, sections 3 and 4): every round_interval_s the round loop
+    # starts a round when GPUs are free and a connected app can take more (YARN's
+    # round-interval-ms, docs/yarn.md "Round trigger and free GPUs")
+    round_interval_s: float = 1.0
     solver: str = "auto"
     seed: int = 0
     # the form of T_id agents use in rho, announced at registration (docs/mechanism.md)
@@ -116,7 +122,8 @@ class ArbiterConfig:
             object.__setattr__(self, "starvation", str(parse_starvation(self.starvation)))
         except ModelError as exc:
             raise ValueError(f"arbiter config: {exc}") from None
-        for name in ("lease_s", "bid_timeout_s", "heartbeat_s", "registration_window_s"):
+        for name in ("lease_s", "bid_timeout_s", "heartbeat_s", "registration_window_s",
+                     "round_interval_s"):
             v = getattr(self, name)
             if not math.isfinite(v) or v <= 0:
                 raise ValueError(f"arbiter config: {name}={v!r} must be a positive number")
@@ -238,6 +245,10 @@ class ArbiterCore:
         self._open: OpenRound | None = None
         self._trigger = False
         self._trigger_at = 0.0
+        self._check_at = 0.0  # clock() of the next work-conservation check (_idle_demand)
+        # what the last round left (free GPUs, connected apps' room), None after a failed
+        # round: a check that finds the same state starts no round (it could change nothing)
+        self._settled: tuple[frozenset[str], tuple[tuple[str, int], ...]] | None = None
         self._stopped = False
         self._streams = 0
         self._registered: dict[str, list[float]] = {}  # app -> clock() of recent registrations
@@ -657,6 +668,10 @@ class ArbiterCore:
                     return
                 now = self.clock()
                 self._expire_and_warn(now)
+                if now >= self._check_at:
+                    self._check_at = now + self.config.round_interval_s
+                    if not self._trigger and self._idle_demand():
+                        self._kick(0.0)
                 ready = self._trigger and now >= self._trigger_at
                 if ready and not self._connected():
                     self._trigger = False  # nobody to give GPUs to; next arrival kicks
@@ -668,11 +683,32 @@ class ArbiterCore:
             try:
                 self._round()
             except Exception:  # keep the arbiter alive; the round is lost, GPUs stay free
-                log.exception("round failed")
+                log.exception("round failed")  # (until the next check, _idle_demand)
                 with self._cond:
+                    self._settled = None
                     if self._open is not None:
                         self._open.closed = True
                         self._open = None
+
+    def _demand(self) -> tuple[frozenset[str], tuple[tuple[str, int], ...]]:
+        """Free GPU ids and each connected app's room (GPUs it can still take: ``max_gpus``
+        minus those it holds), caller holds the lock."""
+        free = frozenset(g.id for g in self.backend.free_gpus())
+        held = self._leases.held_counts()
+        room = tuple((a, max(0, self._apps[a].max_gpus - held[a])) for a in self._connected())
+        return free, room
+
+    def _idle_demand(self) -> bool:
+        """Work conservation (paper, sections 3 and 4; YARN: the round driver's
+        ``round-interval-ms`` pass): True when GPUs are free while a connected app could take
+        some, and the state is not the one the last round left (caller holds the lock).
+        Rounds start on events (leases ending, GPUs given back, apps arriving); this check,
+        once per ``round_interval_s``, covers free GPUs no event announced (a round that
+        failed, GPUs the back-end freed by itself)."""
+        free, room = self._demand()
+        if not free or not any(r > 0 for _, r in room):
+            return False
+        return (free, room) != self._settled
 
     def _connected(self) -> list[str]:
         return sorted(a for a, rec in self._apps.items() if rec.events is not None)
@@ -688,6 +724,8 @@ class ArbiterCore:
             times.append(nxt)
         if self._trigger:
             times.append(self._trigger_at)
+        else:
+            times.append(self._check_at)
         return max(0.001, min(times) - now)
 
     def _expire_and_warn(self, now: float) -> None:
@@ -854,6 +892,7 @@ class ArbiterCore:
             self.outcomes.append(outcome)
             if outcome.unallocated:
                 log.debug("round %d: %d GPUs unallocated", rid, len(outcome.unallocated))
+            self._settled = self._demand()
             self._cond.notify_all()
         if self.on_round is not None:
             self.on_round(outcome)
