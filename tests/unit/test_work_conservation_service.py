@@ -2,8 +2,9 @@
 arbiter service with real agents (AgentClient + ModelBidder): with f = 0 there are no
 non-bidders and the GPUs the auction withholds as hidden payments still go out in the same
 round; GPUs that become free without any event (GPUs the back-end brings online, a round
-that failed) are offered within ``round_interval_s``; and a state no round can improve
-starts no round (the check cannot spin)."""
+that failed) are offered within ``round_interval_s``; a state no round can improve starts
+no round, and rounds that keep failing are retried once per interval (the check cannot
+spin)."""
 
 from __future__ import annotations
 
@@ -138,3 +139,25 @@ def test_a_state_no_round_can_improve_starts_no_round() -> None:
         time.sleep(1.0)
         assert len(srv.core.stats) == n
         assert idle_while_wanted(srv) == (2, 0)
+
+
+class AlwaysFailingCluster(StaticCluster):
+    """A back-end that refuses every grant: each round fails and its GPUs stay free."""
+
+    def __init__(self, gpus: list[Gpu]) -> None:
+        super().__init__(gpus)
+        self.attempts = 0
+
+    def apply(self, grants: Sequence[LeaseGrant]) -> None:
+        if grants:
+            self.attempts += 1
+            raise RuntimeError("back-end refused the grants")
+
+
+def test_rounds_that_keep_failing_are_retried_at_the_interval_only() -> None:
+    backend = AlwaysFailingCluster(cluster_gpus(2, 2))
+    with service(backend, [app("a", 1, 2)], fairness_knob=0.5, round_interval_s=0.25):
+        time.sleep(0.5)
+        start = backend.attempts
+        time.sleep(1.5)
+        assert 3 <= backend.attempts - start <= 8, backend.attempts - start
