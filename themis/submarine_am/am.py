@@ -248,13 +248,12 @@ class AppMaster:
                                                      self.headers.get(REPORT_TOKEN_HEADER))
                     if refused is not None:
                         raise ReportRefused(*refused)
-                    assert container is not None  # checked by report_tokens
                     n = content_length(self.headers.get("Content-Length"))
                     data = self.rfile.read(n)
                     if len(data) != n:
                         raise ReportRefused(400, f"body of {len(data)} bytes, Content-Length "
                                                  f"says {n}")
-                    body = parse_report(data, container)
+                    body = parse_report(data, str(container))  # a str: checked above
                 except ReportRefused as e:
                     self.close_connection = True  # the body may be unread
                     self._send(e.status, {"error": e.message})
