@@ -466,9 +466,11 @@ def test_expired_leases_are_renewed_to_holders_that_do_not_bid() -> None:
     """Renewal (docs/mechanism.md): at each expiry the GPUs go back to their holder when it
     does not bid and nothing else claims them. b and c never bid (their offers time out),
     so every round is leftover only; a random deal would swap the two machines between
-    them in half of the rounds, renewal never does."""
+    them in half of the rounds, renewal never does. The first round waits 0.3 s for both
+    apps' streams (round_delay_s coalesces the two arrivals), so that both hold GPUs from
+    it on."""
     cfg = ArbiterConfig(lease_s=0.4, bid_timeout_s=0.05, warning_s=0.1, fairness_knob=0.5,
-                        heartbeat_s=0.2, round_delay_s=0.01, solver="bnb", seed=3)
+                        heartbeat_s=0.2, round_delay_s=0.3, solver="bnb", seed=3)
     srv = ArbiterServer(uniform_cluster(2, 2), cfg, max_workers=16)
     srv.start(0)
     ch, s = stub(srv.address)
