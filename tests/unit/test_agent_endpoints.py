@@ -69,9 +69,14 @@ def test_parse_addresses() -> None:
 
 def test_client_checks_every_candidate() -> None:
     bidder = ModelBidder(AppModel("a", time.time(), [Job("j", 1.0, 10.0, 1)]), time.time)
-    with pytest.raises(ValueError, match=r"10\.0\.0\.2"):
-        AgentClient("127.0.0.1:1,10.0.0.2:1", "a", bidder)
-    with pytest.raises(ValueError, match="empty"):
+    # any host is a candidate (the RM host over the cluster's network), but each must be
+    # host:port with a TCP port
+    AgentClient("127.0.0.1:1,10.0.0.2:1", "a", bidder)
+    with pytest.raises(ValueError, match=r"10\.0\.0\.2:70000"):
+        AgentClient("127.0.0.1:1,10.0.0.2:70000", "a", bidder)
+    with pytest.raises(ValueError, match="rm2"):
+        AgentClient("rm1:8642,rm2", "a", bidder)
+    with pytest.raises(ValueError, match="must be host:port"):
         AgentClient(" , ", "a", bidder)
 
 
@@ -113,5 +118,85 @@ def test_agent_moves_to_the_other_rms_endpoint_after_failover() -> None:
         assert model.id in second.core._apps
     finally:
         c.stop()
+        first.stop(0)
+        second.stop(0)
+
+
+class _BlackHoleProxy:
+    """A TCP forwarder to ``target`` that can go silent: after :meth:`vanish` it stops
+    forwarding and answering but keeps every socket open (no FIN, no RST), as a host that
+    vanished from the network looks to its peers."""
+
+    def __init__(self, target: int) -> None:
+        import threading
+
+        self.target = target
+        self.silent = threading.Event()
+        self.srv = socket.create_server(("127.0.0.1", 0))
+        self.port = self.srv.getsockname()[1]
+        self.held: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import threading
+
+        while True:
+            try:
+                a, _ = self.srv.accept()
+            except OSError:
+                return
+            b = socket.create_connection(("127.0.0.1", self.target))
+            self.held += [a, b]
+            for src, dst in ((a, b), (b, a)):
+                threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        while True:
+            try:
+                data = src.recv(65536)
+            except OSError:
+                return
+            if not data:
+                return
+            if self.silent.is_set():
+                continue  # swallowed: nothing answers, nothing closes
+            try:
+                dst.sendall(data)
+            except OSError:
+                return
+
+    def vanish(self) -> None:
+        self.silent.set()
+
+    def close(self) -> None:
+        self.srv.close()
+        for s in self.held:
+            s.close()
+
+
+def test_agent_leaves_an_endpoint_whose_host_vanished() -> None:
+    """The active RM's host vanishes (its connections go silent, nothing is closed or reset):
+    HTTP/2 keepalive (themis.rpc.keepalive) ends the agent's Events stream and the agent
+    registers at the other RM's endpoint within a ping interval plus its timeout, not after
+    TCP's retransmission timeout (minutes)."""
+    from themis.rpc import keepalive
+
+    first, second = arbiter(), arbiter()
+    proxy = _BlackHoleProxy(first.start(0))
+    p2 = second.start(0)
+    model = AppModel("app-a", time.time(), [Job("j", 1.0, 10_000.0, 2)])
+    c = AgentClient(f"127.0.0.1:{proxy.port},127.0.0.1:{p2}", model.id,
+                    ModelBidder(model, time.time), backoff=(0.02, 0.3)).start()
+    try:
+        assert wait_for(lambda: c.connected.is_set(), timeout=5)
+        assert c.address == f"127.0.0.1:{proxy.port}" and c.stats.registrations == 1
+        proxy.vanish()
+        bound = (keepalive.TIME_MS + keepalive.TIMEOUT_MS) / 1000 + 5
+        assert wait_for(lambda: c.address == f"127.0.0.1:{p2}" and c.connected.is_set(),
+                        timeout=bound), (c.address, c.stats)
+        assert c.stats.registrations == 2 and model.id in second.core._apps
+    finally:
+        c.stop(unregister=False)
+        proxy.close()
         first.stop(0)
         second.stop(0)

@@ -35,6 +35,7 @@ import grpc
 from themis.agent.bidder import AllocationInfo, Bidder, OfferInfo
 from themis.agent.endpoints import parse_addresses
 from themis.agent.model import ModelError
+from themis.rpc import keepalive
 from themis.rpc.convert import gpu_from_pb, shape_from_pb, table_to_pb
 from themis.rpc.v1 import arbiter_pb2 as pb
 from themis.rpc.v1 import arbiter_pb2_grpc as pb_grpc
@@ -172,6 +173,9 @@ class AgentClient:
             ("grpc.initial_reconnect_backoff_ms", 50),
             ("grpc.min_reconnect_backoff_ms", 50),
             ("grpc.max_reconnect_backoff_ms", 1000),
+            # an endpoint whose host vanished (RM host down, failover) ends the Events
+            # stream with UNAVAILABLE within a ping and its timeout, not TCP's minutes
+            *keepalive.CLIENT_OPTIONS,
         ]
         if self._tls is not None:
             return grpc.secure_channel(address, self._tls, options=options)

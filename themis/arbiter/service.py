@@ -37,6 +37,7 @@ import grpc.aio
 from themis.arbiter.cluster_backend import ClusterBackend
 from themis.arbiter.state import ArbiterConfig, ArbiterCore, CallError
 from themis.arbiter.tls import ServerTls
+from themis.rpc import keepalive
 from themis.rpc.v1 import arbiter_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -290,6 +291,7 @@ class ArbiterServer:
         server = grpc.aio.server(options=[
             ("grpc.max_receive_message_length", self._max_message_bytes),
             ("grpc.max_concurrent_streams", MAX_STREAMS_PER_CONNECTION),
+            *keepalive.SERVER_OPTIONS,  # agents' pings (themis.rpc.keepalive)
         ])
         add_servicer(ArbiterServicer(self.core, pool), server)
         address = f"{_bracketed(host)}:{port}"
