@@ -3,13 +3,18 @@
 # when built in), and NodeManagers with fake yarn.io/gpu on two racks. Each daemon is a host of its
 # own: a container with its own network namespace, host name and fixed address on the
 # mini-cluster's Docker bridge network (created here); see docs/minicluster.md.
+# With --ha: two ResourceManagers (rm1, rm2, each with the plugin) and a ZooKeeper server (zk):
+# automatic failover with the embedded elector, work-preserving recovery in ZKRMStateStore.
 #
-#   docker/minicluster.sh up [--no-wait]   start (replaces a running mini-cluster), wait until ready
+#   docker/minicluster.sh up [--ha] [--no-wait]  start (replaces a running mini-cluster), wait
+#                                          until ready (with --ha: one RM active, the other standby)
 #   docker/minicluster.sh down [--network] stop and remove the containers (and the network)
 #   docker/minicluster.sh status           containers, RM nodes (GPU totals, racks), HDFS
-#   docker/minicluster.sh logs [NAME]      daemon logs (NAME: nn dn rm nm1 nm2 nm3; default all, tails)
+#   docker/minicluster.sh logs [NAME]      daemon logs (NAME: nn dn rm nm1 nm2 nm3, with --ha zk rm1
+#                                          rm2 instead of rm; default all, tails)
 #   docker/minicluster.sh wait             wait until ready (RM sees all NMs, WebHDFS answers)
 #   docker/minicluster.sh hosts            each host's name and address (for scripts)
+#   docker/minicluster.sh active-rm        the active RM's host name (rm without HA)
 #
 # Environment:
 #   THEMIS_IMAGE      image for NN/DN/RM (default themis/yarn, else themis/hadoop)
@@ -18,7 +23,9 @@
 #   THEMIS_MC_TIMEOUT seconds to wait for readiness (default 180)
 #   THEMIS_MC_NET     name of the Docker network (default themis-mc-net)
 #   THEMIS_MC_SUBNET  its /24, as the first three octets (default 172.31.0: nn .2, dn .3, rm .4,
-#                     the i-th NodeManager .(10+i); the machine itself is .1)
+#                     zk .5, rm1 .6, rm2 .7, the i-th NodeManager .(10+i); the machine is .1)
+#   THEMIS_MC_HA=1    same as up --ha (THEMIS_ZK_TIMEOUT_MS: the RMs' ZooKeeper session timeout,
+#                     default 4000: how long a killed active RM keeps its leadership)
 #   THEMIS_SCHEDULER, THEMIS_CONF_OVERRIDES: passed to the RM (see docker/bin/themis-daemon)
 #   THEMIS_MOUNT_SRC=1 bind-mount this checkout's themis/ package, docker/conf/*-site.xml,
 #                     docker/bin/themis-daemon and RM plugin jar (rm-plugin/target) over the
@@ -36,6 +43,7 @@ SUBNET=${THEMIS_MC_SUBNET:-172.31.0}
 addr_of() {
   case $1 in
     nn) echo "$SUBNET.2" ;; dn) echo "$SUBNET.3" ;; rm) echo "$SUBNET.4" ;;
+    zk) echo "$SUBNET.5" ;; rm1) echo "$SUBNET.6" ;; rm2) echo "$SUBNET.7" ;;
     *) local i=0 s
        for s in $NMS; do
          i=$((i + 1))
@@ -44,8 +52,9 @@ addr_of() {
        echo "unknown host $1" >&2; return 1 ;;
   esac
 }
-RM_URL=http://$(addr_of rm):8088
 NN_URL=http://$(addr_of nn):9870
+HA=${THEMIS_MC_HA:-0}
+HA_IDS=rm1,rm2
 
 say() { echo "[minicluster] $*" >&2; }
 die() { echo "[minicluster] ERROR: $*" >&2; exit 1; }
@@ -73,6 +82,27 @@ pick_images() {
 }
 
 nm_names() { local s; for s in $NMS; do printf '%s ' "${s%%:*}"; done; }
+# the running mini-cluster is the HA one when its rm1 container exists (status, wait, logs)
+detect_ha() {
+  if "$DOCKER" inspect "$PREFIX-rm1" >/dev/null 2>&1; then HA=1; fi
+}
+rm_names() { if [[ $HA == 1 ]]; then echo "zk ${HA_IDS//,/ }"; else echo rm; fi; }
+all_names() { echo "nn dn $(rm_names) $(nm_names)"; }
+# the active RM's host name: rm, or with HA the RM id whose REST API says ACTIVE ("" if none)
+active_rm() {
+  local id
+  [[ $HA == 1 ]] || { echo rm; return; }
+  for id in ${HA_IDS//,/ }; do
+    if python3 - "http://$(addr_of "$id"):8088/ws/v1/cluster/info" <<'EOF' 2>/dev/null; then
+import json, sys, urllib.request
+with urllib.request.urlopen(sys.argv[1], timeout=3) as r:
+    sys.exit(0 if json.load(r)["clusterInfo"].get("haState") == "ACTIVE" else 1)
+EOF
+      echo "$id"; return
+    fi
+  done
+  echo ""
+}
 
 # The rack table the RM reads: rendered from THEMIS_NMS (each NM by name and by address) and
 # mounted over the image's copy.
@@ -105,7 +135,13 @@ ensure_network() {
 
 host_args() { # --add-host for every mini-cluster host
   local n
-  for n in nn dn rm $(nm_names); do printf -- '--add-host %s:%s ' "$n" "$(addr_of "$n")"; done
+  for n in $(all_names); do printf -- '--add-host %s:%s ' "$n" "$(addr_of "$n")"; done
+}
+# the HA settings every daemon renders into its yarn-site.xml (docker/bin/themis-daemon)
+ha_env() {
+  [[ $HA == 1 ]] || return 0
+  printf -- '-e THEMIS_RM_HA=%s -e THEMIS_ZK_ADDRESS=zk:2181 -e THEMIS_ZK_TIMEOUT_MS=%s ' \
+    "$HA_IDS" "${THEMIS_ZK_TIMEOUT_MS:-4000}"
 }
 
 SRC_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -126,7 +162,7 @@ run() { # name image role [docker args...]
   fi
   # shellcheck disable=SC2046
   "$DOCKER" run -d --name "$PREFIX-$name" --label "$LABEL" --network "$NET" \
-    --ip "$(addr_of "$name")" --hostname "$name" $(host_args) \
+    --ip "$(addr_of "$name")" --hostname "$name" $(host_args) $(ha_env) \
     --stop-timeout 5 "${mounts[@]}" "$@" "$image" "$role" >/dev/null \
     || die "cannot start $PREFIX-$name"
 }
@@ -148,8 +184,16 @@ cmd_down() {
 
 # ready: RM lists every NM RUNNING with its GPU total, and WebHDFS answers with a live DataNode.
 check_ready() {
-  local quiet=${1:-0}
-  python3 - "$RM_URL" "$NN_URL" "$NMS" "$quiet" <<'EOF'
+  local quiet=${1:-0} rm
+  rm=$(active_rm)
+  if [[ -z $rm ]]; then
+    [[ $quiet == 1 ]] || echo "  not ready: no ResourceManager is active (${HA_IDS})"
+    return 1
+  fi
+  if [[ $HA == 1 && $quiet != 1 ]]; then
+    echo "  active ResourceManager: $rm ($(addr_of "$rm")); standby: $(echo "${HA_IDS//,/ }" | tr ' ' '\n' | grep -vx "$rm" | tr '\n' ' ')"
+  fi
+  python3 - "http://$(addr_of "$rm"):8088" "$NN_URL" "$NMS" "$quiet" <<'EOF'
 import json, sys, urllib.request
 rm, nn, spec, quiet = sys.argv[1], sys.argv[2], sys.argv[3].split(), sys.argv[4] == "1"
 want = {s.split(":")[0]: (int(s.split(":")[1]), s.split(":", 2)[2]) for s in spec}
@@ -199,7 +243,7 @@ EOF
 cmd_wait() {
   local t0=$SECONDS name
   while ! check_ready 1 >/dev/null 2>&1; do
-    for name in nn dn rm $(nm_names); do
+    for name in $(all_names); do
       if [[ $("$DOCKER" inspect -f '{{.State.Running}}' "$PREFIX-$name" 2>/dev/null) != true ]]; then
         "$DOCKER" logs --tail 40 "$PREFIX-$name" >&2 2>&1 || true
         die "container $PREFIX-$name is not running (logs above)"
@@ -216,8 +260,15 @@ cmd_wait() {
 }
 
 cmd_up() {
-  local wait=1 s name rest gpus topo n
-  [[ ${1:-} == --no-wait ]] && wait=0
+  local wait=1 s name rest gpus topo n id
+  while (($#)); do
+    case $1 in
+      --no-wait) wait=0 ;;
+      --ha) HA=1 ;;
+      *) die "up: unknown option $1 (up [--ha] [--no-wait])" ;;
+    esac
+    shift
+  done
   pick_images
   cmd_down
   ensure_network
@@ -225,9 +276,18 @@ cmd_up() {
   say "images: $IMAGE (NN/DN/RM), $NM_IMAGE (NMs); NMs: $NMS"
   run nn "$IMAGE" namenode
   run dn "$IMAGE" datanode
-  run rm "$IMAGE" resourcemanager \
-    -e THEMIS_SCHEDULER="${THEMIS_SCHEDULER:-}" -e THEMIS_CONF_OVERRIDES="${THEMIS_CONF_OVERRIDES:-}" \
-    -v "$topo:/opt/hadoop/conf.template/topology.table:ro"
+  if [[ $HA == 1 ]]; then
+    run zk "$IMAGE" zookeeper
+    for id in ${HA_IDS//,/ }; do
+      run "$id" "$IMAGE" resourcemanager -e THEMIS_RM_ID="$id" \
+        -e THEMIS_SCHEDULER="${THEMIS_SCHEDULER:-}" -e THEMIS_CONF_OVERRIDES="${THEMIS_CONF_OVERRIDES:-}" \
+        -v "$topo:/opt/hadoop/conf.template/topology.table:ro"
+    done
+  else
+    run rm "$IMAGE" resourcemanager \
+      -e THEMIS_SCHEDULER="${THEMIS_SCHEDULER:-}" -e THEMIS_CONF_OVERRIDES="${THEMIS_CONF_OVERRIDES:-}" \
+      -v "$topo:/opt/hadoop/conf.template/topology.table:ro"
+  fi
   local i=0
   for s in $NMS; do
     i=$((i + 1)); name=${s%%:*}; rest=${s#*:}; gpus=${rest%%:*}
@@ -235,7 +295,7 @@ cmd_up() {
       -e THEMIS_NM_GPUS="$gpus" \
       -v "$topo:/opt/hadoop/conf.template/topology.table:ro"
   done
-  say "started: $(for n in nn dn rm $(nm_names); do printf '%s=%s ' "$n" "$(addr_of "$n")"; done)(network $NET)"
+  say "started: $(for n in $(all_names); do printf '%s=%s ' "$n" "$(addr_of "$n")"; done)(network $NET)"
   ((wait)) && cmd_wait
   return 0
 }
@@ -248,18 +308,20 @@ cmd_status() {
 cmd_logs() {
   local name
   if [[ -n ${1:-} ]]; then "$DOCKER" logs "$PREFIX-$1" 2>&1; return; fi
-  for name in nn dn rm $(nm_names); do
+  for name in $(all_names); do
     echo "===== $PREFIX-$name ====="
     "$DOCKER" logs --tail "${THEMIS_LOG_TAIL:-30}" "$PREFIX-$name" 2>&1 || true
   done
 }
 
+[[ ${1:-} == up ]] || detect_ha
 case ${1:-} in
   up) shift; cmd_up "$@" ;;
   down) shift; cmd_down "$@" ;;
   status) cmd_status ;;
   logs) shift; cmd_logs "$@" ;;
   wait) cmd_wait ;;
-  hosts) for n in nn dn rm $(nm_names); do echo "$n $(addr_of "$n")"; done ;;
-  *) sed -n '2,25p' "${BASH_SOURCE[0]}"; exit 2 ;;
+  hosts) for n in $(all_names); do echo "$n $(addr_of "$n")"; done ;;
+  active-rm) rm=$(active_rm); [[ -n $rm ]] || die "no ResourceManager is active"; echo "$rm" ;;
+  *) sed -n '2,33p' "${BASH_SOURCE[0]}"; exit 2 ;;
 esac

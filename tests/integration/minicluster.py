@@ -43,6 +43,10 @@ NET = "themis-mc-net"
 SUBNET = "172.31.0"
 ADDR: dict[str, str] = {"nn": f"{SUBNET}.2", "dn": f"{SUBNET}.3", "rm": f"{SUBNET}.4",
                         **{n: f"{SUBNET}.{10 + i}" for i, n in enumerate(NMS, start=1)}}
+# RM HA (``running_minicluster(ha=True)``, ``docker/minicluster.sh up --ha``): ZooKeeper and
+# two RMs whose ids are their host names, instead of ``rm``
+HA_IDS = ("rm1", "rm2")
+HA_ADDR: dict[str, str] = {"zk": f"{SUBNET}.5", "rm1": f"{SUBNET}.6", "rm2": f"{SUBNET}.7"}
 RM = f"http://{ADDR['rm']}:8088"
 NN = f"http://{ADDR['nn']}:9870"
 READY_TIMEOUT_S = 180
@@ -152,9 +156,9 @@ def _remove_leftovers(client: Any) -> None:
         c.remove(force=True)
 
 
-def _nodes() -> dict[str, dict[str, Any]]:
+def _nodes(rm: str = RM) -> dict[str, dict[str, Any]]:
     out = {}
-    for n in (_get(f"{RM}/ws/v1/cluster/nodes").get("nodes") or {}).get("node", []):
+    for n in (_get(f"{rm}/ws/v1/cluster/nodes").get("nodes") or {}).get("node", []):
         infos = (n.get("totalResource", {}).get("resourceInformations") or {}).get(
             "resourceInformation", []
         )
@@ -168,9 +172,9 @@ def _nodes() -> dict[str, dict[str, Any]]:
     return out
 
 
-def _ready() -> bool:
+def _ready(rm: str = RM) -> bool:
     try:
-        nodes = _nodes()
+        nodes = _nodes(rm)
         if any(nodes.get(k, {}).get("state") != "RUNNING" for k in NMS):
             return False
         bean = _get(f"{NN}/jmx?qry=Hadoop:service=NameNode,name=FSNamesystemState")["beans"][0]
@@ -180,11 +184,30 @@ def _ready() -> bool:
         return False
 
 
-def _safe_nodes() -> Any:
+def _safe_nodes(rm: str = RM) -> Any:
     try:
-        return _nodes()
+        return _nodes(rm)
     except Exception as e:
         return repr(e)
+
+
+def rm_url(rm_id: str) -> str:
+    """The REST API of the RM with this HA id (``rm1``, ``rm2``)."""
+    return f"http://{HA_ADDR[rm_id]}:8088"
+
+
+def ha_state(rm_id: str) -> str:
+    """``ACTIVE``, ``STANDBY``, ... as that RM reports it; ``DOWN`` when it does not answer."""
+    try:
+        return str(_get(f"{rm_url(rm_id)}/ws/v1/cluster/info", timeout=3)["clusterInfo"]
+                   ["haState"])
+    except (OSError, ValueError, KeyError, urllib.error.URLError):
+        return "DOWN"
+
+
+def active_rm() -> str | None:
+    """The HA id of the active RM, if one is."""
+    return next((i for i in HA_IDS if ha_state(i) == "ACTIVE"), None)
 
 
 
@@ -197,6 +220,8 @@ def running_minicluster(
     mounts: Mapping[str, str] | None = None,
     rm_image: str | None = None,
     rm_volumes: Mapping[str, str] | None = None,
+    ha: bool = False,
+    zk_timeout_ms: int = 4000,
 ) -> Iterator[dict[str, Any]]:
     """Start the mini-cluster (Docker set up and images built when needed), wait until every
     NodeManager runs and HDFS has left safe mode, yield ``{"containers", "image",
@@ -204,7 +229,10 @@ def running_minicluster(
     yarn-site.xml settings for the RM; ``mounts`` maps host paths to container paths
     (read-only, every container). ``rm_image`` runs the ResourceManager from another image
     (e.g. ``themis/hadoop``: stock Hadoop); ``rm_volumes`` maps host paths to paths in the
-    RM container, read-write (e.g. its configuration template)."""
+    RM container, read-write (e.g. its configuration template). ``ha``: ZooKeeper and two RMs
+    (``HA_IDS``, automatic failover, ZKRMStateStore; as ``docker/minicluster.sh up --ha``)
+    instead of one; ready when one of them is active; ``zk_timeout_ms``: the RMs' ZooKeeper
+    session timeout."""
     ok, why = _docker_available()  # runs scripts/docker-setup.sh when no daemon answers
     if not ok:
         skip_or_fail(why)
@@ -217,6 +245,11 @@ def running_minicluster(
     del extra_ports  # every host has its own addresses: no port of this machine is used
     _ensure_network(client)
     all_mounts = {**source_mounts(), **(mounts or {})}
+    addr = {**ADDR, **HA_ADDR} if ha else ADDR
+    if ha:
+        addr = {k: v for k, v in addr.items() if k != "rm"}
+    ha_env = {"THEMIS_RM_HA": ",".join(HA_IDS), "THEMIS_ZK_ADDRESS": "zk:2181",
+              "THEMIS_ZK_TIMEOUT_MS": str(zk_timeout_ms)} if ha else {}
 
     def daemon(role: str, image_: str, name: str, volumes: Mapping[str, str] | None = None,
                extra_mounts: Mapping[str, str] | None = None, skip: Sequence[str] = (),
@@ -228,8 +261,8 @@ def running_minicluster(
             .with_kwargs(
                 network=NET, hostname=name, labels=LABEL, stop_signal="SIGTERM",
                 networking_config={NET: client.api.create_endpoint_config(
-                    ipv4_address=ADDR[name])},
-                extra_hosts=dict(ADDR))
+                    ipv4_address=addr[name])},
+                extra_hosts=dict(addr))
         )
         for host, inside in {**all_mounts, **(extra_mounts or {})}.items():
             if inside in skip or any(inside.startswith(v.rstrip("/") + "/")
@@ -238,7 +271,7 @@ def running_minicluster(
             c = c.with_volume_mapping(host, inside, "ro")
         for host, inside in (volumes or {}).items():
             c = c.with_volume_mapping(host, inside, "rw")
-        for k, v in env.items():
+        for k, v in {**ha_env, **env}.items():
             c = c.with_env(k, v)
         return c
 
@@ -248,10 +281,15 @@ def running_minicluster(
     containers: list[DockerContainer] = [
         daemon("namenode", image, "nn"),
         daemon("datanode", image, "dn"),
-        daemon("resourcemanager", rm_image or image, "rm", rm_volumes,
-               extra_mounts=plugin_mount() if rm_image is None else None,
-               skip=(IMAGE_SITE,) if rm_image is not None else (), **rm_env),
     ]
+    if ha:
+        containers.append(daemon("zookeeper", image, "zk"))
+        containers += [daemon("resourcemanager", image, i, None, extra_mounts=plugin_mount(),
+                              THEMIS_RM_ID=i, **rm_env) for i in HA_IDS]
+    else:
+        containers.append(daemon("resourcemanager", rm_image or image, "rm", rm_volumes,
+                                 extra_mounts=plugin_mount() if rm_image is None else None,
+                                 skip=(IMAGE_SITE,) if rm_image is not None else (), **rm_env))
     for i, (name, (gpus, _rack)) in enumerate(NMS.items(), start=1):
         containers.append(
             daemon("nodemanager", nm_image, name, THEMIS_NM_NAME=name,
@@ -263,7 +301,7 @@ def running_minicluster(
         for c in containers:
             c.start()
             started.append(c)
-        while not _ready():
+        while not (_ready(rm_url(active_rm() or HA_IDS[0])) if ha else _ready()):
             for c in started:
                 wrapped = c.get_wrapped_container()
                 wrapped.reload()
@@ -271,9 +309,14 @@ def running_minicluster(
                     logs = wrapped.logs(tail=40).decode(errors="replace")
                     pytest.fail(f"{wrapped.name} exited ({wrapped.status}):\n{logs}")
             if time.monotonic() - t0 > READY_TIMEOUT_S:
-                pytest.fail(
-                    f"mini-cluster not ready after {READY_TIMEOUT_S}s: nodes={_safe_nodes()}"
-                )
+                states = {i: ha_state(i) for i in HA_IDS} if ha else {}
+                rm_logs = "".join(
+                    f"\n==== {w.name}\n" + w.logs(tail=30).decode(errors="replace")
+                    for w in (c.get_wrapped_container() for c in started)
+                    if "-rm" in w.name or "-zk-" in w.name)
+                pytest.fail(f"mini-cluster not ready after {READY_TIMEOUT_S}s: "
+                            f"nodes={_safe_nodes(rm_url(active_rm() or HA_IDS[0]) if ha else RM)}"
+                            f"{f' RMs={states}' if ha else ''}{rm_logs}")
             time.sleep(2)
         yield {"containers": started, "image": image, "nm_image": nm_image,
                "startup_s": time.monotonic() - t0}
@@ -359,14 +402,19 @@ def _hex_addr(h: str) -> str:
 def tcp_sockets(container: Any) -> list[tuple[str, str, int, str, int]]:
     """(state, local address, local port, remote address, remote port) of the container's
     TCP sockets (/proc/net/tcp and tcp6 inside it); state LISTEN or ESTABLISHED or other."""
-    r = container.exec_run(["cat", "/proc/net/tcp", "/proc/net/tcp6"])
+    # stdout only (demux), decoded leniently: a docker exec's output stream on a loaded
+    # machine once carried a non-UTF-8 byte; a line that does not parse is skipped
+    r = container.exec_run(["cat", "/proc/net/tcp", "/proc/net/tcp6"], demux=True)
     states = {"0A": "LISTEN", "01": "ESTABLISHED"}
     out = []
-    for line in r.output.decode().splitlines():
+    for line in (r.output[0] or b"").decode(errors="replace").splitlines():
         f = line.split()
         if len(f) < 4 or ":" not in f[1] or f[0] == "sl":
             continue
-        (la, lp), (ra, rp) = f[1].split(":"), f[2].split(":")
-        out.append((states.get(f[3], f[3]), _hex_addr(la), int(lp, 16), _hex_addr(ra),
-                    int(rp, 16)))
+        try:
+            (la, lp), (ra, rp) = f[1].split(":"), f[2].split(":")
+            out.append((states.get(f[3], f[3]), _hex_addr(la), int(lp, 16), _hex_addr(ra),
+                        int(rp, 16)))
+        except ValueError:
+            continue
     return out
