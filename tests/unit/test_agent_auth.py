@@ -274,7 +274,7 @@ def test_idle_calls_and_streams_do_not_starve_the_service(registrar: HmacRegistr
         assert srv.core.snapshot()["apps"]["b"][1] == 3.0
         # one stream per app: the 69 superseded ones ended, the newest (in the server's
         # order) is still open
-        assert wait_for(lambda: sum(not c.is_active() for c in streams) == 69, 10)
+        assert wait_for(lambda: sum(not c.is_active() for c in streams) == 69, 30)
         assert sum(c.is_active() for c in streams) == 1
         assert srv.core.snapshot()["apps"]["a"][3] != 0  # its record has an open stream
     finally:
