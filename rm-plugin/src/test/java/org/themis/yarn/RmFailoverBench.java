@@ -90,7 +90,8 @@ class RmFailoverBench {
         + stats(settled) + "; active -> first grant committed " + stats(granted));
   }
 
-  private static String stats(List<Long> xs) {
+  /** Median, p95 (nearest rank) and maximum of {@code xs}. */
+  static String stats(List<Long> xs) {
     List<Long> s = new ArrayList<>(xs);
     Collections.sort(s);
     long median = s.get(s.size() / 2);

@@ -291,7 +291,7 @@ class RmRestartIT {
   }
 
   /** Waits for {@code n} GPU containers of {@code am} on {@code node} and runs them. */
-  private static List<Container> launch(TestAm am, int n, NodeId node) throws Exception {
+  static List<Container> launch(TestAm am, int n, NodeId node) throws Exception {
     ThemisMiniCluster.waitFor(am.appId + ": " + n + " GPU container(s)", 15_000, () -> {
       am.pollUnchecked();
       return am.gpuContainers().size() >= n;
@@ -309,7 +309,7 @@ class RmRestartIT {
   }
 
   /** The container's state on its NodeManager, null when no NM has it. */
-  private static ContainerState nmState(ContainerId id) {
+  static ContainerState nmState(ContainerId id) {
     for (int i = 0; i < 2; i++) {
       org.apache.hadoop.yarn.server.nodemanager.containermanager.container.Container c =
           mc.cluster.getNodeManager(i).getNMContext().getContainers().get(id);

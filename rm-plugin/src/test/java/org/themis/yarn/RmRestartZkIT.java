@@ -19,12 +19,17 @@ class RmRestartZkIT extends RmRestartIT {
     zk = new ZkTestServer();
     File dir = Files.createTempDirectory("themis-restart-zk").toFile();
     YarnConfiguration conf = restartConf(dir);
-    conf.set(YarnConfiguration.RM_STORE, ZKRMStateStore.class.getName());
-    conf.set(ZkLeaseStore.ZK_ADDRESS, zk.address());
-    conf.set(YarnConfiguration.RM_CLUSTER_ID, "restart-zk");
+    useZk(conf, zk.address(), "restart-zk");
     start("themis-restart-zk", conf, "zookeeper ");
     check = new ZkLeaseStore(conf, zk.address(),
         LeaseStores.zkPath(conf, ThemisSettings.from(conf)));
+  }
+
+  /** The RM's state (ZKRMStateStore) and the leases in ZooKeeper at {@code zkAddress}. */
+  static void useZk(YarnConfiguration conf, String zkAddress, String clusterId) {
+    conf.set(YarnConfiguration.RM_STORE, ZKRMStateStore.class.getName());
+    conf.set(ZkLeaseStore.ZK_ADDRESS, zkAddress);
+    conf.set(YarnConfiguration.RM_CLUSTER_ID, clusterId);
   }
 
   @AfterAll
