@@ -1,0 +1,119 @@
+"""Distributed jobs (themis.am.taskgroup): gang GPU counts and bids of the AM core, the
+YARN AM's gang placement and its TF_CONFIG rendezvous (containers' NodeManager hosts and
+the ports their runners reported)."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+
+from tests.unit.test_submarine_am import FakeShell, _Clock, _FakeAgent
+from themis.agent.bids import Bid, BidTable
+from themis.am.core import AmCore, gang_bids
+from themis.am.taskgroup import TaskGroup, cluster_spec, tf_config
+from themis.submarine_am.am import AppMaster
+from themis.submarine_am.packing import JobNeed
+from themis.submarine_am.spec import parse_spec
+
+CMD = "train --job-id {job_id} --max-steps {max_steps} --checkpoint-uri {checkpoint_uri} --lr {lr}"
+
+
+def _spec(workers: int = 2, ps: int = 0) -> Any:
+    raw: dict[str, Any] = {
+        "name": "mw", "search_space": {"lr": {"type": "double", "min": 0.001, "max": 0.1}},
+        "hyperband": {"max_resource": 4, "eta": 2, "steps_per_unit": 20, "brackets": [1]},
+        "job": {"command": CMD}, "resources": {"gpus": 1}, "tasks": {"workers": workers},
+    }
+    if ps:
+        raw["tasks"]["ps"] = {"count": ps}
+    return parse_spec(raw)
+
+
+def test_tf_config_names_the_cluster_and_the_task() -> None:
+    group = TaskGroup(2, 1)
+    cluster = cluster_spec(group, {("worker", 0): "a:1", ("worker", 1): "b:2",
+                                   ("ps", 0): "c:3"})
+    assert json.loads(tf_config(cluster, ("worker", 1))) == {
+        "cluster": {"worker": ["a:1", "b:2"], "ps": ["c:3"]},
+        "task": {"type": "worker", "index": 1}}
+    assert group.tasks() == [("worker", 0), ("worker", 1), ("ps", 0)]
+    assert not TaskGroup().distributed and group.gpus(2) == 4
+
+
+def test_two_worker_job_is_not_started_on_half_its_gpus() -> None:
+    core = AmCore(_spec(), "mw", clock=lambda: 0.0)
+    assert core.gang == 2
+    a, b = sorted(core.hb.jobs)[:2]
+    needs = [JobNeed(a, 10.0, 2), JobNeed(b, 5.0, 2)]
+    assert core.gpu_counts(needs, 1) == {}  # one GPU: no job (it would idle half its group)
+    assert core.gpu_counts(needs, 3) == {a: 2}  # the job with most work left; b waits
+    assert core.gpu_counts(needs, 4) == {a: 2, b: 2}
+    with pytest.raises(ValueError, match="runs on 2 GPUs, not 1"):
+        core.launch_for(a, ("m0-g0",))
+    run = core.launch_for(a, ("m0-g0", "m0-g1"))
+    assert (run.workers, run.worker_gpus(1)) == (2, ("m0-g1",))
+    # the app model: every job demands its whole group, in every rung
+    assert {j.max_demand for j in core.model(0.0).jobs} == {2}
+
+
+def test_gang_bids_leave_the_app_whole_task_groups() -> None:
+    table = BidTable("mw", 9.0, (Bid(("g1",), 5.0), Bid(("g1", "g2"), 4.0),
+                                 Bid(("g1", "g2", "g3"), 3.5)))
+    assert [b.gpus for b in gang_bids(table, 0, 2).bids] == [("g1", "g2")]
+    assert [len(b.gpus) for b in gang_bids(table, 1, 2).bids] == [1, 3]  # 1 held + 1, + 3
+    assert gang_bids(table, 0, 0) == table
+
+
+def _am(spec: Any, leases: dict[str, float]) -> tuple[AppMaster, FakeShell]:
+    shell = FakeShell()
+    am = AppMaster(spec, "application_1700000000000_0031", shell, arbiter="-", hdfs=None,
+                   app_dir="/tmp/mw", clock=_Clock())
+    shell.am = am
+    am.agent = _FakeAgent(leases)
+    am.cluster_nodes = json.loads(shell.nodes())
+    am.state = "RUNNING"
+    return am, shell
+
+
+def test_yarn_am_asks_for_a_whole_task_group_on_one_node_only() -> None:
+    far = 10_000.0
+    am, shell = _am(_spec(), {"nm1:8041/0": far})  # one leased GPU: half a group
+    am.reconcile()
+    assert all(node != "nm1:8041" for node, _ in shell.asks.values())  # only parked asks
+    am, shell = _am(_spec(), {"nm1:8041/0": far, "nm1:8041/1": far})
+    am.reconcile()
+    on_nm1 = [r for r in am.runs if r.node == "nm1:8041"]
+    assert sorted((r.task, r.task_index, r.gpus) for r in on_nm1) == [
+        ("worker", 0, 1), ("worker", 1, 1)]
+    assert len({r.group for r in on_nm1}) == 1
+
+
+def test_yarn_rendezvous_hands_out_tf_config_once_every_task_reported() -> None:
+    am, shell = _am(_spec(workers=2, ps=1), {"nm1:8041/0": 1e4, "nm1:8041/1": 1e4})
+    am.reconcile()
+    group = [r for r in am.runs if r.node == "nm1:8041"]
+    assert sorted(r.task for r in group) == ["ps", "worker", "worker"]
+    commands = []
+    shell.launch = lambda cid, cmd, env: commands.append(cmd)  # type: ignore[method-assign]
+    for i, r in enumerate(group):  # the RM allocates them, the AM launches them
+        shell.containers[f"c{i}"] = {"node": r.node, "gpus": r.gpus}
+        am.launcher.handle_event({"type": "allocated", "container": f"c{i}",
+                                  "node": "nm1:8041", "request_id": r.request_id})
+    assert [re.search(r"--task (\S+)", c).group(1) for c in commands] == [  # type: ignore
+        "worker:0", "worker:1", "ps:0"]
+    assert "tf_config" not in am.launcher.answer({"container": "c0", "port": 2222})
+    assert "tf_config" not in am.launcher.answer({"container": "c1", "port": 2223})
+    configs = {}
+    answer = am.launcher.answer({"container": "c2", "port": 2224})
+    configs["c2"] = json.loads(answer["tf_config"])
+    for c in ("c0", "c1"):  # the others get theirs at their next report
+        configs[c] = json.loads(am.launcher.answer({"container": c})["tf_config"])
+    assert configs["c0"]["cluster"] == {"worker": ["nm1:2222", "nm1:2223"],
+                                        "ps": ["nm1:2224"]}  # NodeManager hosts
+    assert all(c["cluster"] == configs["c0"]["cluster"] for c in configs.values())
+    assert sorted((c["task"]["type"], c["task"]["index"]) for c in configs.values()) == [
+        ("ps", 0), ("worker", 0), ("worker", 1)]
+    assert am.launcher.answer({"container": "other", "port": 1}) == {"stop": False}
