@@ -5,7 +5,13 @@ the ports their runners reported)."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +23,7 @@ from themis.am.taskgroup import TaskGroup, cluster_spec, tf_config
 from themis.submarine_am.am import AppMaster
 from themis.submarine_am.packing import JobNeed
 from themis.submarine_am.spec import parse_spec
+from themis.testing.am_conformance import YarnHarness
 
 CMD = "train --job-id {job_id} --max-steps {max_steps} --checkpoint-uri {checkpoint_uri} --lr {lr}"
 
@@ -117,3 +124,50 @@ def test_yarn_rendezvous_hands_out_tf_config_once_every_task_reported() -> None:
     assert sorted((c["task"]["type"], c["task"]["index"]) for c in configs.values()) == [
         ("ps", 0), ("worker", 0), ("worker", 1)]
     assert am.launcher.answer({"container": "other", "port": 1}) == {"stop": False}
+
+
+def test_runners_meet_at_the_rendezvous_and_start_the_job_with_tf_config(
+        tmp_path: Path) -> None:
+    """Two real runner processes (worker 0 and 1 of a job) report their ports to an AM
+    endpoint answering with :meth:`YarnContainerLauncher.answer`; each starts the job
+    command only with the TF_CONFIG of the whole group."""
+    h = YarnHarness({})
+    h.launch("j", 10, 0, workers=2)
+    h.launcher.poll()  # the containers are allocated and launched (their runners start)
+    containers = {r.task_index: r.container for r in h.launcher.runs}
+    assert sorted(containers) == [0, 1] and all(containers.values())
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            report = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            body = json.dumps(h.launcher.answer(report)).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    job = "import os; print(os.environ['TF_CONFIG'], flush=True)"
+    try:
+        procs = [subprocess.Popen(
+            [sys.executable, "-m", "themis.submarine_am.runner", "--am",
+             f"http://127.0.0.1:{server.server_address[1]}", "--job-id", "j",
+             "--logdir", str(tmp_path / f"logs{i}"), "--report-every", "0.1",
+             "--task", f"worker:{i}", "--", sys.executable, "-c", job],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+            env={**os.environ, "CONTAINER_ID": containers[i]}) for i in (0, 1)]
+        outs = [p.communicate(timeout=60)[0] for p in procs]
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert [p.returncode for p in procs] == [0, 0]
+    configs = [json.loads(out.strip().splitlines()[-1]) for out in outs]
+    assert [c["task"] for c in configs] == [{"type": "worker", "index": 0},
+                                            {"type": "worker", "index": 1}]
+    workers = configs[0]["cluster"]["worker"]
+    assert configs[1]["cluster"] == {"worker": workers} and len(set(workers)) == 2
+    assert all(w.startswith("nm1:") for w in workers)  # the containers' NodeManager host
