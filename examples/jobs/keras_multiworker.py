@@ -82,7 +82,7 @@ def train_step(x, y, flag):
             loss = tf.nn.compute_average_loss(loss_fn(y, model(x, training=True)),
                                               global_batch_size=32 * strategy.num_replicas_in_sync)
         grads = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
         return loss, flag
 
     loss, flags = strategy.run(replica, args=(x, y, flag))

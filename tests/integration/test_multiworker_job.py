@@ -67,6 +67,7 @@ def test_two_worker_job_trains_stops_and_resumes_as_one_group(tmp_path: Path) ->
         time.sleep(0.2)
     launcher.stop("j0", "lease")
     stopped = _wait(launcher, LaunchCode.STOPPED, timeout=120)
+    assert stopped.status == 0, _tails(launcher)  # checkpointed and exited
     assert launcher.live() == set()
     steps = checkpoint_steps(runner.checkpoint_dir)  # the chief's checkpoint only
     assert steps, _tails(launcher)
