@@ -23,6 +23,12 @@ Lifecycle of one job (a Hyperband trial):
   when every trial failed.
 * a new AM attempt (the AM crashed) restores :meth:`AmCore.to_state` and relaunches the
   trials Hyperband still runs; they resume from their checkpoints.
+
+A distributed job (the spec's ``tasks``: :mod:`themis.am.taskgroup`) is gang-scheduled: it
+runs on exactly ``workers x resources.gpus`` GPUs (:attr:`AmCore.gang`), the AM gives a
+job either all of them or none (:meth:`AmCore.gpu_counts`), its bidder bids only for whole
+groups (:func:`gang_bids`), and a launch (:meth:`AmCore.launch_for`) starts all of its
+tasks; the launcher reports one event per job for the whole group.
 """
 
 from __future__ import annotations

@@ -574,9 +574,10 @@ class AppMaster:
         now = self.clock()
         held_ids = self.held()
         rho_now = self.current_rho(len(held_ids))
-        latest: dict[str, Run] = {}
+        latest: dict[str, Run] = {}  # a distributed job's: its chief's
         for x in self.runs:
-            latest[x.job_id] = x
+            if x.chief:
+                latest[x.job_id] = x
         jobs = []
         for j in sorted(self.hb.jobs.values(), key=lambda j: j.id):
             r = latest.get(j.id)
