@@ -468,7 +468,7 @@ class AppMaster:
         waiting = sorted((j for j in self.core.runnable() if j.id not in busy_jobs),
                          key=lambda j: (-j.iters_left, j.id))
         cap = self.spec.max_parallel_jobs or 10**9
-        active = sum(1 for r in self.runs if r.live)
+        active = len({r.job_id for r in self.runs if r.live})  # jobs, not task runs
         for r in parked:  # move parked asks to won nodes
             nodes = [n for n, f in free.items() if f >= g]
             if not nodes:
