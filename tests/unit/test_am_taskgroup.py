@@ -18,12 +18,13 @@ import pytest
 
 from tests.unit.test_submarine_am import FakeShell, _Clock, _FakeAgent
 from themis.agent.bids import Bid, BidTable
-from themis.am.core import AmCore, gang_bids
+from themis.am.core import AmCore, LaunchCode, gang_bids
 from themis.am.taskgroup import TaskGroup, cluster_spec, tf_config
 from themis.submarine_am.am import AppMaster
 from themis.submarine_am.packing import JobNeed
 from themis.submarine_am.spec import parse_spec
-from themis.testing.am_conformance import YarnHarness
+from themis.standalone.jobs import GpusBusy
+from themis.testing.am_conformance import LocalHarness, YarnHarness, events_until
 
 CMD = "train --job-id {job_id} --max-steps {max_steps} --checkpoint-uri {checkpoint_uri} --lr {lr}"
 
@@ -171,3 +172,21 @@ def test_runners_meet_at_the_rendezvous_and_start_the_job_with_tf_config(
     workers = configs[0]["cluster"]["worker"]
     assert configs[1]["cluster"] == {"worker": workers} and len(set(workers)) == 2
     assert all(w.startswith("nm1:") for w in workers)  # the containers' NodeManager host
+
+
+def test_local_group_is_not_launched_again_before_all_of_its_tasks_ended(
+        tmp_path: Path) -> None:
+    """The chief's exit ends the job only once its other tasks are gone too: until then a
+    new launch of the job is refused (its GPUs are still the old group's)."""
+    h = LocalHarness(tmp_path)
+    h.launch("g", 100_000, 0, workers=2, ps=1)
+    chief, *others = h._tasks["g"]
+    events_until(h, lambda evs: len(h.tf_configs("g")) == 3)
+    chief.stop("test")  # only the chief: the others run on until the launcher sees it
+    chief.proc.wait(timeout=30)  # type: ignore[union-attr]
+    assert all(t.live for t in others) and h.launcher.live() == {"g"}
+    with pytest.raises(GpusBusy):
+        h.launch("g", 100_000, 1, workers=2)
+    evs = events_until(h, lambda evs: bool(evs))  # the launcher stops the group
+    assert [e.code for e in evs] == [LaunchCode.STOPPED] and h.live_tasks("g") == 0
+    assert all(t.segments[-1].stopped_by == "gang" for t in others)

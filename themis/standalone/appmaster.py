@@ -377,9 +377,9 @@ class AppMaster:
                             now - r.stop_sent)
                 self.launcher.kill_tasks(r.job_id)
         runnable = {j.id for j in self.core.runnable()}
+        live = self.launcher.live()  # (a distributed job's: until all of its tasks ended)
         for job_id, gpus in sorted(desired.items()):
-            r = self.runners[job_id]
-            if r.live or not gpus or not set(gpus) <= held_now or job_id not in runnable:
+            if job_id in live or not gpus or not set(gpus) <= held_now or job_id not in runnable:
                 continue
             with self._lock:
                 left = min(self._expiry.get(g, math.inf) for g in gpus) - now

@@ -292,6 +292,7 @@ class LocalProcessLauncher:
         self.profile = profile  # the emulated GPUs' slowdown per locality
         self.runners: dict[str, JobRunner] = {}
         self.tasks: dict[str, dict[tuple[str, int], JobRunner]] = {}  # the other tasks
+        self._task_runners: dict[tuple[str, str, int], JobRunner] = {}  # kept across runs
         self._ended: dict[str, Segment] = {}  # chief's segment while other tasks run
         self.closed: list[tuple[str, Segment]] = []  # segments ended at the last poll
         self._started: list[str] = []  # launched since the last poll
@@ -303,6 +304,8 @@ class LocalProcessLauncher:
 
     def launch(self, run: JobLaunch) -> None:
         who = f"{self.app}/{run.job_id}"
+        if run.job_id in self.live():
+            raise GpusBusy(f"{run.job_id}: its previous run has not ended yet")
         if not self.registry.acquire(run.gpus, who):
             raise GpusBusy(f"{run.gpus} still in use")
         chief = self.runner(run.job_id)
@@ -321,7 +324,8 @@ class LocalProcessLauncher:
     def _launch_group(self, chief: JobRunner, run: JobLaunch) -> None:
         group = run.group
         cluster = cluster_spec(group, {t: f"127.0.0.1:{free_port()}" for t in group.tasks()})
-        runners = {t: chief if t == CHIEF else chief.task_runner(t) for t in group.tasks()}
+        runners = {t: chief if t == CHIEF else self._task_runners.setdefault(
+            (run.job_id, *t), chief.task_runner(t)) for t in group.tasks()}
         self.tasks[run.job_id] = {t: r for t, r in runners.items() if t != CHIEF}
         for task, r in runners.items():
             gpus = run.worker_gpus(task[1]) if task[0] != PS else ()
