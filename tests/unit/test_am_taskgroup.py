@@ -20,10 +20,10 @@ from tests.unit.test_submarine_am import FakeShell, _Clock, _FakeAgent
 from themis.agent.bids import Bid, BidTable
 from themis.am.core import AmCore, LaunchCode, gang_bids
 from themis.am.taskgroup import TaskGroup, cluster_spec, tf_config
+from themis.standalone.jobs import GpusBusy
 from themis.submarine_am.am import AppMaster
 from themis.submarine_am.packing import JobNeed
 from themis.submarine_am.spec import parse_spec
-from themis.standalone.jobs import GpusBusy
 from themis.testing.am_conformance import LocalHarness, YarnHarness, events_until
 
 CMD = "train --job-id {job_id} --max-steps {max_steps} --checkpoint-uri {checkpoint_uri} --lr {lr}"
