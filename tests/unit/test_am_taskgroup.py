@@ -16,10 +16,14 @@ from typing import Any
 
 import pytest
 
-from tests.unit.test_submarine_am import FakeShell, _Clock, _FakeAgent
+from tests.unit.test_submarine_am import NODES, FakeShell, _Clock, _FakeAgent, _run_am
 from themis.agent.bids import Bid, BidTable
 from themis.am.core import AmCore, LaunchCode, gang_bids
 from themis.am.taskgroup import TaskGroup, cluster_spec, tf_config
+from themis.arbiter.cluster_backend import StaticCluster
+from themis.arbiter.service import ArbiterServer
+from themis.arbiter.state import ArbiterConfig
+from themis.cluster.topology import Gpu
 from themis.standalone.jobs import GpusBusy
 from themis.submarine_am.am import AppMaster
 from themis.submarine_am.packing import JobNeed
@@ -190,3 +194,99 @@ def test_local_group_is_not_launched_again_before_all_of_its_tasks_ended(
     evs = events_until(h, lambda evs: bool(evs))  # the launcher stops the group
     assert [e.code for e in evs] == [LaunchCode.STOPPED] and h.live_tasks("g") == 0
     assert all(t.segments[-1].stopped_by == "gang" for t in others)
+
+
+class GroupShell(FakeShell):
+    """:class:`FakeShell` whose containers run a distributed job's tasks like the runner
+    does: a task waits at the AM's rendezvous (reporting its port) until it gets its
+    TF_CONFIG; only the chief reports the job's events and saves its checkpoint; the other
+    tasks run until they are told to stop."""
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.configs: list[dict[tuple[str, int], dict[str, Any]]] = []  # per group
+        self.partial: list[str] = []  # jobs seen training without all of their tasks
+
+    def launch(self, container: str, command: str, env_json: str) -> None:
+        task = re.search(r"--task (\w+):(\d+)", command)
+        super().launch(container, command, env_json)
+        c = self.containers[container]
+        assert task is not None, command
+        c.update(task=(task.group(1), int(task.group(2))), port=30000 + self.next_id,
+                 running=False, waiting=True)
+        self.next_id += 1
+
+    def _report(self, container: str, events: list[dict[str, Any]]) -> None:
+        c = self.containers[container]
+        if c.get("task", ("worker", 0)) == ("worker", 0) and not c.get("waiting", True):
+            super()._report(container, events)
+
+    def _complete(self, container: str, status: int = 0) -> None:
+        c = self.containers[container]
+        if c.get("task") != ("worker", 0):  # only the chief's checkpoint is kept
+            self.containers.pop(container)
+            self.events.append({"type": "completed", "container": container,
+                                "exit_status": status})
+            return
+        super()._complete(container, status)
+
+    def poll_events(self, timeout_ms: int) -> str:
+        assert self.am is not None
+        for cid, c in list(self.containers.items()):
+            if not c.get("waiting"):
+                continue
+            answer = self.am.launcher.answer({"container": cid, "port": c["port"]})
+            if answer.get("stop"):
+                self._complete(cid)
+            elif "tf_config" in answer:
+                c.update(waiting=False, running=True, config=json.loads(answer["tf_config"]))
+                if c["task"] == ("worker", 0):
+                    self._report(cid, [{"event": "start", "step": c["step"],
+                                        "restored_from": "x" if c["step"] else None}])
+                    group = {x["task"]: x["config"] for x in self.containers.values()
+                             if x.get("job") == c["job"] and "config" in x}
+                    self.configs.append(group)
+        for c in self.containers.values():
+            if c.get("running") and c.get("task") == ("worker", 0):
+                mates = [x for x in self.containers.values()
+                         if x.get("job") == c["job"] and x.get("running")]
+                if len(mates) != 2:
+                    self.partial.append(c["job"])
+        for c in self.containers.values():  # only the chief reaches the target
+            if c.get("task") not in (None, ("worker", 0)):
+                c["max_steps"] = 10**9
+        return super().poll_events(timeout_ms)
+
+
+def test_yarn_am_runs_a_two_worker_hyperband_app_across_lease_ends(tmp_path: Path) -> None:
+    """The AM with a real arbiter (2-second leases) and 2-worker jobs: every job runs on
+    both GPUs of a node or not at all, every launch's tasks got one consistent
+    TF_CONFIG, jobs move at lease ends as whole groups and resume from the chief's
+    checkpoint, and the app finishes."""
+    gpus = [Gpu(f"{n}/{k}", n, r, f"s{k}") for n, (r, g) in NODES.items() for k in range(g)]
+    srv = ArbiterServer(StaticCluster(gpus), ArbiterConfig(
+        lease_s=2.0, bid_timeout_s=1.0, warning_s=0.5, fairness_knob=0.0, round_delay_s=0.01,
+        solver="highs"))
+    srv.start(0)
+    try:
+        shell = GroupShell(steps_per_poll=1, poll_sleep=0.06)
+        am = AppMaster(_spec(), "application_1700000000000_0032", shell,
+                       arbiter=srv.address, hdfs=None, app_dir="/tmp/mw2", idle_release_s=0.5,
+                       stop_lead_s=0.2, report_every_s=0.1)
+        shell.am = am
+        assert _run_am(am, timeout=120) == 0
+    finally:
+        srv.stop()
+    assert am.state == "FINISHED" and shell.finished is not None
+    assert shell.finished[0] == "SUCCEEDED"
+    finished = [j for j in am.snapshot()["jobs"] if j["status"] == "finished"]
+    assert len(finished) == 1 and finished[0]["steps"] == 80
+    assert shell.partial == []  # never a job training on one worker
+    assert shell.configs
+    for group in shell.configs:
+        cluster = group[("worker", 0)]["cluster"]
+        assert len(cluster["worker"]) == 2 and len(set(cluster["worker"])) == 2
+        assert all(cfg["cluster"] == cluster for cfg in group.values())
+    assert am.reallocations, "no job moved at a lease end"
+    assert all(r.restored_step for r in am.reallocations)
+    assert {r.gpus for r in am.runs} == {1}  # one GPU per worker container
