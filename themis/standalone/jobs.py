@@ -324,14 +324,21 @@ class LocalProcessLauncher:
     def _launch_group(self, chief: JobRunner, run: JobLaunch) -> None:
         group = run.group
         cluster = cluster_spec(group, {t: f"127.0.0.1:{free_port()}" for t in group.tasks()})
-        runners = {t: chief if t == CHIEF else self._task_runners.setdefault(
-            (run.job_id, *t), chief.task_runner(t)) for t in group.tasks()}
+        runners = {t: chief if t == CHIEF else self._task_runner(chief, t)
+                   for t in group.tasks()}
         self.tasks[run.job_id] = {t: r for t, r in runners.items() if t != CHIEF}
         for task, r in runners.items():
             gpus = run.worker_gpus(task[1]) if task[0] != PS else ()
             r.start(run.target_steps, [self.topology[g] for g in gpus], self.profile,
                     {"TF_CONFIG": tf_config(cluster, task)},
                     hold=run.gpus if task == CHIEF else ())
+
+    def _task_runner(self, chief: JobRunner, task: tuple[str, int]) -> JobRunner:
+        """The runner of a task other than the chief (the same one for every run)."""
+        key = (chief.job_id, *task)
+        if key not in self._task_runners:
+            self._task_runners[key] = chief.task_runner(task)
+        return self._task_runners[key]
 
     def kill_tasks(self, job_id: str) -> None:
         """SIGKILL every task of the job (a failed launch, a job ignoring SIGTERM)."""
