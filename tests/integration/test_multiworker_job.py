@@ -66,7 +66,7 @@ def test_two_worker_job_trains_stops_and_resumes_as_one_group(tmp_path: Path) ->
         prof.poll()
         time.sleep(0.2)
     launcher.stop("j0", "lease")
-    stopped = _wait(launcher, LaunchCode.STOPPED, timeout=120)
+    stopped = _wait(launcher, LaunchCode.STOPPED, timeout=240)
     assert stopped.status == 0, _tails(launcher)  # checkpointed and exited
     assert launcher.live() == set()
     steps = checkpoint_steps(runner.checkpoint_dir)  # the chief's checkpoint only
@@ -80,7 +80,7 @@ def test_two_worker_job_trains_stops_and_resumes_as_one_group(tmp_path: Path) ->
 
     launcher.launch(JobLaunch("j0", at + 20, gpus=("m0/2", "m0/3"), workers=2))
     assert _wait(launcher, LaunchCode.STARTED).step == at  # resumed from the checkpoint
-    reached = _wait(launcher, LaunchCode.REACHED)
+    reached = _wait(launcher, LaunchCode.REACHED, timeout=420)
     assert reached.status == 0 and reached.step == at + 20
     assert checkpoint_steps(runner.checkpoint_dir)[-1] == at + 20
     prof.poll()

@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ import pytest
 
 from tests.unit.test_submarine_am import NODES, FakeShell, _Clock, _FakeAgent, _run_am
 from themis.agent.bids import Bid, BidTable
-from themis.am.core import AmCore, LaunchCode, gang_bids
+from themis.am.core import AmCore, JobLaunch, LaunchCode, LaunchEvent, gang_bids
 from themis.am.taskgroup import TaskGroup, cluster_spec, tf_config
 from themis.arbiter.cluster_backend import StaticCluster
 from themis.arbiter.service import ArbiterServer
@@ -290,3 +291,36 @@ def test_yarn_am_runs_a_two_worker_hyperband_app_across_lease_ends(tmp_path: Pat
     assert am.reallocations, "no job moved at a lease end"
     assert all(r.restored_step for r in am.reallocations)
     assert {r.gpus for r in am.runs} == {1}  # one GPU per worker container
+
+
+def test_a_worker_finishing_before_the_chief_does_not_stop_the_job(tmp_path: Path) -> None:
+    """Workers reach the step target together, one a little earlier: its exit 0 does not
+    stop the chief (the job reaches its target); any other task's exit does stop it."""
+    from themis.arbiter.cluster_backend import uniform_cluster
+    from themis.standalone.jobs import GpuRegistry, JobRunner, LocalProcessLauncher
+
+    script = tmp_path / "task.py"
+    script.write_text(
+        "import json, os, sys, time\n"
+        "task = json.loads(os.environ['TF_CONFIG'])['task']\n"
+        "if task['type'] == 'worker' and task['index'] == 0:\n"
+        "    time.sleep(1.5)  # the chief finishes last\n"
+        "sys.exit(int(sys.argv[1]) if task['index'] == 1 else 0)\n")
+
+    def run(worker_1_status: int) -> LaunchCode:
+        root = tmp_path / f"j{worker_1_status}"
+        launcher = LocalProcessLauncher(
+            "a", uniform_cluster(1, 2).topology(), GpuRegistry(),
+            lambda job: JobRunner(job, {}, {}, root, 0.0, render=lambda steps, gpus: (
+                f"{sys.executable} {script} {worker_1_status}")))
+        launcher.launch(JobLaunch("j", 10, ("m0-g0", "m0-g1"), workers=2))
+        seen: list[LaunchEvent] = []
+        deadline = time.monotonic() + 30
+        while not any(e.code is not LaunchCode.STARTED for e in seen):
+            assert time.monotonic() < deadline, seen
+            seen += launcher.poll()
+            time.sleep(0.02)
+        return seen[-1].code
+
+    assert run(0) is LaunchCode.REACHED
+    assert run(3) is LaunchCode.FAILED  # worker 1 failed: the chief is stopped, job failed

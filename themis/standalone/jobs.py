@@ -33,7 +33,7 @@ from typing import IO, Any
 import themis
 from themis.agent.placement import DEFAULT, PlacementProfile
 from themis.am.core import JobLaunch, LaunchCode, LaunchEvent
-from themis.am.taskgroup import CHIEF, PS, cluster_spec, free_port, tf_config
+from themis.am.taskgroup import CHIEF, PS, WORKER, cluster_spec, free_port, tf_config
 from themis.cluster.topology import Gpu, Locality, locality_of
 from themis.submarine_am.ckptstore import checkpoint_steps
 from themis.submarine_am.searchspace import Value
@@ -279,8 +279,10 @@ class LocalProcessLauncher:
     A distributed job (:mod:`themis.am.taskgroup`) runs one process per task, each with its
     TF_CONFIG (``127.0.0.1`` and a free port per task) and its worker's GPUs (none for a
     parameter server); the job's runner is the chief's and holds the whole group's GPUs.
-    When one task exits the others are stopped (SIGTERM); the job's exit event comes once
-    every task has exited: the chief's outcome, or a failure if another task failed."""
+    When the chief exits, or another task exits other than a worker exiting 0 on its own
+    (at the step target, like the chief), the others are stopped (SIGTERM); the job's exit
+    event comes once every task has exited: the chief's outcome, or a failure if another
+    task failed."""
 
     def __init__(self, app: str, topology: Any, registry: GpuRegistry,
                  make_runner: Callable[[str], JobRunner],
@@ -372,8 +374,9 @@ class LocalProcessLauncher:
             if seg is not None:
                 self._ended[job_id] = seg
             ended = {t: x.poll() for t, x in tasks.items()}
-            if seg is not None or any(x is not None for x in ended.values()):
-                self.stop(job_id, "gang")  # one task ended: the whole group stops
+            if seg is not None or any(x is not None and _ends_group(t, x)
+                                      for t, x in ended.items()):
+                self.stop(job_id, "gang")  # the chief or a failed task: the group stops
             if job_id in self._ended and not any(x.live for x in tasks.values()):
                 out.append(self.close(job_id, self._ended.pop(job_id), tasks))
                 del self.tasks[job_id]
@@ -401,6 +404,12 @@ class LocalProcessLauncher:
                 return LaunchEvent(job_id, LaunchCode.FAILED, step, tseg.exit_status,
                                    f"{kind} {index}: {tseg.reason}")
         return LaunchEvent(job_id, code, step, status, seg.reason)
+
+
+def _ends_group(task: tuple[str, int], seg: Segment) -> bool:
+    """Whether a (non-chief) task's exit ends its group: any exit but a worker's own exit 0
+    (workers reach the step target together; the chief's exit ends the group then)."""
+    return not (task[0] == WORKER and seg.exit_status == 0 and not seg.stopped_by)
 
 
 def _task_failed(seg: Segment) -> bool:

@@ -16,7 +16,8 @@ meet at a rendezvous: each binds a free port on its container's host and sends i
 reports; :meth:`YarnContainerLauncher.answer` hands every task its TF_CONFIG (the
 containers' NodeManager hosts and the reported ports) once all tasks of the launch have
 reported, and only then do the runners start the job command. Stopping one task stops the
-group; when one task's container completes the others are stopped; the job's exit event
+group; when the chief's container completes, or another task's other than a worker's that
+exited 0 on its own (at the step target), the others are stopped; the job's exit event
 comes once every container of the group has completed: the chief's (worker 0's) outcome,
 or a failure if another task failed.
 """
@@ -265,7 +266,10 @@ class YarnContainerLauncher:
             self._events.append(event)
             return
         runs = self.group_runs(run)
-        if any(r.live for r in runs):  # one task ended: the whole group stops
+        # the chief's end, or any other task's but a worker's own exit 0 (at the target,
+        # like the chief), ends the group
+        ends = run.chief or run.task == PS or self._codes[run.run_id] is not LaunchCode.REACHED
+        if ends and any(r.live for r in runs):
             self.stop_run(run, f"{run.task} {run.task_index} of the job exited ({status})")
         if any(r.state != "done" for r in runs):
             return
