@@ -42,6 +42,22 @@ def test_valid_spec_round_trips_and_sizes() -> None:
     assert [j.target_steps for j in single.make_hyperband("x").jobs.values()] == [50]
 
 
+def test_task_group_round_trips_and_sizes_the_job() -> None:
+    raw = {**good(), "resources": {"gpus": 2},
+           "tasks": {"workers": 3, "ps": {"count": 1, "memory_mb": 2048,
+                                          "command": "ps-server {job_id}"}}}
+    spec = parse_spec(raw)
+    assert AppSpec.from_json(spec.to_json()) == spec
+    assert (spec.workers, spec.ps.count, spec.ps.memory_mb, spec.ps.vcores) == (3, 1, 2048, 1)
+    assert spec.gang and spec.job_gpus() == 6 and spec.max_gpus() == 5 * 6
+    assert {j.max_demand for j in spec.make_hyperband("a").to_app_model(0.0).jobs} == {6}
+    assert render_command(spec, {"job_id": "j1"}, "ps") == "ps-server j1"
+    # without a task group: the single-process job of before, and no tasks section
+    plain = parse_spec(good())
+    assert not plain.gang and plain.job_gpus() == 1 and "tasks" not in plain.to_dict()
+    assert parse_spec({**good(), "tasks": {"workers": 1}}) == plain
+
+
 def _problems(mutate: Any) -> list[tuple[str, str]]:
     raw = good()
     mutate(raw)
@@ -83,6 +99,21 @@ def _problems(mutate: Any) -> list[tuple[str, str]]:
     (lambda r: r.update(max_steps=10), "max_steps", "only for kind single-job"),
     (lambda r: r["job"].update(env={"1X": "a"}), "job.env.1X", "not a valid"),
     (lambda r: r.update(am={"max_attempts": 0}), "am.max_attempts", "in [1, 10]"),
+    (lambda r: r.update(tasks={"workers": 0}), "tasks.workers", "in [1, 64]"),
+    (lambda r: r.update(tasks={"workers": "two"}), "tasks.workers", "must be an integer"),
+    (lambda r: r.update(tasks={"chiefs": 1}), "tasks.chiefs", "unknown field"),
+    (lambda r: r.update(tasks={"ps": {"memory_mb": 512}}), "tasks.ps.count", "is required"),
+    (lambda r: r.update(tasks={"ps": {"count": 1, "gpus": 1}}), "tasks.ps.gpus",
+     "unknown field"),
+    (lambda r: r.update(tasks={"ps": {"count": 1, "vcores": 0}}), "tasks.ps.vcores",
+     "in [1, 1024]"),
+    (lambda r: r.update(tasks={"ps": {"count": 1, "command": "ps {nope}"}}),
+     "tasks.ps.command", "unknown placeholder {nope}"),
+    (lambda r: r.update(tasks={"ps": 2}), "tasks.ps", "must be a mapping"),
+    (lambda r: r.update(tasks={"workers": 8}, resources={"gpus": 16}), "tasks.workers",
+     "128 GPUs per job, more than 64"),
+    (lambda r: (r.update(tasks={"workers": 2}), r["job"].pop("command"),
+                r["job"].update(args={})), "tasks", "needs job.command"),
 ])
 def test_invalid_spec_names_field_and_problem(mutate: Any, field: str, words: str) -> None:
     problems = _problems(mutate)
@@ -141,10 +172,27 @@ def test_job_run_flags_build_a_single_job_spec(capsys: pytest.CaptureFixture[str
     assert d["kind"] == "single-job" and d["max_steps"] == 300
     assert d["resources"] == {"gpus": 2, "memory_mb": 2048, "vcores": 2}
     assert d["job"]["env"] == {"A": "b"}
-    rc = main(["job", "run", "--name", "m", "--num_workers", "3", "--worker_launch_cmd", "x",
-               "--dry-run"])
-    assert rc == 2
-    assert "--num_workers" in capsys.readouterr().err
+    rc = main(["job", "run", "--name", "m", "--num_workers", "3", "--worker_launch_cmd",
+               "python3 w.py --ckpt %checkpoint_path%", "--num_ps", "2", "--ps_resources",
+               "memory=2G,vcores=2", "--ps_launch_cmd", "python3 ps.py %input_path%",
+               "--input_path", "hdfs:///d", "--dry-run"])
+    assert rc == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["tasks"] == {"workers": 3, "ps": {"count": 2, "memory_mb": 2048, "vcores": 2,
+                                               "command": "python3 ps.py hdfs:///d"}}
+    assert d["job"]["command"] == "python3 w.py --ckpt {checkpoint_dir}"
+    for flags, field, words in (
+            (["--num_workers", "0"], "--num_workers", "must be in [1, 64]"),
+            (["--ps_launch_cmd", "ps"], "--ps_launch_cmd", "needs parameter servers"),
+            (["--num_ps", "1", "--ps_resources", "gpu=1"], "--ps_resources",
+             "parameter servers get no GPU"),
+            (["--num_ps", "1", "--ps_resources", "disk=1"], "--ps_resources",
+             "unknown resource 'disk'")):
+        rc = main(["job", "run", "--name", "m", "--worker_launch_cmd", "x", *flags,
+                   "--dry-run"])
+        assert rc == 2
+        err = capsys.readouterr().err
+        assert f"{field}: {words}" in err, err
 
 
 def test_load_spec_example_file() -> None:

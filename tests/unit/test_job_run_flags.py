@@ -82,14 +82,16 @@ def test_tensorboard_prints_how_to_view_the_event_files(
 
 
 @pytest.mark.parametrize("flags, field, words", [
-    (["--num_workers", "2"], "--num_workers", "only single-worker jobs"),
-    (["--num_ps", "1"], "--num_ps", "parameter servers are not supported"),
+    (["--num_workers", "65"], "--num_workers", "must be in [1, 64]"),
+    (["--num_ps", "-1"], "--num_ps", "must be in [0, 64]"),
+    (["--num_workers", "2", "--worker_resources", "gpu=40"], "tasks.workers",
+     "80 GPUs per job, more than 64"),
     (["--docker_image", "tf:2"], "--docker_image",
      "yarn.nodemanager.runtime.linux.allowed-runtimes"),
     (["--worker_docker_image", "tf:2"], "--worker_docker_image", "see --docker_image"),
     (["--ps_docker_image", "tf:2"], "--ps_docker_image", "see --docker_image"),
-    (["--ps_launch_cmd", "x"], "--ps_launch_cmd", "parameter servers"),
-    (["--ps_resources", "memory=1G"], "--ps_resources", "parameter servers"),
+    (["--ps_launch_cmd", "x"], "--ps_launch_cmd", "needs parameter servers"),
+    (["--ps_resources", "memory=1G"], "--ps_resources", "needs parameter servers"),
     (["--tensorboard_docker_image", "tb"], "--tensorboard_docker_image", "no TensorBoard"),
     (["--framework", "pytorch"], "--framework", "only tensorflow"),
     (["--keytab", "/k"], "--keytab", "Kerberos"),

@@ -23,13 +23,19 @@ Lifecycle of one job (a Hyperband trial):
   when every trial failed.
 * a new AM attempt (the AM crashed) restores :meth:`AmCore.to_state` and relaunches the
   trials Hyperband still runs; they resume from their checkpoints.
+
+A distributed job (the spec's ``tasks``: :mod:`themis.am.taskgroup`) is gang-scheduled: it
+runs on exactly ``workers x resources.gpus`` GPUs (:attr:`AmCore.gang`), the AM gives a
+job either all of them or none (:meth:`AmCore.gpu_counts`), its bidder bids only for whole
+groups (:func:`gang_bids`), and a launch (:meth:`AmCore.launch_for`) starts all of its
+tasks; the launcher reports one event per job for the whole group.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -39,9 +45,11 @@ from themis.agent.fairness import FairnessContext, rho
 from themis.agent.model import AppModel, ModelError
 from themis.agent.placement import DEFAULT, PlacementProfile
 from themis.am.objective import trial_json
+from themis.am.taskgroup import TaskGroup
 from themis.cluster.topology import Locality
 from themis.submarine_am.appstate import hyperband_to_dict, restore_hyperband
 from themis.submarine_am.hyperband import Hyperband, HyperbandJob, JobStatus, RungOutcome
+from themis.submarine_am.packing import JobNeed, gpu_counts
 
 if TYPE_CHECKING:
     from themis.submarine_am.spec import AppSpec
@@ -75,10 +83,21 @@ class JobLaunch:
     gpus: tuple[str, ...] = ()
     node: str = ""
     count: int = 0
+    workers: int = 1  # a distributed job's task group (themis.am.taskgroup) ...
+    ps: int = 0  # ... the GPUs are split evenly among the workers
 
     @property
     def n_gpus(self) -> int:
         return self.count or len(self.gpus)
+
+    @property
+    def group(self) -> TaskGroup:
+        return TaskGroup(self.workers, self.ps)
+
+    def worker_gpus(self, index: int) -> tuple[str, ...]:
+        """The GPU ids of worker ``index`` (standalone)."""
+        k = len(self.gpus) // self.workers
+        return self.gpus[index * k:(index + 1) * k]
 
 
 class Launcher(Protocol):
@@ -112,12 +131,15 @@ class JobRecord:
 class LiveBidder(ModelBidder):
     """The agent's :class:`ModelBidder` (its app model refreshed by the AM every tick), plus
     the app's live rho for status and reports: Eq. 1/2 of the current model with the GPUs
-    held now (same code as the bids)."""
+    held now (same code as the bids). With ``gang`` > 0 (distributed jobs of ``gang`` GPUs
+    each) it bids only for bundles that leave the app a multiple of ``gang`` GPUs: GPUs
+    short of a whole task group would idle (:func:`gang_bids`)."""
 
     def __init__(self, model: AppModel, clock: Callable[[], float],
-                 max_gpus: int | None = None) -> None:
+                 max_gpus: int | None = None, gang: int = 0) -> None:
         super().__init__(model, clock)
         self._max = max_gpus
+        self.gang = gang
         self.cluster_gpus = 0
         self.active_apps = 1
 
@@ -131,7 +153,7 @@ class LiveBidder(ModelBidder):
     def bid(self, offer: OfferInfo) -> BidTable:
         self.active_apps = max(1, offer.active_apps)
         self.cluster_gpus = offer.cluster_gpus or self.cluster_gpus
-        return super().bid(offer)
+        return gang_bids(super().bid(offer), len(offer.held), self.gang)
 
     @property
     def n_avg(self) -> float:
@@ -147,6 +169,23 @@ class LiveBidder(ModelBidder):
             return rho(app, held, locality, FairnessContext(self.clock(), cg, n_avg, self.ideal))
         except ModelError:
             return None
+
+
+def gang_bids(table: BidTable, held: int, gang: int) -> BidTable:
+    """``table`` without the bids after which the app would hold a number of GPUs that is
+    not a multiple of ``gang`` (0 or 1: ``table`` unchanged)."""
+    if gang <= 1:
+        return table
+    return replace(table, bids=tuple(b for b in table.bids
+                                     if (held + len(b.gpus)) % gang == 0))
+
+
+def gang_counts(jobs: Sequence[JobNeed], num_gpus: int, gang: int) -> dict[str, int]:
+    """GPUs per job for jobs that each run on exactly ``gang`` GPUs: the jobs with the most
+    work left get ``gang`` each while whole groups fit; the others get none (they wait; a
+    job is never started on part of its workers' GPUs)."""
+    order = sorted(jobs, key=lambda j: (-j.work_left, j.job_id))
+    return {j.job_id: gang for j in order[: num_gpus // gang]}
 
 
 class AmCore:
@@ -213,6 +252,31 @@ class AmCore:
             self.on_outcome(outcome)
             self._rank_given_up_last()
         return outcome
+
+    @property
+    def gang(self) -> int:
+        """GPUs of every job when jobs are distributed (task groups), else 0."""
+        return self.spec.job_gpus() if self.spec.gang else 0
+
+    def gpu_counts(self, jobs: Sequence[JobNeed], num_gpus: int) -> dict[str, int]:
+        """How many of ``num_gpus`` GPUs each job runs on: whole task groups for
+        distributed jobs (:func:`gang_counts`), else :func:`~.packing.gpu_counts`."""
+        if self.gang:
+            return gang_counts(jobs, num_gpus, self.gang)
+        return gpu_counts(jobs, num_gpus)
+
+    def launch_for(self, job_id: str, gpus: tuple[str, ...] = (), node: str = "",
+                   count: int = 0) -> JobLaunch:
+        """The :class:`JobLaunch` of a run of ``job_id`` on ``gpus`` (or ``count`` GPUs on
+        ``node``), with the spec's task group; ValueError for a distributed job given
+        other than its gang's GPU count."""
+        n = count or len(gpus)
+        if self.gang and n != self.gang:
+            raise ValueError(f"{job_id}: a job of {self.spec.workers} workers x "
+                             f"{self.spec.resources.gpus} GPUs runs on {self.gang} GPUs, "
+                             f"not {n}")
+        return JobLaunch(job_id, self.hb.jobs[job_id].target_steps, gpus, node, count,
+                         self.spec.workers, self.spec.ps.count)
 
     def runnable(self) -> list[HyperbandJob]:
         """Trials Hyperband runs now that may be launched (not given up, not backing off)."""

@@ -45,13 +45,13 @@ from themis.agent.bidder import AllocationInfo
 from themis.agent.client import AgentClient
 from themis.agent.model import AppModel
 from themis.agent.placement import DEFAULT, PlacementProfile
-from themis.am.core import AmCore, JobLaunch, LaunchCode, LaunchEvent, LiveBidder
+from themis.am.core import AmCore, LaunchCode, LaunchEvent, LiveBidder
 from themis.cluster.topology import Gpu, locality_of
 from themis.profiler import Profiler
 from themis.standalone.jobs import GpuRegistry, GpusBusy, JobRunner, LocalProcessLauncher
 from themis.standalone.spec import AppSpec
 from themis.submarine_am.hyperband import Hyperband, JobStatus, RungOutcome
-from themis.submarine_am.packing import JobNeed, gpu_counts, place
+from themis.submarine_am.packing import JobNeed, place
 from themis.submarine_am.spec import contract_env, render_command
 
 log = logging.getLogger(__name__)
@@ -166,7 +166,7 @@ class AppMaster:
         self.start_time = self.clock()
         self.root.mkdir(parents=True, exist_ok=True)
         self._sync_jobs()
-        self.bidder = LiveBidder(self._model(), self.clock)
+        self.bidder = LiveBidder(self._model(), self.clock, gang=self.core.gang)
         self.client = AgentClient(self.address, self.name, self.bidder,
                                   on_allocation=self._on_allocation,
                                   on_lease_warning=self._on_warning,
@@ -258,6 +258,7 @@ class AppMaster:
         runner = JobRunner(job_id, dict(job.config), dict(self.spec.args),
                            self.root / "jobs" / job_id, self.spec.step_time_ms,
                            render=self._renderer(job_id),
+                           ps_render=self._renderer(job_id, "ps") if self.spec.ps.count else None,
                            env={**contract_env({"app_id": self.name, "seed": self.spec.seed}),
                                 **self.spec.env})
         runner.logdir.mkdir(parents=True, exist_ok=True)
@@ -268,7 +269,8 @@ class AppMaster:
         for job_id in self.hb.jobs:
             self.launcher.runner(job_id)
 
-    def _renderer(self, job_id: str) -> Callable[[int, int], str] | None:
+    def _renderer(self, job_id: str, task: str = "worker"
+                  ) -> Callable[[int, int], str] | None:
         """``job.command`` rendered for this machine, given a segment's step target and
         GPU count (None for the bundled job: JobRunner builds its command line with the
         emulated GPU speed)."""
@@ -279,7 +281,7 @@ class AppMaster:
                  "app_id": self.name, "logdir": jobs / "logs", "seed": self.spec.seed,
                  "checkpoint_uri": jobs / "checkpoints", "checkpoint_dir": jobs / "checkpoints"}
         return lambda steps, gpus: render_command(
-            self.spec, {**fixed, "max_steps": steps, "num_gpus": gpus})
+            self.spec, {**fixed, "max_steps": steps, "num_gpus": gpus}, task)
 
     def _model(self) -> AppModel:
         return self.core.model(self.start_time, self._profile)
@@ -373,11 +375,11 @@ class AppMaster:
             if r.live and r.stop_sent is not None and now - r.stop_sent > self.kill_after_s:
                 log.warning("job %s still running %.0fs after SIGTERM: SIGKILL", r.job_id,
                             now - r.stop_sent)
-                r.kill()
+                self.launcher.kill_tasks(r.job_id)
         runnable = {j.id for j in self.core.runnable()}
+        live = self.launcher.live()  # (a distributed job's: until all of its tasks ended)
         for job_id, gpus in sorted(desired.items()):
-            r = self.runners[job_id]
-            if r.live or not gpus or not set(gpus) <= held_now or job_id not in runnable:
+            if job_id in live or not gpus or not set(gpus) <= held_now or job_id not in runnable:
                 continue
             with self._lock:
                 left = min(self._expiry.get(g, math.inf) for g in gpus) - now
@@ -385,7 +387,7 @@ class AppMaster:
                 continue  # TF would barely start before the expiry round: wait for it
             job = self.hb.jobs[job_id]
             try:
-                self.launcher.launch(JobLaunch(job_id, job.target_steps, gpus))
+                self.launcher.launch(self.core.launch_for(job_id, gpus))
             except GpusBusy:
                 continue  # the GPU's previous job is still checkpointing
             resume = f" (resume from step {job.steps_done})" if job.steps_done else ""
@@ -421,7 +423,7 @@ class AppMaster:
         order = sorted(running, key=lambda j: (
             not bound(j.id), -states[j.id].iters_left * states[j.id].serial_iter_time, j.id))
         chosen = order[: min(len(gpu_ids), self.spec.max_parallel_jobs or len(gpu_ids))]
-        counts = gpu_counts([JobNeed(j.id, states[j.id].iters_left * states[j.id].
+        counts = self.core.gpu_counts([JobNeed(j.id, states[j.id].iters_left * states[j.id].
                                      serial_iter_time, states[j.id].max_demand)
                              for j in chosen], len(gpu_ids))
         out: dict[str, tuple[str, ...]] = {}

@@ -26,13 +26,14 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
 import themis
 from themis.agent.placement import DEFAULT, PlacementProfile
 from themis.am.core import JobLaunch, LaunchCode, LaunchEvent
+from themis.am.taskgroup import CHIEF, PS, WORKER, cluster_spec, free_port, tf_config
 from themis.cluster.topology import Gpu, Locality, locality_of
 from themis.submarine_am.ckptstore import checkpoint_steps
 from themis.submarine_am.searchspace import Value
@@ -78,19 +79,23 @@ class JobRunner:
     #: a user's ``job.command`` (run with ``bash -c``) from (step target, GPU count);
     #: None: the bundled job, with the emulated GPU speed
     render: Callable[[int, int], str] | None = None
+    #: the parameter servers' command of a distributed job (None: ``render``'s)
+    ps_render: Callable[[int, int], str] | None = None
     env: dict[str, str] = field(default_factory=dict)  # job.env
+    job_dir: Path | None = None  # a task runner's job (None: ``root``)
     segments: list[Segment] = field(default_factory=list)
     proc: subprocess.Popen[bytes] | None = None
     stop_sent: float | None = None  # time SIGTERM was sent to the live process
     _files: list[IO[bytes]] = field(default_factory=list, repr=False)
 
     @property
-    def logdir(self) -> Path:
-        return self.root / "logs"
+    def job_root(self) -> Path:
+        """The job's directory (a task runner's root is below it)."""
+        return self.job_dir or self.root
 
     @property
     def checkpoint_dir(self) -> Path:
-        return self.root / "checkpoints"
+        return self.job_root / "checkpoints"
 
     @property
     def live(self) -> bool:
@@ -117,13 +122,28 @@ class JobRunner:
                 cmd += [BUNDLED_FLAGS[key], str(value)]
         return cmd
 
-    def start(self, target_steps: int, gpus: list[Gpu], profile: PlacementProfile) -> None:
+    def task_runner(self, task: tuple[str, int]) -> JobRunner:
+        """The runner of another task of this job's task group (worker ``i`` > 0 or a
+        parameter server): the same job and files, its own segment logs under
+        ``tasks/<type>-<index>``."""
+        render = self.ps_render or self.render if task[0] == PS else self.render
+        return replace(self, root=self.root / "tasks" / f"{task[0]}-{task[1]}", render=render,
+                       job_dir=self.root, segments=[], proc=None, stop_sent=None, _files=[])
+
+    @property
+    def logdir(self) -> Path:
+        return self.job_root / "logs"
+
+    def start(self, target_steps: int, gpus: list[Gpu], profile: PlacementProfile,
+              env_extra: dict[str, str] | None = None, hold: tuple[str, ...] = ()) -> None:
+        """Start a segment on ``gpus``; ``env_extra``: a task's TF_CONFIG; ``hold``: the
+        GPUs the segment stands for (the chief's: its whole task group's)."""
         if self.proc is not None:
             raise RuntimeError(f"job {self.job_id}: already running")
         self.root.mkdir(parents=True, exist_ok=True)
         index = len(self.segments)
         ids = tuple(g.id for g in gpus)
-        env = {**os.environ, **self.env}
+        env = {**os.environ, **self.env, **(env_extra or {})}
         pkg_parent = str(Path(themis.__file__).resolve().parent.parent)
         env["PYTHONPATH"] = pkg_parent + os.pathsep + env.get("PYTHONPATH", "")
         env.update(contract_env({  # the job contract's variables (docs/jobs.md)
@@ -142,7 +162,7 @@ class JobRunner:
         self.proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
                                      env=env, start_new_session=True)
         self.stop_sent = None
-        self.segments.append(Segment(index, ids, time.time(), target_steps))
+        self.segments.append(Segment(index, hold or ids, time.time(), target_steps))
         log.info("job %s: segment %d started on %s (target step %d, pid %d)",
                  self.job_id, index, ",".join(ids), target_steps, self.proc.pid)
 
@@ -254,7 +274,15 @@ class GpusBusy(RuntimeError):
 
 class LocalProcessLauncher:
     """:class:`themis.am.core.Launcher` over local job processes: one :class:`JobRunner`
-    per job, GPUs taken from the machine's :class:`GpuRegistry` for the run's lifetime."""
+    per job, GPUs taken from the machine's :class:`GpuRegistry` for the run's lifetime.
+
+    A distributed job (:mod:`themis.am.taskgroup`) runs one process per task, each with its
+    TF_CONFIG (``127.0.0.1`` and a free port per task) and its worker's GPUs (none for a
+    parameter server); the job's runner is the chief's and holds the whole group's GPUs.
+    When the chief exits, or another task exits other than a worker exiting 0 on its own
+    (at the step target, like the chief), the others are stopped (SIGTERM); the job's exit
+    event comes once every task has exited: the chief's outcome, or a failure if another
+    task failed."""
 
     def __init__(self, app: str, topology: Any, registry: GpuRegistry,
                  make_runner: Callable[[str], JobRunner],
@@ -265,6 +293,9 @@ class LocalProcessLauncher:
         self.make_runner = make_runner
         self.profile = profile  # the emulated GPUs' slowdown per locality
         self.runners: dict[str, JobRunner] = {}
+        self.tasks: dict[str, dict[tuple[str, int], JobRunner]] = {}  # the other tasks
+        self._task_runners: dict[tuple[str, str, int], JobRunner] = {}  # kept across runs
+        self._ended: dict[str, Segment] = {}  # chief's segment while other tasks run
         self.closed: list[tuple[str, Segment]] = []  # segments ended at the last poll
         self._started: list[str] = []  # launched since the last poll
 
@@ -275,23 +306,57 @@ class LocalProcessLauncher:
 
     def launch(self, run: JobLaunch) -> None:
         who = f"{self.app}/{run.job_id}"
+        if run.job_id in self.live():
+            raise GpusBusy(f"{run.job_id}: its previous run has not ended yet")
         if not self.registry.acquire(run.gpus, who):
             raise GpusBusy(f"{run.gpus} still in use")
+        chief = self.runner(run.job_id)
         try:
-            self.runner(run.job_id).start(run.target_steps,
-                                          [self.topology[g] for g in run.gpus], self.profile)
+            if not run.group.distributed:
+                chief.start(run.target_steps, [self.topology[g] for g in run.gpus],
+                            self.profile)
+            else:
+                self._launch_group(chief, run)
         except OSError:
+            self.kill_tasks(run.job_id)
             self.registry.release(run.gpus, who)
             raise
         self._started.append(run.job_id)
+
+    def _launch_group(self, chief: JobRunner, run: JobLaunch) -> None:
+        group = run.group
+        cluster = cluster_spec(group, {t: f"127.0.0.1:{free_port()}" for t in group.tasks()})
+        runners = {t: chief if t == CHIEF else self._task_runner(chief, t)
+                   for t in group.tasks()}
+        self.tasks[run.job_id] = {t: r for t, r in runners.items() if t != CHIEF}
+        for task, r in runners.items():
+            gpus = run.worker_gpus(task[1]) if task[0] != PS else ()
+            r.start(run.target_steps, [self.topology[g] for g in gpus], self.profile,
+                    {"TF_CONFIG": tf_config(cluster, task)},
+                    hold=run.gpus if task == CHIEF else ())
+
+    def _task_runner(self, chief: JobRunner, task: tuple[str, int]) -> JobRunner:
+        """The runner of a task other than the chief (the same one for every run)."""
+        key = (chief.job_id, *task)
+        if key not in self._task_runners:
+            self._task_runners[key] = chief.task_runner(task)
+        return self._task_runners[key]
+
+    def kill_tasks(self, job_id: str) -> None:
+        """SIGKILL every task of the job (a failed launch, a job ignoring SIGTERM)."""
+        for r in [self.runners[job_id], *self.tasks.get(job_id, {}).values()]:
+            r.kill()
 
     def stop(self, job_id: str, reason: str) -> None:
         r = self.runners.get(job_id)
         if r is not None:
             r.stop(reason)
+        for t in self.tasks.get(job_id, {}).values():
+            t.stop(reason)
 
     def live(self) -> set[str]:
-        return {k for k, r in self.runners.items() if r.live}
+        return {k for k, r in self.runners.items()
+                if r.live or any(t.live for t in self.tasks.get(k, {}).values())}
 
     def poll(self) -> list[LaunchEvent]:
         out = [LaunchEvent(j, LaunchCode.STARTED, step=max(self.runners[j].checkpoint_steps(),
@@ -301,12 +366,26 @@ class LocalProcessLauncher:
         self.closed = []
         for job_id, r in self.runners.items():
             seg = r.poll()
+            tasks = self.tasks.get(job_id)
+            if not tasks:
+                if seg is not None:
+                    out.append(self.close(job_id, seg))
+                continue
             if seg is not None:
-                out.append(self.close(job_id, seg))
+                self._ended[job_id] = seg
+            ended = {t: x.poll() for t, x in tasks.items()}
+            if seg is not None or any(x is not None and _ends_group(t, x)
+                                      for t, x in ended.items()):
+                self.stop(job_id, "gang")  # the chief or a failed task: the group stops
+            if job_id in self._ended and not any(x.live for x in tasks.values()):
+                out.append(self.close(job_id, self._ended.pop(job_id), tasks))
+                del self.tasks[job_id]
         return out
 
-    def close(self, job_id: str, seg: Segment) -> LaunchEvent:
-        """The exit event of an ended segment (its GPUs are free again)."""
+    def close(self, job_id: str, seg: Segment,
+              tasks: dict[tuple[str, int], JobRunner] | None = None) -> LaunchEvent:
+        """The exit event of an ended segment (its GPUs are free again); ``tasks``: the
+        job's other tasks (a failure of one of them is the job's)."""
         self.registry.release(seg.gpus, f"{self.app}/{job_id}")
         self.closed.append((job_id, seg))
         status = seg.exit_status
@@ -319,4 +398,22 @@ class LocalProcessLauncher:
         step = seg.end_step
         if code is LaunchCode.REACHED and step is None:
             step = seg.target_steps  # a user's command without JSON events
+        for (kind, index), t in sorted((tasks or {}).items()):
+            tseg = t.segments[-1]
+            if code is not LaunchCode.REACHED and _task_failed(tseg):
+                return LaunchEvent(job_id, LaunchCode.FAILED, step, tseg.exit_status,
+                                   f"{kind} {index}: {tseg.reason}")
         return LaunchEvent(job_id, code, step, status, seg.reason)
+
+
+def _ends_group(task: tuple[str, int], seg: Segment) -> bool:
+    """Whether a (non-chief) task's exit ends its group: any exit but a worker's own exit 0
+    (workers reach the step target together; the chief's exit ends the group then)."""
+    return not (task[0] == WORKER and seg.exit_status == 0 and not seg.stopped_by)
+
+
+def _task_failed(seg: Segment) -> bool:
+    """A task's segment ended in a failure (not at its target, not by a stop)."""
+    if seg.exit_status == 0:
+        return False
+    return not (seg.stopped_by and seg.exit_status in (-signal.SIGTERM, -signal.SIGKILL))

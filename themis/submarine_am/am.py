@@ -46,7 +46,7 @@ from typing import Any
 
 from themis.agent.bidder import AllocationInfo
 from themis.agent.model import AppModel
-from themis.am.core import AmCore, JobLaunch, LiveBidder
+from themis.am.core import AmCore, LiveBidder
 from themis.cluster.topology import Locality
 from themis.submarine_am.hyperband import Hyperband, JobStatus, RungOutcome
 from themis.submarine_am.launcher import HOLDING, YarnContainerLauncher
@@ -131,7 +131,8 @@ class AppMaster:
         self.launcher = YarnContainerLauncher(
             shell, memory_mb=spec.resources.memory_mb, vcores=spec.resources.vcores,
             clock=clock, lock=self._lock, command_for=self._command_for, admit=self._admit,
-            on_progress=self._on_progress, stop_timeout_s=stop_timeout_s)
+            on_progress=self._on_progress, stop_timeout_s=stop_timeout_s,
+            ps_memory_mb=spec.ps.memory_mb, ps_vcores=spec.ps.vcores)
         self._reports = self.launcher.reports  # filled by the HTTP thread
         self._stop_set = self.launcher.stop_set  # read by the HTTP thread (under _lock)
         self.start_time = clock()
@@ -263,9 +264,7 @@ class AppMaster:
                     self.close_connection = True
                     return
                 am._reports.put(body)
-                with am._lock:
-                    stop = body["container"] in am._stop_set
-                self._send(200, {"stop": stop})
+                self._send(200, am.launcher.answer(body))
 
         bind, self.http_host = http_hosts(os.environ)
         self._http = ThreadingHTTPServer((bind, 0), Handler)
@@ -282,7 +281,8 @@ class AppMaster:
     def start_agent(self) -> None:
         from themis.agent.client import AgentClient
 
-        self.bidder = LiveBidder(self.model(), self.clock, self.spec.max_gpus())
+        self.bidder = LiveBidder(self.model(), self.clock, self.spec.max_gpus(),
+                                 gang=self.core.gang)
         if self._saved_cluster_gpus:
             self.bidder.set_cluster_gpus(self._saved_cluster_gpus)
         self.agent = AgentClient(self.arbiter, self.app_id, self.bidder,
@@ -366,11 +366,12 @@ class AppMaster:
             "max_steps": job.target_steps, "num_gpus": run.gpus, "seed": self.spec.hyperband.seed,
             "checkpoint_uri": self.checkpoint_uri(run.job_id), "checkpoint_dir": CKPT_DIR,
         }
-        job_cmd = render_command(self.spec, values)
+        job_cmd = render_command(self.spec, values, run.task)
         cmd = container_command(
             self.python, self.tracking_url.rstrip("/"), run.job_id, run.run_id,
             tensorboard_dir(self.app_dir, run.job_id), self.report_every_s, job_cmd,
-            self.spec.objective.metric, f"{self.app_dir}/ckpt-dir/{run.job_id}")
+            self.spec.objective.metric, f"{self.app_dir}/ckpt-dir/{run.job_id}",
+            task=(run.task, run.task_index) if run.group else None)
         bindir = os.path.dirname(self.python) if os.path.isabs(self.python) else ""
         path = os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin")
         env = {"THEMIS_WEBHDFS_URL": self.webhdfs_url, "HADOOP_USER_NAME": "root",
@@ -408,8 +409,7 @@ class AppMaster:
         self._dirty = True
 
     def _request(self, job_id: str, node: str, gpus: int) -> None:
-        self.launcher.launch(JobLaunch(job_id, self.hb.jobs[job_id].target_steps, node=node,
-                                       count=gpus))
+        self.launcher.launch(self.core.launch_for(job_id, node=node, count=gpus))
 
     def stop_lead(self, gpu: str = "") -> float:
         """How long before a lease ends its runs are told to stop: ``stop_lead_s``, or 1.25x
@@ -448,7 +448,7 @@ class AppMaster:
         usable = self.usable_leases(now)
         held = Counter(node_of(g) for g in usable)
         room = Counter(node_of(g) for g in self.placeable_leases(now))
-        g = self.spec.resources.gpus
+        g = self.spec.job_gpus()  # a job's GPUs (all of a distributed job's workers')
         holding = [r for r in self.runs if r.state in HOLDING]
         # 1. containers on nodes where the app no longer holds enough GPUs: stop (checkpoint)
         for node in sorted({r.node for r in holding}):
@@ -458,8 +458,10 @@ class AppMaster:
             for r in sorted((r for r in on_node if r.live), key=lambda r: -r.run_id):
                 if excess <= 0:
                     break
+                if not r.live:  # stopped with its task group meanwhile
+                    continue
                 self._stop(r, f"lease on {node} ends", lease_expiry=self._lease_end(node, now))
-                excess -= r.gpus
+                excess -= sum(x.gpus for x in self.launcher.group_runs(r) if x.node == node)
         # 2. runs of jobs Hyperband no longer runs: stop early-stopped ones, withdraw asks
         for r in self.runs:
             job = self.hb.jobs.get(r.job_id)
@@ -477,17 +479,17 @@ class AppMaster:
         # free for new runs: GPUs no run uses, on leases that last long enough to start one
         free = {n: min(held[n] - used.get(n, 0), room.get(n, 0)) for n in held}
         asks = [r for r in self.runs if r.state == "requested"]
-        parked: list[Run] = []
+        parked: list[Run] = []  # one run per parked launch (a task group moves whole)
         for r in sorted(asks, key=lambda r: r.run_id):
             if free.get(r.node, 0) >= r.gpus:
                 free[r.node] -= r.gpus
-            else:
+            elif all(p.job_id != r.job_id for p in parked):
                 parked.append(r)
         busy_jobs = {r.job_id for r in self.runs if r.live or r.state == "stopping"}
         waiting = sorted((j for j in self.core.runnable() if j.id not in busy_jobs),
                          key=lambda j: (-j.iters_left, j.id))
         cap = self.spec.max_parallel_jobs or 10**9
-        active = sum(1 for r in self.runs if r.live)
+        active = len({r.job_id for r in self.runs if r.live})  # jobs, not task runs
         for r in parked:  # move parked asks to won nodes
             nodes = [n for n, f in free.items() if f >= g]
             if not nodes:
@@ -560,11 +562,11 @@ class AppMaster:
 
     def demand_node(self) -> str:
         """Where a waiting job's ask is parked while the app holds no free leased GPU: the
-        node with the most GPUs (ties: name) that can hold one worker, preferring nodes
-        where the app holds no lease (there the RM cannot commit the ask: a parked ask next
-        to the app's own runs would be allocated the moment one of them stops before its
-        lease ends, and then be given back)."""
-        g = self.spec.resources.gpus
+        node with the most GPUs (ties: name) that can hold one job (all of its workers),
+        preferring nodes where the app holds no lease (there the RM cannot commit the ask: a
+        parked ask next to the app's own runs would be allocated the moment one of them
+        stops before its lease ends, and then be given back)."""
+        g = self.spec.job_gpus()
         nodes = [n for n in self.cluster_nodes if int(n.get("gpus", 0)) >= g]
         if not nodes:
             return ""
@@ -593,9 +595,10 @@ class AppMaster:
         now = self.clock()
         held_ids = self.held()
         rho_now = self.current_rho(len(held_ids))
-        latest: dict[str, Run] = {}
+        latest: dict[str, Run] = {}  # a distributed job's: its chief's
         for x in self.runs:
-            latest[x.job_id] = x
+            if x.chief:
+                latest[x.job_id] = x
         jobs = []
         for j in sorted(self.hb.jobs.values(), key=lambda j: j.id):
             r = latest.get(j.id)
@@ -794,14 +797,17 @@ def default_arbiter(conf: Callable[[str, str], str]) -> str:
 
 def container_command(python: str, am_url: str, job_id: str, run_id: int, tb_dir: str,
                       report_every_s: float, job_cmd: str, metric: str = "eval_loss",
-                      ckpt_store: str = "") -> str:
+                      ckpt_store: str = "", task: tuple[str, int] | None = None) -> str:
     """A job container's command: the runner, told the job command in base64 (YARN puts the
     command inside double quotes in the container's launch script, so the user's quotes, $
     and backquotes must not reach that shell; the runner runs it with ``bash -c``).
     ``ckpt_store``: the HDFS directory the runner keeps the job's local ``{checkpoint_dir}``
-    in (restored before the job starts, saved after it exits)."""
+    in (restored before the job starts, saved after it exits). ``task``: a distributed
+    job's task (the runner waits for its TF_CONFIG at the AM's rendezvous)."""
     store = (f"--checkpoint-dir {CKPT_DIR} --checkpoint-store {shlex.quote(ckpt_store)} "
              if ckpt_store else "")
+    if task is not None:
+        store += f"--task {task[0]}:{task[1]} "
     return (f"{python} -m themis.submarine_am.runner --am {shlex.quote(am_url)} "
             f"--job-id {shlex.quote(job_id)} --run-id {run_id} --logdir tflogs "
             f"--tensorboard-dir {shlex.quote(tb_dir)} --report-every {report_every_s} "

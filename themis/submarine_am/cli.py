@@ -59,7 +59,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     return _submit_spec(args, spec)
 
 
-def _resources(text: str) -> dict[str, int]:
+def _resources(text: str, flag: str = "--worker_resources") -> dict[str, int]:
     """Submarine's ``memory=2G,vcores=1,gpu=1`` (memory in M or G)."""
     out: dict[str, int] = {}
     for part in filter(None, (x.strip() for x in text.split(","))):
@@ -67,27 +67,25 @@ def _resources(text: str) -> dict[str, int]:
         k, v = k.strip().lower(), v.strip()
         if k in ("memory", "memory-mb", "mem"):
             mult = 1024 if v.upper().endswith("G") else 1
-            out["memory_mb"] = _count(k, v.rstrip("GgMm"), mult)
+            out["memory_mb"] = _count(flag, k, v.rstrip("GgMm"), mult)
         elif k in ("vcores", "vcore", "cpu"):
-            out["vcores"] = _count(k, v, whole=True)
+            out["vcores"] = _count(flag, k, v, whole=True)
         elif k in ("gpu", "gpus", "yarn.io/gpu"):
-            out["gpus"] = _count(k, v, whole=True)
+            out["gpus"] = _count(flag, k, v, whole=True)
         else:
-            raise SpecError([("--worker_resources", f"unknown resource {k[:40]!r} (memory, "
-                                                    "vcores, gpu)")])
+            raise SpecError([(flag, f"unknown resource {k[:40]!r} (memory, vcores, gpu)")])
     return out
 
 
-def _count(key: str, text: str, mult: int = 1, whole: bool = False) -> int:
+def _count(flag: str, key: str, text: str, mult: int = 1, whole: bool = False) -> int:
     """A resource amount (the spec's bounds are checked by parse_spec)."""
     try:
         x = float(text) * mult if len(text) <= 20 else math.nan
     except ValueError:
         x = math.nan
     if not 0 <= x <= 1e12 or (whole and not x.is_integer()):
-        raise SpecError([("--worker_resources", f"{key}={text[:40]!r} is not "
-                                                f"{'an integer' if whole else 'a number'} "
-                                                "in [0, 1e12]")])
+        raise SpecError([(flag, f"{key}={text[:40]!r} is not "
+                                f"{'an integer' if whole else 'a number'} in [0, 1e12]")])
     return int(x)
 
 
@@ -100,8 +98,6 @@ REFUSED_FLAGS = {
                     "install the job's software in the NodeManager image instead",
     "worker_docker_image": "see --docker_image",
     "ps_docker_image": "see --docker_image",
-    "ps_resources": "parameter servers are not supported (--num_ps 0)",
-    "ps_launch_cmd": "parameter servers are not supported (--num_ps 0)",
     "tensorboard_docker_image": "no TensorBoard container: --tensorboard prints how to "
                                 "view the app's event files",
     "tensorboard_resources": "no TensorBoard container: --tensorboard prints how to view "
@@ -134,28 +130,30 @@ def job_run_spec(args: argparse.Namespace) -> dict[str, Any]:
     if args.framework.lower() != "tensorflow":
         problems.append(("--framework", f"only tensorflow jobs are supported, got "
                                         f"{args.framework[:40]!r}"))
-    if args.num_workers != 1:
-        problems.append(("--num_workers", f"got {args.num_workers}: only single-worker jobs "
-                         "are supported (one container whose GPUs come from Themis leases; "
-                         "multi-worker jobs with TF_CONFIG are not gang-scheduled yet); use "
-                         "more GPUs per worker with --worker_resources gpu=N"))
-    if args.num_ps:
-        problems.append(("--num_ps", f"got {args.num_ps}: parameter servers are not "
-                                     "supported (single-worker jobs only)"))
-    cmd = args.worker_launch_cmd
-    # %checkpoint_path%: the user's own directory, else the job's checkpoint directory
-    # that Themis keeps across moves (docs/jobs.md)
-    ckpt = _literal(args.checkpoint_path) if args.checkpoint_path else "{checkpoint_dir}"
-    cmd = cmd.replace("%checkpoint_path%", ckpt)
-    if "%input_path%" in cmd and not args.input_path:
-        problems.append(("--input_path", "is required: --worker_launch_cmd uses %input_path%"))
-    cmd = cmd.replace("%input_path%", _literal(args.input_path or ""))
+    if not 1 <= args.num_workers <= 64:
+        problems.append(("--num_workers", f"must be in [1, 64], got {args.num_workers}"))
+    if not 0 <= args.num_ps <= 64:
+        problems.append(("--num_ps", f"must be in [0, 64], got {args.num_ps}"))
+    for flag in ("ps_resources", "ps_launch_cmd"):
+        if getattr(args, flag) is not None and args.num_ps < 1:
+            problems.append((f"--{flag}", "needs parameter servers (--num_ps N, N >= 1)"))
+    cmd = _substitute(args, args.worker_launch_cmd, "--worker_launch_cmd", problems)
+    ps_cmd = (_substitute(args, args.ps_launch_cmd, "--ps_launch_cmd", problems)
+              if args.ps_launch_cmd is not None else "")
     res: dict[str, int] = {}
+    ps_res: dict[str, int] = {}
     env: dict[str, str] = {}
     try:
         res = _resources(args.worker_resources)
     except SpecError as e:
         problems += e.problems
+    try:
+        ps_res = _resources(args.ps_resources or "", "--ps_resources")
+    except SpecError as e:
+        problems += e.problems
+    if ps_res.pop("gpus", 0):
+        problems.append(("--ps_resources", "parameter servers get no GPU (gpu=0); GPUs go "
+                                           "to the workers (--worker_resources gpu=N)"))
     for item in args.env:
         name, eq, value = item.partition("=")
         if not eq or not name:
@@ -164,9 +162,27 @@ def job_run_spec(args: argparse.Namespace) -> dict[str, Any]:
             env[name] = value
     if problems:
         raise SpecError(problems)
-    return {"name": args.name, "queue": args.queue, "kind": "single-job",
-            "max_steps": args.max_steps, "job": {"command": cmd, "env": env},
-            "resources": res}
+    spec: dict[str, Any] = {"name": args.name, "queue": args.queue, "kind": "single-job",
+                            "max_steps": args.max_steps, "job": {"command": cmd, "env": env},
+                            "resources": res}
+    if args.num_workers > 1 or args.num_ps:
+        spec["tasks"] = {"workers": args.num_workers}
+        if args.num_ps:
+            spec["tasks"]["ps"] = {"count": args.num_ps, **ps_res,
+                                   **({"command": ps_cmd} if ps_cmd else {})}
+    return spec
+
+
+def _substitute(args: argparse.Namespace, cmd: str, flag: str,
+                problems: list[tuple[str, str]]) -> str:
+    """Submarine's ``%checkpoint_path%`` / ``%input_path%`` in a launch command."""
+    # %checkpoint_path%: the user's own directory, else the job's checkpoint directory
+    # that Themis keeps across moves (docs/jobs.md)
+    ckpt = _literal(args.checkpoint_path) if args.checkpoint_path else "{checkpoint_dir}"
+    cmd = cmd.replace("%checkpoint_path%", ckpt)
+    if "%input_path%" in cmd and not args.input_path:
+        problems.append(("--input_path", f"is required: {flag} uses %input_path%"))
+    return cmd.replace("%input_path%", _literal(args.input_path or ""))
 
 
 def cmd_job_run(args: argparse.Namespace) -> int:
@@ -393,9 +409,17 @@ def add_parser(sub: Any) -> None:
                    help="resources of the worker container: memory (M or G), vcores, gpu "
                         "(default %(default)s)")
     r.add_argument("--num_workers", type=int, default=1,
-                   help="workers of the job (default 1; only 1 is supported)")
+                   help="workers of the job, each with --worker_resources; more than one: a "
+                        "distributed TensorFlow job, gang-scheduled, every task gets "
+                        "TF_CONFIG, worker 0 is the chief (default 1; docs/jobs.md)")
     r.add_argument("--num_ps", type=int, default=0,
-                   help="parameter servers (default 0; only 0 is supported)")
+                   help="parameter servers of the job, without GPU (default 0)")
+    r.add_argument("--ps_resources", default=None,
+                   help="resources of each parameter server container: memory (M or G), "
+                        "vcores; no gpu (default memory=1G,vcores=1; needs --num_ps)")
+    r.add_argument("--ps_launch_cmd", default=None,
+                   help="the parameter servers' command, like --worker_launch_cmd (default: "
+                        "--worker_launch_cmd; needs --num_ps)")
     r.add_argument("--checkpoint_path", default=None,
                    help="replaces %%checkpoint_path%% in the command (default: the job's "
                         "checkpoint directory that Themis keeps across moves, "

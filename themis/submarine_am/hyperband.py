@@ -18,7 +18,9 @@ every other one stopped. (``HyperbandJob.loss`` holds the objective value, whate
 metric.)
 
 Maximum GPU demand of a job in rung ``i`` is ``min(max_gpus_per_job, eta^i)``: like the
-paper's successive halving (section 4.3.2), survivors may use more GPUs.
+paper's successive halving (section 4.3.2), survivors may use more GPUs. A ``gang`` job (a
+distributed job, :mod:`themis.am.taskgroup`) always demands ``max_gpus_per_job``: it runs
+on all of its workers' GPUs or not at all.
 
 Agent interface (paper Figure 7, Eq. 2): :meth:`Hyperband.to_app_model` gives the
 :class:`themis.agent.model.AppModel` of the app - the current rung's jobs (serial
@@ -150,6 +152,7 @@ class Hyperband:
     steps_per_unit: int = 1
     seed: int = 0
     max_gpus_per_job: int = 1
+    gang: bool = False  # every job runs on exactly max_gpus_per_job GPUs
     app_id: str = "app"
     default_iter_time: float = 1.0  # serial seconds/step assumed before any profile
     brackets: Sequence[int] | None = None  # which s to run (default: all, s_max first)
@@ -183,6 +186,8 @@ class Hyperband:
         return max(1, round(r * self.steps_per_unit))
 
     def demand_at(self, rung: int) -> int:
+        if self.gang:
+            return self.max_gpus_per_job
         return int(min(self.max_gpus_per_job, self.eta**rung))
 
     @property

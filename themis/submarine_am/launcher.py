@@ -9,6 +9,17 @@ the answer ``stop`` to the runner's next report: the runner sends SIGTERM, the j
 checkpoints and exits, the container completes. Exits of containers the AM released, the
 RM preempted or lost are stops too (the job resumes from its checkpoint); any other
 non-zero exit is a failure.
+
+A distributed job (:mod:`themis.am.taskgroup`) is one container per task on the run's node:
+each worker's with its share of the GPUs, the parameter servers' without GPU. Their runners
+meet at a rendezvous: each binds a free port on its container's host and sends it with its
+reports; :meth:`YarnContainerLauncher.answer` hands every task its TF_CONFIG (the
+containers' NodeManager hosts and the reported ports) once all tasks of the launch have
+reported, and only then do the runners start the job command. Stopping one task stops the
+group; when the chief's container completes, or another task's other than a worker's that
+exited 0 on its own (at the step target), the others are stopped; the job's exit event
+comes once every container of the group has completed: the chief's (worker 0's) outcome,
+or a failure if another task failed.
 """
 
 from __future__ import annotations
@@ -22,6 +33,7 @@ from collections.abc import Callable
 from typing import Any
 
 from themis.am.core import JobLaunch, LaunchCode, LaunchEvent
+from themis.am.taskgroup import PS, WORKER, TaskGroup, cluster_spec, tf_config
 from themis.submarine_am.records import Reallocation, Run
 from themis.submarine_am.shell import Shell
 
@@ -32,6 +44,7 @@ EXIT_ABORTED = -100  # released by the AM / lost
 EXIT_KILLED_BY_AM = -105  # KILLED_BY_APPMASTER
 NOT_FAILURES = {EXIT_PREEMPTED, EXIT_ABORTED, EXIT_KILLED_BY_AM, -106, -107}
 PRIORITY_GPU = 1
+PRIORITY_PS = 2  # the GPU-less containers of parameter servers
 HOLDING = ("allocated", "launched", "running", "stopping")  # run states on a node's GPUs
 
 
@@ -41,10 +54,13 @@ class YarnContainerLauncher:
                  command_for: Callable[[Run], tuple[str, dict[str, str]]],
                  admit: Callable[[Run], bool] = lambda run: True,
                  on_progress: Callable[[Run, dict[str, Any]], None] = lambda run, r: None,
-                 stop_timeout_s: float = 60.0) -> None:
+                 stop_timeout_s: float = 60.0, ps_memory_mb: int = 1024,
+                 ps_vcores: int = 1) -> None:
         self.shell = shell
         self.memory_mb = memory_mb
         self.vcores = vcores
+        self.ps_memory_mb = ps_memory_mb
+        self.ps_vcores = ps_vcores
         self.clock = clock
         self.lock = lock  # guards stop_set (read by the AM's HTTP thread)
         self.command_for = command_for
@@ -61,20 +77,72 @@ class YarnContainerLauncher:
         self.next_run = 1
         self.shutdown: str = ""  # why the RM ended the attempt ("" while it runs)
         self._events: list[LaunchEvent] = []
+        # rendezvous of distributed jobs (read and written by the HTTP thread, under lock):
+        # container -> (group, task, host); group -> its task group, its tasks' addresses
+        self._members: dict[str, tuple[int, tuple[str, int], str]] = {}
+        self._groups: dict[int, TaskGroup] = {}
+        self._addresses: dict[int, dict[tuple[str, int], str]] = {}
+        self._codes: dict[int, LaunchCode] = {}  # run id -> exit code of a group's task
 
     # ---------------------------------------------------------------- Launcher
     def launch(self, run: JobLaunch) -> None:
         """Ask for a container with ``run.n_gpus`` GPUs on ``run.node`` (else the node of
         ``run.gpus``, ids ``<node>/<k>``)."""
         node = run.node or run.gpus[0].rsplit("/", 1)[0]
+        group = run.group
+        if not group.distributed:
+            self._ask(run, node, run.n_gpus, (WORKER, 0), 0)
+            return
+        first = self.next_run
+        with self.lock:
+            self._groups[first] = group
+            self._addresses[first] = {}
+        per_worker = run.n_gpus // group.workers
+        for task in group.tasks():
+            self._ask(run, node, per_worker if task[0] == WORKER else 0, task, first)
+
+    def _ask(self, run: JobLaunch, node: str, gpus: int, task: tuple[str, int],
+             group: int) -> None:
         host = node.split(":")[0]
-        rid = self.shell.request(host, self.memory_mb, self.vcores, run.n_gpus, PRIORITY_GPU)
-        r = Run(self.next_run, run.job_id, node, host, run.n_gpus, rid,
-                t_requested=self.clock(), target_steps=run.target_steps)
+        ps = task[0] == PS
+        rid = self.shell.request(host, self.ps_memory_mb if ps else self.memory_mb,
+                                 self.ps_vcores if ps else self.vcores, gpus,
+                                 PRIORITY_PS if ps else PRIORITY_GPU)
+        r = Run(self.next_run, run.job_id, node, host, gpus, rid, t_requested=self.clock(),
+                target_steps=run.target_steps, task=task[0], task_index=task[1], group=group)
         self.next_run += 1
         self.runs.append(r)
         self.by_request[rid] = r
-        log.info("asking for %d GPU(s) on %s for %s (request %d)", r.gpus, node, r.job_id, rid)
+        log.info("asking for %d GPU(s) on %s for %s %s %d (request %d)", r.gpus, node,
+                 r.job_id, r.task, r.task_index, rid)
+
+    def group_runs(self, run: Run) -> list[Run]:
+        """The runs of ``run``'s launch (itself alone for a single-process job)."""
+        if not run.group:
+            return [run]
+        return [r for r in self.runs if r.group == run.group]
+
+    def answer(self, report: dict[str, Any]) -> dict[str, Any]:
+        """The AM's answer to a runner's report (called by the AM's HTTP thread): ``stop``,
+        and for a task of a distributed job that reported its ``port``, its ``tf_config``
+        once every task of its launch has reported one."""
+        cid = str(report.get("container", ""))
+        with self.lock:
+            out: dict[str, Any] = {"stop": cid in self.stop_set}
+            member = self._members.get(cid)
+            if member is None:
+                return out
+            group, task, host = member
+            addresses = self._addresses.get(group)
+            port = report.get("port")
+            if addresses is None:
+                return out
+            if isinstance(port, int) and not isinstance(port, bool) and 0 < port < 65536:
+                addresses.setdefault(task, f"{host}:{port}")
+            tasks = self._groups[group]
+            if len(addresses) == len(tasks.tasks()):
+                out["tf_config"] = tf_config(cluster_spec(tasks, addresses), task)
+            return out
 
     def stop(self, job_id: str, reason: str, lease_expiry: float | None = None) -> None:
         for r in self.runs:
@@ -105,7 +173,12 @@ class YarnContainerLauncher:
 
     # ---------------------------------------------------------------- runs
     def stop_run(self, run: Run, reason: str, lease_expiry: float | None = None) -> None:
-        """Withdraw an ask, or tell a live run's runner to stop its job (checkpoint)."""
+        """Withdraw an ask, or tell a live run's runner to stop its job (checkpoint); every
+        task of a distributed job's launch."""
+        for r in self.group_runs(run):
+            self._stop_one(r, reason, lease_expiry)
+
+    def _stop_one(self, run: Run, reason: str, lease_expiry: float | None = None) -> None:
         now = self.clock()
         if run.state == "requested":
             self.shell.cancel_request(run.request_id)
@@ -150,6 +223,10 @@ class YarnContainerLauncher:
                 self.by_container.pop(cid, None)
                 self.shell.release(cid)
                 return
+            if run.group:
+                with self.lock:
+                    self._members[cid] = (run.group, (run.task, run.task_index),
+                                          run.node.split(":")[0])
             cmd, env = self.command_for(run)
             log.info("launching %s (run %d) in %s on %s", run.job_id, run.run_id, cid, run.node)
             self.shell.launch(cid, cmd, json.dumps(env))
@@ -181,8 +258,38 @@ class YarnContainerLauncher:
         run = self.by_container.pop(cid, None)
         with self.lock:
             self.stop_set.discard(cid)
+            self._members.pop(cid, None)
         if run is None:
             return
+        event = self._run_ended(run, cid, status, diagnostics)
+        if not run.group:
+            self._events.append(event)
+            return
+        runs = self.group_runs(run)
+        # the chief's end, or any other task's but a worker's own exit 0 (at the target,
+        # like the chief), ends the group
+        ends = run.chief or run.task == PS or self._codes[run.run_id] is not LaunchCode.REACHED
+        if ends and any(r.live for r in runs):
+            self.stop_run(run, f"{run.task} {run.task_index} of the job exited ({status})")
+        if any(r.state != "done" for r in runs):
+            return
+        with self.lock:
+            self._groups.pop(run.group, None)
+            self._addresses.pop(run.group, None)
+        chief = next(r for r in runs if r.chief)
+        code = self._codes.pop(chief.run_id, LaunchCode.STOPPED)
+        failed = [r for r in runs if self._codes.pop(r.run_id, None) is LaunchCode.FAILED]
+        if code is not LaunchCode.REACHED and failed:
+            f = failed[0]
+            self._events.append(LaunchEvent(chief.job_id, LaunchCode.FAILED, chief.steps,
+                                            f.exit_status, f"{f.task} {f.task_index} failed: "
+                                            f"exit {f.exit_status} in {f.container}"))
+            return
+        self._events.append(LaunchEvent(chief.job_id, code, chief.steps, chief.exit_status,
+                                        f"exit {chief.exit_status} in {chief.container}"))
+
+    def _run_ended(self, run: Run, cid: str, status: int, diagnostics: str) -> LaunchEvent:
+        """The exit event of one container (a task's, kept in ``_codes`` for its group's)."""
         now = self.clock()
         run.state, run.exit_status, run.t_done = "done", status, now
         if run.stop_reason:
@@ -199,8 +306,10 @@ class YarnContainerLauncher:
             code = LaunchCode.FAILED
             log.warning("%s failed in %s with exit %d: %s", run.job_id, cid, status,
                         diagnostics[-500:])
-        self._events.append(LaunchEvent(run.job_id, code, run.steps, status,
-                                        f"exit {status} in {cid}; see its container logs"))
+        if run.group:
+            self._codes[run.run_id] = code
+        return LaunchEvent(run.job_id, code, run.steps, status,
+                           f"exit {status} in {cid}; see its container logs")
 
     # ---------------------------------------------------------------- runner reports
     def handle_report(self, r: dict[str, Any]) -> None:
@@ -213,6 +322,8 @@ class YarnContainerLauncher:
         now = self.clock()
         if run.state in ("allocated", "launched"):
             run.state = "running"
+        if not run.chief:  # a distributed job's other tasks: their container's state only
+            return
         for e in r.get("events", []):
             ev = e.get("event")
             if ev == "start":
@@ -238,7 +349,7 @@ class YarnContainerLauncher:
         # the job's previous run that actually ran (asks withdrawn or moved in between never
         # started and carry no lease end)
         prev = [x for x in self.runs if x.job_id == run.job_id and x.run_id < run.run_id
-                and x.t_started is not None]
+                and x.t_started is not None and x.chief]
         if not prev or run.t_started is None:
             return
         last = max(prev, key=lambda x: x.run_id)

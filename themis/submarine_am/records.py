@@ -36,6 +36,16 @@ class Run:
     lease_expiry: float | None = None  # when stopped because a lease ran out
     checkpoint_s: float | None = None  # duration of the checkpoint written on stop
     checkpoint_step: int | None = None  # step of that checkpoint
+    # a task of a distributed job (themis.am.taskgroup): all runs of one launch share
+    # ``group`` (the run id of its chief, worker 0); 0 for a single-process job
+    task: str = "worker"
+    task_index: int = 0
+    group: int = 0
+
+    @property
+    def chief(self) -> bool:
+        """Worker 0: the run whose job events and progress are the job's."""
+        return self.task == "worker" and self.task_index == 0
 
     @property
     def live(self) -> bool:

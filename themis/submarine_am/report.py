@@ -79,6 +79,9 @@ def parse_report(data: bytes, container: str) -> dict[str, Any]:
          lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0),
         ("loss", "a number or null", lambda v: v is None or _number(v)),
         ("serial_iter_time", "a number or null", lambda v: v is None or _number(v)),
+        # a distributed job's task announcing its port (rendezvous, themis.am.taskgroup)
+        ("port", "a TCP port (1-65535)",
+         lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 < v < 65536),
     )
     for name, want, ok in checks:
         if name in doc:

@@ -29,6 +29,15 @@ the job starts and saved back after it exited (:mod:`themis.submarine_am.ckptsto
 that a job checkpointing with plain TensorFlow/Keras to a local directory resumes on any
 node.
 
+Distributed jobs: with ``--task TYPE:INDEX`` (a task of a job's task group,
+:mod:`themis.am.taskgroup`) the runner binds a free port on its host and sends it with its
+reports (``"port"``); the AM answers with the task's ``tf_config`` once every task of the
+launch has reported, and the runner then starts the job command with ``TF_CONFIG`` set
+(the port is released just before, for the job's TensorFlow server to bind). It gives up
+after ``--rendezvous-wait`` seconds (exit 3). Only the chief (``worker:0``) reports the
+job's progress, copies event files and saves checkpoints; every task restores them. The
+tasks take no start-up slot (they start together: each waits for the others).
+
 TensorBoard logs: with ``--tensorboard-dir`` the job's event files are copied to that HDFS
 directory as they grow (every ``--tensorboard-every`` seconds and once more after the job
 exited; :mod:`themis.submarine_am.tblogs`), through WebHDFS at ``$THEMIS_WEBHDFS_URL`` as
@@ -47,6 +56,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -93,7 +103,8 @@ class Runner:
                  slot_dir: str = "", slot_wait: float = 60.0,
                  upload: EventLogUpload | None = None, upload_every: float = 10.0,
                  metric: str = "eval_loss", checkpoint_dir: Path | None = None,
-                 store: CheckpointStore | None = None) -> None:
+                 store: CheckpointStore | None = None, task: tuple[str, int] | None = None,
+                 rendezvous_wait: float = 600.0) -> None:
         self.am_url = am_url.rstrip("/")
         self.job_id = job_id
         self.run_id = run_id
@@ -110,7 +121,8 @@ class Runner:
         self._profiler: Any = None
         self._job_started = False  # the job's "start" event was seen
         self._restorable_step = 0  # newest checkpoint in checkpoint_dir at the job's start
-        self.start_slots = start_slots
+        # a distributed job's tasks start together (each waits for the others): no slots
+        self.start_slots = 0 if task is not None else start_slots
         self.slot_dir = slot_dir or tempfile.gettempdir()
         self.slot_wait = slot_wait
         self._slot: int | None = None  # fd of the start-up slot held
@@ -120,6 +132,10 @@ class Runner:
         self.metric = metric  # the objective's TensorFlow scalar tag
         self.checkpoint_dir = checkpoint_dir  # the job's local checkpoints
         self.store = store  # keeps checkpoint_dir in HDFS
+        self.task = task  # a distributed job's task (None: a single-process job)
+        self.chief = task is None or task == ("worker", 0)
+        self.rendezvous_wait = rendezvous_wait
+        self._env: dict[str, str] = {}  # the job's extra environment (TF_CONFIG)
 
     # ---------------------------------------------------------------- job process
     def _signal_child(self, why: str) -> None:
@@ -163,7 +179,7 @@ class Runner:
     # ---------------------------------------------------------------- reports
     def _progress(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        if not self._job_started:
+        if not self._job_started or not self.chief:
             # no event files before the job has started; importing the profiler now would
             # take CPU from the job's own start (TensorFlow import, restore)
             return out
@@ -189,13 +205,17 @@ class Runner:
 
     def report(self, final: bool = False) -> bool:
         """Send progress and new events; returns True when the AM asks the job to stop."""
+        return bool(self._report(final).get("stop"))
+
+    def _report(self, final: bool = False, **extra: Any) -> dict[str, Any]:
+        """Send progress, new events and ``extra``; the AM's answer ({} if unreachable)."""
         with self._lock:
             events = list(self._events)
         taken = len(events)
         progress = self._progress()
         while True:
             body = {"job_id": self.job_id, "run_id": self.run_id, "container": self.container,
-                    "final": final, "events": events, **progress}
+                    "final": final, "events": events, **progress, **extra}
             data = json.dumps(body).encode()
             if len(data) <= MAX_REPORT_BYTES or not events:
                 break
@@ -212,10 +232,37 @@ class Runner:
                 answer = json.load(r)
         except (OSError, ValueError) as e:
             log.debug("report failed: %s", e)
-            return False
+            return {}
         with self._lock:
             del self._events[:taken]
-        return bool(answer.get("stop"))
+        return answer if isinstance(answer, dict) else {}
+
+    # ---------------------------------------------------------------- rendezvous
+    def _rendezvous(self) -> str | None:
+        """A distributed job's TF_CONFIG from the AM (module docstring); None when the AM
+        asked to stop first. RuntimeError after ``rendezvous_wait`` seconds."""
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.bind(("", 0))  # held until the job starts: no other process takes it
+            port = int(sock.getsockname()[1])
+            self._add_event({"event": "rendezvous", "task": list(self.task or ()),
+                             "port": port})
+            end = time.monotonic() + self.rendezvous_wait
+            while not self._stop_early.is_set():
+                answer = self._report(port=port)
+                if answer.get("stop"):
+                    return None
+                config = answer.get("tf_config")
+                if isinstance(config, str):
+                    return config
+                if time.monotonic() > end:
+                    raise RuntimeError(f"no TF_CONFIG from the AM after "
+                                       f"{self.rendezvous_wait:.0f}s (the job's other tasks "
+                                       "did not all start)")
+                time.sleep(min(self.report_every, 0.5))
+            return None
+        finally:
+            sock.close()
 
     # ---------------------------------------------------------------- start-up slots
     def _try_slot(self) -> int | None:
@@ -280,6 +327,20 @@ class Runner:
             self._add_event({"event": "runner-exit", "status": 0})
             self.report(final=True)
             return 0
+        if self.task is not None:
+            try:
+                config = self._rendezvous()
+            except RuntimeError as e:
+                log.error("job %s: %s", self.job_id, e)
+                self._add_event({"event": "runner-exit", "status": 3, "error": str(e)})
+                self.report(final=True)
+                return 3
+            if config is None:
+                log.info("job %s stopped before its tasks met", self.job_id)
+                self._add_event({"event": "runner-exit", "status": 0})
+                self.report(final=True)
+                return 0
+            self._env["TF_CONFIG"] = config
         if self.store is not None:
             self._restore_checkpoints()
         if self.upload is not None:
@@ -320,7 +381,8 @@ class Runner:
         steps = checkpoint_steps(self.checkpoint_dir) if self.checkpoint_dir else []
         self._restorable_step = steps[-1] if steps else 0
         self._child = subprocess.Popen(self.command, stdout=subprocess.PIPE, text=True,
-                                       start_new_session=True, bufsize=1)
+                                       start_new_session=True, bufsize=1,
+                                       env={**os.environ, **self._env})
         pump = threading.Thread(target=self._pump_stdout, args=(self._child.stdout,),
                                 daemon=True)
         pump.start()
@@ -336,7 +398,7 @@ class Runner:
         pump.join(timeout=5)
         self._check_started()
         self._release_slot()
-        if self.store is not None:
+        if self.store is not None and self.chief:
             self._save_checkpoints()  # before the AM hears of the exit
         if self.upload is not None:
             self.upload.close()  # the last events, before the AM hears of the exit
@@ -408,8 +470,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "The AM passes commands this way: YARN puts a container's command "
                         "inside double quotes in its launch script, where quotes, $ and "
                         "backquotes of the user's command would be taken by that shell")
+    p.add_argument("--task", default="", metavar="TYPE:INDEX",
+                   help="a distributed job's task (worker:0 is the chief, ps:0 ...): wait "
+                        "for TF_CONFIG at the AM's rendezvous before starting the job "
+                        "(default: none, a single-process job)")
+    p.add_argument("--rendezvous-wait", type=float, default=600.0,
+                   help="seconds to wait for the job's other tasks (default 600)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- the job command")
     args = p.parse_args(argv)
+    task = parse_task(args.task, p) if args.task else None
     cmd = args.command[1:] if args.command[:1] == ["--"] else args.command
     if args.command_b64:
         if cmd:
@@ -425,6 +494,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if (args.tensorboard_dir or args.checkpoint_store) and not url:
         log.warning("no $THEMIS_WEBHDFS_URL: event files and checkpoints not kept in HDFS")
     elif args.tensorboard_dir or args.checkpoint_store:
+        if task is not None and task != ("worker", 0):
+            args.tensorboard_dir = ""  # the chief's event files are the job's
         from themis.submarine_am.webhdfs import WebHdfs
 
         fs = WebHdfs(url, os.environ.get("HADOOP_USER_NAME") or "root", timeout=10.0)
@@ -440,7 +511,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     return Runner(args.am, args.job_id, args.run_id, args.logdir, cmd, args.report_every,
                   start_slots=slots, slot_dir=args.slot_dir, slot_wait=args.slot_wait,
                   upload=upload, upload_every=args.tensorboard_every,
-                  metric=args.metric, checkpoint_dir=args.checkpoint_dir, store=store).run()
+                  metric=args.metric, checkpoint_dir=args.checkpoint_dir, store=store,
+                  task=task, rendezvous_wait=args.rendezvous_wait).run()
+
+
+def parse_task(value: str, p: argparse.ArgumentParser) -> tuple[str, int]:
+    """``--task worker:1`` as ("worker", 1)."""
+    kind, _, index = value.partition(":")
+    if kind not in ("worker", "ps") or not index.isdigit() or len(index) > 4:
+        p.error(f"--task {value[:40]!r}: must be worker:N or ps:N")
+    return kind, int(index)
 
 
 if __name__ == "__main__":

@@ -35,6 +35,13 @@ Format (docs/am.md)::
       gpus: 1                        # standalone: a job's GPUs grow to this by rung
       memory_mb: 1024                # YARN only
       vcores: 1                      # YARN only
+    tasks:                           # optional: a distributed TensorFlow job (job.command)
+      workers: 2                     # workers, each with `resources` (default 1)
+      ps:                            # parameter servers (default none; no GPU)
+        count: 1
+        memory_mb: 1024              # YARN only
+        vcores: 1                    # YARN only
+        command: ...                 # their own command (default: job.command)
     max_parallel_jobs: 4             # optional cap on concurrently running jobs
     queue: default                   # YARN only
     am: {memory_mb: 768, vcores: 1, max_attempts: 2}    # YARN only
@@ -63,6 +70,7 @@ from pathlib import Path
 from typing import Any
 
 from themis.am.objective import Objective, parse_objective
+from themis.am.taskgroup import TaskGroup
 from themis.docfile import DocumentError, read_document
 from themis.safeinput import InputError, Limits, Template, load_json, short
 from themis.submarine_am.hyperband import (
@@ -105,9 +113,11 @@ BOUNDS = {
     "job.max_restarts": 1000, "max_parallel_jobs": MAX_CONFIGURATIONS,
     "hyperband.eta": MAX_ETA, "hyperband.steps_per_unit": MAX_STEPS,
     "hyperband.seed": (1 << 63) - 1, "max_steps": MAX_STEPS,
+    "tasks.workers": 64, "tasks.ps.count": 64, "tasks.ps.memory_mb": 1 << 20,
+    "tasks.ps.vcores": 1024,
 }
 _TOP = {"name", "queue", "kind", "search_space", "hyperband", "max_steps", "job", "resources",
-        "max_parallel_jobs", "am", "objective", "standalone"}
+        "tasks", "max_parallel_jobs", "am", "objective", "standalone"}
 _BIG = 1e18  # any other number: |x| <= 1e18
 
 
@@ -185,6 +195,16 @@ class Resources:
 
 
 @dataclass(frozen=True, slots=True)
+class PsTasks:
+    """The parameter servers of a distributed job (``tasks.ps``)."""
+
+    count: int = 0
+    memory_mb: int = 1024
+    vcores: int = 1
+    command: str = ""  # "" = job.command
+
+
+@dataclass(frozen=True, slots=True)
 class AmResources:
     memory_mb: int = 768
     vcores: int = 1
@@ -211,6 +231,8 @@ class AppSpec:
     env: dict[str, str] = field(default_factory=dict)
     max_restarts: int = 3
     resources: Resources = Resources()
+    workers: int = 1  # tasks.workers
+    ps: PsTasks = PsTasks()  # tasks.ps
     max_parallel_jobs: int = 0  # 0 = no cap
     am: AmResources = AmResources()
     queue: str = "default"
@@ -232,6 +254,13 @@ class AppSpec:
         }
         if self.submit_at_s:
             d["standalone"] = {"submit_at_s": self.submit_at_s}
+        if self.task_group.distributed:
+            d["tasks"] = {"workers": self.workers}
+            if self.ps.count:
+                ps = asdict(self.ps)
+                if not ps["command"]:
+                    del ps["command"]
+                d["tasks"]["ps"] = ps
         if self.kind == "hyperband":
             hb = asdict(self.hyperband)
             if hb["brackets"] is None:
@@ -262,14 +291,28 @@ class AppSpec:
         if self.kind == "single-job":
             return Hyperband(SearchSpace([Categorical("_", ("",))]), max_resource=1.0, eta=2,
                              steps_per_unit=self.max_steps, app_id=app_id,
-                             max_gpus_per_job=self.resources.gpus, objective=self.objective,
-                             default_iter_time=default_iter_time)
+                             max_gpus_per_job=self.job_gpus(), gang=self.gang,
+                             objective=self.objective, default_iter_time=default_iter_time)
         hb = self.hyperband
         return Hyperband(SearchSpace.from_dict(self.search_space), max_resource=hb.max_resource,
                          eta=hb.eta, steps_per_unit=hb.steps_per_unit, seed=hb.seed,
-                         app_id=app_id, max_gpus_per_job=self.resources.gpus,
+                         app_id=app_id, max_gpus_per_job=self.job_gpus(), gang=self.gang,
                          brackets=hb.brackets, objective=self.objective,
                          default_iter_time=default_iter_time)
+
+    @property
+    def task_group(self) -> TaskGroup:
+        return TaskGroup(self.workers, self.ps.count)
+
+    @property
+    def gang(self) -> bool:
+        """Whether a job runs on exactly :meth:`job_gpus` GPUs (a distributed job: every
+        worker has its GPUs or none runs), not on a count that grows by rung."""
+        return self.task_group.distributed
+
+    def job_gpus(self) -> int:
+        """GPUs of one job: a distributed job's gang, else the most a job may grow to."""
+        return self.task_group.gpus(self.resources.gpus)
 
     def job_command(self) -> str:
         """The command template of every job: ``job.command``, or the bundled job's."""
@@ -315,7 +358,7 @@ class AppSpec:
         return min(n, self.max_parallel_jobs) if self.max_parallel_jobs else n
 
     def max_gpus(self) -> int:
-        return max(1, self.max_concurrent_jobs() * self.resources.gpus)
+        return max(1, self.max_concurrent_jobs() * self.job_gpus())
 
 
 class _Checker:
@@ -484,6 +527,36 @@ def _check_args(c: _Checker, raw: Any, space: Mapping[str, Mapping[str, Any]]
     return args
 
 
+def _check_tasks(c: _Checker, raw: Mapping[str, Any], command: str, params: set[str]
+                 ) -> tuple[int, PsTasks]:
+    """``tasks``: the workers and parameter servers of a distributed job."""
+    tasks = c.section(raw, "tasks", {"workers", "ps"})
+    workers = c.int_(tasks, "workers", "tasks.", 1, 1)
+    ps_raw = tasks.get("ps")
+    ps = PsTasks()
+    if ps_raw is not None:
+        if not isinstance(ps_raw, Mapping):
+            c.bad("tasks.ps", f"must be a mapping, got {type(ps_raw).__name__}")
+        else:
+            for k in ps_raw:
+                if k not in ("count", "memory_mb", "vcores", "command"):
+                    c.bad(f"tasks.ps.{k[:64] if isinstance(k, str) else short(k, 40)}",
+                          "unknown field (known: command, count, memory_mb, vcores)")
+            ps_cmd = c.str_(ps_raw, "command", "tasks.ps.", "-") if "command" in ps_raw else ""
+            if ps_cmd:
+                try:
+                    Template(ps_cmd, set(PLACEHOLDERS) | params, "tasks.ps.command")
+                except InputError as e:
+                    c.bad("tasks.ps.command", e.problem)
+            ps = PsTasks(c.int_(ps_raw, "count", "tasks.ps.", None, 1),
+                         c.int_(ps_raw, "memory_mb", "tasks.ps.", 1024, 128),
+                         c.int_(ps_raw, "vcores", "tasks.ps.", 1, 1), ps_cmd)
+    if (workers > 1 or ps.count) and not command:
+        c.bad("tasks", "a distributed job needs job.command (a program that reads "
+                       "TF_CONFIG); the bundled job (job.args) trains on one worker")
+    return workers, ps
+
+
 def parse_spec(raw: Any, source: str = "", default_name: str | None = None) -> AppSpec:
     """Validate a loaded spec (dict); raise :class:`SpecError` naming every problem.
     ``default_name`` (standalone: the file name) is used when the spec has no name."""
@@ -592,6 +665,11 @@ def parse_spec(raw: Any, source: str = "", default_name: str | None = None) -> A
     resources = Resources(c.int_(res, "gpus", "resources.", 1, 1, 64),
                           c.int_(res, "memory_mb", "resources.", 1024, 128),
                           c.int_(res, "vcores", "resources.", 1, 1))
+    workers, ps = _check_tasks(c, raw, command, set(space) if kind == "hyperband" else set())
+    if workers * resources.gpus > BOUNDS["resources.gpus"]:
+        c.bad("tasks.workers", f"{workers} workers x resources.gpus {resources.gpus} = "
+                               f"{workers * resources.gpus} GPUs per job, more than "
+                               f"{BOUNDS['resources.gpus']}")
     am = c.section(raw, "am", {"memory_mb", "vcores", "max_attempts"})
     amr = AmResources(c.int_(am, "memory_mb", "am.", 768, 256),
                       c.int_(am, "vcores", "am.", 1, 1),
@@ -607,6 +685,7 @@ def parse_spec(raw: Any, source: str = "", default_name: str | None = None) -> A
         raise SpecError(c.problems, source)
     spec = AppSpec(name=name, kind=kind, command=command, search_space=space, hyperband=hbs,
                    max_steps=max_steps, env=env, max_restarts=max_restarts, resources=resources,
+                   workers=workers, ps=ps,
                    max_parallel_jobs=mpj, am=amr, queue=queue, args=args, objective=objective,
                    submit_at_s=float(submit_at), source=source or "<built-in>")
     try:
@@ -691,7 +770,9 @@ def _stderr(msg: str) -> None:
     print(msg, file=sys.stderr)
 
 
-def render_command(spec: AppSpec, values: Mapping[str, Any]) -> str:
-    """The job command with every placeholder filled in (values are shell-quoted)."""
-    template = _template(spec.job_command(), set(spec.search_space))
+def render_command(spec: AppSpec, values: Mapping[str, Any], task: str = "worker") -> str:
+    """The job command (``task`` "ps": the parameter servers' command) with every
+    placeholder filled in (values are shell-quoted)."""
+    command = spec.ps.command if task == "ps" and spec.ps.command else spec.job_command()
+    template = _template(command, set(spec.search_space))
     return template.render({k: shlex.quote(str(v)) for k, v in values.items()})

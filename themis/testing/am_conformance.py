@@ -31,24 +31,39 @@ from themis.am.core import AmCore, JobLaunch, LaunchCode, Launcher, LaunchEvent
 from themis.submarine_am.spec import AppSpec, parse_spec
 
 # A job as a user would write it: resumes from its newest checkpoint, counts steps,
-# checkpoints and exits 0 on SIGTERM, exits 3 at start-up once if told to crash.
+# checkpoints and exits 0 on SIGTERM, exits 3 at start-up once if told to crash. A task of
+# a distributed job writes the TF_CONFIG it got to tf_config-<type>-<index>.json; only the
+# chief (worker 0) checkpoints; a parameter server serves until SIGTERM.
 JOB = r"""
 import json, os, signal, sys, time
 ckpt, target = sys.argv[1], int(sys.argv[2])
 os.makedirs(ckpt, exist_ok=True)
+stop = []
+signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
+config = json.loads(os.environ.get("TF_CONFIG", "{}"))
+task = config.get("task", {"type": "worker", "index": 0})
+if config:
+    name = os.path.join(ckpt, f"tf_config-{task['type']}-{task['index']}.json")
+    with open(name + ".tmp", "w") as f:
+        json.dump(config, f)
+    os.replace(name + ".tmp", name)
+if task["type"] == "ps":
+    while not stop:
+        time.sleep(0.005)
+    sys.exit(0)
+chief = task["index"] == 0
 done = sorted(int(p[5:]) for p in os.listdir(ckpt) if p.startswith("ckpt-"))
 step = done[-1] if done else 0
 print(json.dumps({"event": "start", "step": step,
                   "restored_from": f"ckpt-{step}" if done else None}), flush=True)
-if os.path.exists(os.path.join(ckpt, "crash")):
+if chief and os.path.exists(os.path.join(ckpt, "crash")):
     os.remove(os.path.join(ckpt, "crash"))
     sys.exit(3)
-stop = []
-signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
 while step < target and not stop:
     time.sleep(0.005)
     step += 1
-open(os.path.join(ckpt, f"ckpt-{step}"), "w").close()
+if chief:
+    open(os.path.join(ckpt, f"ckpt-{step}"), "w").close()
 print(json.dumps({"event": "exit", "step": step,
                   "reason": "max-steps" if step >= target else "signal"}), flush=True)
 """
@@ -59,8 +74,16 @@ class Harness(Protocol):
 
     launcher: Launcher
 
-    def launch(self, job_id: str, target_steps: int, where: int) -> None:
-        """Launch on GPU set ``where`` (0 or 1: two disjoint sets)."""
+    def launch(self, job_id: str, target_steps: int, where: int, workers: int = 1,
+               ps: int = 0) -> None:
+        """Launch on GPU set ``where`` (0 or 1: two disjoint sets of two GPUs); with
+        ``workers`` > 1 or ``ps`` > 0 as a distributed job, one GPU per worker."""
+
+    def tf_configs(self, job_id: str) -> dict[tuple[str, int], dict[str, Any]]:
+        """The TF_CONFIG each task of the job's latest run got, by (type, index)."""
+
+    def live_tasks(self, job_id: str) -> int:
+        """How many tasks (processes, containers) of the job's latest run still run."""
 
     def where(self, job_id: str) -> str:
         """Where the job's latest run ran (GPU ids or node)."""
@@ -98,6 +121,23 @@ def _code(job_id: str, code: LaunchCode) -> Callable[[list[LaunchEvent]], bool]:
 def _exited(job_id: str) -> Callable[[list[LaunchEvent]], bool]:
     return lambda evs: any(e.job_id == job_id and e.code is not LaunchCode.STARTED
                            for e in evs)
+
+
+def _consistent(configs: dict[tuple[str, int], dict[str, Any]], workers: int, ps: int
+                ) -> dict[str, list[str]]:
+    """Check that every task got the same cluster (``workers`` workers, ``ps`` parameter
+    servers, distinct addresses) and its own task; returns the cluster."""
+    tasks = [("worker", i) for i in range(workers)] + [("ps", i) for i in range(ps)]
+    assert sorted(configs) == sorted(tasks), configs
+    cluster: dict[str, list[str]] = configs[("worker", 0)]["cluster"]
+    assert sorted(cluster) == (["ps", "worker"] if ps else ["worker"]), cluster
+    assert len(cluster["worker"]) == workers and len(cluster.get("ps", [])) == ps
+    addresses = [a for v in cluster.values() for a in v]
+    assert len(set(addresses)) == len(addresses), cluster
+    for (kind, index), config in configs.items():
+        assert config["cluster"] == cluster, configs
+        assert config["task"] == {"type": kind, "index": index}
+    return cluster
 
 
 def one_job_spec(max_restarts: int = 1, max_steps: int = 40) -> AppSpec:
@@ -139,6 +179,28 @@ class LauncherConformance:
         assert evs[0].step == ckpt  # resumed from the checkpoint ...
         assert h.where("j") != first  # ... on other GPUs
         assert evs[1].step == ckpt + 20
+
+    def test_distributed_job_gets_tf_config_and_its_tasks_stop_and_resume_together(
+            self, harness_factory: Callable[[], Any]) -> None:
+        h = harness_factory()
+        h.launch("d", 100_000, 0, workers=2)
+        events_until(h, _code("d", LaunchCode.STARTED))
+        events_until(h, lambda evs: len(h.tf_configs("d")) == 2)
+        first = _consistent(h.tf_configs("d"), 2, 0)
+        assert run_for(h, 0.3) == [] and h.live_tasks("d") == 2
+        h.launcher.stop("d", "lease")  # the lease of the group ends
+        evs = events_until(h, _exited("d"))
+        assert [e.code for e in evs] == [LaunchCode.STOPPED], evs  # one event for the job
+        assert h.live_tasks("d") == 0 and h.launcher.live() == set()
+        ckpt = h.checkpoint("d")
+        assert ckpt > 0 and evs[0].step == ckpt
+        # the whole group resumes on other GPUs, now with a parameter server
+        h.launch("d", ckpt + 20, 1, workers=2, ps=1)
+        evs = events_until(h, _exited("d"))
+        assert [e.code for e in evs] == [LaunchCode.STARTED, LaunchCode.REACHED], evs
+        assert evs[0].step == ckpt and evs[1].step == ckpt + 20
+        assert _consistent(h.tf_configs("d"), 2, 1)["worker"] != first["worker"]
+        assert h.live_tasks("d") == 0 and h.launcher.live() == set()  # the ps stopped too
 
     def test_crashing_job_is_retried_then_ranked_last(
             self, harness_factory: Callable[[], Any]) -> None:
@@ -197,6 +259,7 @@ class LocalHarness:
     under ``root`` (shared by harnesses made on the same root, as by AM attempts)."""
 
     GPUS = (("m0-g0",), ("m1-g0",))
+    PAIRS = (("m0-g0", "m0-g1"), ("m1-g0", "m1-g1"))  # a 2-worker job's GPUs
 
     def __init__(self, root: Path) -> None:
         from themis.arbiter.cluster_backend import uniform_cluster
@@ -214,10 +277,30 @@ class LocalHarness:
         self.launcher = LocalProcessLauncher("conf", uniform_cluster(2, 2).topology(),
                                              GpuRegistry(), make_runner)
         self._where: dict[str, str] = {}
+        self._tasks: dict[str, list[Any]] = {}
 
-    def launch(self, job_id: str, target_steps: int, where: int) -> None:
-        self._where[job_id] = ",".join(self.GPUS[where])
-        self.launcher.launch(JobLaunch(job_id, target_steps, self.GPUS[where]))
+    def launch(self, job_id: str, target_steps: int, where: int, workers: int = 1,
+               ps: int = 0) -> None:
+        gpus = self.GPUS[where] if workers == 1 else self.PAIRS[where][:workers]
+        self._where[job_id] = ",".join(gpus)
+        for old in self._ckpt(job_id).glob("tf_config-*.json"):
+            old.unlink()
+        self.launcher.launch(JobLaunch(job_id, target_steps, gpus, workers=workers, ps=ps))
+        self._tasks[job_id] = [self.launcher.runners[job_id],
+                               *self.launcher.tasks.get(job_id, {}).values()]
+
+    def _ckpt(self, job_id: str) -> Path:
+        return self.root / "jobs" / job_id / "checkpoints"
+
+    def tf_configs(self, job_id: str) -> dict[tuple[str, int], dict[str, Any]]:
+        out = {}
+        for path in self._ckpt(job_id).glob("tf_config-*.json"):
+            config = json.loads(path.read_text())
+            out[(config["task"]["type"], config["task"]["index"])] = config
+        return out
+
+    def live_tasks(self, job_id: str) -> int:
+        return sum(1 for r in self._tasks.get(job_id, []) if r.live)
 
     def where(self, job_id: str) -> str:
         return self._where[job_id]
@@ -244,6 +327,7 @@ class FakeYarnShell:
         self.crash: set[str] = set()
         self.steps_per_poll = steps_per_poll
         self.asks: dict[int, tuple[str, int]] = {}
+        self.tf_configs: dict[str, dict[tuple[str, int], dict[str, Any]]] = {}
         self.containers: dict[str, dict[str, Any]] = {}
         self.events: list[dict[str, Any]] = []
         self.next_id = 1
@@ -259,15 +343,38 @@ class FakeYarnShell:
         self.asks.pop(request_id, None)
 
     def launch(self, container: str, command: str, env_json: str) -> None:
-        _, job, target = command.split()
+        _, job, target, *task = command.split()
         start = self.checkpoints.get(job, 0)
-        self.containers[container].update(job=job, target=int(target), step=start)
+        self.containers[container].update(job=job, target=int(target), step=start,
+                                          chief=task in ([], ["worker:0"]), task=task)
         self.events.append({"type": "started", "container": container})
-        self._report(container, [{"event": "start", "step": start,
-                                  "restored_from": f"ckpt-{start}" if start else None}])
-        if job in self.crash:
-            self.crash.discard(job)
+        if task:  # a task of a distributed job: the runner's rendezvous first
+            self.containers[container].update(port=40000 + self.next_id, waiting=True)
+            self.next_id += 1
+            return
+        self._started(container)
+
+    def _started(self, container: str) -> None:
+        c = self.containers[container]
+        if c["chief"]:
+            self._report(container, [{"event": "start", "step": c["step"], "restored_from":
+                                      f"ckpt-{c['step']}" if c["step"] else None}])
+        if c["job"] in self.crash and c["chief"]:
+            self.crash.discard(c["job"])
             self._complete(container, 3)
+
+    def _rendezvous(self, container: str) -> None:
+        """The runner's report of its port; the job starts with the TF_CONFIG answered."""
+        c = self.containers[container]
+        answer = self.launcher.answer({"container": container, "port": c["port"]})
+        if answer.get("stop"):
+            self._complete(container, 0)
+        elif "tf_config" in answer:
+            config = json.loads(answer["tf_config"])
+            kind, index = config["task"]["type"], config["task"]["index"]
+            self.tf_configs.setdefault(c["job"], {})[(kind, index)] = config
+            c["waiting"] = False
+            self._started(container)
 
     def _report(self, container: str, events: list[dict[str, Any]]) -> None:
         c = self.containers[container]
@@ -276,7 +383,7 @@ class FakeYarnShell:
 
     def _complete(self, container: str, status: int) -> None:
         c = self.containers.pop(container)
-        if "job" in c and status != 3:
+        if "job" in c and status != 3 and c["chief"]:
             self.checkpoints[c["job"]] = c["step"]
         self.events.append({"type": "completed", "container": container,
                             "exit_status": status})
@@ -297,6 +404,9 @@ class FakeYarnShell:
             self.events.append({"type": "allocated", "container": cid, "node": node,
                                 "request_id": rid})
         for cid, c in list(self.containers.items()):
+            if c.get("waiting"):
+                self._rendezvous(cid)
+                continue
             if "job" not in c:
                 continue
             if self.launcher.should_stop(cid):
@@ -305,7 +415,7 @@ class FakeYarnShell:
                 continue
             c["step"] = min(c["target"], c["step"] + self.steps_per_poll)
             self._report(cid, [])
-            if c["step"] >= c["target"]:
+            if c["step"] >= c["target"] and c["chief"]:  # other tasks: until stopped
                 self._complete(cid, 0)
         out, self.events = self.events, []
         return json.dumps(out)
@@ -337,13 +447,23 @@ class YarnHarness:
         self._target: dict[str, int] = {}
         self.launcher = YarnContainerLauncher(
             self.shell, memory_mb=512, vcores=1, clock=time.time, lock=threading.Lock(),
-            command_for=lambda run: (f"job {run.job_id} {self._target[run.job_id]}", {}))
+            command_for=lambda run: (f"job {run.job_id} {self._target[run.job_id]}"
+                                     + (f" {run.task}:{run.task_index}" if run.group else ""),
+                                     {}))
         self.shell.launcher = self.launcher
 
-    def launch(self, job_id: str, target_steps: int, where: int) -> None:
+    def launch(self, job_id: str, target_steps: int, where: int, workers: int = 1,
+               ps: int = 0) -> None:
         self._target[job_id] = target_steps
+        self.shell.tf_configs.pop(job_id, None)
         self.launcher.launch(JobLaunch(job_id, target_steps, node=self.NODES[where],
-                                       count=1))
+                                       count=workers, workers=workers, ps=ps))
+
+    def tf_configs(self, job_id: str) -> dict[tuple[str, int], dict[str, Any]]:
+        return dict(self.shell.tf_configs.get(job_id, {}))
+
+    def live_tasks(self, job_id: str) -> int:
+        return sum(1 for c in self.shell.containers.values() if c.get("job") == job_id)
 
     def where(self, job_id: str) -> str:
         return [r.node for r in self.launcher.runs if r.job_id == job_id][-1]
