@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.kill_trials import Kill, _double_grants, _double_use, run_once
+from tests.integration.kill_trials import Kill, _check, _double_grants, _double_use, run_once
 
 needs_tf = pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None,
                               reason="needs TensorFlow (the 'train' extra)")
@@ -22,7 +22,7 @@ needs_tf = pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None,
 @pytest.mark.slow
 @pytest.mark.integration
 def test_killed_jobs_resume_from_their_last_complete_checkpoint(tmp_path: Path) -> None:
-    r = run_once(tmp_path, 3, seed=1, apps=1, timeout_s=240.0)
+    r = run_once(tmp_path, 3, seed=1, apps=1, timeout_s=600.0)  # ~80-140 s at load 2-8
     assert r.status == 0, (tmp_path / "driver.log").read_text()[-2000:]
     assert len(r.kills) == 3
     for k in r.kills:
@@ -76,3 +76,38 @@ def test_a_kill_names_the_checkpoint_write_it_landed_in() -> None:
     assert k.phase == "local"
     k.partial = [".tmp-ckpt-000000000020-ab12cd34"]
     assert k.phase == "upload"
+
+
+def _fake_run(root: Path, start_steps: list[int | None]) -> Path:
+    """A run directory with one job whose segments started at ``start_steps``."""
+    import json
+
+    run = root / "run"
+    job = run / "apps" / "a" / "jobs" / "j"
+    (job / "checkpoints").mkdir(parents=True)
+    (job / "logs").mkdir()
+    segs = []
+    for i, step in enumerate(start_steps):
+        segs.append({**_seg(i, ["g0"], 10.0 * i, 10.0 * i + 9), "start_step": step})
+        ev = [] if step is None else [{"event": "start", "step": step, "skipped": []}]
+        (job / f"segment-{i}.out").write_text("".join(json.dumps(e) + "\n" for e in ev))
+    report = {"apps": {"a": {"completion_s": 40.0, "jobs": {"j": {"segments": segs}}}},
+              "rounds": []}
+    (run / "report.json").write_text(json.dumps(report))
+    (root / "tmp").mkdir()
+    return run
+
+
+@pytest.mark.parametrize(("start_steps", "problem"), [
+    ([0, 50], ""),
+    ([0, None, 50], ""),  # segment 1 was stopped before its start event: it restored nothing
+    ([0, 40], "resumed from step 40, last complete checkpoint at the kill: 50"),
+    ([0, None], "the job was not restarted"),
+])
+def test_restore_check_compares_with_the_last_complete_checkpoint(
+        tmp_path: Path, start_steps: list[int | None], problem: str) -> None:
+    run = _fake_run(tmp_path, start_steps)
+    k = Kill("a", "j", 0, 1, 5.0, 50, [], [], [], [])
+    r = _check(tmp_path, run, 0, [k], 1.0, tmp_path / "tmp")
+    assert k.problem.startswith(problem) and bool(k.problem) == bool(problem)
+    assert r.lost == ([k] if problem else [])
