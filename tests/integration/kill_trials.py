@@ -101,6 +101,7 @@ class RunResult:
     seconds: float
     out: Path
     load: list[float] = field(default_factory=list)  # 1-min load average, every ~5 s
+    gpu_moves: int = 0  # GPUs granted to another app than their previous holder
 
     @property
     def lost(self) -> list[Kill]:
@@ -119,6 +120,7 @@ def summary(runs: list[RunResult]) -> dict[str, Any]:
         + sum(len(r.corrupt_at_end) for r in runs),
         "double_grants": sum(len(r.double_grants) for r in runs),
         "double_gpu_use": sum(len(r.double_use) for r in runs),
+        "gpu_moves_between_apps": sum(r.gpu_moves for r in runs),
         "kills_during_checkpoint_write": sum(1 for ph in phases if ph),
         "kills_by_write_phase": {ph: phases.count(ph) for ph in ("local", "upload", "delete")},
         "median_lost_steps": statistics.median(lost_steps) if lost_steps else None,
@@ -370,7 +372,7 @@ def _check(out: Path, run_dir: Path, status: int, kills: list[Kill], seconds: fl
         for job_dir in sorted((run_dir / "apps" / app / "jobs").iterdir()):
             corrupt_end += _verify_dir(job_dir / "checkpoints")[1]
     return RunResult(status, kills, _double_use(report), _double_grants(report), corrupt_end,
-                     seconds, out)
+                     seconds, out, gpu_moves=len(report.get("moves", [])))
 
 
 def _events(path: Path) -> list[dict[str, Any]]:
