@@ -9,7 +9,7 @@ model, a checkpoint every few steps); this process picks a job process that is t
 then reads the job's checkpoint directory: every ``ckpt-*`` entry must verify against its
 manifest (:func:`themis.jobs.checkpoints.verify_manifest`), and the newest one is the
 *last complete checkpoint* of the kill. The AM core sees a failed run and relaunches the
-job after its back-off (docs/am.md, retry policy). From ``report.json`` at the end:
+job after its back-off (docs/am.md, "Failures"). From ``report.json`` at the end:
 
 * **lost checkpoint**: the job's next segment that started (one stopped at its lease's
   expiry before its ``start`` event restores nothing) restored another step than the last
