@@ -11,7 +11,9 @@ entry whose manifest is missing or does not match, or whose restore raises, is l
 a warning and skipped - never fatal, never deleted. If the job later reaches the step of
 a skipped entry, that entry is renamed ``corrupt-<name>-<random>`` (logged) to make room
 for the new checkpoint. Only retention (keep the newest N) deletes, and it logs every
-deletion.
+deletion; a deletion takes the entry's name away in one step (the store renames it
+``.deleting-*`` first), and a deletion interrupted by a kill is finished by the next
+retention pass.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from themis.jobs.storage import TMP_PREFIX, CheckpointStore, StorageError
+from themis.jobs.storage import DELETING_PREFIX, TMP_PREFIX, CheckpointStore, StorageError
 
 LOG = logging.getLogger(__name__)
 
@@ -159,6 +161,18 @@ class CheckpointManager:
                 self.store.delete(name)
             except StorageError as e:
                 LOG.warning("could not delete old checkpoint %s: %s", name, e)
+        try:
+            leftovers = [n for n in self.store.list_names() if n.startswith(DELETING_PREFIX)]
+        except StorageError as e:
+            LOG.warning("could not list %s: %s", self.store.description, e)
+            leftovers = []
+        for name in leftovers:
+            LOG.info("finishing the interrupted deletion of %s in %s", name,
+                     self.store.description)
+            try:
+                self.store.delete(name)
+            except StorageError as e:
+                LOG.warning("could not delete %s: %s", name, e)
 
     def restore_latest(self, restore: Callable[[Path, int], None]) -> RestoreResult | None:
         """Restore the newest checkpoint that verifies and restores; None if there is none.
@@ -168,7 +182,8 @@ class CheckpointManager:
         skipped: list[str] = []
         for name in self.store.list_names():
             if parse_step(name) is None:
-                kind = "incomplete upload" if name.startswith(TMP_PREFIX) else "entry"
+                kind = ("incomplete upload" if name.startswith(TMP_PREFIX) else
+                        "interrupted deletion" if name.startswith(DELETING_PREFIX) else "entry")
                 LOG.warning("ignoring %s %r in %s (not deleted)",
                             kind, name, self.store.description)
         for step in reversed(self.steps()):

@@ -4,7 +4,11 @@ A checkpoint is a small directory of files. A :class:`CheckpointStore` publishes
 directory *atomically* under a name: the files are first written under a temporary name
 (``.tmp-<name>-<random>``) and then renamed, so a reader never sees half a checkpoint
 under a final name. A writer killed mid-upload leaves a ``.tmp-*`` entry behind, which
-readers ignore (and report; nothing is deleted behind the user's back).
+readers ignore (and report; nothing is deleted behind the user's back). Deletion is atomic
+in the same way: a local entry is first renamed ``.deleting-<name>-<random>`` and then
+removed, so a writer killed in the middle of a deletion leaves that entry behind (removed
+by the next retention pass, :meth:`~themis.jobs.checkpoints.CheckpointManager.save`), never
+half a checkpoint under its final name; an HDFS delete is one NameNode operation.
 
 URIs understood by :func:`open_store`:
 
@@ -31,6 +35,7 @@ from urllib.parse import urlparse
 LOG = logging.getLogger(__name__)
 
 TMP_PREFIX = ".tmp-"
+DELETING_PREFIX = ".deleting-"
 DEFAULT_WEBHDFS_PORT = 9870
 
 
@@ -62,7 +67,8 @@ class CheckpointStore(ABC):
 
     @abstractmethod
     def delete(self, name: str) -> None:
-        """Remove entry ``name`` and its files."""
+        """Remove entry ``name`` and its files; ``name`` disappears in one step (an
+        interrupted delete leaves a ``.deleting-*`` entry, never a partial ``name``)."""
 
     @abstractmethod
     def rename(self, src: str, dst: str) -> None:
@@ -124,7 +130,14 @@ class LocalDirStore(CheckpointStore):
     def delete(self, name: str) -> None:
         _check_name(name)
         try:
-            shutil.rmtree(self.root / name)
+            if name.startswith(DELETING_PREFIX):  # finishing an interrupted deletion
+                shutil.rmtree(self.root / name)
+                return
+            # rename first: a SIGKILL during the rmtree must not leave a partial entry
+            # under a checkpoint's name (it would fail verification, or be restored)
+            aside = self.root / f"{DELETING_PREFIX}{name}-{uuid.uuid4().hex[:8]}"
+            os.rename(self.root / name, aside)
+            shutil.rmtree(aside)
         except OSError as e:
             raise StorageError(f"{self.description}: cannot delete {name!r}: {e}") from e
 
