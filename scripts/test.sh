@@ -73,12 +73,12 @@ if stage "setup (python, locked versions)" 15 plain scripts/setup.sh dev,train; 
     stage "maven build + JUnit" 15 maven mvn -B -ntp verify
     # the other Hadoop lines: the same Java 8 classes against 3.3.6 and 3.4.3, the unit tests
     # and the ITs that reach line-specific code (scripts/hadoop-lines.sh --help; docs/yarn.md)
-    stage "maven: Hadoop 3.3 + 3.4 lines (quick)" 10 maven \
+    stage "maven: Hadoop 3.3 + 3.4 lines (quick)" 15 maven \
       scripts/hadoop-lines.sh --lines 3.3,3.4 --quick
   fi
-  stage "pytest (unit + integration)" 25 pytest \
+  stage "pytest (unit + integration)" 30 pytest \
     "${PYTEST[@]}" -m "not docker and not tensorflow" tests
-  stage "pytest (TensorFlow in-process)" 10 pytest \
+  stage "pytest (TensorFlow in-process)" 15 pytest \
     "${PYTEST[@]}" -m "tensorflow and not docker" tests
   LOCK=()
   [[ -n "${THEMIS_DOCKER_LOCK:-}" ]] && LOCK=(flock "$THEMIS_DOCKER_LOCK")
@@ -90,7 +90,7 @@ if stage "setup (python, locked versions)" 15 plain scripts/setup.sh dev,train; 
     skip "docker mini-cluster" "images not built"
   else
     export THEMIS_REQUIRE_DOCKER=1  # a skipped mini-cluster test fails this stage
-    stage "docker mini-cluster" 30 pytest \
+    stage "docker mini-cluster" 40 pytest \
       "${LOCK[@]}" "${PYTEST[@]}" -m docker tests/integration
   fi
 else

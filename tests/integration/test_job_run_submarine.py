@@ -1,4 +1,4 @@
-"""On the dockerised mini-cluster: a job submitted the way a Submarine user writes it.
+"""On the dockerised mini-cluster: jobs submitted the way a Submarine user writes them.
 
 ``themis job run`` with Submarine's flags and a ``--worker_launch_cmd`` that uses only
 Submarine's ``%checkpoint_path%`` and the job contract's ``$THEMIS_MAX_STEPS`` (no Themis
@@ -8,6 +8,12 @@ there. Checks: the client exits 0 with ``--wait_job_finish``, the app SUCCEEDED,
 to its ``--max_steps``, and the job's local checkpoint directory reached HDFS (the runner
 mirrors ``%checkpoint_path%``, which defaults to ``{checkpoint_dir}``, to
 ``/user/<u>/.themis/<app>/ckpt-dir/<job>/`` after the job exits) holding the final step.
+
+A distributed job: ``--num_workers 2`` with the plain Keras MultiWorkerMirroredStrategy
+example (``examples/jobs/keras_multiworker.py``, mounted into the containers; no Themis
+import): both workers' containers run on one NodeManager host under the app's leases, each
+gets its TF_CONFIG from the AM's rendezvous, they train as one cluster (each prints
+"2 replicas in sync") and the job reaches its step target; the app SUCCEEDED.
 
 Environment: as tests/integration/minicluster.py.
 """
@@ -21,12 +27,20 @@ from typing import Any
 
 import pytest
 
-from tests.integration.minicluster import NN, am_jar_and_mounts, running_minicluster, themis
+from tests.integration.minicluster import (
+    NMS,
+    NN,
+    ROOT,
+    am_jar_and_mounts,
+    running_minicluster,
+    themis,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.timeout(600)]
 
 AGENT_PORT = 8642
 MAX_STEPS = 30
+EXAMPLES = {str(ROOT / "examples" / "jobs"): "/opt/themis-examples"}
 # what a Submarine user would write: a shell job with %checkpoint_path%, nothing of Themis
 CMD = ('d=%checkpoint_path%; mkdir -p "$d"; s=$(cat "$d/step" 2>/dev/null || echo 0); '
        'echo "submarine-job starts at $s of $THEMIS_MAX_STEPS in $d" >&2; '
@@ -38,7 +52,7 @@ CMD = ('d=%checkpoint_path%; mkdir -p "$d"; s=$(cat "$d/step" 2>/dev/null || ech
 def cluster() -> Iterator[dict[str, Any]]:
     with running_minicluster("jobrun", conf_overrides={
             "yarn.resourcemanager.themis.agent-port": str(AGENT_PORT)},
-            mounts=am_jar_and_mounts()) as c:
+            mounts={**(am_jar_and_mounts() or {}), **EXAMPLES}) as c:
         yield c
 
 
@@ -68,3 +82,46 @@ def test_submarine_style_job_run_checkpoints_to_hdfs(cluster: dict[str, Any]) ->
     with fs.read(remote) as f:
         stored = f.read().decode().strip()
     assert stored == str(MAX_STEPS), (remote, stored)
+
+
+def _container_logs(cluster: dict[str, Any], app: str) -> dict[str, str]:
+    """container id -> its stdout and stderr, from the NodeManagers' container log dirs."""
+    out: dict[str, str] = {}
+    for c in cluster["containers"]:
+        w = c.get_wrapped_container()
+        if not any(f"-{n}-" in w.name for n in NMS):
+            continue
+        r = w.exec_run(["sh", "-c", f"for f in /data/nm-logs/{app}/*/std*; do "
+                                    "echo \"=== $f\"; cat \"$f\"; done"])
+        cid = ""
+        for line in r.output.decode(errors="replace").splitlines():
+            m = re.match(rf"=== /data/nm-logs/{app}/(\S+)/std(?:out|err)$", line)
+            if m:
+                cid = m[1]
+                out.setdefault(cid, "")
+            elif cid:
+                out[cid] += line + "\n"
+    return out
+
+
+def test_two_worker_job_gets_tf_config_and_trains_as_one_cluster(
+        cluster: dict[str, Any]) -> None:
+    steps = 40
+    r = themis("job", "run", "--name", "mw", "--num_workers", "2",
+               "--worker_resources", "memory=1536M,vcores=1,gpu=1", "--max_steps", str(steps),
+               "--worker_launch_cmd",
+               "python3 /opt/themis-examples/keras_multiworker.py --checkpoint-every 20",
+               "--wait_job_finish", timeout=900)
+    m = re.search(r"application_\d+_\d+", r.stdout + r.stderr)
+    assert m, (r.stdout, r.stderr)
+    app = m[0]
+    logs = _container_logs(cluster, app)
+    assert r.returncode == 0, (r.stdout, r.stderr, logs)
+    st = themis("status", app, "--json", timeout=60)
+    doc = json.loads(st.stdout)
+    assert f"{doc['app']['state']}/{doc['app'].get('finalStatus')}" == "FINISHED/SUCCEEDED", doc
+    text = "\n".join(logs.values())
+    # every worker of some run joined one 2-worker cluster, and the chief reached the target
+    assert "worker 0: 2 replicas in sync" in text, logs
+    assert "worker 1: 2 replicas in sync" in text, logs
+    assert f"done at step {steps}" in text, logs
