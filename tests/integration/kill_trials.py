@@ -376,14 +376,9 @@ def _check(out: Path, run_dir: Path, status: int, kills: list[Kill], seconds: fl
 
 
 def _events(path: Path) -> list[dict[str, Any]]:
-    out = []
-    for line in path.read_text(errors="replace").splitlines():
-        if line.startswith("{"):
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                continue
-    return out
+    from themis.standalone.jobs import segment_events
+
+    return segment_events(path)
 
 
 def _double_use(report: dict[str, Any]) -> list[str]:

@@ -42,6 +42,23 @@ from themis.submarine_am.spec import BUNDLED_FLAGS, contract_env
 log = logging.getLogger(__name__)
 
 
+def segment_events(path: Path) -> list[dict[str, Any]]:
+    """The JSON event lines of a job segment's stdout (``segment-<i>.out``), in order; lines
+    that are not events are skipped; [] if the file cannot be read."""
+    out: list[dict[str, Any]] = []
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        if line.startswith("{"):
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+    return out
+
+
 @dataclass
 class Segment:
     """One run of a job process on one set of GPUs."""
@@ -213,19 +230,7 @@ class JobRunner:
         return seg
 
     def events(self, index: int) -> list[dict[str, Any]]:
-        path = self.root / f"segment-{index}.out"
-        out: list[dict[str, Any]] = []
-        try:
-            lines = path.read_text(errors="replace").splitlines()
-        except OSError:
-            return out
-        for line in lines:
-            if line.startswith("{"):
-                try:
-                    out.append(json.loads(line))
-                except ValueError:
-                    continue
-        return out
+        return segment_events(self.root / f"segment-{index}.out")
 
     def stderr_tail(self, index: int, chars: int = 600) -> str:
         try:
