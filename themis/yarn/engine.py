@@ -219,7 +219,8 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
         type=arg_type("THEMIS_MAX_APPS"),
         default=None,
         help="most apps registered with the agents' endpoint at once; RegisterApp beyond gets "
-        "RESOURCE_EXHAUSTED (default: THEMIS_MAX_APPS, e.g. from yarn-env.sh, else 4096)",
+        "RESOURCE_EXHAUSTED (default: THEMIS_MAX_APPS, which the RM plugin sets from "
+        "yarn.resourcemanager.themis.max-apps, else 4096)",
     )
     p.add_argument(
         "--lease-s",

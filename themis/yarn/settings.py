@@ -17,7 +17,7 @@ THEMIS_AGENT_PORT      agent-port                                      -1 (no ag
                                                                        65535 (0: any)
 THEMIS_AGENT_HOST      - (the agents' endpoint's bind address)         a host name or IP
 THEMIS_BID_TIMEOUT_S   -                                               (0, 3600] s
-THEMIS_MAX_APPS        - (registered apps at once; default 4096)       1 - 1000000
+THEMIS_MAX_APPS        max-apps (registered apps at once; 4096)        1 - 1000000
 THEMIS_LEASE_MS        lease-duration-ms                               1 ms - 366 days
 THEMIS_FAIRNESS_KNOB   fairness-knob                                   [0, 1)
 THEMIS_SOLVER          solver                                          a solver name
@@ -139,7 +139,7 @@ VARIABLES: dict[str, tuple[str, str, Callable[[str], Any]]] = {
     "THEMIS_AGENT_HOST": ("", "127.0.0.1", _host),
     "THEMIS_BID_TIMEOUT_S": ("", "5", _bid_timeout),
     # = themis.arbiter.state.DEFAULT_MAX_APPS (not imported: it pulls in the solvers)
-    "THEMIS_MAX_APPS": ("", "4096", _max_apps),
+    "THEMIS_MAX_APPS": ("max-apps", "4096", _max_apps),
     "THEMIS_LEASE_MS": ("lease-duration-ms", "600000", _lease_ms),
     "THEMIS_FAIRNESS_KNOB": ("fairness-knob", "0.8", _knob),
     "THEMIS_SOLVER": ("solver", "auto", _solver),

@@ -349,6 +349,7 @@ public final class EngineSupervisor {
       env.put("THEMIS_AGENT_HOST", settings.agentBindHost());
     }
     env.put("THEMIS_LEASE_MS", Long.toString(settings.leaseDurationMs()));
+    env.put("THEMIS_MAX_APPS", Integer.toString(settings.maxApps()));
     // TLS of the agents' endpoint (docs/yarn.md, "Security"): on unless agent-tls.enabled=false
     env.put("THEMIS_AGENT_TLS", settings.agentTls() ? "on" : "off");
     env.put("THEMIS_AGENT_TLS_CERT", settings.agentTlsCert());

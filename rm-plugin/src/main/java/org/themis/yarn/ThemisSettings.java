@@ -48,6 +48,9 @@ public final class ThemisSettings {
   public static final String LEASE_STORE_FS_URI = PREFIX + "lease-store.fs.uri";
   public static final String LEASE_STORE_ZK_PATH = PREFIX + "lease-store.zk.parent-path";
   public static final String RECOVERY_SETTLE_MS = PREFIX + "recovery-settle-ms";
+  public static final String MAX_APPS = PREFIX + "max-apps";
+  /** Largest accepted {@link #MAX_APPS} (themis.yarn.settings.MAX_APPS). */
+  static final long MAX_APPS_LIMIT = 1_000_000L;
 
   /**
    * What happens to the GPU containers of an app whose AM does not speak to the agents'
@@ -96,6 +99,7 @@ public final class ThemisSettings {
   private final String leaseStoreFsUri;
   private final String leaseStoreZkPath;
   private final long recoverySettleMs;
+  private final int maxApps;
 
   private ThemisSettings(Configuration conf) {
     fairnessKnob = readDouble(conf, FAIRNESS_KNOB, 0.8);
@@ -213,6 +217,13 @@ public final class ThemisSettings {
     }
     leaseStoreZkPath = zkPath.equals("/") ? "" : zkPath;
     recoverySettleMs = readLong(conf, RECOVERY_SETTLE_MS, 60_000L, 0L);
+    // apps registered with the agents' endpoint at once; one more is refused with
+    // RESOURCE_EXHAUSTED (themis.arbiter.state.ArbiterConfig.max_apps)
+    long apps = readLong(conf, MAX_APPS, 4096L, 1L);
+    if (apps > MAX_APPS_LIMIT) {
+      throw bad(MAX_APPS, conf.get(MAX_APPS), "must be <= " + MAX_APPS_LIMIT);
+    }
+    maxApps = (int) apps;
   }
 
   /**
@@ -357,4 +368,6 @@ public final class ThemisSettings {
   /** Parent of {@code <cluster-id>/leases} in ZooKeeper ("" for the root). */
   public String leaseStoreZkPath() { return leaseStoreZkPath; }
   public long recoverySettleMs() { return recoverySettleMs; }
+  /** Apps registered at once (see {@link #MAX_APPS}). */
+  public int maxApps() { return maxApps; }
 }

@@ -28,6 +28,7 @@ class ThemisSettingsTest {
     assertEquals(ThemisSettings.StockAppPolicy.HOLD, s.stockAppPolicy());
     assertEquals(3_600_000L, s.stockAppMaxHoldMs());
     assertEquals(10, s.metricsTopApps());
+    assertEquals(4096, s.maxApps());
   }
 
   @Test
@@ -43,6 +44,7 @@ class ThemisSettingsTest {
     c.set(ThemisSettings.STOCK_APP_POLICY, " Preempt ");
     c.set(ThemisSettings.STOCK_APP_MAX_HOLD_MS, "60000");
     c.set(ThemisSettings.METRICS_TOP_APPS, "0");
+    c.set(ThemisSettings.MAX_APPS, " 1000000 ");
     ThemisSettings s = ThemisSettings.from(c);
     assertEquals(0.0, s.fairnessKnob());
     assertEquals("highs", s.solver());
@@ -54,6 +56,7 @@ class ThemisSettingsTest {
     assertEquals(ThemisSettings.StockAppPolicy.PREEMPT, s.stockAppPolicy());
     assertEquals(60_000L, s.stockAppMaxHoldMs());
     assertEquals(0, s.metricsTopApps());
+    assertEquals(1_000_000, s.maxApps());
   }
 
   @ParameterizedTest
@@ -84,6 +87,9 @@ class ThemisSettingsTest {
       "yarn.resourcemanager.themis.agent-bind-host|'a b'",
       "yarn.resourcemanager.themis.agent-address|rm",
       "yarn.resourcemanager.themis.agent-address|http://rm:8642",
+      "yarn.resourcemanager.themis.max-apps|0",
+      "yarn.resourcemanager.themis.max-apps|1000001",
+      "yarn.resourcemanager.themis.max-apps|many",
   })
   void badValueNamesKeyAndValue(String key, String value) {
     Configuration c = new Configuration(false);
