@@ -125,3 +125,24 @@ def test_two_worker_job_gets_tf_config_and_trains_as_one_cluster(
     assert "worker 0: 2 replicas in sync" in text, logs
     assert "worker 1: 2 replicas in sync" in text, logs
     assert f"done at step {steps}" in text, logs
+
+
+def test_docker_image_without_the_nodemanagers_docker_runtime_is_refused(
+        cluster: dict[str, Any]) -> None:
+    # The mini-cluster's NodeManagers run the DefaultContainerExecutor without the Docker
+    # runtime: YARN would ignore the image, so the AM reads every GPU NodeManager's /conf
+    # and fails the app naming them and the settings, before any job container starts.
+    r = themis("job", "run", "--name", "img", "--docker_image", "tensorflow/tensorflow:2.16.1",
+               "--worker_resources", "memory=512M,vcores=1,gpu=1", "--max_steps", "5",
+               "--worker_launch_cmd", "echo never runs", "--wait_job_finish", timeout=300)
+    m = re.search(r"application_\d+_\d+", r.stdout + r.stderr)
+    assert m, (r.stdout, r.stderr)
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    assert "yarn.nodemanager.runtime.linux.allowed-runtimes" in r.stdout, r.stdout
+    doc = json.loads(themis("status", m[0], "--json", timeout=60).stdout)
+    assert f"{doc['app']['state']}/{doc['app'].get('finalStatus')}" == "FINISHED/FAILED", doc
+    diag = doc["app"].get("diagnostics", "")
+    for nm in NMS:
+        assert f"{nm}:" in diag, (nm, diag)  # every GPU NodeManager is named
+    assert "LinuxContainerExecutor" in diag, diag
+    assert not (doc.get("status") or {}).get("jobs", [{}])[0].get("run"), doc["status"]

@@ -58,6 +58,20 @@ def test_resources_env_queue_steps(capsys: pytest.CaptureFixture[str]) -> None:
     assert d["queue"] == "q1" and d["max_steps"] == 300
 
 
+def test_docker_images_go_to_the_spec(capsys: pytest.CaptureFixture[str]) -> None:
+    d = _spec(capsys, "--worker_launch_cmd", "x", "--docker_image", "reg.local:5000/ml/tf:2.16")
+    assert d["job"]["docker_image"] == "reg.local:5000/ml/tf:2.16" and "tasks" not in d
+    d = _spec(capsys, "--worker_launch_cmd", "x", "--num_workers", "2", "--num_ps", "1",
+              "--docker_image", "tf:2", "--worker_docker_image", "tf-gpu:2")
+    assert d["job"]["docker_image"] == "tf-gpu:2"
+    assert d["tasks"]["ps"]["docker_image"] == "tf:2"
+    spec = parse_spec(d)
+    assert spec.docker_image_of("worker") == "tf-gpu:2" and spec.docker_image_of("ps") == "tf:2"
+    d = _spec(capsys, "--worker_launch_cmd", "x", "--num_ps", "1", "--ps_docker_image", "ps:1")
+    assert "docker_image" not in d["job"] and d["tasks"]["ps"]["docker_image"] == "ps:1"
+    assert parse_spec(d).docker_image_of("worker") == ""
+
+
 def test_verbose_prints_the_spec_on_stderr(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([*BASE, "--worker_launch_cmd", "x", "--verbose"]) == 0
     out, err = capsys.readouterr()
@@ -86,10 +100,9 @@ def test_tensorboard_prints_how_to_view_the_event_files(
     (["--num_ps", "-1"], "--num_ps", "must be in [0, 64]"),
     (["--num_workers", "2", "--worker_resources", "gpu=40"], "tasks.workers",
      "80 GPUs per job, more than 64"),
-    (["--docker_image", "tf:2"], "--docker_image",
-     "yarn.nodemanager.runtime.linux.allowed-runtimes"),
-    (["--worker_docker_image", "tf:2"], "--worker_docker_image", "see --docker_image"),
-    (["--ps_docker_image", "tf:2"], "--ps_docker_image", "see --docker_image"),
+    (["--docker_image", "TF:2"], "job.docker_image", "not a Docker image reference"),
+    (["--worker_docker_image", "tf 2"], "job.docker_image", "not a Docker image reference"),
+    (["--ps_docker_image", "tf:2"], "--ps_docker_image", "needs parameter servers"),
     (["--ps_launch_cmd", "x"], "--ps_launch_cmd", "needs parameter servers"),
     (["--ps_resources", "memory=1G"], "--ps_resources", "needs parameter servers"),
     (["--tensorboard_docker_image", "tb"], "--tensorboard_docker_image", "no TensorBoard"),

@@ -440,3 +440,16 @@ def test_port_in_use_exits_2_before_starting_anything(
     assert code == 2, err
     assert f"cannot start the arbiter on 127.0.0.1:{port}" in err
     assert not (tmp_path / "out" / "apps").exists()
+
+
+def test_docker_images_are_refused_in_standalone(tmp_path: Path) -> None:
+    path = tmp_path / "img.yaml"
+    path.write_text(json.dumps({
+        "name": "img", "kind": "single-job", "max_steps": 10,
+        "job": {"command": "python3 train.py", "docker_image": "tf:2"},
+        "tasks": {"workers": 2, "ps": {"count": 1, "docker_image": "tf-ps:2"}}}))
+    with pytest.raises(SpecError) as exc:
+        load_app_spec(path)
+    text = str(exc.value)
+    assert "job.docker_image: is YARN's" in text and "tasks.ps.docker_image" in text, text
+    assert "img.yaml" in text

@@ -19,6 +19,7 @@ from themis.arbiter.state import ArbiterConfig
 from themis.cluster.topology import Gpu
 from themis.submarine_am.am import AppMaster, parse_container_id
 from themis.submarine_am.appstate import hyperband_to_dict, restore_hyperband
+from themis.submarine_am.dockerrt import EXECUTOR_KEY, LCE, RUNTIMES_KEY
 from themis.submarine_am.spec import parse_spec
 
 NODES = {"nm1:8041": ("/rack1", 2), "nm2:8141": ("/rack2", 2)}
@@ -42,13 +43,15 @@ class FakeShell:
         self.finished: tuple[str, str] | None = None
         self.next_id = 1
         self.launched: list[tuple[str, str]] = []  # (job, node)
+        self.envs: list[dict[str, str]] = []  # launch environments
+        self.http: dict[str, str] = {}  # node -> its NodeManager's web address
 
     def start(self, host: str, rpc_port: int, tracking_url: str, heartbeat_ms: int) -> str:
         return json.dumps({"previous_containers": []})
 
     def nodes(self) -> str:
-        return json.dumps([{"node": n, "host": n.split(":")[0], "rack": r, "gpus": g}
-                           for n, (r, g) in NODES.items()])
+        return json.dumps([{"node": n, "host": n.split(":")[0], "rack": r, "gpus": g,
+                            "http": self.http.get(n, "")} for n, (r, g) in NODES.items()])
 
     def request(self, host: str, memory_mb: int, vcores: int, gpus: int, priority: int) -> int:
         rid = self.next_id
@@ -62,6 +65,7 @@ class FakeShell:
 
     def launch(self, container: str, command: str, env_json: str) -> None:
         c = self.containers[container]
+        self.envs.append(json.loads(env_json))
         b64 = re.search(r"--command-b64 (\S+)", command)
         assert b64, command
         job_cmd = base64.urlsafe_b64decode(b64.group(1)).decode()  # what the runner runs
@@ -335,3 +339,72 @@ def test_a_container_on_a_lease_about_to_end_is_given_back_unlaunched() -> None:
     assert am.demand_node() == ""
     clock.t += 4.5
     assert am.demand_node() == "nm1:8041"
+
+
+def _nm_conf_server(runtimes: str, executor: str) -> Any:
+    """A NodeManager's ``/conf`` page (Hadoop's XML) on a local port."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    body = (f"<configuration><property><name>{RUNTIMES_KEY}</name><value>{runtimes}</value>"
+            f"</property><property><name>{EXECUTOR_KEY}</name><value>{executor}</value>"
+            "</property></configuration>").encode()
+
+    class H(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200 if self.path == "/conf" else 404)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a: Any) -> None:
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv
+
+
+def test_docker_image_runs_through_yarns_docker_runtime(arbiter: ArbiterServer) -> None:
+    # every GPU NodeManager runs the Docker runtime: the jobs' containers get the image
+    ok = [_nm_conf_server("default,docker", LCE) for _ in NODES]
+    shell = FakeShell(steps_per_poll=5)
+    shell.http = {n: f"127.0.0.1:{srv.server_address[1]}" for n, srv in zip(NODES, ok, strict=True)}
+    spec = parse_spec({"name": "img", "kind": "single-job", "max_steps": 20,
+                       "job": {"command": CMD.replace(" --lr {lr}", ""),
+                               "docker_image": "reg.local:5000/ml/tf:2.16"}})
+    am = AppMaster(spec, "application_1700000000000_0005", shell, arbiter=arbiter.address,
+                   hdfs=None, app_dir="/tmp/img", report_every_s=0.1)
+    shell.am = am
+    try:
+        assert _run_am(am) == 0, am.message
+    finally:
+        for srv in ok:
+            srv.shutdown()
+    assert shell.envs and all(
+        e["YARN_CONTAINER_RUNTIME_TYPE"] == "docker"
+        and e["YARN_CONTAINER_RUNTIME_DOCKER_IMAGE"] == "reg.local:5000/ml/tf:2.16"
+        for e in shell.envs), shell.envs
+
+
+def test_docker_image_is_refused_where_a_nodemanager_lacks_the_runtime(
+        arbiter: ArbiterServer) -> None:
+    good, bad = _nm_conf_server("default,docker", LCE), _nm_conf_server(
+        "default", "org.apache.hadoop.yarn.server.nodemanager.DefaultContainerExecutor")
+    shell = FakeShell()
+    shell.http = {"nm1:8041": f"127.0.0.1:{good.server_address[1]}",
+                  "nm2:8141": f"127.0.0.1:{bad.server_address[1]}"}
+    spec = parse_spec({"name": "img", "kind": "single-job", "max_steps": 20,
+                       "job": {"command": "train", "docker_image": "tf:2"}})
+    am = AppMaster(spec, "application_1700000000000_0006", shell, arbiter=arbiter.address,
+                   hdfs=None, app_dir="/tmp/img2")
+    shell.am = am
+    try:
+        assert _run_am(am) == 1
+    finally:
+        good.shutdown()
+        bad.shutdown()
+    assert shell.finished is not None and shell.finished[0] == "FAILED"
+    msg = shell.finished[1]
+    assert "nm2:8141" in msg and "nm1:8041" not in msg, msg
+    assert f"{RUNTIMES_KEY} is 'default' (needs docker)" in msg, msg
+    assert "DefaultContainerExecutor" in msg and "LinuxContainerExecutor" in msg, msg
+    assert not shell.launched and not shell.envs  # nothing ran outside the image

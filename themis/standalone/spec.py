@@ -6,7 +6,8 @@ deprecation message.
 Standalone runs every job on the machine: ``job.args`` (the bundled training job,
 ``themis.jobs.train``, with its GPU work emulated per placement, docs/standalone.md) or
 ``job.command`` (any program; its placeholders are filled with local paths). ``queue``,
-``am`` and ``resources.memory_mb``/``vcores`` are YARN's and are not used here.
+``am`` and ``resources.memory_mb``/``vcores`` are YARN's and are not used here;
+``job.docker_image`` / ``tasks.ps.docker_image`` (YARN's Docker runtime) are refused.
 """
 
 from __future__ import annotations
@@ -73,4 +74,11 @@ def default_app(index: int, *, max_resource: float = DEFAULT_MAX_RESOURCE,
 def load_app_spec(path: str | Path) -> AppSpec:
     """Read and validate one app spec (``.json`` as JSON, anything else as YAML); the name
     defaults to the file name without its extension."""
-    return load_spec(path, default_name=Path(path).stem)
+    spec = load_spec(path, default_name=Path(path).stem)
+    images = [f for f, v in (("job.docker_image", spec.docker_image),
+                             ("tasks.ps.docker_image", spec.ps.docker_image)) if v]
+    if images:  # YARN's Docker runtime; standalone jobs are local processes
+        raise SpecError([(f, "is YARN's (its Docker runtime); standalone runs every job as "
+                             "a local process: remove it, or run the app with themis submit")
+                         for f in images], str(path))
+    return spec

@@ -48,6 +48,7 @@ from themis.agent.bidder import AllocationInfo
 from themis.agent.model import AppModel
 from themis.am.core import AmCore, LiveBidder
 from themis.cluster.topology import Locality
+from themis.submarine_am.dockerrt import check_nodes, container_env
 from themis.submarine_am.hyperband import Hyperband, JobStatus, RungOutcome
 from themis.submarine_am.launcher import HOLDING, YarnContainerLauncher
 from themis.submarine_am.records import (
@@ -378,6 +379,7 @@ class AppMaster:
                "PATH": f"{bindir}:{path}" if bindir else path,
                "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "2",
                **contract_env(values), **self.spec.env,
+               **container_env(self.spec.docker_image_of(run.task)),
                REPORT_TOKEN_ENV: self.report_tokens.token_for(run.container)}
         log.info("job command of %s (run %d): %s", run.job_id, run.run_id, job_cmd)
         return cmd, env
@@ -691,6 +693,14 @@ class AppMaster:
         for c in reg.get("previous_containers", []):  # not kept across attempts: give back
             self.shell.release(str(c["container"]))
         self._publish_am_info()
+        if self.spec.uses_docker:  # every GPU NodeManager must honour the image (dockerrt)
+            self.refresh_nodes(force=True)
+            refused = check_nodes(self.cluster_nodes)
+            if refused:
+                self.state, self.message = "FAILED", refused
+                log.error("%s", refused)
+                self._finish()
+                return 1
         self.start_agent()
         self.state = "RUNNING"
         log.info("AM for %s (attempt %d) running; tracking URL %s; arbiter %s; max GPUs %d",

@@ -91,13 +91,6 @@ def _count(flag: str, key: str, text: str, mult: int = 1, whole: bool = False) -
 
 #: Submarine ``job run`` flags Themis refuses, with the reason (docs/am.md, "themis job run")
 REFUSED_FLAGS = {
-    "docker_image": "jobs run in the NodeManager's own environment: Themis does not launch "
-                    "containers through YARN's Docker runtime (NodeManager settings "
-                    "yarn.nodemanager.runtime.linux.allowed-runtimes=default,docker and "
-                    "yarn.nodemanager.container-executor.class=LinuxContainerExecutor); "
-                    "install the job's software in the NodeManager image instead",
-    "worker_docker_image": "see --docker_image",
-    "ps_docker_image": "see --docker_image",
     "tensorboard_docker_image": "no TensorBoard container: --tensorboard prints how to "
                                 "view the app's event files",
     "tensorboard_resources": "no TensorBoard container: --tensorboard prints how to view "
@@ -160,16 +153,23 @@ def job_run_spec(args: argparse.Namespace) -> dict[str, Any]:
             problems.append(("--env", f"{item[:40]!r}: each --env must be NAME=VALUE"))
         else:
             env[name] = value
+    if args.ps_docker_image is not None and args.num_ps < 1:
+        problems.append(("--ps_docker_image", "needs parameter servers (--num_ps N, N >= 1)"))
     if problems:
         raise SpecError(problems)
+    worker_image = args.worker_docker_image or args.docker_image
+    ps_image = args.ps_docker_image or args.docker_image
     spec: dict[str, Any] = {"name": args.name, "queue": args.queue, "kind": "single-job",
                             "max_steps": args.max_steps, "job": {"command": cmd, "env": env},
                             "resources": res}
+    if worker_image is not None:
+        spec["job"]["docker_image"] = worker_image
     if args.num_workers > 1 or args.num_ps:
         spec["tasks"] = {"workers": args.num_workers}
         if args.num_ps:
             spec["tasks"]["ps"] = {"count": args.num_ps, **ps_res,
-                                   **({"command": ps_cmd} if ps_cmd else {})}
+                                   **({"command": ps_cmd} if ps_cmd else {}),
+                                   **({"docker_image": ps_image} if ps_image else {})}
     return spec
 
 
@@ -216,9 +216,12 @@ def _render(app: dict[str, Any], st: dict[str, Any] | None, detail: bool) -> lis
     lines = []
     name = app.get("name", "")
     state = f"{app.get('state')}/{app.get('finalStatus')}"
+    # why an app failed or was killed: the AM's message, else YARN's diagnostics
+    why = str((st or {}).get("message") or app.get("diagnostics") or "").strip()
+    failed = app.get("finalStatus") in ("FAILED", "KILLED") and why
     if st is None:
         lines.append(f"{app['id']}  {name:<14} {state:<20} (no AM status yet)")
-        return lines
+        return lines + ([f"    {why[:2000]}"] if failed else [])
     gpus = st.get("gpus", {})
     jobs = st.get("jobs", [])
     running = sum(1 for j in jobs if (j.get("run") or {}).get("state") == "running")
@@ -229,6 +232,8 @@ def _render(app: dict[str, Any], st: dict[str, Any] | None, detail: bool) -> lis
         f"gpus={gpus.get('count', 0)} {json.dumps(gpus.get('by_node', {}))} "
         f"jobs running={running} done={done}/{len(jobs)} "
         f"progress={100 * hb.get('progress', 0):.0f}% gpu-time={st.get('gpu_seconds', 0):.0f}s")
+    if failed:
+        lines.append(f"    {why[:2000]}")
     metric = (st.get("objective") or {}).get("metric", "loss")
     best = _best_line(st, metric)
     if best:
@@ -435,6 +440,16 @@ def add_parser(sub: Any) -> None:
     r.add_argument("--max_steps", type=int, default=1000,
                    help="training steps of the job ({max_steps}, $THEMIS_MAX_STEPS; "
                         "default %(default)s)")
+    r.add_argument("--docker_image", default=None,
+                   help="Docker image of every task (job.docker_image), run through YARN's "
+                        "Docker runtime; the app fails with the NodeManagers and settings "
+                        "missing unless every NodeManager with GPUs runs it (default: none, "
+                        "the NodeManager's own environment; docs/am.md, 'Docker images')")
+    r.add_argument("--worker_docker_image", default=None,
+                   help="Docker image of the workers (default: --docker_image)")
+    r.add_argument("--ps_docker_image", default=None,
+                   help="Docker image of the parameter servers (tasks.ps.docker_image; "
+                        "default: --docker_image; needs --num_ps)")
     r.add_argument("--tensorboard", action="store_true",
                    help="after submitting, print the commands that download the job's "
                         "TensorBoard event files from HDFS and start TensorBoard on them "

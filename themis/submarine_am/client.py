@@ -15,13 +15,13 @@ import os
 import urllib.error
 import urllib.parse
 import urllib.request
-import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from themis.agent.endpoints import agent_addresses, from_mapping
+from themis.submarine_am.dockerrt import DaemonConfError, read_conf
 from themis.submarine_am.spec import AppSpec
 from themis.submarine_am.webhdfs import WebHdfs
 
@@ -74,18 +74,10 @@ class Cluster:
 
     def rm_conf(self) -> dict[str, str]:
         """The RM's effective configuration (``/conf``, XML)."""
-        url = f"{self.rm_url}/conf"
         try:
-            with urllib.request.urlopen(url, timeout=15) as r:
-                root = ET.fromstring(r.read())
-        except (OSError, ET.ParseError) as e:
-            raise ClientError(f"GET {url}: {e}") from None
-        out: dict[str, str] = {}
-        for p in root.iter("property"):
-            name, value = p.findtext("name"), p.findtext("value")
-            if name is not None:
-                out[name] = value or ""
-        return out
+            return read_conf(f"{self.rm_url}/conf")
+        except DaemonConfError as e:
+            raise ClientError(str(e)) from None
 
     def arbiter_address(self, conf: dict[str, str]) -> str:
         """Where AMs reach the agents' endpoint: ``agent-address``, else the RM host and

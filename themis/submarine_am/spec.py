@@ -97,6 +97,9 @@ def contract_env(values: Mapping[str, Any]) -> dict[str, str]:
 
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # matched with fullmatch
 _QUEUE_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
+#: a Docker image reference: [registry[:port]/]name[:tag][@digest] (fullmatch)
+_IMAGE_RE = re.compile(r"[a-z0-9][a-z0-9._-]*(:[0-9]{1,5})?(/[a-z0-9][a-z0-9._-]*)*"
+                       r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[0-9a-f]{64})?")
 _PARAM_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 _ENV_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 #: most configurations (jobs) one Hyperband plan may start, over its chosen brackets
@@ -202,6 +205,7 @@ class PsTasks:
     memory_mb: int = 1024
     vcores: int = 1
     command: str = ""  # "" = job.command
+    docker_image: str = ""  # YARN's Docker runtime ("" = job.docker_image)
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,6 +241,7 @@ class AppSpec:
     am: AmResources = AmResources()
     queue: str = "default"
     args: dict[str, Any] = field(default_factory=dict)  # job.args (the bundled job)
+    docker_image: str = ""  # job.docker_image: YARN's Docker runtime (YARN only)
     objective: Objective = field(default_factory=Objective)
     submit_at_s: float = 0.0  # standalone.submit_at_s
     source: str = field(default="<built-in>", compare=False)  # the file, for messages
@@ -247,7 +252,8 @@ class AppSpec:
                                else {"args": dict(self.args)})
         d: dict[str, Any] = {
             "name": self.name, "queue": self.queue, "kind": self.kind,
-            "job": {**job, "env": dict(self.env), "max_restarts": self.max_restarts},
+            "job": {**job, "env": dict(self.env), "max_restarts": self.max_restarts,
+                    **({"docker_image": self.docker_image} if self.docker_image else {})},
             "resources": asdict(self.resources), "am": asdict(self.am),
             "max_parallel_jobs": self.max_parallel_jobs,
             "objective": self.objective.to_dict(),
@@ -257,9 +263,8 @@ class AppSpec:
         if self.task_group.distributed:
             d["tasks"] = {"workers": self.workers}
             if self.ps.count:
-                ps = asdict(self.ps)
-                if not ps["command"]:
-                    del ps["command"]
+                ps = {k: v for k, v in asdict(self.ps).items()
+                      if v or k not in ("command", "docker_image")}
                 d["tasks"]["ps"] = ps
         if self.kind == "hyperband":
             hb = asdict(self.hyperband)
@@ -356,6 +361,15 @@ class AppSpec:
                 plan = [b for b in plan if b.s in set(self.hyperband.brackets)]
             n = max((b.rungs[0].n for b in plan), default=1)
         return min(n, self.max_parallel_jobs) if self.max_parallel_jobs else n
+
+    def docker_image_of(self, task: str = "worker") -> str:
+        """The Docker image a task runs in ("" = the NodeManager's own environment)."""
+        return (self.ps.docker_image or self.docker_image) if task == "ps" \
+            else self.docker_image
+
+    @property
+    def uses_docker(self) -> bool:
+        return bool(self.docker_image or (self.ps.count and self.ps.docker_image))
 
     def max_gpus(self) -> int:
         return max(1, self.max_concurrent_jobs() * self.job_gpus())
@@ -539,9 +553,10 @@ def _check_tasks(c: _Checker, raw: Mapping[str, Any], command: str, params: set[
             c.bad("tasks.ps", f"must be a mapping, got {type(ps_raw).__name__}")
         else:
             for k in ps_raw:
-                if k not in ("count", "memory_mb", "vcores", "command"):
+                if k not in ("count", "memory_mb", "vcores", "command", "docker_image"):
                     c.bad(f"tasks.ps.{k[:64] if isinstance(k, str) else short(k, 40)}",
-                          "unknown field (known: command, count, memory_mb, vcores)")
+                          "unknown field (known: command, count, docker_image, memory_mb, "
+                          "vcores)")
             ps_cmd = c.str_(ps_raw, "command", "tasks.ps.", "-") if "command" in ps_raw else ""
             if ps_cmd:
                 try:
@@ -550,11 +565,25 @@ def _check_tasks(c: _Checker, raw: Mapping[str, Any], command: str, params: set[
                     c.bad("tasks.ps.command", e.problem)
             ps = PsTasks(c.int_(ps_raw, "count", "tasks.ps.", None, 1),
                          c.int_(ps_raw, "memory_mb", "tasks.ps.", 1024, 128),
-                         c.int_(ps_raw, "vcores", "tasks.ps.", 1, 1), ps_cmd)
+                         c.int_(ps_raw, "vcores", "tasks.ps.", 1, 1), ps_cmd,
+                         _image(c, ps_raw, "tasks.ps."))
     if (workers > 1 or ps.count) and not command:
         c.bad("tasks", "a distributed job needs job.command (a program that reads "
                        "TF_CONFIG); the bundled job (job.args) trains on one worker")
     return workers, ps
+
+
+def _image(c: _Checker, d: Mapping[str, Any], where: str) -> str:
+    """``docker_image`` of ``d`` ("" when absent), checked as an image reference."""
+    if "docker_image" not in d:
+        return ""
+    image = c.str_(d, "docker_image", where, "")
+    if image and (len(image) > 255 or not _IMAGE_RE.fullmatch(image)):
+        c.bad(f"{where}docker_image", f"not a Docker image reference "
+                                      f"([registry/]name[:tag][@sha256:digest]), got "
+                                      f"{short(image)}")
+        return ""
+    return image
 
 
 def parse_spec(raw: Any, source: str = "", default_name: str | None = None) -> AppSpec:
@@ -632,7 +661,7 @@ def parse_spec(raw: Any, source: str = "", default_name: str | None = None) -> A
                 c.bad(k, "only for kind hyperband")
         max_steps = c.int_(raw, "max_steps", "", None, 1)
 
-    job = c.section(raw, "job", {"command", "args", "env", "max_restarts"})
+    job = c.section(raw, "job", {"command", "args", "env", "max_restarts", "docker_image"})
     if "job" not in raw:
         c.bad("job", "is required (job.command, or job.args for the bundled training job)")
     command, args = "", {}
@@ -660,6 +689,7 @@ def parse_spec(raw: Any, source: str = "", default_name: str | None = None) -> A
             else:
                 env[k] = str(v)
     max_restarts = c.int_(job, "max_restarts", "job.", 3, 0)
+    docker_image = _image(c, job, "job.")
 
     res = c.section(raw, "resources", {"gpus", "memory_mb", "vcores"})
     resources = Resources(c.int_(res, "gpus", "resources.", 1, 1, 64),
@@ -687,6 +717,7 @@ def parse_spec(raw: Any, source: str = "", default_name: str | None = None) -> A
                    max_steps=max_steps, env=env, max_restarts=max_restarts, resources=resources,
                    workers=workers, ps=ps,
                    max_parallel_jobs=mpj, am=amr, queue=queue, args=args, objective=objective,
+                   docker_image=docker_image,
                    submit_at_s=float(submit_at), source=source or "<built-in>")
     try:
         spec.make_hyperband("check")
@@ -697,7 +728,7 @@ def parse_spec(raw: Any, source: str = "", default_name: str | None = None) -> A
 
 #: the older standalone format's fields (docs/standalone.md, "Older spec format")
 _OLD_TOP = ("seed", "submit_at_s")
-_JOB_KEYS = {"command", "args", "env", "max_restarts"}
+_JOB_KEYS = {"command", "args", "env", "max_restarts", "docker_image"}
 #: where a converted field was in the older standalone format (for messages)
 _OLD_PATHS = (("hyperband.seed", "seed"), ("standalone.submit_at_s", "submit_at_s"),
               ("resources.gpus", "hyperband.max_gpus_per_job"), ("job.args", "job"))

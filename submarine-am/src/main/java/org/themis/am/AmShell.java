@@ -114,7 +114,10 @@ public final class AmShell {
     return JSON.writeValueAsString(out);
   }
 
-  /** The RUNNING nodes (JSON list: node, host, rack, gpus, used_gpus), via the RM's client API. */
+  /**
+   * The RUNNING nodes (JSON list: node, host, http, rack, gpus, used_gpus), via the RM's client
+   * API; http is the NodeManager's web address (host:port).
+   */
   public synchronized String nodes() throws Exception {
     if (yarn == null) {
       yarn = YarnClient.createYarnClient();
@@ -126,6 +129,7 @@ public final class AmShell {
       Map<String, Object> m = new LinkedHashMap<>();
       m.put("node", r.getNodeId().toString());
       m.put("host", r.getNodeId().getHost());
+      m.put("http", r.getHttpAddress());
       m.put("rack", r.getRackName());
       m.put("gpus", gpusOf(r.getCapability()));
       m.put("used_gpus", r.getUsed() == null ? 0 : gpusOf(r.getUsed()));
