@@ -5,7 +5,10 @@ that the runners' copies every 10 s are seen while the jobs run), submitted with
 ``themis submit``. While it runs and after it finished, every job has its event files under
 ``/user/root/.themis/<app>/tensorboard/<job>/`` in HDFS, ``themis logs APP --tensorboard``
 downloads them, and they hold each job's losses up to its last step (read by TensorBoard's
-reader, as ``tensorboard --logdir`` would).
+reader, as ``tensorboard --logdir`` would). The app's TensorBoard container (spec
+``tensorboard``) serves them while the app runs: its URL, published in the AM's status,
+answers TensorBoard's ``/data/runs`` with a run per job (fetched from inside the cluster's
+network), and the container is released when the app finishes.
 
 Environment: as tests/integration/minicluster.py, plus THEMIS_IT_MOUNT_SRC=1 (this
 checkout's ``themis/`` over the images' package, as in test_am_e2e.py).
@@ -38,6 +41,7 @@ job:
     --learning-rate {learning_rate} --step-sleep-ms 500 --eval-every 10
 resources: {gpus: 1, memory_mb: 512, vcores: 1}
 am: {memory_mb: 512, max_attempts: 1}
+tensorboard: {memory_mb: 512}
 """
 
 
@@ -60,6 +64,21 @@ def _state(app: str) -> tuple[str, dict[str, Any]]:
     return f"{a['state']}/{a.get('finalStatus')}", dict(doc.get("status") or {})
 
 
+def _runs_served(cluster: dict[str, Any], url: str) -> list[str]:
+    """TensorBoard's run names at ``url``, fetched from the RM's host (inside the cluster's
+    network, where the NodeManager hosts' names resolve)."""
+    rm = next(c.get_wrapped_container() for c in cluster["containers"]
+              if "-rm" in c.get_wrapped_container().name)
+    code = ("import json,sys,urllib.request;"
+            f"print(json.dumps(json.load(urllib.request.urlopen({url + 'data/runs'!r}, "
+            "timeout=10))))")
+    r = rm.exec_run(["python3", "-c", code])
+    if r.exit_code != 0:
+        return []
+    runs: list[str] = json.loads(r.output.decode().strip().splitlines()[-1])
+    return runs
+
+
 def _dump_logs(cluster: dict[str, Any]) -> str:
     out = []
     for c in cluster["containers"]:
@@ -79,6 +98,8 @@ def test_every_jobs_event_files_are_kept_in_hdfs(cluster: dict[str, Any],
     app = r.stdout.strip().splitlines()[-1]
     dest = tmp_path / "tb"
     during = 0  # event files downloaded while the app ran
+    served: list[str] = []  # runs the app's TensorBoard served while the app ran
+    tb_url = ""
     state, status = "UNKNOWN", {}
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
@@ -89,9 +110,15 @@ def test_every_jobs_event_files_are_kept_in_hdfs(cluster: dict[str, Any],
         r = themis("logs", app, "--tensorboard", "--dest", str(dest))
         if r.returncode == 0:
             during = max(during, len(list(dest.rglob("events.out.tfevents.*"))))
+        tb_url = str((status.get("tensorboard") or {}).get("url") or tb_url)
+        if tb_url and len(served) < 2:
+            served = _runs_served(cluster, tb_url)
         time.sleep(2)
     assert state == "FINISHED/SUCCEEDED", (state, status, _dump_logs(cluster))
     assert during > 0, "no event file reached HDFS while the app ran"
+    tb = status.get("tensorboard") or {}
+    assert tb_url.startswith("http://nm"), (tb, _dump_logs(cluster))
+    assert tb.get("state") == "stopped", tb  # released when the app finished
 
     r = themis("logs", app, "--tensorboard", "--dest", str(dest))
     assert r.returncode == 0, r.stderr
@@ -104,3 +131,6 @@ def test_every_jobs_event_files_are_kept_in_hdfs(cluster: dict[str, Any],
         assert files, f"{job['id']}: no event files in {sorted(dest.rglob('*'))}"
         steps = {p.step for p in LogDirTail(job_dir).poll() if p.tag == "loss"}
         assert max(steps) == job["target_steps"] == 60, (job, sorted(steps))
+    # the TensorBoard container served a run per job (TensorBoard names a run by its
+    # directory under the logdir: the job id)
+    assert sorted(served) == sorted(j["id"] for j in jobs), (served, tb)

@@ -78,11 +78,14 @@ def test_verbose_prints_the_spec_on_stderr(capsys: pytest.CaptureFixture[str]) -
     assert json.loads(err) == json.loads(out)
 
 
-def test_tensorboard_prints_how_to_view_the_event_files(
+def test_tensorboard_asks_for_the_apps_tensorboard_container(
         capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     import themis.submarine_am.cli as cli
 
+    specs: list[Any] = []
+
     def submit(args: Any, spec: Any) -> int:
+        specs.append(spec)
         print("application_1_0001")
         args.after_submit(args, "application_1_0001")
         return 0
@@ -91,8 +94,15 @@ def test_tensorboard_prints_how_to_view_the_event_files(
     assert main(["job", "run", "--name", "m", "--worker_launch_cmd", "x", "--tensorboard"]) == 0
     out, err = capsys.readouterr()
     assert out == "application_1_0001\n"
+    assert "themis status application_1_0001" in err
     assert "themis logs application_1_0001 --tensorboard" in err
-    assert "tensorboard --logdir ./themis-tensorboard/application_1_0001" in err
+    assert specs[0].tensorboard is not None and specs[0].tensorboard.memory_mb == 1024
+    monkeypatch.undo()
+    d = _spec(capsys, "--worker_launch_cmd", "x", "--tensorboard", "--tensorboard_resources",
+              "memory=2G,vcores=2", "--tensorboard_docker_image", "tensorflow/tensorflow:2.16.1")
+    assert d["tensorboard"] == {"memory_mb": 2048, "vcores": 2,
+                                "docker_image": "tensorflow/tensorflow:2.16.1"}
+    assert "tensorboard" not in _spec(capsys, "--worker_launch_cmd", "x")
 
 
 @pytest.mark.parametrize("flags, field, words", [
@@ -105,7 +115,13 @@ def test_tensorboard_prints_how_to_view_the_event_files(
     (["--ps_docker_image", "tf:2"], "--ps_docker_image", "needs parameter servers"),
     (["--ps_launch_cmd", "x"], "--ps_launch_cmd", "needs parameter servers"),
     (["--ps_resources", "memory=1G"], "--ps_resources", "needs parameter servers"),
-    (["--tensorboard_docker_image", "tb"], "--tensorboard_docker_image", "no TensorBoard"),
+    (["--tensorboard_docker_image", "tb"], "--tensorboard_docker_image", "needs --tensorboard"),
+    (["--tensorboard_resources", "memory=1G"], "--tensorboard_resources",
+     "needs --tensorboard"),
+    (["--tensorboard", "--tensorboard_resources", "gpu=1"], "--tensorboard_resources",
+     "TensorBoard gets no GPU"),
+    (["--tensorboard", "--tensorboard_resources", "memory=64M"], "tensorboard.memory_mb",
+     "in [128, 1048576]"),
     (["--framework", "pytorch"], "--framework", "only tensorflow"),
     (["--keytab", "/k"], "--keytab", "Kerberos"),
     (["--distribute_keytab"], "--distribute_keytab", "Kerberos"),

@@ -45,6 +45,7 @@ class FakeShell:
         self.launched: list[tuple[str, str]] = []  # (job, node)
         self.envs: list[dict[str, str]] = []  # launch environments
         self.http: dict[str, str] = {}  # node -> its NodeManager's web address
+        self.launched_services: list[str] = []  # TensorBoard containers' commands
 
     def start(self, host: str, rpc_port: int, tracking_url: str, heartbeat_ms: int) -> str:
         return json.dumps({"previous_containers": []})
@@ -65,6 +66,11 @@ class FakeShell:
 
     def launch(self, container: str, command: str, env_json: str) -> None:
         c = self.containers[container]
+        if "themis.submarine_am.tbserve" in command:  # the app's TensorBoard: serves, no steps
+            c.update(service=command)
+            self.launched_services.append(command)
+            assert c["gpus"] == 0 and json.loads(env_json)["HADOOP_USER_NAME"]
+            return
         self.envs.append(json.loads(env_json))
         b64 = re.search(r"--command-b64 (\S+)", command)
         assert b64, command
@@ -89,7 +95,8 @@ class FakeShell:
 
     def _complete(self, container: str, status: int = 0) -> None:
         c = self.containers.pop(container)
-        self.checkpoints[c["job"]] = c["step"]
+        if "job" in c:
+            self.checkpoints[c["job"]] = c["step"]
         self.events.append({"type": "completed", "container": container, "exit_status": status})
 
     def stop_container(self, container: str) -> None:
@@ -408,3 +415,38 @@ def test_docker_image_is_refused_where_a_nodemanager_lacks_the_runtime(
     assert f"{RUNTIMES_KEY} is 'default' (needs docker)" in msg, msg
     assert "DefaultContainerExecutor" in msg and "LinuxContainerExecutor" in msg, msg
     assert not shell.launched and not shell.envs  # nothing ran outside the image
+
+
+def test_tensorboard_container_runs_beside_the_jobs_and_is_asked_again_after_a_crash(
+        arbiter: ArbiterServer) -> None:
+    shell = FakeShell(steps_per_poll=1, poll_sleep=0.05)
+    spec = parse_spec({"name": "tb", "kind": "single-job", "max_steps": 60,
+                       "job": {"command": CMD.replace(" --lr {lr}", "")},
+                       "tensorboard": {"memory_mb": 512}})
+    am = AppMaster(spec, "application_1700000000000_0007", shell, arbiter=arbiter.address,
+                   hdfs=None, app_dir="/tmp/tb", report_every_s=0.1)
+    shell.am = am
+    crashed: list[str] = []
+
+    def crash_the_first_tensorboard() -> None:  # its process dies once while the job runs
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not crashed:
+            for cid, c in list(shell.containers.items()):
+                if c.get("service"):
+                    crashed.append(cid)
+                    shell._complete(cid, 1)
+                    break
+            time.sleep(0.05)
+
+    threading.Thread(target=crash_the_first_tensorboard, daemon=True).start()
+    assert _run_am(am) == 0
+    tb = am.snapshot()["tensorboard"]
+    assert crashed and tb["restarts"] == 1 and tb["state"] == "stopped", tb
+    assert tb["container"] != crashed[0]  # a second container after the crash
+    # both were asked without GPU, ran tbserve on the app's HDFS event files, and the last
+    # one was released when the app finished
+    services = shell.launched_services
+    assert len(services) == 2, services
+    assert all("--src /tmp/tb/tensorboard" in cmd and "--publish /tmp/tb/tensorboard.json"
+               in cmd for cmd in services), services
+    assert not any(c.get("service") for c in shell.containers.values())

@@ -74,6 +74,7 @@ from themis.submarine_am.security import (
 )
 from themis.submarine_am.shell import JvmShell, Shell
 from themis.submarine_am.spec import AppSpec, contract_env, render_command
+from themis.submarine_am.tbcontainer import TensorBoardContainer, tbserve_command
 from themis.submarine_am.tblogs import tensorboard_dir
 from themis.submarine_am.webhdfs import WebHdfs, WebHdfsError
 
@@ -157,6 +158,7 @@ class AppMaster:
         self._saved_secret: str | None = None
         self._saved_cluster_gpus = 0
         self._http: ThreadingHTTPServer | None = None
+        self.tensorboard: TensorBoardContainer | None = None
 
     # ----------------------------------------------------------------- persistence
     def _state_path(self) -> str:
@@ -373,16 +375,40 @@ class AppMaster:
             tensorboard_dir(self.app_dir, run.job_id), self.report_every_s, job_cmd,
             self.spec.objective.metric, f"{self.app_dir}/ckpt-dir/{run.job_id}",
             task=(run.task, run.task_index) if run.group else None)
-        bindir = os.path.dirname(self.python) if os.path.isabs(self.python) else ""
-        path = os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin")
-        env = {"THEMIS_WEBHDFS_URL": self.webhdfs_url, "HADOOP_USER_NAME": "root",
-               "PATH": f"{bindir}:{path}" if bindir else path,
-               "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "2",
-               **contract_env(values), **self.spec.env,
-               **container_env(self.spec.docker_image_of(run.task)),
+        env = {**self._base_env(self.spec.docker_image_of(run.task)),
+               "TF_CPP_MIN_LOG_LEVEL": "2", **contract_env(values), **self.spec.env,
                REPORT_TOKEN_ENV: self.report_tokens.token_for(run.container)}
         log.info("job command of %s (run %d): %s", run.job_id, run.run_id, job_cmd)
         return cmd, env
+
+    def _base_env(self, image: str) -> dict[str, str]:
+        """Every container's environment: HDFS, PATH (the AM's python first), the image."""
+        bindir = os.path.dirname(self.python) if os.path.isabs(self.python) else ""
+        path = os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin")
+        return {"THEMIS_WEBHDFS_URL": self.webhdfs_url, "HADOOP_USER_NAME": "root",
+                "PATH": f"{bindir}:{path}" if bindir else path, "PYTHONUNBUFFERED": "1",
+                **container_env(image)}
+
+    def start_tensorboard(self) -> None:
+        """The app's TensorBoard container (spec ``tensorboard``; tbcontainer.py)."""
+        tb = self.spec.tensorboard
+        if tb is None:
+            return
+        publish = f"{self.app_dir}/tensorboard.json"
+        self.tensorboard = TensorBoardContainer(
+            tb, self.launcher, command=tbserve_command(
+                self.python, tensorboard_dir(self.app_dir), publish),
+            env=self._base_env(tb.docker_image), publish=publish, hdfs=self.hdfs,
+            clock=self.clock)
+        self.refresh_nodes(force=True)
+        nodes = [n for n in self.cluster_nodes
+                 if not tb.docker_image or int(n.get("gpus", 0) or 0) > 0]
+        hosts = sorted({str(n["host"]) for n in nodes})
+        here = os.environ.get("NM_HOST", "")
+        if here in hosts:  # the AM's own host first
+            hosts.remove(here)
+            hosts.insert(0, here)
+        self.tensorboard.start(hosts)
 
     def _on_progress(self, run: Run, r: dict[str, Any]) -> None:
         """A runner's report: steps, the objective's value, serial iteration time."""
@@ -642,6 +668,7 @@ class AppMaster:
                           "brackets": len(self.hb.plan), "done": self.hb.done,
                           "progress": round(self.core.progress_fraction(), 4)},
             "objective": self.spec.objective.to_dict(),
+            "tensorboard": None if self.tensorboard is None else self.tensorboard.status(),
             "target_reached": self.hb.target_reached,
             "best": self.core.best_json(),
             "top": self.core.top(5),
@@ -673,6 +700,8 @@ class AppMaster:
         if self.state in ("RUNNING", "STARTING") and not self._shutdown.is_set():
             self.refresh_nodes()
             self.reconcile()
+            if self.tensorboard is not None:
+                self.tensorboard.tick()
         now = self.clock()
         dt = max(0.0, now - self._last_tick)
         self._last_tick = now
@@ -702,6 +731,7 @@ class AppMaster:
                 self._finish()
                 return 1
         self.start_agent()
+        self.start_tensorboard()
         self.state = "RUNNING"
         log.info("AM for %s (attempt %d) running; tracking URL %s; arbiter %s; max GPUs %d",
                  self.app_id, self.attempt, url, self.arbiter, self.spec.max_gpus())
@@ -722,6 +752,8 @@ class AppMaster:
         return 0 if self.state == "FINISHED" else 1
 
     def _finish(self) -> None:
+        if self.tensorboard is not None:
+            self.tensorboard.stop()
         self.launcher.release_all()
         if self.state not in ("FINISHED", "FAILED"):
             self.state = "KILLED" if self._killed else "CRASHED"

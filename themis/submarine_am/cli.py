@@ -91,10 +91,6 @@ def _count(flag: str, key: str, text: str, mult: int = 1, whole: bool = False) -
 
 #: Submarine ``job run`` flags Themis refuses, with the reason (docs/am.md, "themis job run")
 REFUSED_FLAGS = {
-    "tensorboard_docker_image": "no TensorBoard container: --tensorboard prints how to "
-                                "view the app's event files",
-    "tensorboard_resources": "no TensorBoard container: --tensorboard prints how to view "
-                             "the app's event files",
     "saved_model_path": "not supported: the job exports its own model",
     "localization": "not supported: put files in HDFS and read them from the job, or in "
                     "the NodeManager image",
@@ -144,6 +140,16 @@ def job_run_spec(args: argparse.Namespace) -> dict[str, Any]:
         ps_res = _resources(args.ps_resources or "", "--ps_resources")
     except SpecError as e:
         problems += e.problems
+    tb_res: dict[str, int] = {}
+    try:
+        tb_res = _resources(args.tensorboard_resources or "", "--tensorboard_resources")
+    except SpecError as e:
+        problems += e.problems
+    if tb_res.pop("gpus", 0):
+        problems.append(("--tensorboard_resources", "TensorBoard gets no GPU (gpu=0)"))
+    for flag in ("tensorboard_resources", "tensorboard_docker_image"):
+        if getattr(args, flag) is not None and not args.tensorboard:
+            problems.append((f"--{flag}", "needs --tensorboard"))
     if ps_res.pop("gpus", 0):
         problems.append(("--ps_resources", "parameter servers get no GPU (gpu=0); GPUs go "
                                            "to the workers (--worker_resources gpu=N)"))
@@ -164,6 +170,9 @@ def job_run_spec(args: argparse.Namespace) -> dict[str, Any]:
                             "resources": res}
     if worker_image is not None:
         spec["job"]["docker_image"] = worker_image
+    if args.tensorboard:
+        spec["tensorboard"] = {**tb_res, **({"docker_image": args.tensorboard_docker_image}
+                                            if args.tensorboard_docker_image else {})}
     if args.num_workers > 1 or args.num_ps:
         spec["tasks"] = {"workers": args.num_workers}
         if args.num_ps:
@@ -200,12 +209,13 @@ def cmd_job_run(args: argparse.Namespace) -> int:
 
 
 def _tensorboard_hint(args: argparse.Namespace, app_id: str) -> None:
-    """``--tensorboard``: how to view the job's event files (the runner copies them to the
-    app's HDFS directory while it runs; docs/am.md, "TensorBoard logs")."""
-    print(f"themis: TensorBoard: themis logs {app_id} --tensorboard --dest "
-          f"./themis-tensorboard/{app_id} && tensorboard --logdir "
-          f"./themis-tensorboard/{app_id}  (again to refresh while the job runs)",
-          file=sys.stderr)
+    """``--tensorboard``: where the app's TensorBoard appears, and the local alternative
+    (the runners copy the event files to the app's HDFS directory while the jobs run;
+    docs/am.md, "TensorBoard container")."""
+    print(f"themis: TensorBoard: the app's TensorBoard container serves every job's event "
+          f"files; its URL is in `themis status {app_id}`. Locally: themis logs {app_id} "
+          f"--tensorboard --dest ./themis-tensorboard/{app_id} && tensorboard --logdir "
+          f"./themis-tensorboard/{app_id}", file=sys.stderr)
 
 
 def _fmt_rho(x: Any) -> str:
@@ -234,6 +244,10 @@ def _render(app: dict[str, Any], st: dict[str, Any] | None, detail: bool) -> lis
         f"progress={100 * hb.get('progress', 0):.0f}% gpu-time={st.get('gpu_seconds', 0):.0f}s")
     if failed:
         lines.append(f"    {why[:2000]}")
+    tb = st.get("tensorboard") or {}
+    if tb:
+        lines.append(f"    TensorBoard: {tb.get('url') or tb.get('state')}"
+                     + (f" ({tb['message']})" if tb.get("message") else ""))
     metric = (st.get("objective") or {}).get("metric", "loss")
     best = _best_line(st, metric)
     if best:
@@ -451,9 +465,16 @@ def add_parser(sub: Any) -> None:
                    help="Docker image of the parameter servers (tasks.ps.docker_image; "
                         "default: --docker_image; needs --num_ps)")
     r.add_argument("--tensorboard", action="store_true",
-                   help="after submitting, print the commands that download the job's "
-                        "TensorBoard event files from HDFS and start TensorBoard on them "
-                        "(default: off; no TensorBoard container is started)")
+                   help="run a TensorBoard container for the app, serving every job's "
+                        "event files (its URL: themis status APP; spec 'tensorboard'; "
+                        "default: off)")
+    r.add_argument("--tensorboard_resources", default=None,
+                   help="resources of the TensorBoard container: memory (M or G), vcores "
+                        "(default memory=1G,vcores=1; needs --tensorboard)")
+    r.add_argument("--tensorboard_docker_image", default=None,
+                   help="Docker image of the TensorBoard container, through YARN's Docker "
+                        "runtime as --docker_image (default: none, the NodeManager's own "
+                        "environment; needs --tensorboard)")
     r.add_argument("--insecure", action="store_true",
                    help="Submarine's 'cluster without Kerberos': the only mode of the Themis "
                         "client, so it changes nothing (default: off)")

@@ -45,6 +45,7 @@ EXIT_KILLED_BY_AM = -105  # KILLED_BY_APPMASTER
 NOT_FAILURES = {EXIT_PREEMPTED, EXIT_ABORTED, EXIT_KILLED_BY_AM, -106, -107}
 PRIORITY_GPU = 1
 PRIORITY_PS = 2  # the GPU-less containers of parameter servers
+PRIORITY_SERVICE = 3  # the app's own services (its TensorBoard container)
 HOLDING = ("allocated", "launched", "running", "stopping")  # run states on a node's GPUs
 
 
@@ -83,6 +84,10 @@ class YarnContainerLauncher:
         self._groups: dict[int, TaskGroup] = {}
         self._addresses: dict[int, dict[tuple[str, int], str]] = {}
         self._codes: dict[int, LaunchCode] = {}  # run id -> exit code of a group's task
+        # containers that are not job runs (the app's TensorBoard: tbcontainer.py): request
+        # id -> what to do with its allocation, container -> what to do when it completes
+        self.service_asks: dict[int, Callable[[str, str], None]] = {}
+        self.service_containers: dict[str, Callable[[int, str], None]] = {}
 
     # ---------------------------------------------------------------- Launcher
     def launch(self, run: JobLaunch) -> None:
@@ -209,6 +214,10 @@ class YarnContainerLauncher:
         kind = e.get("type")
         now = self.clock()
         if kind == "allocated":
+            service = self.service_asks.pop(int(e.get("request_id", -1)), None)
+            if service is not None:
+                service(str(e["container"]), str(e.get("node", "")))
+                return
             run = self.by_request.pop(int(e.get("request_id", -1)), None)
             cid = str(e["container"])
             if run is None or run.state != "requested":
@@ -235,11 +244,20 @@ class YarnContainerLauncher:
             if run is not None and run.state == "allocated":
                 run.state = "launched"
         elif kind == "start_failed":
+            if str(e["container"]) in self.service_containers:
+                log.warning("container %s failed to start: %s", e["container"],
+                            e.get("message"))
+                self.shell.release(str(e["container"]))
+                return
             run = self.by_container.get(str(e["container"]))
             if run is not None:
                 log.warning("container %s failed to start: %s", run.container, e.get("message"))
                 self.shell.release(run.container)
         elif kind == "completed":
+            done = self.service_containers.pop(str(e["container"]), None)
+            if done is not None:
+                done(int(e.get("exit_status", 0)), str(e.get("diagnostics", "")))
+                return
             self._completed(str(e["container"]), int(e.get("exit_status", 0)),
                             str(e.get("diagnostics", "")))
         elif kind == "preemption":

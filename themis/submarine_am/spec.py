@@ -117,10 +117,10 @@ BOUNDS = {
     "hyperband.eta": MAX_ETA, "hyperband.steps_per_unit": MAX_STEPS,
     "hyperband.seed": (1 << 63) - 1, "max_steps": MAX_STEPS,
     "tasks.workers": 64, "tasks.ps.count": 64, "tasks.ps.memory_mb": 1 << 20,
-    "tasks.ps.vcores": 1024,
+    "tasks.ps.vcores": 1024, "tensorboard.memory_mb": 1 << 20, "tensorboard.vcores": 1024,
 }
 _TOP = {"name", "queue", "kind", "search_space", "hyperband", "max_steps", "job", "resources",
-        "tasks", "max_parallel_jobs", "am", "objective", "standalone"}
+        "tasks", "max_parallel_jobs", "am", "objective", "standalone", "tensorboard"}
 _BIG = 1e18  # any other number: |x| <= 1e18
 
 
@@ -209,6 +209,16 @@ class PsTasks:
 
 
 @dataclass(frozen=True, slots=True)
+class TensorBoardSettings:
+    """``tensorboard``: a TensorBoard container for the app (YARN only; Submarine's
+    ``--tensorboard``), serving the jobs' event files kept in HDFS."""
+
+    memory_mb: int = 1024
+    vcores: int = 1
+    docker_image: str = ""  # YARN's Docker runtime ("" = the NodeManager's environment)
+
+
+@dataclass(frozen=True, slots=True)
 class AmResources:
     memory_mb: int = 768
     vcores: int = 1
@@ -242,6 +252,7 @@ class AppSpec:
     queue: str = "default"
     args: dict[str, Any] = field(default_factory=dict)  # job.args (the bundled job)
     docker_image: str = ""  # job.docker_image: YARN's Docker runtime (YARN only)
+    tensorboard: TensorBoardSettings | None = None  # YARN only
     objective: Objective = field(default_factory=Objective)
     submit_at_s: float = 0.0  # standalone.submit_at_s
     source: str = field(default="<built-in>", compare=False)  # the file, for messages
@@ -260,6 +271,9 @@ class AppSpec:
         }
         if self.submit_at_s:
             d["standalone"] = {"submit_at_s": self.submit_at_s}
+        if self.tensorboard is not None:
+            d["tensorboard"] = {k: v for k, v in asdict(self.tensorboard).items()
+                                if v or k != "docker_image"}
         if self.task_group.distributed:
             d["tasks"] = {"workers": self.workers}
             if self.ps.count:
@@ -369,7 +383,8 @@ class AppSpec:
 
     @property
     def uses_docker(self) -> bool:
-        return bool(self.docker_image or (self.ps.count and self.ps.docker_image))
+        return bool(self.docker_image or (self.ps.count and self.ps.docker_image)
+                    or (self.tensorboard and self.tensorboard.docker_image))
 
     def max_gpus(self) -> int:
         return max(1, self.max_concurrent_jobs() * self.job_gpus())
@@ -586,6 +601,22 @@ def _image(c: _Checker, d: Mapping[str, Any], where: str) -> str:
     return image
 
 
+def _tensorboard(c: _Checker, raw: Any) -> TensorBoardSettings | None:
+    """``tensorboard``: false/absent (none), true (the defaults) or a mapping."""
+    if raw is None or raw is False:
+        return None
+    if raw is True:
+        return TensorBoardSettings()
+    if not isinstance(raw, Mapping):
+        c.bad("tensorboard", f"must be true, false or a mapping (memory_mb, vcores, "
+                             f"docker_image), got {short(raw)}")
+        return None
+    t = c.section({"tensorboard": raw}, "tensorboard", {"memory_mb", "vcores", "docker_image"})
+    return TensorBoardSettings(c.int_(t, "memory_mb", "tensorboard.", 1024, 128),
+                               c.int_(t, "vcores", "tensorboard.", 1, 1),
+                               _image(c, t, "tensorboard."))
+
+
 def parse_spec(raw: Any, source: str = "", default_name: str | None = None) -> AppSpec:
     """Validate a loaded spec (dict); raise :class:`SpecError` naming every problem.
     ``default_name`` (standalone: the file name) is used when the spec has no name."""
@@ -706,6 +737,7 @@ def parse_spec(raw: Any, source: str = "", default_name: str | None = None) -> A
                       c.int_(am, "max_attempts", "am.", 2, 1, 10))
     mpj = c.int_(raw, "max_parallel_jobs", "", 0, 0)
     objective = parse_objective(raw.get("objective"), c.bad)
+    tensorboard = _tensorboard(c, raw.get("tensorboard"))
     sa = c.section(raw, "standalone", {"submit_at_s"})
     submit_at = sa.get("submit_at_s", 0.0)
     if not _is_num(submit_at) or submit_at < 0:
@@ -717,7 +749,7 @@ def parse_spec(raw: Any, source: str = "", default_name: str | None = None) -> A
                    max_steps=max_steps, env=env, max_restarts=max_restarts, resources=resources,
                    workers=workers, ps=ps,
                    max_parallel_jobs=mpj, am=amr, queue=queue, args=args, objective=objective,
-                   docker_image=docker_image,
+                   docker_image=docker_image, tensorboard=tensorboard,
                    submit_at_s=float(submit_at), source=source or "<built-in>")
     try:
         spec.make_hyperband("check")
