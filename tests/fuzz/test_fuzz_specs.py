@@ -43,10 +43,12 @@ AM_SPEC: dict[str, Any] = {
                   "seed": 0},
     "job": {"command": "train --id {job_id} --steps {max_steps} --ckpt {checkpoint_uri} "
                        "--lr {lr} --opt {opt} --units {units} {{literal}}",
-            "env": {"A": 1, "B": "x"}, "max_restarts": 3},
+            "env": {"A": 1, "B": "x"}, "max_restarts": 3,
+            "docker_image": "reg.example.com:5000/ml/tf:2.16"},
     "resources": {"gpus": 1, "memory_mb": 512, "vcores": 1},
     "max_parallel_jobs": 4,
     "am": {"memory_mb": 768, "vcores": 1, "max_attempts": 2},
+    "tensorboard": {"memory_mb": 1024, "vcores": 1, "docker_image": "tensorflow/tf:2.16"},
 }
 SINGLE_JOB: dict[str, Any] = {
     "name": "one", "kind": "single-job", "max_steps": 50,

@@ -23,10 +23,13 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.integration.am_kill_trials import OVERRIDES as AM_KILL_OVERRIDES
+from tests.integration.am_kill_trials import run_trials
 from tests.integration.minicluster import (
     NMS,
     NN,
@@ -38,7 +41,6 @@ from tests.integration.minicluster import (
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.timeout(600)]
 
-AGENT_PORT = 8642
 MAX_STEPS = 30
 EXAMPLES = {str(ROOT / "examples" / "jobs"): "/opt/themis-examples"}
 # what a Submarine user would write: a shell job with %checkpoint_path%, nothing of Themis
@@ -50,8 +52,8 @@ CMD = ('d=%checkpoint_path%; mkdir -p "$d"; s=$(cat "$d/step" 2>/dev/null || ech
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[dict[str, Any]]:
-    with running_minicluster("jobrun", conf_overrides={
-            "yarn.resourcemanager.themis.agent-port": str(AGENT_PORT)},
+    # 30 s leases and up to 10 AM attempts: the AM-kill trials' settings (am_kill_trials.py)
+    with running_minicluster("jobrun", conf_overrides=AM_KILL_OVERRIDES,
             mounts={**(am_jar_and_mounts() or {}), **EXAMPLES}) as c:
         yield c
 
@@ -146,3 +148,20 @@ def test_docker_image_without_the_nodemanagers_docker_runtime_is_refused(
         assert f"{nm}:" in diag, (nm, diag)  # every GPU NodeManager is named
     assert "LinuxContainerExecutor" in diag, diag
     assert not (doc.get("status") or {}).get("jobs", [{}])[0].get("run"), doc["status"]
+
+
+def test_killed_application_master_and_job_resume_from_the_last_checkpoint(
+        cluster: dict[str, Any], tmp_path: Path) -> None:
+    # am_kill_trials.py: an app's AM container is SIGKILLed while its job runs (YARN starts
+    # the next attempt, which resumes the job from its checkpoint in HDFS), then the job's
+    # processes are (the AM launches it again from its checkpoint)
+    result = run_trials(cluster, tmp_path, apps=1, kills_per_app=2, steps=60, seed=1,
+                        kinds=("am", "job"))
+    s = result.summary()
+    print("AM kill trials:", json.dumps(s))
+    assert s["by_kind"] == {"am": 1, "job": 1}, s
+    assert s["lost_checkpoints"] == 0, [t.__dict__ for t in result.trials]
+    assert s["job_containers"] >= 3  # the first run and one per kill: the logs were read
+    assert not result.double_runs, result.double_runs
+    assert not result.gpu_violations, result.gpu_violations
+    assert all(v == "FINISHED/SUCCEEDED" for v in result.apps.values()), result.apps
