@@ -3,8 +3,8 @@
 One :class:`AppMaster` per app, as a small thread group inside the standalone driver:
 
 * the **agent** (:class:`~themis.agent.client.AgentClient` with a
-  :class:`~themis.agent.bidder.ModelBidder`) registers with the arbiter, bids on offers
-  and reports rho by the cached-table rule;
+  :class:`~themis.am.core.LiveBidder`, started by :class:`~themis.am.core.AppMasterBase`)
+  registers with the arbiter, bids on offers and reports rho by the cached-table rule;
 * the **control loop** (one thread, every ``tick_s`` or when an allocation arrives) reads
   the jobs' TensorFlow event files with the :class:`~themis.profiler.Profiler`, feeds
   steps, losses and serial iteration times to :class:`~themis.submarine_am.hyperband.Hyperband`,
@@ -42,15 +42,13 @@ from typing import Any
 import grpc
 
 from themis.agent.bidder import AllocationInfo
-from themis.agent.client import AgentClient
-from themis.agent.model import AppModel
-from themis.agent.placement import DEFAULT, PlacementProfile
-from themis.am.core import AmCore, LaunchCode, LaunchEvent, LiveBidder
+from themis.agent.placement import DEFAULT
+from themis.am.core import AppMasterBase, LaunchCode, LaunchEvent
 from themis.cluster.topology import Gpu, locality_of
 from themis.profiler import Profiler
 from themis.standalone.jobs import GpuRegistry, GpusBusy, JobRunner, LocalProcessLauncher
 from themis.standalone.spec import AppSpec
-from themis.submarine_am.hyperband import Hyperband, JobStatus, RungOutcome
+from themis.submarine_am.hyperband import JobStatus, RungOutcome
 from themis.submarine_am.packing import JobNeed, place
 from themis.submarine_am.spec import contract_env, render_command
 
@@ -71,7 +69,7 @@ class Sample:
     running: int
 
 
-class AppMaster:
+class AppMaster(AppMasterBase):
     def __init__(
         self,
         spec: AppSpec,
@@ -90,8 +88,8 @@ class AppMaster:
         clock: Callable[[], float] = time.time,
         registration_token: str = "",
     ) -> None:
+        super().__init__(spec, spec.name, clock, max(spec.step_time_ms, 1.0) / 1000.0)
         self.registration_token = registration_token  # from the driver (arbiter.registration)
-        self.spec = spec
         self.name = spec.name
         self.address = address
         self.root = out_dir / "apps" / spec.name
@@ -104,29 +102,22 @@ class AppMaster:
         self.kill_after_s = kill_after_s
         self.registry = registry or GpuRegistry()
         self.emit = emit or (lambda msg: None)
-        self.clock = clock
         self.state = "waiting"  # waiting -> running -> done | failed | stopped
         self.error = ""
-        self.core = AmCore(spec, spec.name, clock=clock, on_outcome=self._on_outcome,
-                           default_iter_time=max(spec.step_time_ms, 1.0) / 1000.0)
         self.planned_steps = spec.planned_steps()
         self.profiler = Profiler(metric=spec.objective.metric)
         self.launcher = LocalProcessLauncher(spec.name, topology, self.registry,
                                              self._make_runner, TRUE_SLOWDOWN)
-        self.client: AgentClient | None = None
-        self.bidder: LiveBidder | None = None
         self.start_time = 0.0  # unix time of submission
         self.end_time: float | None = None
         self.samples: list[Sample] = []
         self.allocations: list[dict[str, Any]] = []
         self.held_changes: list[tuple[float, list[str]]] = []
-        self.gpu_seconds = 0.0  # leased GPU-seconds
         self.max_tick_s = 0.0
         self._expiry: dict[str, float] = {}  # GPU id -> latest lease expiry seen
         self._last_alloc = 0.0
         self._last_report = 0.0
         self._reported: float | None = None
-        self._last_tick = 0.0
         self._last_sample = -math.inf
         self._held: list[str] = []
         self._wake = threading.Event()
@@ -134,7 +125,6 @@ class AppMaster:
         self._lock = threading.Lock()
         self._snapshot: dict[str, Any] = {"name": self.name, "state": self.state}
         self._thread: threading.Thread | None = None
-        self._profile: PlacementProfile = DEFAULT
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -166,13 +156,9 @@ class AppMaster:
         self.start_time = self.clock()
         self.root.mkdir(parents=True, exist_ok=True)
         self._sync_jobs()
-        self.bidder = LiveBidder(self._model(), self.clock, gang=self.core.gang)
-        self.client = AgentClient(self.address, self.name, self.bidder,
-                                  on_allocation=self._on_allocation,
-                                  on_lease_warning=self._on_warning,
-                                  seed=zlib.crc32(self.name.encode()),
-                                  registration_token=self.registration_token)
-        self.client.start()
+        self.start_agent(self.address, on_allocation=self._on_allocation,
+                         on_lease_warning=self._on_warning, seed=zlib.crc32(self.name.encode()),
+                         registration_token=self.registration_token)
         self.state = "running"
         self.emit(f"{self.name}: submitted ({len(self.hb.current_jobs())} configurations "
                   f"in rung 0, {self.planned_steps} steps planned)")
@@ -205,9 +191,9 @@ class AppMaster:
                 if r.proc is not None:
                     r.proc.wait(5)
         self._poll_launcher()
-        if self.client is not None:
-            self.client.stop(unregister=True, timeout=3.0)  # gives every lease back
-            self.client = None
+        if self.agent is not None:
+            self.agent.stop(unregister=True, timeout=3.0)  # gives every lease back
+            self.agent = None
         if self._held:
             self._held = []
             self.held_changes.append((round(self.clock() - self.t0, 3), []))
@@ -246,10 +232,6 @@ class AppMaster:
 
     # ------------------------------------------------------------------ control loop
     @property
-    def hb(self) -> Hyperband:
-        return self.core.hb
-
-    @property
     def runners(self) -> dict[str, JobRunner]:
         return self.launcher.runners
 
@@ -276,15 +258,12 @@ class AppMaster:
         emulated GPU speed)."""
         if not self.spec.command:
             return None
-        job, jobs = self.hb.jobs[job_id], self.root / "jobs" / job_id
-        fixed = {**{k: v for k, v in job.config.items() if k != "_"}, "job_id": job_id,
-                 "app_id": self.name, "logdir": jobs / "logs", "seed": self.spec.seed,
-                 "checkpoint_uri": jobs / "checkpoints", "checkpoint_dir": jobs / "checkpoints"}
+        jobs = self.root / "jobs" / job_id
+        fixed = self.core.placeholders(job_id, logdir=jobs / "logs",
+                                       checkpoint_uri=jobs / "checkpoints",
+                                       checkpoint_dir=jobs / "checkpoints")
         return lambda steps, gpus: render_command(
             self.spec, {**fixed, "max_steps": steps, "num_gpus": gpus}, task)
-
-    def _model(self) -> AppModel:
-        return self.core.model(self.start_time, self._profile)
 
     def _poll_launcher(self) -> None:
         for ev in self.launcher.poll():
@@ -312,7 +291,7 @@ class AppMaster:
 
     def _report(self, job_id: str, steps: int, loss: float | None) -> None:
         prof = self.profiler.jobs.get(job_id)
-        it = prof.serial_iter_time(self._profile) if prof else None
+        it = prof.serial_iter_time(self.profile) if prof else None
         self.core.progress(job_id, steps, loss, it)
         self._sync_jobs()
 
@@ -330,20 +309,18 @@ class AppMaster:
         self._poll_launcher()
         # 2. profile: steps, losses, iteration times -> Hyperband
         new = self.profiler.poll()
-        self._profile = self.profiler.placement_profile()
+        self.profile = self.profiler.placement_profile()
         for job_id in new:
             job = self.hb.jobs[job_id]
             if job.status is JobStatus.RUNNING:
                 prof = self.profiler.job(job_id)
                 self._report(job_id, prof.steps_done, prof.objective_value())
         # 3. refresh the agent's model (rho and bids from profiled iteration times)
-        assert self.client is not None and self.bidder is not None
+        assert self.agent is not None and self.bidder is not None
         if not self.hb.done:
-            self.bidder.app = self._model()
-        held_now = set(self.client.held())
-        self.gpu_seconds += len(self._held) * max(0.0, now - self._last_tick) \
-            if self._last_tick else 0.0
-        self._last_tick = now
+            self.bidder.app = self.model()
+        held_now = set(self.held())
+        self.count_gpu_seconds(now, len(self._held))
         if sorted(held_now) != self._held:
             self._held = sorted(held_now)
             self.held_changes.append((round(now - self.t0, 3), list(self._held)))
@@ -398,14 +375,12 @@ class AppMaster:
         """Visibility phase: tell the arbiter the app's current rho (the agent's Eq. 1/2 on
         the refreshed model with the GPUs held now), so that the next round's filter sees
         progress and lost GPUs, not only the value cached at the last allocation."""
-        assert self.client is not None and self.bidder is not None
         self._last_report = now
-        held = [self.topology[g] for g in self._held]
-        value = self.bidder.live_rho(len(held), locality_of(held))
+        value = self._live_rho()
         if value is None or value <= 0:
             return
         try:
-            self.client.report_rho(value)
+            self.agent.report_rho(value)
             self._reported = value
         except grpc.RpcError as exc:
             log.info("%s: report rho failed: %s", self.name, exc.details())
@@ -448,26 +423,26 @@ class AppMaster:
         self.state = "failed" if self.core.failed else "done"
         if self.core.failed:
             self.error = "every trial failed; see the jobs' segment-*.err files"
-        best = self.hb.best()
-        if self.client is not None:
-            self.client.stop(unregister=True, timeout=3.0)  # releases every GPU
-            self.client = None
+        if self.agent is not None:
+            self.agent.stop(unregister=True, timeout=3.0)  # releases every GPU
+            self.agent = None
         self._held = []
         self.held_changes.append((round(now - self.t0, 3), []))
         reached = " (target reached)" if self.hb.target_reached else ""
-        self.emit(f"{self.name}: DONE in {now - self.start_time:.1f}s{reached}; best "
-                  f"{best.id if best else '-'} {self.spec.objective.metric} "
-                  f"{best.loss if best and best.loss is not None else float('nan'):.4f}")
+        best = self.core.best_line() or f"best - {self.spec.objective.metric} nan"
+        self.emit(f"{self.name}: DONE in {now - self.start_time:.1f}s{reached}; {best}")
         self._update_snapshot(now)
 
     # ------------------------------------------------------------------ introspection
     def steps_done(self) -> int:
         return sum(j.steps_done for j in self.hb.jobs.values())
 
-    def _update_snapshot(self, now: float) -> None:
+    def _live_rho(self) -> float | None:
         held = [self.topology[g] for g in self._held if g in self.topology]
-        live = (self.bidder.live_rho(len(held), locality_of(held))
-                if self.bidder and self.state == "running" else None)
+        return self.bidder.live_rho(len(held), locality_of(held)) if self.bidder else None
+
+    def _update_snapshot(self, now: float) -> None:
+        live = self._live_rho() if self.state == "running" else None
         reported = self._reported if self._reported is not None else (
             self.bidder.current_rho() if self.bidder else None)
         if live is not None and not math.isfinite(live):

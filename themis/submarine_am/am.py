@@ -22,10 +22,10 @@ the shell:
 The controller (:class:`AppMaster`) is independent of Py4J and gRPC transport details: it
 takes a :class:`Shell` (the JVM, or a fake in tests) and an arbiter address. Hyperband, the
 bidder and the job lifecycle policy (resume, failures and retries) are the shared
-:class:`themis.am.core.AmCore`; containers are started and stopped by
-:class:`~themis.submarine_am.launcher.YarnContainerLauncher`. What stays here is YARN's
-placement: which node to ask on, for how many GPUs, and when to stop a run before its lease
-ends.
+:class:`themis.am.core.AmCore` and :class:`~themis.am.core.AppMasterBase`; containers are
+started and stopped by :class:`~themis.submarine_am.launcher.YarnContainerLauncher`. What
+stays here is YARN's placement: which node to ask on, for how many GPUs, and when to stop a
+run before its lease ends.
 """
 
 from __future__ import annotations
@@ -45,11 +45,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from themis.agent.bidder import AllocationInfo
-from themis.agent.model import AppModel
-from themis.am.core import AmCore, LiveBidder
+from themis.am.core import AppMasterBase
 from themis.cluster.topology import Locality
 from themis.submarine_am.dockerrt import check_nodes, container_env
-from themis.submarine_am.hyperband import Hyperband, JobStatus, RungOutcome
+from themis.submarine_am.hyperband import JobStatus, RungOutcome
 from themis.submarine_am.launcher import HOLDING, YarnContainerLauncher
 from themis.submarine_am.records import (
     Reallocation,
@@ -85,7 +84,7 @@ __all__ = ["AppMaster", "JvmShell", "Shell", "main", "node_of", "parse_container
 
 
 # ------------------------------------------------------------------------------ the AM
-class AppMaster:
+class AppMaster(AppMasterBase):
     def __init__(
         self,
         spec: AppSpec,
@@ -106,8 +105,7 @@ class AppMaster:
         stop_lead_s: float = 1.5,
         start_margin_s: float = 5.0,
     ) -> None:
-        self.spec = spec
-        self.app_id = app_id
+        super().__init__(spec, app_id, clock)
         self.shell = shell
         self.arbiter = arbiter
         self.hdfs = hdfs
@@ -115,7 +113,6 @@ class AppMaster:
         self.webhdfs_url = webhdfs_url
         self.attempt = attempt
         self.python = python
-        self.clock = clock
         self.heartbeat_ms = heartbeat_ms
         self.stop_timeout_s = stop_timeout_s
         self.report_every_s = report_every_s
@@ -128,7 +125,6 @@ class AppMaster:
         self.cluster_nodes: list[dict[str, Any]] = []
         self._nodes_at = -1e9
         self.rounds: list[dict[str, Any]] = []  # allocation events received
-        self.core = AmCore(spec, app_id, clock=clock, on_outcome=self._on_outcome)
         self._lock = threading.Lock()
         self.launcher = YarnContainerLauncher(
             shell, memory_mb=spec.resources.memory_mb, vcores=spec.resources.vcores,
@@ -137,22 +133,18 @@ class AppMaster:
             ps_memory_mb=spec.ps.memory_mb, ps_vcores=spec.ps.vcores)
         self._reports = self.launcher.reports  # filled by the HTTP thread
         self._stop_set = self.launcher.stop_set  # read by the HTTP thread (under _lock)
-        self.start_time = clock()
-        self.gpu_seconds = 0.0  # leased GPU-seconds
+        self.start_time = self.counted_at = clock()  # GPU-seconds are counted from here
         self.busy_gpu_seconds = 0.0  # GPU-seconds of running job containers
         self.history: list[tuple[float, int, float | None]] = []  # (t, GPUs held, rho)
         self.state = "STARTING"
         self.message = ""
         self.tracking_url = ""
         self.http_host = "127.0.0.1"  # set by start_http (http_hosts)
-        self.agent: Any = None
-        self.bidder: LiveBidder | None = None
         self.report_tokens = ReportTokens()  # per-container tokens of /api/report
         self.agent_options: dict[str, Any] = {}  # AgentClient's token and TLS (security.py)
         self._status: dict[str, Any] = {}
         self._dirty = True
         self._last_save = 0.0
-        self._last_tick = clock()
         self._idle_since: dict[str, float] = {}
         self._shutdown = threading.Event()
         self._saved_secret: str | None = None
@@ -278,24 +270,6 @@ class AppMaster:
         return self.tracking_url
 
     # ----------------------------------------------------------------- agent
-    def model(self) -> AppModel:
-        return self.hb.to_app_model(self.start_time)
-
-    def start_agent(self) -> None:
-        from themis.agent.client import AgentClient
-
-        self.bidder = LiveBidder(self.model(), self.clock, self.spec.max_gpus(),
-                                 gang=self.core.gang)
-        if self._saved_cluster_gpus:
-            self.bidder.set_cluster_gpus(self._saved_cluster_gpus)
-        self.agent = AgentClient(self.arbiter, self.app_id, self.bidder,
-                                 on_allocation=self._on_allocation,
-                                 on_lease_warning=self._on_lease_warning,
-                                 **self.agent_options)
-        if self._saved_secret:
-            self.agent.secret = self._saved_secret  # AM retry: same registration
-        self.agent.start()
-
     def _on_allocation(self, alloc: AllocationInfo) -> None:
         log.info("round %d: granted %s (bidder=%s, c=%.2f)", alloc.round_id,
                  [g.id for g in alloc.gpus], alloc.was_bidder, alloc.kept_fraction)
@@ -316,18 +290,11 @@ class AppMaster:
     def _agent_connected(self) -> bool:
         return self.agent is not None and self.agent.connected.is_set()
 
-    def held(self) -> list[str]:
-        return list(self.agent.held()) if self.agent is not None else []
-
     def current_rho(self, held: int) -> float | None:
         if self.bidder is None or self.hb.done:
             return None
         value = self.bidder.live_rho(held, Locality.MACHINE, self.spec.max_gpus())
         return None if value is None else finite_or_none(value)
-
-    @property
-    def hb(self) -> Hyperband:
-        return self.core.hb
 
     @property
     def runs(self) -> list[Run]:
@@ -354,7 +321,7 @@ class AppMaster:
                    and r.state in ("allocated", "launched", "running"))
         if room - busy >= run.gpus:
             return True
-        ends = [exp for g, exp in self._leases().items() if node_of(g) == run.node]
+        ends = [exp for g, exp in self.leases().items() if node_of(g) == run.node]
         self._no_park[run.node] = max(ends, default=now + 5.0)
         log.info("releasing %s on %s unlaunched: no lease there has room for a new run "
                  "(%d placeable GPU(s), %d in use)", run.container, run.node, room, busy)
@@ -362,13 +329,9 @@ class AppMaster:
 
     def _command_for(self, run: Run) -> tuple[str, dict[str, str]]:
         """The container command (the runner around the job command) and environment."""
-        job = self.hb.jobs[run.job_id]
-        values: dict[str, Any] = {
-            **{k: v for k, v in job.config.items() if k != "_"},
-            "job_id": run.job_id, "app_id": self.app_id, "logdir": "tflogs",
-            "max_steps": job.target_steps, "num_gpus": run.gpus, "seed": self.spec.hyperband.seed,
-            "checkpoint_uri": self.checkpoint_uri(run.job_id), "checkpoint_dir": CKPT_DIR,
-        }
+        values = {**self.core.placeholders(run.job_id, logdir="tflogs", checkpoint_dir=CKPT_DIR,
+                                           checkpoint_uri=self.checkpoint_uri(run.job_id)),
+                  "max_steps": self.hb.jobs[run.job_id].target_steps, "num_gpus": run.gpus}
         job_cmd = render_command(self.spec, values, run.task)
         cmd = container_command(
             self.python, self.tracking_url.rstrip("/"), run.job_id, run.run_id,
@@ -452,23 +415,17 @@ class AppMaster:
         length = self._lease_len.get(gpu)
         return min(self.start_margin_s, 0.125 * length) if length else self.start_margin_s
 
-    def _leases(self) -> dict[str, float]:
-        if self.agent is None:
-            return {}
-        with self.agent._lock:
-            return dict(self.agent.leases)
-
     def usable_leases(self, now: float) -> dict[str, float]:
         """Leased GPU id -> expiry, for leases that run past ``now + stop_lead`` (a run on
         a GPU whose lease ends sooner is stopped now, so that its checkpoint is written and
         the GPU is free when the lease ends)."""
-        return {g: exp for g, exp in self._leases().items() if exp > now + self.stop_lead(g)}
+        return {g: exp for g, exp in self.leases().items() if exp > now + self.stop_lead(g)}
 
     def placeable_leases(self, now: float) -> dict[str, float]:
         """The usable leases a *new* run may start on: those lasting ``start_margin_s``
         (at most an eighth of the lease) past the stop lead. A job needs seconds to start;
         one started on a lease about to end would be stopped before it trained."""
-        return {g: exp for g, exp in self._leases().items()
+        return {g: exp for g, exp in self.leases().items()
                 if exp > now + self.stop_lead(g) + self._start_margin(g)}
 
     def reconcile(self) -> None:
@@ -547,15 +504,13 @@ class AppMaster:
         # 4. give back GPUs the app cannot use: leases about to end at once, others after
         #    idle_release_s without a job to place on them
         give: list[str] = []
-        if self.agent is not None:
-            with self.agent._lock:
-                all_leases = {k: v for k, v in self.agent.leases.items() if v > now}
-            ending = Counter(node_of(k) for k in all_leases if k not in usable)
-            for node, count in ending.items():
-                # GPUs of the node's ending leases not needed by runs still occupying it
-                busy = max(0, used.get(node, 0) - held.get(node, 0))
-                ids = sorted(k for k in all_leases if k not in usable and node_of(k) == node)
-                give += ids[: max(0, count - busy)]
+        all_leases = {k: v for k, v in self.leases().items() if v > now}
+        ending = Counter(node_of(k) for k in all_leases if k not in usable)
+        for node, count in ending.items():
+            # GPUs of the node's ending leases not needed by runs still occupying it
+            busy = max(0, used.get(node, 0) - held.get(node, 0))
+            ids = sorted(k for k in all_leases if k not in usable and node_of(k) == node)
+            give += ids[: max(0, count - busy)]
         spare_nodes = {n: f for n, f in free.items()
                        if f > 0 and (unplaced == 0 or active >= cap or f < g)}
         for gid in sorted(usable):
@@ -602,7 +557,7 @@ class AppMaster:
         nodes = [n for n in nodes if self._no_park.get(str(n["node"]), 0.0) <= now]
         if not nodes:
             return ""
-        leased = {node_of(x) for x in self._leases()}
+        leased = {node_of(x) for x in self.leases()}
         best = max(nodes, key=lambda n: (str(n["node"]) not in leased, int(n["gpus"]),
                                          str(n["node"])))
         return str(best["node"])
@@ -610,11 +565,7 @@ class AppMaster:
     def _lease_end(self, node: str, now: float) -> float:
         """When the app's lease on ``node`` ends (the latest expiry of its GPUs there that
         are no longer usable), else now."""
-        if self.agent is None:
-            return now
-        with self.agent._lock:
-            leases = dict(self.agent.leases)
-        ends = [exp for gid, exp in leases.items()
+        ends = [exp for gid, exp in self.leases().items()
                 if node_of(gid) == node and exp <= now + self.stop_lead(gid)]
         return max(ends) if ends else now
 
@@ -703,10 +654,8 @@ class AppMaster:
             if self.tensorboard is not None:
                 self.tensorboard.tick()
         now = self.clock()
-        dt = max(0.0, now - self._last_tick)
-        self._last_tick = now
         held_n = len(self.held())
-        self.gpu_seconds += held_n * dt
+        dt = self.count_gpu_seconds(now, held_n)
         self.busy_gpu_seconds += dt * sum(r.gpus for r in self.runs if r.state == "running")
         if not self.history or now - self.history[-1][0] >= 1.0:
             self.history.append((round(now, 2), held_n, self.current_rho(held_n)))
@@ -730,7 +679,10 @@ class AppMaster:
                 log.error("%s", refused)
                 self._finish()
                 return 1
-        self.start_agent()
+        self.start_agent(self.arbiter, max_gpus=self.spec.max_gpus(),
+                         cluster_gpus=self._saved_cluster_gpus, secret=self._saved_secret,
+                         on_allocation=self._on_allocation, on_lease_warning=self._on_lease_warning,
+                         **self.agent_options)
         self.start_tensorboard()
         self.state = "RUNNING"
         log.info("AM for %s (attempt %d) running; tracking URL %s; arbiter %s; max GPUs %d",
@@ -762,21 +714,15 @@ class AppMaster:
             self.agent.stop(unregister=self.state != "CRASHED")
         self._publish()
         self.save_state(force=True)
-        best = self.hb.best()
-        result = {"state": self.state, "message": self.message,
-                  "best": None if best is None else {"id": best.id, "loss": best.loss,
-                                                     "config": best.config},
-                  "top": self.core.top(10),
-                  "status": self.snapshot()}
+        result = {"state": self.state, "message": self.message, "best": self.core.best_json(),
+                  "top": self.core.top(10), "status": self.snapshot()}
         if self.hdfs is not None:
             try:
                 self.hdfs.write(f"{self.app_dir}/result.json", json.dumps(result).encode())
             except WebHdfsError as e:
                 log.warning("cannot write result.json: %s", e)
         if self.state in ("FINISHED", "FAILED"):
-            msg = self.message or (f"best {best.id} {self.spec.objective.metric} "
-                                   f"{best.loss:.4f}" if best and best.loss is not None
-                                   else "done")
+            msg = self.message or self.core.best_line() or "done"
             self.shell.finish("SUCCEEDED" if self.state == "FINISHED" else "FAILED", msg,
                               self.tracking_url)
         # else (killed / shut down / crashed): no unregister; YARN decides (retry or not)
