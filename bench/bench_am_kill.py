@@ -5,8 +5,9 @@ Starts the mini-cluster (RM, NameNode, DataNode and three NodeManagers on their 
 addresses of a Docker network; 30 s leases, 10 s grace, up to 10 AM attempts), submits
 ``--apps`` single-job apps at once and kills each app ``--kills-per-app`` times in turn,
 each at a random moment up to 6 s after its job stored a step in its newest run: its AM
-(every process of its container, SIGKILL) or its job's processes (the runner spared), the
-``--kinds`` in turn; ``--rounds`` rounds of fresh apps. Checked (definitions in tests/integration/am_kill_trials.py): the job's next
+(every process of its container, SIGKILL), its job's processes (the runner spared) or the
+RM's Python engine (the plugin starts it again), the ``--kinds`` in turn; ``--rounds``
+rounds of fresh apps. Checked (definitions in tests/integration/am_kill_trials.py): the job's next
 run started at the last step the killed attempt's run had stored (else a lost checkpoint),
 no two containers of one job ran at once, no node used more GPUs than it has and no GPU
 container ran outside its app's leases (NodeManager logs, the RM's lease log); every app
@@ -43,14 +44,15 @@ def main() -> None:
                     help="kills per app (AM kills at most 9: the cluster's 10 attempts; "
                          "default 5)")
     ap.add_argument("--kinds", default="am",
-                    help="kinds of kill, in turn, comma-separated: am, job (default am)")
+                    help="kinds of kill, in turn, comma-separated: am, job, engine (the RM's "
+                         "Python engine; default am)")
     ap.add_argument("--steps", type=int, default=150,
                     help="steps of each app's job, 0.5 s each (default 150)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the first round (default 0)")
     args = ap.parse_args()
     kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip())
-    if not kinds or set(kinds) - {"am", "job"}:
-        ap.error(f"--kinds {args.kinds!r}: am and/or job, comma-separated")
+    if not kinds or set(kinds) - {"am", "job", "engine"}:
+        ap.error(f"--kinds {args.kinds!r}: am, job and/or engine, comma-separated")
     am_kills = sum(1 for k in range(args.kills_per_app) if kinds[k % len(kinds)] == "am")
     if args.kills_per_app < 1 or am_kills > 9 or args.rounds < 1 or args.apps < 1:
         ap.error("--kills-per-app must be >= 1 with at most 9 AM kills; --rounds and --apps "

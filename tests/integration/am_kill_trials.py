@@ -17,7 +17,11 @@ One trial: wait until the app's job runs and has stored a step in that run, then
 * ``job``: SIGKILL the job's processes in its container (not the runner around them: a
   crash of the training program, as the kernel's OOM killer would do it); the runner keeps
   the checkpoint directory in HDFS, the AM sees a failed run and launches the job again
-  after its back-off (``job.max_restarts`` is 20 here).
+  after its back-off (``job.max_restarts`` is 20 here);
+* ``engine``: SIGKILL the Python engine (auction and agents' endpoint) in the RM's
+  container; the plugin's supervisor starts it again, the agents register again, and the
+  job, whose leases the RM keeps, runs on: a trial ends when the engine is back
+  ("Themis engine registered" in the RM's log) and the job stored another step.
 
 From the containers' logs:
 
@@ -107,7 +111,8 @@ class Result:
         lost = [t.lost_steps for t in self.trials if t.lost_steps is not None]
         return {
             "trials": len(self.trials),
-            "by_kind": {k: sum(t.kind == k for t in self.trials) for k in ("am", "job")},
+            "by_kind": {k: sum(t.kind == k for t in self.trials)
+                        for k in ("am", "job", "engine")},
             "lost_checkpoints": sum(t.lost_checkpoint for t in self.trials),
             "double_runs": len(self.double_runs),
             "gpu_use_violations": len(self.gpu_violations),
@@ -183,9 +188,9 @@ def runs(cluster: Mapping[str, Any], app: str) -> list[dict[str, Any]]:
     return out
 
 
-def _kill(cluster: Mapping[str, Any], host: str, cid: str, skip: str = "") -> None:
+def _kill(cluster: Mapping[str, Any], host: str, cid: str, skip: str = "") -> bool:
     """SIGKILL the processes of container ``cid`` on NodeManager ``host`` (those whose
-    command line contains ``skip`` spared)."""
+    command line contains ``skip`` spared); False when there was none."""
     nm = next(c.get_wrapped_container() for c in cluster["containers"]
               if f"-{host}-" in c.get_wrapped_container().name)
     spare = (f"tr '\\0' ' ' < /proc/$p/cmdline | grep -q -- '{skip}' && continue; "
@@ -193,24 +198,25 @@ def _kill(cluster: Mapping[str, Any], host: str, cid: str, skip: str = "") -> No
     script = (f"for p in $(grep -l 'CONTAINER_ID={cid}' /proc/[0-9]*/environ 2>/dev/null "
               f"| cut -d/ -f3); do {spare}kill -9 $p && echo $p; done")
     r = nm.exec_run(["sh", "-c", script])
-    assert r.output.strip(), f"no process of {cid} on {host}: {r.output!r}"
+    return bool(r.output.strip())
 
 
 def kill_am(cluster: Mapping[str, Any], app: str) -> int:
     """SIGKILL every process of the app's current AM container; returns the attempt."""
     current = max(attempts(app), key=lambda a: int(a["id"]))
-    _kill(cluster, str(current["nodeId"]).split(":")[0], str(current["containerId"]))
+    cid = str(current["containerId"])
+    assert _kill(cluster, str(current["nodeId"]).split(":")[0], cid), f"{cid}: no process"
     return int(current["id"])
 
 
-def kill_job(cluster: Mapping[str, Any], app: str, container: str) -> None:
-    """SIGKILL the job's processes in ``container`` (its runner spared)."""
+def kill_job(cluster: Mapping[str, Any], app: str, container: str) -> bool:
+    """SIGKILL the job's processes in ``container`` (its runner spared); False when they
+    had ended (the run stopped at a lease end meanwhile)."""
     for n in NMS:
         nm = next(c.get_wrapped_container() for c in cluster["containers"]
                   if f"-{n}-" in c.get_wrapped_container().name)
         if nm.exec_run(["test", "-d", f"/data/nm-logs/{app}/{container}"]).exit_code == 0:
-            _kill(cluster, n, container, skip="themis.submarine_am.runner")
-            return
+            return _kill(cluster, n, container, skip="themis.submarine_am.runner")
     raise AssertionError(f"{container}: on no NodeManager")
 
 
@@ -234,15 +240,21 @@ def one_trial(cluster: Mapping[str, Any], app: str, rng: random.Random, kind: st
         last = max(now, key=lambda r: r["container"], default=None)
         return last if last is not None and last["stored"] > last["start"] else None
 
-    wait_for(f"{app}'s job to store a step in its newest run", 240, running_run, 1.0)
-    time.sleep(rng.uniform(0.0, max_delay_s))
-    run = running_run()
-    assert run is not None  # (its run cannot end on its own before its last steps)
-    if kind == "am":
-        attempt = kill_am(cluster, app)
-    else:
+    # a run may end at a lease end (30 s leases) between the checks and the kill: then the
+    # next run is waited for
+    while True:
+        wait_for(f"{app}'s job to store a step in its newest run", 240, running_run, 1.0)
+        time.sleep(rng.uniform(0.0, max_delay_s))
+        run = wait_for(f"{app}'s job to store a step in its newest run", 240, running_run,
+                       0.5)
+        if kind == "am":
+            attempt = kill_am(cluster, app)
+            break
+        if kind == "engine":
+            return _engine_trial(cluster, app, run)
         attempt = run["attempt"]
-        kill_job(cluster, app, run["container"])
+        if kill_job(cluster, app, run["container"]):
+            break
     t_kill = time.time()
     time.sleep(1.0)  # the killed run's container ends (the runner saves the directory)
 
@@ -257,9 +269,37 @@ def one_trial(cluster: Mapping[str, Any], app: str, rng: random.Random, kind: st
                  resumed=nxt["start"], kill_to_resume_s=round(t_resume - t_kill, 1))
 
 
+def _rm(cluster: Mapping[str, Any]) -> Any:
+    return next(c.get_wrapped_container() for c in cluster["containers"]
+                if "-rm-" in c.get_wrapped_container().name)
+
+
+def _engine_trial(cluster: Mapping[str, Any], app: str, run: dict[str, Any]) -> Trial:
+    """SIGKILL the engine; wait until it registered again and the job stored a step more."""
+    rm = _rm(cluster)
+    r = rm.exec_run(["pkill", "-9", "-f", "-e", "themis[.]yarn[.]engine"])
+    assert r.exit_code == 0, f"no engine process in the RM's container: {r.output!r}"
+    t_kill = time.time()
+    since = int(t_kill) - 1
+    wait_for("the engine to register again", 120, lambda: b"Themis engine registered" in
+             rm.logs(since=since), 0.5)
+    t_back = time.time()
+
+    def progressed() -> dict[str, Any] | None:
+        newest = max(runs(cluster, app), key=lambda r: r["container"])
+        return newest if newest["stored"] > run["stored"] else None
+
+    after = wait_for(f"{app}'s job to store a step after the engine came back", 240,
+                     progressed, 1.0)
+    # the same run went on (nothing to resume), or a later one started at >= the step stored
+    resumed = run["stored"] if after["container"] == run["container"] else after["start"]
+    return Trial("engine", app, run["attempt"], stored=run["stored"], reached=run["reached"],
+                 resumed=resumed, kill_to_resume_s=round(t_back - t_kill, 1))
+
+
 def check_cluster(cluster: Mapping[str, Any], result: Result) -> None:
     """Double runs and GPU use outside leases, from the NodeManagers' and the RM's logs."""
-    logs = nm_logs(cluster)
+    logs = nm_logs(dict(cluster))
     by_app: dict[str, list[dict[str, Any]]] = {}
     for c in gpu_containers(logs):
         if c["app"] in result.apps:
@@ -273,8 +313,7 @@ def check_cluster(cluster: Mapping[str, Any], result: Result) -> None:
                     result.double_runs.append(
                         f"{app}: {b['container']} started {a['end'] - b['start']:.1f} s "
                         f"before {a['container']} ended")
-    rm = next(c.get_wrapped_container() for c in cluster["containers"]
-              if "-rm-" in c.get_wrapped_container().name)
+    rm = _rm(cluster)
     result.gpu_violations = gpu_use_violations(
         logs, {n: g for n, (g, _r) in NMS.items()}, rm.logs().decode(errors="replace"),
         lease_s=LEASE_MS / 1000, grace_s=GRACE_MS / 1000)

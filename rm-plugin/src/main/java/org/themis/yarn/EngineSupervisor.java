@@ -227,6 +227,23 @@ public final class EngineSupervisor {
     }
   }
 
+  /**
+   * Starts a dead engine again (after its back-off) although no round needs it yet: the
+   * AMs' agents must register with the new engine's endpoint before the next round, which
+   * would otherwise grant leases to apps whose agents never hear of them. No-op while the
+   * engine runs or a restart waits for its back-off. Called by the round loop at every tick.
+   */
+  public synchronized void supervise() {
+    Incarnation inc = current;
+    if (inc != null && inc.process.isAlive() && inc.engine != null) {
+      return;
+    }
+    if (inc == null && System.currentTimeMillis() < nextStartAtMs) {
+      return;
+    }
+    ensureStarted();
+  }
+
   /** Health probe through the same path; empty when unavailable. */
   public synchronized Optional<String> health() {
     Incarnation inc = ensureStarted();

@@ -700,6 +700,7 @@ public final class ThemisRuntime implements EngineSupervisor.AgentEvents, Themis
         return;
       }
       try {
+        engine.supervise(); // a dead engine comes back before a round needs it
         runOneRound();
       } catch (RuntimeException e) {
         LOG.error("Themis round failed; leases unchanged", e);

@@ -236,6 +236,26 @@ class EngineBridgeIT {
     }
   }
 
+  /**
+   * An engine that dies while no round is due comes back by itself (the round loop's
+   * supervision): the AMs' agents can register again before the next round needs it. Nothing
+   * here calls the engine (health() would start it).
+   */
+  @Test
+  @Order(6)
+  void engineKilledWhileNoRoundIsDueComesBackAtOnce() throws Exception {
+    EngineSupervisor e = mc.scheduler().runtime().engine();
+    long startsBefore = e.starts();
+    long pid = e.pid();
+    assertTrue(pid > 0);
+    ProcessHandle.of(pid).orElseThrow().destroyForcibly();
+    // back-off 1 s (default), a tick of the round loop, the engine's start-up
+    ThemisMiniCluster.waitFor("the engine started again", 30_000,
+        () -> e.starts() > startsBefore && e.pid() > 0);
+    assertTrue(e.pid() != pid);
+    assertTrue(mc.scheduler().runtime().engine().agentAddress().contains(":"));
+  }
+
   /** themis.agent.probe for {@code am}'s app, registering with its AMRMToken; its output
    *  lines are appended to {@code lines}. */
   private static Process startProbe(String address, TestAm am, List<String> lines,
