@@ -87,6 +87,7 @@ class Trial:
     reached: int  # the last step it had reached
     resumed: int | None = None  # the step the next run started at
     kill_to_resume_s: float | None = None
+    run_went_on: bool = False  # engine: the job's run went on through the kill
 
     @property
     def lost_checkpoint(self) -> bool:
@@ -106,21 +107,27 @@ class Result:
     job_containers: int = 0  # the apps' GPU containers the NodeManagers' logs show
 
     def summary(self) -> dict[str, Any]:
-        times = sorted(t.kill_to_resume_s for t in self.trials
-                       if t.kill_to_resume_s is not None)
-        lost = [t.lost_steps for t in self.trials if t.lost_steps is not None]
+        kinds: dict[str, Any] = {}
+        for kind in sorted({t.kind for t in self.trials}):
+            ts = [t for t in self.trials if t.kind == kind]
+            times = sorted(t.kill_to_resume_s for t in ts if t.kill_to_resume_s is not None)
+            lost = [t.lost_steps for t in ts if t.lost_steps is not None]
+            kinds[kind] = {
+                "trials": len(ts), "lost_checkpoints": sum(t.lost_checkpoint for t in ts),
+                "kill_to_resume_s": {"median": _pct(times, 0.5), "p95": _pct(times, 0.95),
+                                     "max": times[-1] if times else None},
+                "lost_steps_max": max(lost) if lost else None,
+                **({"runs_went_on": sum(t.run_went_on for t in ts)} if kind == "engine"
+                   else {}),
+            }
         return {
             "trials": len(self.trials),
-            "by_kind": {k: sum(t.kind == k for t in self.trials)
-                        for k in ("am", "job", "engine")},
             "lost_checkpoints": sum(t.lost_checkpoint for t in self.trials),
             "double_runs": len(self.double_runs),
             "gpu_use_violations": len(self.gpu_violations),
             "job_containers": self.job_containers,
             "apps": self.apps,
-            "kill_to_resume_s": {"median": _pct(times, 0.5), "p95": _pct(times, 0.95),
-                                 "max": times[-1] if times else None},
-            "lost_steps_max": max(lost) if lost else None,
+            "by_kind": kinds,
         }
 
 
@@ -291,10 +298,13 @@ def _engine_trial(cluster: Mapping[str, Any], app: str, run: dict[str, Any]) -> 
 
     after = wait_for(f"{app}'s job to store a step after the engine came back", 240,
                      progressed, 1.0)
-    # the same run went on (nothing to resume), or a later one started at >= the step stored
-    resumed = run["stored"] if after["container"] == run["container"] else after["start"]
+    # the same run went on (nothing lost, nothing to resume), or a later one (a lease end
+    # meanwhile) started at >= the step stored
+    same = after["container"] == run["container"]
+    resumed = run["reached"] if same else after["start"]
     return Trial("engine", app, run["attempt"], stored=run["stored"], reached=run["reached"],
-                 resumed=resumed, kill_to_resume_s=round(t_back - t_kill, 1))
+                 resumed=resumed, kill_to_resume_s=round(t_back - t_kill, 1),
+                 run_went_on=same)
 
 
 def check_cluster(cluster: Mapping[str, Any], result: Result) -> None:

@@ -258,3 +258,35 @@ def test_ctrl_c_stops_cleanly_and_keeps_checkpoints(tmp_path: Path) -> None:
         if ends:
             assert job["checkpoints"] and job["checkpoints"][-1] == max(ends), job_id
     assert jobs
+
+
+def test_a_killed_driver_leaves_no_job_training(tmp_path: Path) -> None:
+    # SIGKILL: the driver cannot stop its jobs; each gets SIGTERM from the kernel (parent-
+    # death signal, themis.standalone.jobs.PDEATHSIG), checkpoints and exits
+    out = tmp_path / "run"
+    spec = tmp_path / "app-0.yaml"
+    spec.write_text(APP)
+    cmd = _cmd(out, "--machines", "1", "--gpus-per-machine", "2", "--app", str(spec),
+               "--lease-s", "30")
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env=_env(), start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not list(out.glob("apps/*/jobs/*/checkpoints/ckpt-*")):
+            assert proc.poll() is None and time.monotonic() < deadline, "no checkpoint"
+            time.sleep(0.5)
+        assert _processes_mentioning(str(out)), "job processes should be running"
+        proc.kill()
+        proc.wait(10)
+        deadline = time.monotonic() + 60
+        while _processes_mentioning(str(out)) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        left = _processes_mentioning(str(out))
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert not left, f"job processes outlived their killed driver: {left}"
+    # they were stopped, not killed: each wrote its exit event after a SIGTERM checkpoint
+    exits = [json.loads(line) for p in out.glob("apps/*/jobs/*/segment-*.out")
+             for line in p.read_text().splitlines() if '"event": "exit"' in line]
+    assert exits and all(e.get("reason") == "signal 15" for e in exits), exits

@@ -11,7 +11,13 @@ There is no GPU on the machines this runs on: GPU "speed" is emulated by a sleep
 ``step_time_ms * S(locality) / k`` per step on ``k`` GPUs (``--step-sleep-ms``), so that
 the profiler sees iteration times that depend on the allocation the way Eq. 1 models.
 Processes run in their own session so that a terminal's Ctrl-C reaches only the
-standalone driver, which then stops them in order.
+standalone driver, which then stops them in order. A driver that dies without stopping
+them (SIGKILL, a crash) must not leave them training, and writing checkpoints that a new
+run of the driver would start the same jobs on: each process gets SIGTERM when the thread
+that started it (an app master's control loop) ends, through Linux's parent-death signal
+(util-linux ``setpriv --pdeathsig TERM``, which survives the exec of the job; without
+``setpriv`` the job starts without it). A job that runs its work in a child of its own
+(``bash -c 'a; b'``) passes the SIGTERM on only if it forwards signals.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import signal
 import subprocess
 import sys
 import threading
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
@@ -176,8 +183,8 @@ class JobRunner:
         self._files = [out, err]
         cmd = self.command(target_steps, gpus, profile)
         (self.root / f"segment-{index}.cmd").write_text(" ".join(cmd) + "\n")
-        self.proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-                                     env=env, start_new_session=True)
+        self.proc = subprocess.Popen([*PDEATHSIG, *cmd], stdout=out, stderr=err,
+                                     stdin=subprocess.DEVNULL, env=env, start_new_session=True)
         self.stop_sent = None
         self.segments.append(Segment(index, hold or ids, time.time(), target_steps))
         log.info("job %s: segment %d started on %s (target step %d, pid %d)",
@@ -242,6 +249,11 @@ class JobRunner:
         """Steps of the checkpoints in :attr:`checkpoint_dir`, by name (the bundled job's
         ``ckpt-<step>``, TensorFlow's ``ckpt-<n>.index``: :data:`~.ckptstore.CKPT_NAME`)."""
         return checkpoint_steps(self.checkpoint_dir)
+
+
+#: the prefix that gives a job SIGTERM when the thread that started it ends (module docstring)
+PDEATHSIG: tuple[str, ...] = (("setpriv", "--pdeathsig", "TERM", "--")
+                              if sys.platform == "linux" and shutil.which("setpriv") else ())
 
 
 class GpuRegistry:
