@@ -164,6 +164,7 @@ class _FakeRm:
         self.events: list[tuple[str, str]] = []
         self.released: list[tuple[str, list[str]]] = []
         self.refuse = refuse
+        self.held: dict[str, list[tuple[str, int, float]]] = {}  # app -> its live leases
 
     # LeaseOwner (themis.yarn.agents)
     def joined(self, app_id: str) -> None:
@@ -180,6 +181,9 @@ class _FakeRm:
         self.released.append((app_id, list(gpu_ids)))
         return len(gpu_ids)
 
+    def leases(self, app_id: str) -> list[tuple[str, int, float]]:
+        return list(self.held.get(app_id, []))
+
     # the Java entry point's names (EngineSupervisor.Registry), for RmLeases
     def agentJoined(self, app_id: str) -> None:
         self.joined(app_id)
@@ -193,6 +197,10 @@ class _FakeRm:
         ids = json.loads(gpu_ids_json)
         self.released.append((app_id, ids))
         return json.dumps({"ok": True, "released": len(ids)})
+
+    def appLeases(self, app_id: str) -> str:
+        return json.dumps([{"node_id": n, "gpus": g, "expiry_ms": e * 1000}
+                           for n, g, e in self.held.get(app_id, [])])
 
 
 def test_agents_endpoint_passes_registration_release_and_departure_to_the_rm() -> None:
@@ -252,3 +260,50 @@ def test_rm_leases_passes_early_events_on_attach_and_maps_the_rm_reply() -> None
     rm.refuse = "unknown application application_1_0001"
     with pytest.raises(CallError, match="unknown application"):
         owner.release("application_1_0001", ["h1:1/0"])
+
+
+def test_an_agent_that_connects_again_learns_its_leases_from_the_rm() -> None:
+    """The leases live in the RM: an agent's Hello carries the app's live leases there (a
+    reconnect, or a restarted engine, must not look like lost leases to its AM, which would
+    stop its jobs); expired ones are left out; RmLeases reads them from the gateway."""
+    import time
+
+    from themis.agent.bidder import ModelBidder
+    from themis.agent.client import AgentClient
+    from themis.agent.model import AppModel, Job
+    from themis.arbiter.state import ArbiterConfig
+    from themis.yarn.agents import AgentEndpoint
+    from themis.yarn.engine import RmLeases
+
+    rm = _FakeRm()
+    now = time.time()
+    rm.held["application_1_0009"] = [("h1:1", 2, now + 600), ("h2:1", 1, now + 300),
+                                      ("h1:1", 1, now + 120), ("h3:1", 4, now - 1)]
+    owner = RmLeases()
+    owner.attach(rm)
+    endpoint = AgentEndpoint(ArbiterConfig(bid_timeout_s=1.0), owner=owner)
+    address = endpoint.start(0)
+    app = AppModel("application_1_0009", 0.0, [Job("j", 1.0, 5000.0, 2, 5000.0)])
+    client = AgentClient(address, "application_1_0009", ModelBidder(app, time.time))
+    try:
+        client.start()
+        assert client.connected.wait(10)
+        assert sorted(client.held()) == ["h1:1/h0", "h1:1/h1", "h1:1/h2", "h2:1/h0"]
+        assert abs(client.leases["h2:1/h0"] - (now + 300)) < 1e-3
+        # a new engine (fresh epoch, no lease of its own): the agent registers again and
+        # its Hello still carries what the RM holds
+        endpoint.stop()
+        endpoint = AgentEndpoint(ArbiterConfig(bid_timeout_s=1.0), owner=owner)
+        endpoint.start(int(address.rsplit(":", 1)[1]))
+        before = client.stats.registrations
+        deadline = time.monotonic() + 20
+        while client.stats.registrations == before and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert client.stats.registrations > before
+        assert client.connected.wait(10)
+        assert len(client.held()) == 4
+        # an unknown caller gets no lease information
+        assert owner.leases("application_1_0001") == []
+    finally:
+        client.stop()
+        endpoint.stop()

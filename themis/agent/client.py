@@ -213,8 +213,9 @@ class AgentClient:
         except ModelError as exc:
             log.warning("%s: %s; the filter key is not reported", self.app_id, exc)
             self.bidder.set_starvation("inf", None)
-        with self._lock:
-            self.leases.clear()  # a restarted arbiter has no lease for us
+        # The leases known so far stay until the stream's Hello replaces them with the
+        # arbiter's view (none from a restarted arbiter without a lease log; the RM's in
+        # YARN): cleared here, an AM looking in between would stop jobs whose leases run on.
         self.stats.registrations += 1
         self._report_key()
 

@@ -24,7 +24,9 @@ all of the app's leases; the RM then runs a round for the freed GPUs.
 from __future__ import annotations
 
 import logging
+import queue
 import threading
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
 
@@ -37,6 +39,7 @@ from themis.arbiter.service import ArbiterServer
 from themis.arbiter.state import ArbiterConfig, ArbiterCore, CallError, Code
 from themis.arbiter.tls import ServerTls
 from themis.cluster.topology import Gpu, Topology
+from themis.rpc.convert import lease_to_pb
 from themis.rpc.v1 import arbiter_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -107,15 +110,43 @@ class LeaseOwner(Protocol):
         :class:`~themis.arbiter.state.CallError` naming the reason when refused."""
         ...
 
+    def leases(self, app_id: str) -> list[tuple[str, int, float]]:
+        """The app's live leases: (node id, GPUs, expiry in Unix seconds)."""
+        ...
+
 
 class ExternalCore(ArbiterCore):
     """The arbiter core for external rounds: registration, releases and departures are
-    passed on to the lease owner (the core's own lease table stays empty)."""
+    passed on to the lease owner (the core's own lease table stays empty). An agent's Hello
+    carries the leases the owner holds for its app, so that an agent that connects again,
+    or to a restarted engine, knows them (else its AM would stop its jobs as if their
+    leases had ended); their GPU ids are ``<node_id>/h<k>``, one per leased GPU."""
 
     def __init__(self, backend: ClusterBackend, config: ArbiterConfig | None,
                  owner: LeaseOwner, registrar: Registrar | None = None) -> None:
         super().__init__(backend, config, registrar=registrar)
         self.owner = owner
+        self._hello: dict[str, list[LeaseGrant]] = {}  # app -> its leases, for its Hello
+
+    def open_stream(self, app_id: str, secret: str,
+                    events: queue.SimpleQueue[pb.Event | None] | None = None,
+                    ) -> tuple[int, queue.SimpleQueue[pb.Event | None]]:
+        with self._cond:
+            self._auth(app_id, secret)  # no call to the owner for an unknown caller
+        now = self.clock()
+        grants, seen = [], Counter[str]()
+        # Not under the lock: a round trip to the RM
+        for node, n, expiry in self.owner.leases(app_id):
+            ids = tuple(f"{node}/h{seen[node] + k}" for k in range(max(0, n)))
+            seen[node] += len(ids)
+            if ids and expiry > now:
+                grants.append(LeaseGrant(app_id, ids, now, expiry, "rm"))
+        with self._cond:
+            self._hello[app_id] = grants
+        return super().open_stream(app_id, secret, events)
+
+    def _leases_pb(self, app_id: str) -> list[pb.Lease]:
+        return [lease_to_pb(g) for g in self._hello.pop(app_id, [])]
 
     def register(self, app_id: str, rho: float, max_gpus: int,
                  token: str = "") -> pb.RegisterAppResponse:

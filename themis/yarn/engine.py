@@ -94,6 +94,7 @@ class _RmRegistry(Protocol):
     def agentLeft(self, app_id: str) -> None: ...
     def releaseGpus(self, app_id: str, gpu_ids_json: str) -> str: ...
     def verifyAmToken(self, app_id: str, token: str) -> str: ...
+    def appLeases(self, app_id: str) -> str: ...
 
 
 class RmLeases:
@@ -156,6 +157,20 @@ class RmLeases:
         if not reply.get("ok"):
             raise CallError(Code.INVALID_ARGUMENT, str(reply.get("error", "refused by the RM")))
         return int(reply.get("released", 0))
+
+    def leases(self, app_id: str) -> list[tuple[str, int, float]]:
+        """The app's live leases in the RM: (node id, GPUs, expiry in Unix seconds); none
+        before the gateway is up or when the RM cannot say."""
+        rm = self._rm
+        if rm is None:
+            return []
+        try:
+            raw = json.loads(rm.appLeases(app_id))
+            return [(str(x["node_id"]), int(x["gpus"]), float(x["expiry_ms"]) / 1000.0)
+                    for x in raw[:4096]]
+        except Exception as exc:  # the RM is going away, or an older plugin
+            log.warning("could not read %s's leases from the RM: %s", app_id, exc)
+            return []
 
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:

@@ -82,6 +82,13 @@ public final class EngineSupervisor {
      * {@code {"ok": true}} or {@code {"ok": false, "error": ...}}.
      */
     String verifyAmToken(String appId, String token);
+
+    /**
+     * The app's live leases, for its agent's Hello (an agent that connects again, or to a
+     * restarted engine, learns the leases it holds): a JSON array of
+     * {@code {"node_id", "gpus", "expiry_ms"}}, empty for an unknown app.
+     */
+    String appLeases(String appId);
   }
 
   /** The Py4J entry point the Python process calls to register itself and report agents. */
@@ -108,6 +115,10 @@ public final class EngineSupervisor {
 
     public String verifyAmToken(String appId, String token) {
       return events.verifyAmToken(appId, token);
+    }
+
+    public String appLeases(String appId) {
+      return events.appLeases(appId);
     }
 
     /** Called from Python with its callback object and callback server port. */

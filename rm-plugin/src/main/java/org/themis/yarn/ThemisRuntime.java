@@ -331,6 +331,25 @@ public final class ThemisRuntime implements EngineSupervisor.AgentEvents, Themis
   }
 
   @Override
+  public String appLeases(String appId) {
+    ApplicationId app = parseApp(appId);
+    ArrayNode out = JSON.createArrayNode();
+    if (app == null) {
+      return out.toString();
+    }
+    long now = leases.now();
+    for (Lease l : leases.snapshot()) {
+      if (l.app().equals(app) && l.state() == Lease.State.ACTIVE && l.expiryMs() > now) {
+        ObjectNode o = out.addObject();
+        o.put("node_id", l.node().toString());
+        o.put("gpus", l.gpus());
+        o.put("expiry_ms", l.expiryMs());
+      }
+    }
+    return out.toString();
+  }
+
+  @Override
   public String releaseGpus(String appId, String gpuIdsJson) {
     ApplicationId app = parseApp(appId);
     if (app == null || !scheduler.getSchedulerApplications().containsKey(app)) {

@@ -95,6 +95,18 @@ class EngineBridgeIT {
     assertEquals(2, a.gpuContainers().size());
     assertEquals(3, b.gpuContainers().size());
     assertNoDoubleGrant(a, b);
+    // what an agent's Hello carries for its app: the app's live leases, GPUs per node
+    com.fasterxml.jackson.databind.JsonNode held = new com.fasterxml.jackson.databind
+        .ObjectMapper().readTree(mc.scheduler().runtime().appLeases(b.appId.toString()));
+    int heldGpus = 0;
+    for (com.fasterxml.jackson.databind.JsonNode l : held) {
+      assertTrue(l.get("node_id").asText().contains(":"), held.toString());
+      assertTrue(l.get("expiry_ms").asLong() > System.currentTimeMillis(), held.toString());
+      heldGpus += l.get("gpus").asInt();
+    }
+    assertEquals(3, heldGpus, held.toString());
+    assertEquals("[]", mc.scheduler().runtime().appLeases("application_1_9999"));
+    assertEquals("[]", mc.scheduler().runtime().appLeases("not an id"));
     EngineSupervisor e = mc.scheduler().runtime().engine();
     assertEquals(1, e.starts());
     assertTrue(e.health().orElseThrow().contains("\"ok\": true"));
