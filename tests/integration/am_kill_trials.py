@@ -238,10 +238,13 @@ def wait_for(what: str, timeout: float, cond: Callable[[], Any], pause: float = 
 
 
 def one_trial(cluster: Mapping[str, Any], app: str, rng: random.Random, kind: str = "am",
-              max_delay_s: float = 6.0) -> Trial:
-    """Kill the app's AM (``am``) or its job's processes (``job``) once the job runs and has
-    stored a step in its newest run; wait for the job's next run."""
-    def running_run() -> dict[str, Any] | None:
+              max_delay_s: float = 6.0) -> Trial | None:
+    """Kill the app's AM (``am``), its job's processes (``job``) or the engine once the job
+    runs and has stored a step in its newest run; wait for the job's next run. None when the
+    app ended before that (its job reached its last step)."""
+    def running_run() -> dict[str, Any] | bool | None:
+        if app_report(app)["state"] in ("FINISHED", "FAILED", "KILLED"):
+            return True  # nothing left to kill
         att = max(int(a["id"]) for a in attempts(app))
         now = [r for r in runs(cluster, app) if r["attempt"] == att]
         last = max(now, key=lambda r: r["container"], default=None)
@@ -250,10 +253,15 @@ def one_trial(cluster: Mapping[str, Any], app: str, rng: random.Random, kind: st
     # a run may end at a lease end (30 s leases) between the checks and the kill: then the
     # next run is waited for
     while True:
-        wait_for(f"{app}'s job to store a step in its newest run", 240, running_run, 1.0)
+        if wait_for(f"{app}'s job to store a step in its newest run", 240, running_run,
+                    1.0) is True:
+            return None
         time.sleep(rng.uniform(0.0, max_delay_s))
         run = wait_for(f"{app}'s job to store a step in its newest run", 240, running_run,
                        0.5)
+        if run is True:
+            return None
+        assert isinstance(run, dict)
         if kind == "am":
             attempt = kill_am(cluster, app)
             break
@@ -343,6 +351,9 @@ def run_trials(cluster: Mapping[str, Any], tmp: Path, *, apps: int, kills_per_ap
     for k in range(kills_per_app):
         for app in names:
             t = one_trial(cluster, app, rng, kinds[k % len(kinds)])
+            if t is None:  # the app ended first (sized too short for its kills)
+                emit(json.dumps({"skipped": app, "kind": kinds[k % len(kinds)]}))
+                continue
             result.trials.append(t)
             emit(json.dumps({"trial": len(result.trials), **t.__dict__,
                              "lost_steps": t.lost_steps}))

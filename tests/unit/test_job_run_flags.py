@@ -151,3 +151,25 @@ def test_unknown_flag_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> No
         main([*BASE, "--worker_launch_cmd", "x", "--no_such_flag", "1"])
     assert e.value.code == 2
     assert "--no_such_flag" in capsys.readouterr().err
+
+
+def test_status_shows_the_tensorboard_url_and_why_an_app_failed() -> None:
+    from themis.submarine_am.cli import _render
+
+    st: dict[str, Any] = {"jobs": [], "objective": {"metric": "eval_loss"},
+                          "tensorboard": {"state": "running", "url": "http://nm1:40001/",
+                                          "message": ""}}
+    lines = _render({"id": "application_1_0001", "name": "a", "state": "RUNNING",
+                     "finalStatus": "UNDEFINED"}, st, detail=False)
+    assert "    TensorBoard: http://nm1:40001/" in lines
+    st["tensorboard"] = {"state": "failed", "url": None, "message": "exited 4 times"}
+    assert "    TensorBoard: failed (exited 4 times)" in _render(
+        {"id": "x", "name": "a"}, st, detail=False)
+    # a failed app: the AM's message (else YARN's diagnostics) under its line
+    app = {"id": "application_1_0002", "name": "img", "state": "FINISHED",
+           "finalStatus": "FAILED", "diagnostics": "AM container exited"}
+    failed = _render(app, {"jobs": [], "message": "nm2:8041: no Docker runtime"}, False)
+    assert failed[1] == "    nm2:8041: no Docker runtime", failed
+    assert _render(app, None, False)[1] == "    AM container exited"
+    ok = {**app, "finalStatus": "SUCCEEDED"}
+    assert len(_render(ok, None, False)) == 1
