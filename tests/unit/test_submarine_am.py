@@ -20,6 +20,7 @@ from themis.cluster.topology import Gpu
 from themis.submarine_am.am import AppMaster, parse_container_id
 from themis.submarine_am.appstate import hyperband_to_dict, restore_hyperband
 from themis.submarine_am.dockerrt import EXECUTOR_KEY, LCE, RUNTIMES_KEY
+from themis.submarine_am.records import Run
 from themis.submarine_am.spec import parse_spec
 
 NODES = {"nm1:8041": ("/rack1", 2), "nm2:8141": ("/rack2", 2)}
@@ -450,3 +451,28 @@ def test_tensorboard_container_runs_beside_the_jobs_and_is_asked_again_after_a_c
     assert all("--src /tmp/tb/tensorboard" in cmd and "--publish /tmp/tb/tensorboard.json"
                in cmd for cmd in services), services
     assert not any(c.get("service") for c in shell.containers.values())
+
+
+def test_with_a_docker_image_no_job_launches_on_a_nodemanager_without_the_runtime() -> None:
+    # nm2 joined after the AM's start-up check (or changed): checked when a container is
+    # allocated there, and given back unlaunched, as the image would be ignored on it
+    bad = _nm_conf_server("default", "")
+    am, shell, clock = _bare_am({"nm2:8141/0": 1e12})
+    try:
+        am.spec = parse_spec({"name": "img", "kind": "single-job", "max_steps": 20,
+                              "job": {"command": "train", "docker_image": "tf:2"}})
+        shell.http = {"nm2:8141": f"127.0.0.1:{bad.server_address[1]}"}
+        am.docker_nodes = {"nm1:8041": ""}  # passed the start-up check
+        rid = shell.request("nm2", 512, 1, 1, 1)
+        run = Run(1, "j", "nm2:8141", "nm2", 1, rid, t_requested=clock.t, target_steps=20)
+        am.launcher.runs.append(run)
+        am.launcher.by_request[rid] = run
+        shell.containers["c1"] = {"node": "nm2:8141", "gpus": 1, "running": False}
+        am.launcher.handle_event({"type": "allocated", "container": "c1", "node": "nm2:8141",
+                                  "request_id": rid})
+    finally:
+        bad.shutdown()
+    assert shell.launched == [] and "c1" not in shell.containers  # released, not launched
+    assert f"{RUNTIMES_KEY} is 'default' (needs docker)" in am.docker_nodes["nm2:8141"]
+    assert am._no_park["nm2:8141"] == float("inf")  # no ask parked there again
+    assert am._docker_ready("nm1:8041") and not am._docker_ready("nm2:8141")

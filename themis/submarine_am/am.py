@@ -151,6 +151,8 @@ class AppMaster(AppMasterBase):
         self._saved_cluster_gpus = 0
         self._http: ThreadingHTTPServer | None = None
         self.tensorboard: TensorBoardContainer | None = None
+        # with Docker images: node -> "" (runs YARN's Docker runtime) or why not (dockerrt)
+        self.docker_nodes: dict[str, str] = {}
 
     # ----------------------------------------------------------------- persistence
     def _state_path(self) -> str:
@@ -316,6 +318,11 @@ class AppMaster(AppMasterBase):
         ask is parked on this node again until its leases end (the RM would allocate it
         again)."""
         now = self.clock()
+        if not self._docker_ready(run.node):
+            self._no_park[run.node] = float("inf")
+            log.error("releasing %s on %s unlaunched: %s", run.container, run.node,
+                      self.docker_nodes[run.node])
+            return False
         room = sum(1 for g in self.placeable_leases(now) if node_of(g) == run.node)
         busy = sum(r.gpus for r in self.runs if r is not run and r.node == run.node
                    and r.state in ("allocated", "launched", "running"))
@@ -326,6 +333,20 @@ class AppMaster(AppMasterBase):
         log.info("releasing %s on %s unlaunched: no lease there has room for a new run "
                  "(%d placeable GPU(s), %d in use)", run.container, run.node, room, busy)
         return False
+
+    def _docker_ready(self, node: str) -> bool:
+        """Whether a job may run on ``node``: always without Docker images; with them, only
+        where the NodeManager runs YARN's Docker runtime (checked once per node: at start
+        for every node with GPUs, later for a node that joined since), else the image would
+        be ignored there."""
+        if not self.spec.uses_docker:
+            return True
+        if node not in self.docker_nodes:
+            self.refresh_nodes(force=True)
+            entry = [n for n in self.cluster_nodes if str(n.get("node")) == node]
+            self.docker_nodes[node] = (check_nodes(entry) if entry
+                                       else f"{node} is not a running NodeManager")
+        return not self.docker_nodes[node]
 
     def _command_for(self, run: Run) -> tuple[str, dict[str, str]]:
         """The container command (the runner around the job command) and environment."""
@@ -674,6 +695,8 @@ class AppMaster(AppMasterBase):
         if self.spec.uses_docker:  # every GPU NodeManager must honour the image (dockerrt)
             self.refresh_nodes(force=True)
             refused = check_nodes(self.cluster_nodes)
+            self.docker_nodes = {str(n["node"]): "" for n in self.cluster_nodes
+                                 if not refused and int(n.get("gpus", 0) or 0) > 0}
             if refused:
                 self.state, self.message = "FAILED", refused
                 log.error("%s", refused)

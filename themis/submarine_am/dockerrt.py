@@ -9,7 +9,8 @@ its NodeManager runs the ``LinuxContainerExecutor`` with ``docker`` among
 variables and would run the job in its own environment: an image silently not used. So the
 AM reads the configuration of every NodeManager with GPUs (the daemon's ``/conf`` page, as
 ``hadoop conf`` would) before it starts anything, and refuses the app, naming each
-NodeManager and the missing setting, unless all of them run the Docker runtime
+NodeManager and the missing setting, unless all of them run the Docker runtime; a
+NodeManager that joins later is checked before a job's container is launched on it
 (docs/am.md, "Docker images").
 """
 
