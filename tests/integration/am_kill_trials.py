@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.integration.minicluster import NMS, RM, _get, themis
-from tests.integration.stockapps import gpu_containers, gpu_use_violations, nm_logs
+from tests.integration.stockapps import gpu_containers, gpu_use_violations, nm_logs, wait_for
 
 LEASE_MS = 30000
 GRACE_MS = 10000
@@ -155,18 +155,19 @@ def attempts(app: str) -> list[dict[str, Any]]:
     return list((doc.get("appAttempts") or {}).get("appAttempt", []))
 
 
-def job_logs(cluster: Mapping[str, Any], app: str) -> dict[str, str]:
-    """container id -> its stderr (the runner's and the job's), from every NodeManager."""
+def job_logs(cluster: Mapping[str, Any], app: str, files: str = "stderr") -> dict[str, str]:
+    """container id -> the app's container log files named ``files`` (a glob: ``stderr``, the
+    runner's and the job's; ``std*`` with stdout too), from every NodeManager."""
     out: dict[str, str] = {}
     for c in cluster["containers"]:
         w = c.get_wrapped_container()
         if not any(f"-{n}-" in w.name for n in NMS):
             continue
-        r = w.exec_run(["sh", "-c", f"for f in /data/nm-logs/{app}/*/stderr; do "
+        r = w.exec_run(["sh", "-c", f"for f in /data/nm-logs/{app}/*/{files}; do "
                                     "echo \"=== $f\"; cat \"$f\"; done"])
         cid = ""
         for line in r.output.decode(errors="replace").splitlines():
-            m = re.match(rf"=== /data/nm-logs/{app}/(\S+)/stderr$", line)
+            m = re.match(rf"=== /data/nm-logs/{app}/(\S+)/std(?:out|err)$", line)
             if m:
                 cid = m[1]
                 out.setdefault(cid, "")
@@ -225,16 +226,6 @@ def kill_job(cluster: Mapping[str, Any], app: str, container: str) -> bool:
         if nm.exec_run(["test", "-d", f"/data/nm-logs/{app}/{container}"]).exit_code == 0:
             return _kill(cluster, n, container, skip="themis.submarine_am.runner")
     raise AssertionError(f"{container}: on no NodeManager")
-
-
-def wait_for(what: str, timeout: float, cond: Callable[[], Any], pause: float = 1.0) -> Any:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        got = cond()
-        if got:
-            return got
-        time.sleep(pause)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 def one_trial(cluster: Mapping[str, Any], app: str, rng: random.Random, kind: str = "am",

@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 
 from tests.integration.am_kill_trials import OVERRIDES as AM_KILL_OVERRIDES
-from tests.integration.am_kill_trials import run_trials
+from tests.integration.am_kill_trials import job_logs, run_trials
 from tests.integration.minicluster import (
     NMS,
     NN,
@@ -86,26 +86,6 @@ def test_submarine_style_job_run_checkpoints_to_hdfs(cluster: dict[str, Any]) ->
     assert stored == str(MAX_STEPS), (remote, stored)
 
 
-def _container_logs(cluster: dict[str, Any], app: str) -> dict[str, str]:
-    """container id -> its stdout and stderr, from the NodeManagers' container log dirs."""
-    out: dict[str, str] = {}
-    for c in cluster["containers"]:
-        w = c.get_wrapped_container()
-        if not any(f"-{n}-" in w.name for n in NMS):
-            continue
-        r = w.exec_run(["sh", "-c", f"for f in /data/nm-logs/{app}/*/std*; do "
-                                    "echo \"=== $f\"; cat \"$f\"; done"])
-        cid = ""
-        for line in r.output.decode(errors="replace").splitlines():
-            m = re.match(rf"=== /data/nm-logs/{app}/(\S+)/std(?:out|err)$", line)
-            if m:
-                cid = m[1]
-                out.setdefault(cid, "")
-            elif cid:
-                out[cid] += line + "\n"
-    return out
-
-
 def test_two_worker_job_gets_tf_config_and_trains_as_one_cluster(
         cluster: dict[str, Any]) -> None:
     steps = 40
@@ -117,7 +97,7 @@ def test_two_worker_job_gets_tf_config_and_trains_as_one_cluster(
     m = re.search(r"application_\d+_\d+", r.stdout + r.stderr)
     assert m, (r.stdout, r.stderr)
     app = m[0]
-    logs = _container_logs(cluster, app)
+    logs = job_logs(cluster, app, "std*")
     assert r.returncode == 0, (r.stdout, r.stderr, logs)
     st = themis("status", app, "--json", timeout=60)
     doc = json.loads(st.stdout)
