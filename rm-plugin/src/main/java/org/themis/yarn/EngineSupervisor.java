@@ -38,6 +38,11 @@ public final class EngineSupervisor {
   private final AtomicLong starts = new AtomicLong();
   private final AtomicLong failures = new AtomicLong();
   private volatile Incarnation current;
+  /**
+   * Set once by {@link #stop()}: no engine starts afterwards, and one that was being started
+   * when it was set is killed (an RM going standby must leave no agents' endpoint behind).
+   */
+  private volatile boolean stopped;
   private volatile boolean inRound;
   private volatile String agentAddress = "";
   /** The engine's last output lines (all incarnations), for error messages and tests. */
@@ -245,6 +250,9 @@ public final class EngineSupervisor {
    * engine runs or a restart waits for its back-off. Called by the round loop at every tick.
    */
   public synchronized void supervise() {
+    if (stopped) {
+      return;
+    }
     Incarnation inc = current;
     if (inc != null && inc.process.isAlive() && inc.engine != null) {
       return;
@@ -280,7 +288,7 @@ public final class EngineSupervisor {
           + (inc.process.isAlive() ? "?" : inc.process.exitValue()) + ")", null);
     }
     long now = System.currentTimeMillis();
-    if (now < nextStartAtMs) {
+    if (stopped || now < nextStartAtMs) {
       return null;
     }
     try {
@@ -290,11 +298,21 @@ public final class EngineSupervisor {
       return null;
     }
     current = inc;
+    // stop() sets the flag, then reads current; here current is set, then the flag read: one
+    // of the two sees the other, so an engine started concurrently with stop() is killed
+    if (stopped) {
+      abandon(inc, "the supervisor was stopped while the engine started");
+      return null;
+    }
     try {
       // Wait for registration, but notice at once an engine that dies while starting
       // (a missing Python module, a bad engine command): its output is in the RM log.
       long deadline = System.currentTimeMillis() + settings.engineStartTimeoutMs();
       while (!inc.registered.await(100, TimeUnit.MILLISECONDS)) {
+        if (stopped) {
+          abandon(inc, "the supervisor was stopped while the engine started");
+          return null;
+        }
         if (!inc.process.isAlive()) {
           fail(inc, "engine exited with code " + inc.process.exitValue()
               + " before registering; last output: " + String.join(" | ", recentOutput()), null);
@@ -433,6 +451,9 @@ public final class EngineSupervisor {
   }
 
   private void scheduleRestart(String why) {
+    if (stopped) {
+      return; // no restart after stop()
+    }
     consecutiveFailures++;
     long backoff = settings.restartBackoffMs();
     for (long i = 1; i < consecutiveFailures && backoff < settings.restartBackoffMaxMs(); i++) {
@@ -457,8 +478,21 @@ public final class EngineSupervisor {
     }
   }
 
-  /** Kills the engine and the gateway; no restart afterwards. */
+  /** Kills an engine started by this supervisor after {@link #stop()}; no restart. */
+  private void abandon(Incarnation inc, String why) {
+    LOG.info("Themis engine pid {} killed: {}", pidOf(inc.process), why);
+    destroy(inc);
+    if (current == inc) {
+      current = null;
+    }
+  }
+
+  /**
+   * Kills the engine and the gateway; no engine starts afterwards (a call in progress that
+   * is starting one kills it).
+   */
   public void stop() {
+    stopped = true;
     Incarnation inc = current;
     current = null;
     caller.shutdownNow();

@@ -236,7 +236,58 @@ class RmHaIT {
     assertEquals(0, s.runtime().rounds());
     assertEquals(0, s.runtime().engine().starts(), "standby started an engine");
     assertEquals("none", s.recovery().storeName(), "standby opened the lease store");
-    assertFalse(listening(AGENT_PORTS[i]), "standby serves an agents' endpoint");
+    if (listening(AGENT_PORTS[i])) {
+      // The port was free when the test chose it; another process may have bound it since
+      // (any bind to port 0). Only a Themis engine there is a standby's agents' endpoint.
+      String owner = listenerOwner(AGENT_PORTS[i]);
+      System.out.println("rm" + i + "'s agents' port " + AGENT_PORTS[i] + " is bound by " + owner);
+      assertFalse(owner.isEmpty() || owner.contains("themis.yarn.engine"),
+          "standby rm" + i + "'s agents' port " + AGENT_PORTS[i] + " serves: "
+          + (owner.isEmpty() ? "(owner unknown)" : owner));
+    }
+  }
+
+  /**
+   * The process listening on TCP {@code port} of this host, from /proc (Linux): "pid P, parent
+   * Q: command line"; empty when unknown.
+   */
+  static String listenerOwner(int port) {
+    Set<String> inodes = new TreeSet<>();
+    for (String table : new String[] {"/proc/net/tcp", "/proc/net/tcp6"}) {
+      try {
+        for (String line : Files.readAllLines(new File(table).toPath())) {
+          String[] f = line.trim().split("\\s+");
+          // local_address is hex ADDR:PORT, st 0A is LISTEN, field 9 the socket's inode
+          if (f.length > 9 && f[1].endsWith(String.format(":%04X", port)) && f[3].equals("0A")) {
+            inodes.add("socket:[" + f[9] + "]");
+          }
+        }
+      } catch (java.io.IOException e) {
+        // no such table
+      }
+    }
+    File[] procs = new File("/proc").listFiles((d, n) -> n.matches("[0-9]+"));
+    if (inodes.isEmpty() || procs == null) {
+      return "";
+    }
+    for (File proc : procs) {
+      File[] fds = new File(proc, "fd").listFiles();
+      for (File fd : fds == null ? new File[0] : fds) {
+        try {
+          if (inodes.contains(Files.readSymbolicLink(fd.toPath()).toString())) {
+            String cmd = new String(Files.readAllBytes(new File(proc, "cmdline").toPath()),
+                java.nio.charset.StandardCharsets.UTF_8).replace('\0', ' ').trim();
+            String parent = ProcessHandle.of(Long.parseLong(proc.getName()))
+                .flatMap(ProcessHandle::parent).map(h -> Long.toString(h.pid())).orElse("?");
+            return "pid " + proc.getName() + ", parent " + parent + " (this JVM: "
+                + ProcessHandle.current().pid() + "): " + cmd;
+          }
+        } catch (java.io.IOException | RuntimeException e) {
+          // the fd or the process went away
+        }
+      }
+    }
+    return "";
   }
 
   static HAServiceState haState(int i) {
