@@ -411,11 +411,22 @@ def tcp_sockets(container: Any) -> list[tuple[str, str, int, str, int]]:
     """(state, local address, local port, remote address, remote port) of the container's
     TCP sockets (/proc/net/tcp and tcp6 inside it); state LISTEN or ESTABLISHED or other."""
     # stdout only (demux), decoded leniently: a docker exec's output stream on a loaded
-    # machine once carried a non-UTF-8 byte; a line that does not parse is skipped
-    r = container.exec_run(["cat", "/proc/net/tcp", "/proc/net/tcp6"], demux=True)
+    # machine once carried a non-UTF-8 byte; a line that does not parse is skipped. The
+    # table's header ("sl local_address ...") is always there: an output without it is a
+    # failed exec (one came back empty on a loaded machine), read again, not "no sockets".
+    text = ""
+    for attempt in range(5):
+        r = container.exec_run(["cat", "/proc/net/tcp", "/proc/net/tcp6"], demux=True)
+        text = (r.output[0] or b"").decode(errors="replace")
+        if "local_address" in text:
+            break
+        time.sleep(0.5 * (attempt + 1))
+    else:
+        raise AssertionError(f"cannot read the TCP sockets of {container.name}: exit "
+                             f"{r.exit_code}, stderr {(r.output[1] or b'')[-300:]!r}")
     states = {"0A": "LISTEN", "01": "ESTABLISHED"}
     out = []
-    for line in (r.output[0] or b"").decode(errors="replace").splitlines():
+    for line in text.splitlines():
         f = line.split()
         if len(f) < 4 or ":" not in f[1] or f[0] == "sl":
             continue
