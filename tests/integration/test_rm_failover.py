@@ -197,18 +197,20 @@ def _failover(cluster: dict[str, Any], apps: list[str], restart: bool = False
     _wait(f"{new} ACTIVE after {old} was {'restarted' if restart else 'killed'}", 180,
           lambda: ha_state(new) == "ACTIVE", pause=0.2)
     t_active = time.time()
+
+    def logged_after(pattern: str, t: float) -> float | None:
+        """When the new active's log first matched ``pattern`` at or after ``t``."""
+        return _first_after(_container(cluster, new).logs().decode(errors="replace"),
+                            pattern, t)
+
     since = t_kill  # log lines of the new active from here on
     if not restart:  # the session timeout, then the elector's transition
         assert t_active - t_kill <= ACTIVE_WITHIN_S, (new, round(t_active - t_kill, 1))
     else:  # the restarted container's log goes on from the old process's: skip those lines
         since = _wait("the restarted RM's start in its log", 60,
-                      lambda: _first_after(_container(cluster, new).logs()
-                                           .decode(errors="replace"),
-                                           r"registered UNIX signal handlers", t_kill))
+                      lambda: logged_after(r"registered UNIX signal handlers", t_kill))
     settled = _wait("the new active's lease recovery to settle", 120,
-                    lambda: _first_after(_container(cluster, new).logs()
-                                         .decode(errors="replace"),
-                                         r"Themis recovery settled after", since))
+                    lambda: logged_after(r"Themis recovery settled after", since))
     # every running app's agent registers again, at the new active's endpoint
     new_ip = HA_ADDR[new]
 
@@ -233,8 +235,7 @@ def _failover(cluster: dict[str, Any], apps: list[str], restart: bool = False
     grant: list[float] = []
 
     def granted_or_done() -> bool:
-        t = _first_after(_container(cluster, new).logs().decode(errors="replace"),
-                         r"Themis lease \d+: \d+ GPU\(s\) on ", since)
+        t = logged_after(r"Themis lease \d+: \d+ GPU\(s\) on ", since)
         if t is not None:
             grant.append(t)
             return True
