@@ -2,7 +2,7 @@
 
 The jars. A wheel ships the ResourceManager plugin (rm-plugin/, the shaded jar) in
 themis/yarn/lib/ and the application master (submarine-am/) in themis/submarine_am/lib/,
-where themis.yarn.jar.find_plugin_jar and themis.submarine_am.client.find_am_jar look
+where themis.hadoop.jars.find_plugin_jar and themis.client.cluster.find_am_jar look
 first. ``build_py`` takes each jar from the module's target/ when it is the shaded jar and
 newer than the module's src/main, its pom.xml and the root pom.xml; otherwise it first runs
 ``mvn -B -ntp -q package -DskipTests`` at the repository root (needs Maven and a JDK 17).
@@ -13,8 +13,8 @@ The jars are copied into the build directory only, never into the source tree.
   nor Maven fails with one line saying what to install or build.
 
 The optional C extensions: the LP branch and cut's native LP engine
-(themis/arbiter/solvers/_simplex.c), the compiled cores of its cut separation
-(_separation.c) and of the agent's bid menus (themis/agent/_menu.c). ``optional``: a
+(themis/mechanism/solvers/_simplex.c), the compiled cores of its cut separation
+(_separation.c) and of the agent's bid menus (themis/mechanism/_menu.c). ``optional``: a
 machine without a C compiler still installs the package and runs HiGHS and the pure-Python
 separation and menus instead; ``build_ext`` (BuildExtOptional) ends such a build with a
 banner naming what was not built (shown by ``pip install -v``; pip hides a successful
@@ -161,20 +161,20 @@ setup(
     cmdclass={"build_py": BuildPyWithJars, "build_ext": BuildExtOptional},
     ext_modules=[
         Extension(
-            "themis.arbiter.solvers._simplex",
-            ["themis/arbiter/solvers/_simplex.c"],
+            "themis.mechanism.solvers._simplex",
+            ["themis/mechanism/solvers/_simplex.c"],
             extra_compile_args=["-O3"],
             optional=True,
         ),
         Extension(
-            "themis.arbiter.solvers._separation",
-            ["themis/arbiter/solvers/_separation.c"],
+            "themis.mechanism.solvers._separation",
+            ["themis/mechanism/solvers/_separation.c"],
             extra_compile_args=["-O3"],
             optional=True,
         ),
         Extension(
-            "themis.agent._menu",
-            ["themis/agent/_menu.c"],
+            "themis.mechanism._menu",
+            ["themis/mechanism/_menu.c"],
             # no fused multiply-add: rho must be rounded as in the Python reference
             extra_compile_args=["-O3", "-ffp-contract=off"],
             optional=True,

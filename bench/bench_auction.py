@@ -15,11 +15,11 @@ import statistics
 import sys
 import time
 
-from themis.agent.bids import make_bid_table
-from themis.agent.fairness import FairnessContext
-from themis.arbiter.auction import run_auction
-from themis.arbiter.instances import heterogeneous_cluster, random_app, random_instance
-from themis.arbiter.solvers import SolverError, make_solver
+from themis.mechanism.auction import run_auction
+from themis.mechanism.bids import make_bid_table
+from themis.mechanism.fairness import FairnessContext
+from themis.mechanism.instances import heterogeneous_cluster, random_app, random_instance
+from themis.mechanism.solvers import SolverError, make_solver
 
 PAPER_BID_MS = (29.0, 334.0)
 PAPER_AUCTION_MS = (354.0, 1398.0)

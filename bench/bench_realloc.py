@@ -75,7 +75,7 @@ def run_wave(c: Any, n_apps: int, wave: int, timeout: float) -> list[str]:
 
 
 def main() -> int:
-    from themis.submarine_am.client import Cluster
+    from themis.client.cluster import Cluster
 
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)

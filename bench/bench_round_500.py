@@ -37,10 +37,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench_rounds import pct, worker  # bench/ is the script's directory
 
-from themis.agent.model import AppKind, AppModel, FuturePhase, Job
 from themis.arbiter.cluster_backend import uniform_cluster
 from themis.arbiter.service import ArbiterServer
 from themis.arbiter.state import ArbiterConfig
+from themis.mechanism.model import AppKind, AppModel, FuturePhase, Job
 
 
 def make_app(name: str, k: int, symmetric: bool) -> AppModel:

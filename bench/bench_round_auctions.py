@@ -26,9 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_rounds
 
-import themis.arbiter.round as round_mod
-from themis.arbiter.auction import run_auction
-from themis.arbiter.solvers import SolverError, make_solver
+import themis.mechanism.round as round_mod
+from themis.mechanism.auction import run_auction
+from themis.mechanism.solvers import SolverError, make_solver
 
 
 def capture(agents: int, rounds: int) -> list[tuple[Any, ...]]:

@@ -29,12 +29,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import grpc
 
-from themis.agent.bidder import AllocationInfo, ModelBidder
 from themis.agent.client import AgentClient
-from themis.agent.model import AppKind, AppModel, FuturePhase, Job
 from themis.arbiter.cluster_backend import uniform_cluster
 from themis.arbiter.service import ArbiterServer
 from themis.arbiter.state import ArbiterConfig
+from themis.mechanism.bidder import AllocationInfo, ModelBidder
+from themis.mechanism.model import AppKind, AppModel, FuturePhase, Job
 
 
 def make_app(name: str, k: int) -> AppModel:

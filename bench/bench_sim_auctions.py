@@ -18,9 +18,9 @@ import statistics
 import time
 from typing import Any
 
-import themis.arbiter.round as round_mod
-from themis.arbiter.auction import run_auction
-from themis.arbiter.solvers import SolverError, make_solver
+import themis.mechanism.round as round_mod
+from themis.mechanism.auction import run_auction
+from themis.mechanism.solvers import SolverError, make_solver
 from themis.sim.cluster import default_cluster
 from themis.sim.engine import SimConfig, Simulator
 from themis.sim.loader import load_any

@@ -44,7 +44,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from themis.submarine_am.runner import parse_event
+from themis.am.launchers.yarn.runner import parse_event
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -213,7 +213,7 @@ def timelines(app: str, status: dict[str, Any], rm: list[str], nms: dict[str, li
 
 def collect(apps: list[str] | None = None) -> list[dict[str, Any]]:
     """Timelines of every move of ``apps`` (default: every THEMIS app the RM knows)."""
-    from themis.submarine_am.client import Cluster
+    from themis.client.cluster import Cluster
 
     c = Cluster.from_env()
     if not apps:

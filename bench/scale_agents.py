@@ -2,7 +2,7 @@
 
 Each app id read from ``--apps-file`` (one per line) gets the real agent code: an
 :class:`~themis.agent.client.AgentClient` speaking the gRPC arbiter protocol
-(RegisterApp, Events, SubmitBid, ReportRho) with a :class:`~themis.agent.bidder.ModelBidder`
+(RegisterApp, Events, SubmitBid, ReportRho) with a :class:`~themis.mechanism.bidder.ModelBidder`
 on a synthetic single-job app of ``--demand`` GPUs. All clients share one gRPC channel (one
 HTTP/2 connection; each app still has its own stream and credentials), so a thousand apps fit
 in one process. In a real cluster every agent runs inside its own AM on its own host.
@@ -24,9 +24,9 @@ from pathlib import Path
 
 import grpc
 
-from themis.agent.bidder import ModelBidder
 from themis.agent.client import AgentClient
-from themis.agent.model import AppModel, Job
+from themis.mechanism.bidder import ModelBidder
+from themis.mechanism.model import AppModel, Job
 
 
 def _emit(kind: str, **fields: object) -> None:

@@ -76,7 +76,7 @@ done
 say "report"
 LEASE_MS=$LEASE_MS "$PY" - "$OUT" "${APPS[@]}" <<'EOF'
 import json, os, sys
-from themis.submarine_am.client import Cluster
+from themis.client.cluster import Cluster
 out, apps = sys.argv[1], sys.argv[2:]
 c = Cluster.from_env()
 rows, docs = [], {}

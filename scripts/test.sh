@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh clone: Python dependencies from the lock, lint, types,
-# the Maven build with its JUnit tests, pytest (unit + integration; the tests that import
+# the layout's import contracts, the Maven build with its JUnit tests, pytest (unit + integration; the tests that import
 # TensorFlow in a process of their own), and the dockerised mini-cluster tests.
 #
 # Every stage runs even when an earlier one failed (only a failed setup stops the run), and
@@ -69,6 +69,9 @@ PYTEST=("$PY" -m pytest -q --durations=15 -p no:cacheprovider)
 if stage "setup (python, locked versions)" 15 plain scripts/setup.sh dev,train; then
   stage "lint (ruff)" 5 plain "$PY" -m ruff check themis tests bench
   stage "types (mypy --strict)" 10 plain "$PY" -m mypy
+  # the layout's contracts ([tool.importlinter] in pyproject.toml; docs/architecture.md)
+  stage "layout (lint-imports)" 5 plain \
+    "$("$PY" -c 'import sys, os; print(os.path.dirname(sys.executable))')/lint-imports"
   if [[ -f pom.xml ]]; then
     stage "maven build + JUnit" 15 maven mvn -B -ntp verify
     # the other Hadoop lines: the same Java 8 classes against 3.3.6 and 3.4.3, the unit tests

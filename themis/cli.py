@@ -18,8 +18,8 @@ from themis import __version__
 SUBCOMMANDS = (
     "themis.arbiter.cli_auction",
     "themis.sim.cli",
-    "themis.submarine_am.cli",
-    "themis.submarine_am.tblogs",
+    "themis.client.cli",
+    "themis.client.logs",
     "themis.standalone",
     "themis.doctor",
 )

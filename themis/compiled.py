@@ -29,12 +29,12 @@ class Part:
 
 
 PARTS: tuple[Part, ...] = (
-    Part("themis.arbiter.solvers._simplex", "themis/arbiter/solvers/_simplex.c",
+    Part("themis.mechanism.solvers._simplex", "themis/mechanism/solvers/_simplex.c",
          "the LP branch and cut re-solves its LPs with HiGHS instead of the native dual "
          "simplex: auctions ~1.6x slower"),
-    Part("themis.arbiter.solvers._separation", "themis/arbiter/solvers/_separation.c",
+    Part("themis.mechanism.solvers._separation", "themis/mechanism/solvers/_separation.c",
          "cut separation in Python/numpy: LP branch and cut auctions up to ~2x slower"),
-    Part("themis.agent._menu", "themis/agent/_menu.c",
+    Part("themis.mechanism._menu", "themis/mechanism/_menu.c",
          "bid menus and bid tables in pure Python: ~4-5x slower"),
 )
 BY_MODULE = {p.module: p for p in PARTS}

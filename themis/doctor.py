@@ -41,6 +41,7 @@ EXTRAS: dict[str, tuple[tuple[str, str | None], ...]] = {
     "dev": (("pytest", "pytest"), ("pytest-timeout", "pytest_timeout"),
             ("testcontainers", "testcontainers"), ("docker", "docker"),
             ("hypothesis", "hypothesis"), ("mypy", "mypy"), ("ruff", "ruff"),
+            ("import-linter", "importlinter"),
             ("types-PyYAML", None), ("ortools", "ortools"), ("grpcio-tools", "grpc_tools")),
 }
 JAR_BUILD = "mvn -B -q package -DskipTests (at the repository root)"
@@ -141,17 +142,17 @@ def check_lpbb(highs: Check) -> Check:
     if not highs.ok:
         return Check("solver", "lpbb", False, "needs HiGHS (see solver highs)", highs.fix,
                      required=True)
-    native = compiled.import_error("themis.arbiter.solvers._simplex") is None
+    native = compiled.import_error("themis.mechanism.solvers._simplex") is None
     engine = "native dual simplex" if native else "HiGHS LP (compiled _simplex missing)"
     return Check("solver", "lpbb", True, f"LP branch and cut, LP engine: {engine}",
                  required=True)
 
 
 def check_cpsat() -> Check:
-    from themis.arbiter.solvers.base import SolverUnavailable
+    from themis.mechanism.solvers.base import SolverUnavailable
 
     try:
-        from themis.arbiter.solvers.cpsat import CpSatSolver
+        from themis.mechanism.solvers.cpsat import CpSatSolver
 
         CpSatSolver()
     except SolverUnavailable as exc:
@@ -262,8 +263,8 @@ def check_tools() -> list[Check]:
 
 
 def check_jars() -> list[Check]:
-    from themis.submarine_am.client import ClientError, find_am_jar
-    from themis.yarn.jar import PluginJarNotFound, find_plugin_jar
+    from themis.client.cluster import ClientError, find_am_jar
+    from themis.hadoop.jars import PluginJarNotFound, find_plugin_jar
 
     out = []
     try:

@@ -7,7 +7,7 @@ library writes meanwhile - through Python or straight to file descriptor 1 from 
 silenced at the source where they allow it: ``highspy.Highs()`` writes HiGHS' banner
 ("Running HiGHS 1.16.0 ...", highspy 1.16) to fd 1 from its constructor, before any
 option can be set, so HiGHS models are made from the core class it extends, which prints
-nothing (themis.arbiter.solvers.highs.new_highs; made inside :func:`stdout_to_stderr`
+nothing (themis.mechanism.solvers.highs.new_highs; made inside :func:`stdout_to_stderr`
 too, should a version print there); ``gurobipy.Env(params={"OutputFlag": 0})`` starts
 Gurobi's environment without its licence lines.
 """

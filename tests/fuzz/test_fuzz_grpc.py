@@ -17,11 +17,11 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 
 from tests.fuzz._fuzz import byte_mutations, fuzz_settings
-from themis.arbiter.auction import validate_tables
 from themis.arbiter.cluster_backend import uniform_cluster
 from themis.arbiter.service import ArbiterServer
 from themis.arbiter.state import ArbiterConfig
-from themis.rpc.testing import creds, stub, wait_for
+from themis.arbiter.testing import creds, stub, wait_for
+from themis.mechanism.auction import validate_tables
 from themis.rpc.v1 import arbiter_pb2 as pb
 
 SC = grpc.StatusCode

@@ -26,11 +26,11 @@ from tests.fuzz._fuzz import (
     fuzz_settings,
     mutated,
 )
+from themis.am import spec as am
+from themis.am.hyperband import plan_configurations
+from themis.am.launchers.local import spec as standalone
 from themis.cli import main
 from themis.safeinput import InputError, Template
-from themis.standalone import spec as standalone
-from themis.submarine_am import spec as am
-from themis.submarine_am.hyperband import plan_configurations
 
 AM_SPEC: dict[str, Any] = {
     "name": "digits-hb", "queue": "default", "kind": "hyperband",

@@ -224,7 +224,7 @@ def kill_job(cluster: Mapping[str, Any], app: str, container: str) -> bool:
         nm = next(c.get_wrapped_container() for c in cluster["containers"]
                   if f"-{n}-" in c.get_wrapped_container().name)
         if nm.exec_run(["test", "-d", f"/data/nm-logs/{app}/{container}"]).exit_code == 0:
-            return _kill(cluster, n, container, skip="themis.submarine_am.runner")
+            return _kill(cluster, n, container, skip="themis.am.launchers.yarn.runner")
     raise AssertionError(f"{container}: on no NodeManager")
 
 

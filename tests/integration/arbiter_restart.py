@@ -123,9 +123,9 @@ def find_double_grants(grants: list[Grant]) -> list[tuple[Grant, Grant]]:
 def run_trials(tmp: Path, trials: int, *, agents: int = 12, machines: int = 2,
                per_machine: int = 8, lease_s: float = 3.0, use_log: bool = True,
                seed: int = 0, margin: float = 0.3) -> Result:
-    from themis.agent.bidder import AllocationInfo, ModelBidder
     from themis.agent.client import AgentClient
-    from themis.agent.model import AppKind, AppModel, FuturePhase, Job
+    from themis.mechanism.bidder import AllocationInfo, ModelBidder
+    from themis.mechanism.model import AppKind, AppModel, FuturePhase, Job
 
     rng = random.Random(seed)
     port = _free_port()

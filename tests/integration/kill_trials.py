@@ -376,7 +376,7 @@ def _check(out: Path, run_dir: Path, status: int, kills: list[Kill], seconds: fl
 
 
 def _events(path: Path) -> list[dict[str, Any]]:
-    from themis.standalone.jobs import segment_events
+    from themis.am.launchers.local.jobs import segment_events
 
     return segment_events(path)
 

@@ -103,7 +103,7 @@ def _retrying(fn: Any, tries: int = 8, pause_s: float = 10.0) -> Any:
     for i in range(tries):
         try:
             return fn()
-        except Exception as exc:  # themis.submarine_am.client.ClientError (imported lazily)
+        except Exception as exc:  # themis.client.cluster.ClientError (imported lazily)
             if type(exc).__name__ != "ClientError":
                 raise
             if i == tries - 1:
@@ -122,7 +122,7 @@ def _dump_logs(cluster: dict[str, Any]) -> str:
 
 def test_two_apps_share_gpus_fairly(cluster: dict[str, Any], tmp_path: Path) -> None:
     # --- the f and lease of yarn-site.xml are in the RM's effective configuration
-    from themis.submarine_am.client import Cluster
+    from themis.client.cluster import Cluster
 
     conf = Cluster(RM, NN).rm_conf()
     for k, v in OVERRIDES.items():
@@ -254,7 +254,7 @@ def test_two_apps_share_gpus_fairly(cluster: dict[str, Any], tmp_path: Path) -> 
 
 def _assert_multi_host(cluster: dict[str, Any], apps: list[str]) -> None:
     """The AMs run on NodeManager hosts and bid over the network to the RM host."""
-    from themis.submarine_am.client import Cluster
+    from themis.client.cluster import Cluster
 
     box = hosts(cluster)
     rm_ip = address_of(box["rm"])
@@ -310,7 +310,7 @@ def _wrong_bids(victim: str) -> None:
     the victim's state."""
     import grpc
 
-    from themis.rpc.testing import creds, stub
+    from themis.arbiter.testing import creds, stub
     from themis.rpc.v1 import arbiter_pb2 as pb
 
     channel, s = stub(f"{ADDR['rm']}:{AGENT_PORT}")

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from themis.am.core import JobLaunch, LaunchCode, LaunchEvent
-from themis.cluster.topology import Gpu
+from themis.am.launchers.local.jobs import GpuRegistry, JobRunner, LocalProcessLauncher
+from themis.am.spec import parse_spec, render_command
+from themis.mechanism.topology import Gpu
 from themis.profiler import Profiler
-from themis.standalone.jobs import GpuRegistry, JobRunner, LocalProcessLauncher
-from themis.submarine_am.spec import parse_spec, render_command
 
 pytestmark = [pytest.mark.tensorflow, pytest.mark.slow]
 

@@ -134,7 +134,7 @@ def _app(app_id: str) -> dict[str, Any] | None:
 
 
 def _am_status(app_id: str) -> dict[str, Any]:
-    from themis.submarine_am.client import ClientError, Cluster
+    from themis.client.cluster import ClientError, Cluster
 
     rm = active_rm()
     if rm is None:

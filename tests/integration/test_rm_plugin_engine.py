@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from themis.agent.bids import Bid, BidTable
+from themis.hadoop.jars import ENV_VAR, PluginJarNotFound, find_plugin_jar
+from themis.mechanism.bids import Bid, BidTable
 from themis.yarn.bids import ReportedBids
-from themis.yarn.jar import ENV_VAR, PluginJarNotFound, find_plugin_jar
 from themis.yarn.rounds import RoundEngine
 from themis.yarn.view import ViewError, parse_view
 
@@ -117,11 +117,11 @@ def test_find_plugin_jar(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
 def test_agents_endpoint_offers_collects_bids_and_announces_grants() -> None:
     """YARN mode: a real agent over loopback gRPC is offered the RM's free GPUs, bids with
     the real bid-table code and is told its grant; an app without an agent is a non-bidder."""
-    from themis.agent.bidder import AllocationInfo, ModelBidder
     from themis.agent.client import AgentClient
-    from themis.agent.model import AppModel, Job
     from themis.arbiter.state import ArbiterConfig
-    from themis.rpc.testing import wait_for
+    from themis.arbiter.testing import wait_for
+    from themis.mechanism.bidder import AllocationInfo, ModelBidder
+    from themis.mechanism.model import AppModel, Job
     from themis.yarn.agents import AgentEndpoint
 
     endpoint = AgentEndpoint(ArbiterConfig(bid_timeout_s=5.0, fairness_knob=0.5))
@@ -174,7 +174,7 @@ class _FakeRm:
         self.events.append(("left", app_id))
 
     def release(self, app_id: str, gpu_ids: Sequence[str]) -> int:
-        from themis.arbiter.state import CallError, Code
+        from themis.arbiter.errors import CallError, Code
 
         if self.refuse:
             raise CallError(Code.INVALID_ARGUMENT, self.refuse)
@@ -208,11 +208,11 @@ def test_agents_endpoint_passes_registration_release_and_departure_to_the_rm() -
     Unregister over real gRPC reach the lease owner; a refused release is an error to the AM."""
     import grpc
 
-    from themis.agent.bidder import ModelBidder
     from themis.agent.client import AgentClient
-    from themis.agent.model import AppModel, Job
     from themis.arbiter.state import ArbiterConfig
-    from themis.rpc.testing import wait_for
+    from themis.arbiter.testing import wait_for
+    from themis.mechanism.bidder import ModelBidder
+    from themis.mechanism.model import AppModel, Job
     from themis.yarn.agents import AgentEndpoint
 
     rm = _FakeRm()
@@ -242,7 +242,7 @@ def test_agents_endpoint_passes_registration_release_and_departure_to_the_rm() -
 def test_rm_leases_passes_early_events_on_attach_and_maps_the_rm_reply() -> None:
     """The engine's lease owner: registrations before the gateway is up are not lost; a
     release before it, or one the RM refuses, is a CallError naming why."""
-    from themis.arbiter.state import CallError
+    from themis.arbiter.errors import CallError
     from themis.yarn.engine import RmLeases
 
     owner = RmLeases()
@@ -268,10 +268,10 @@ def test_an_agent_that_connects_again_learns_its_leases_from_the_rm() -> None:
     stop its jobs); expired ones are left out; RmLeases reads them from the gateway."""
     import time
 
-    from themis.agent.bidder import ModelBidder
     from themis.agent.client import AgentClient
-    from themis.agent.model import AppModel, Job
     from themis.arbiter.state import ArbiterConfig
+    from themis.mechanism.bidder import ModelBidder
+    from themis.mechanism.model import AppModel, Job
     from themis.yarn.agents import AgentEndpoint
     from themis.yarn.engine import RmLeases
 

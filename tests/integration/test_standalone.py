@@ -262,7 +262,7 @@ def test_ctrl_c_stops_cleanly_and_keeps_checkpoints(tmp_path: Path) -> None:
 
 def test_a_killed_driver_leaves_no_job_training(tmp_path: Path) -> None:
     # SIGKILL: the driver cannot stop its jobs; each gets SIGTERM from the kernel (parent-
-    # death signal, themis.standalone.jobs.PDEATHSIG), checkpoints and exits
+    # death signal, themis.am.launchers.local.jobs.PDEATHSIG), checkpoints and exits
     out = tmp_path / "run"
     spec = tmp_path / "app-0.yaml"
     spec.write_text(APP)

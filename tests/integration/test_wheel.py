@@ -143,8 +143,8 @@ def test_wheel_ships_the_shaded_jars_and_reuses_fresh_builds(installed: Installe
 
 
 def test_lookups_find_the_packaged_jars_outside_the_checkout(installed: Installed) -> None:
-    probe = ("import json, themis; from themis.yarn.jar import find_plugin_jar; "
-             "from themis.submarine_am.client import find_am_jar; "
+    probe = ("import json, themis; from themis.hadoop.jars import find_plugin_jar; "
+             "from themis.client.cluster import find_am_jar; "
              "print(json.dumps([themis.__file__, str(find_plugin_jar()), str(find_am_jar())]))")
     r = _run([str(installed.venv / "bin" / "python"), "-c", probe], 120,
              cwd=installed.outside, env=installed.env)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from themis.agent.bids import Bid, BidTable
-from themis.arbiter.auction import _gains
-from themis.arbiter.instances import random_instance
-from themis.arbiter.solvers.base import Bundle, PackingProblem
-from themis.cluster.topology import Gpu
+from themis.mechanism.auction import _gains
+from themis.mechanism.bids import Bid, BidTable
+from themis.mechanism.instances import random_instance
+from themis.mechanism.solvers.base import Bundle, PackingProblem
+from themis.mechanism.topology import Gpu
 
 
 @st.composite

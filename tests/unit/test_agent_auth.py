@@ -18,15 +18,15 @@ import grpc
 import pytest
 
 from tests.unit._tls import self_signed
-from themis.agent.bidder import ModelBidder
 from themis.agent.client import AgentClient
-from themis.agent.model import AppModel, Job
 from themis.arbiter.cluster_backend import uniform_cluster
 from themis.arbiter.registration import MAX_TOKEN, HmacRegistrar
 from themis.arbiter.service import ArbiterServer
 from themis.arbiter.state import DEFAULT_MAX_APPS, ArbiterConfig, ArbiterCore
-from themis.arbiter.tls import CERT_KEY, KEY_KEY, ServerTls, TlsError, channel_credentials
-from themis.rpc.testing import creds, settle, stub, wait_for
+from themis.arbiter.testing import creds, settle, stub, wait_for
+from themis.mechanism.bidder import ModelBidder
+from themis.mechanism.model import AppModel, Job
+from themis.rpc.tls import CERT_KEY, KEY_KEY, ServerTls, TlsError, channel_credentials
 from themis.rpc.v1 import arbiter_pb2 as pb
 from themis.rpc.v1 import arbiter_pb2_grpc as pb_grpc
 from themis.yarn.engine import _parse

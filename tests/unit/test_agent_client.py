@@ -11,15 +11,15 @@ from collections.abc import Iterator
 
 import pytest
 
-from themis.agent.bidder import AllocationInfo, ModelBidder, OfferInfo, rho_from_table
-from themis.agent.bids import Bid, BidTable
 from themis.agent.client import AgentClient
-from themis.agent.model import AppModel, Job
 from themis.arbiter.cluster_backend import uniform_cluster
 from themis.arbiter.service import ArbiterServer
 from themis.arbiter.state import ArbiterConfig
-from themis.cluster.topology import Gpu
-from themis.rpc.testing import wait_for
+from themis.arbiter.testing import wait_for
+from themis.mechanism.bidder import AllocationInfo, ModelBidder, OfferInfo, rho_from_table
+from themis.mechanism.bids import Bid, BidTable
+from themis.mechanism.model import AppModel, Job
+from themis.mechanism.topology import Gpu
 
 
 def config(**kw: float) -> ArbiterConfig:
@@ -206,7 +206,7 @@ def test_client_refuses_what_is_not_host_port(address: str) -> None:
 def test_agent_takes_the_arbiters_form_of_the_ideal_time(form: str) -> None:
     """The cluster's T_id form (yarn.resourcemanager.themis.ideal-time, standalone's
     --ideal-time) reaches the agents at registration; a bad value fails the config."""
-    from themis.agent.fairness import IdealTime
+    from themis.mechanism.fairness import IdealTime
 
     cfg = ArbiterConfig(lease_s=0.5, bid_timeout_s=0.5, solver="bnb", ideal_time=form)
     srv = ArbiterServer(uniform_cluster(2, 2), cfg, max_workers=8)

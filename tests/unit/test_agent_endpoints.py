@@ -9,14 +9,14 @@ import time
 
 import pytest
 
-from themis.agent.bidder import ModelBidder
 from themis.agent.client import AgentClient
 from themis.agent.endpoints import agent_addresses, from_mapping, parse_addresses
-from themis.agent.model import AppModel, Job
 from themis.arbiter.cluster_backend import uniform_cluster
 from themis.arbiter.service import ArbiterServer
 from themis.arbiter.state import ArbiterConfig
-from themis.rpc.testing import wait_for
+from themis.arbiter.testing import wait_for
+from themis.mechanism.bidder import ModelBidder
+from themis.mechanism.model import AppModel, Job
 
 P = "yarn.resourcemanager.themis."
 HA = {"yarn.resourcemanager.ha.enabled": "true", "yarn.resourcemanager.ha.rm-ids": "rm1,rm2"}

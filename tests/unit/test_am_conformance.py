@@ -29,7 +29,7 @@ def test_run_that_reached_the_old_rung_target_does_not_finish_the_promoted_job()
     """A run exits at its own target after its job was promoted (the rung completed from
     progress reports first): the job's new, higher target is not marked reached."""
     from themis.am.core import AmCore, LaunchCode, LaunchEvent
-    from themis.submarine_am.spec import parse_spec
+    from themis.am.spec import parse_spec
 
     spec = parse_spec({"name": "p", "search_space": {"lr": {"type": "double", "min": 0.1,
                                                             "max": 1.0}},

@@ -17,12 +17,11 @@ import pytest
 
 from tests.unit._tls import self_signed
 from tests.unit.test_submarine_am import FakeShell, _spec
-from themis.arbiter.tls import CERT_KEY, ENABLED_KEY, TRUST_KEY
-from themis.submarine_am.am import AppMaster
-from themis.submarine_am.client import ClientError, agent_tls_env
-from themis.submarine_am.records import Run
-from themis.submarine_am.runner import Runner
-from themis.submarine_am.security import (
+from themis.am.launchers.yarn.am import AppMaster
+from themis.am.launchers.yarn.records import Run
+from themis.am.launchers.yarn.runner import Runner
+from themis.client.cluster import ClientError, agent_tls_env
+from themis.hadoop.security import (
     ARBITER_CA_ENV,
     ARBITER_TLS_ENV,
     REPORT_CONTAINER_HEADER,
@@ -31,6 +30,7 @@ from themis.submarine_am.security import (
     agent_options,
     agent_tls,
 )
+from themis.rpc.tls import CERT_KEY, ENABLED_KEY, TRUST_KEY
 
 CONTAINER = "container_1700000000000_0009_01_000002"
 OTHER = "container_1700000000000_0009_01_000003"

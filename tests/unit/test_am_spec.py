@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from themis.am.spec import AppSpec, SpecError, load_spec, parse_spec, render_command
 from themis.cli import main
-from themis.submarine_am.spec import AppSpec, SpecError, load_spec, parse_spec, render_command
 
 CMD = ("python3 -m themis.jobs.train --job-id {job_id} --logdir {logdir} --max-steps "
        "{max_steps} --checkpoint-uri {checkpoint_uri} --learning-rate {lr} --optimizer {opt}")
@@ -139,7 +139,7 @@ def test_single_job_needs_max_steps() -> None:
 def test_submit_refuses_invalid_spec_before_contacting_the_cluster(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import themis.submarine_am.client as client
+    import themis.client.cluster as client
 
     def boom(*a: Any, **k: Any) -> Any:
         raise AssertionError("the cluster must not be contacted for an invalid spec")
@@ -243,7 +243,7 @@ def test_limits_name_field_and_problem(mutate: Any, field: str, words: str) -> N
 
 
 def test_command_is_rendered_by_the_restricted_formatter() -> None:
-    from themis.submarine_am.spec import render_command
+    from themis.am.spec import render_command
 
     raw = good()
     raw["job"]["command"] = CMD + " --literal {{x}}"
@@ -290,7 +290,7 @@ def test_submit_dry_run_refuses_non_utf8(tmp_path: Path,
 
 
 def test_command_without_placeholders_is_accepted_and_gets_the_contract_env() -> None:
-    from themis.submarine_am.spec import CONTRACT_ENV, PLACEHOLDERS, contract_env
+    from themis.am.spec import CONTRACT_ENV, PLACEHOLDERS, contract_env
 
     spec = parse_spec({"name": "plain", "kind": "single-job", "max_steps": 10,
                        "job": {"command": "python3 train.py"}})

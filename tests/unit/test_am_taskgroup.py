@@ -18,17 +18,17 @@ from typing import Any
 import pytest
 
 from tests.unit.test_submarine_am import NODES, FakeShell, _Clock, _FakeAgent, _run_am
-from themis.agent.bids import Bid, BidTable
 from themis.am.core import AmCore, JobLaunch, LaunchCode, LaunchEvent, gang_bids
+from themis.am.launchers.local.jobs import GpusBusy
+from themis.am.launchers.yarn.am import AppMaster
+from themis.am.packing import JobNeed
+from themis.am.spec import parse_spec
 from themis.am.taskgroup import TaskGroup, cluster_spec, tf_config
 from themis.arbiter.cluster_backend import StaticCluster
 from themis.arbiter.service import ArbiterServer
 from themis.arbiter.state import ArbiterConfig
-from themis.cluster.topology import Gpu
-from themis.standalone.jobs import GpusBusy
-from themis.submarine_am.am import AppMaster
-from themis.submarine_am.packing import JobNeed
-from themis.submarine_am.spec import parse_spec
+from themis.mechanism.bids import Bid, BidTable
+from themis.mechanism.topology import Gpu
 from themis.testing.am_conformance import LocalHarness, YarnHarness, events_until
 
 CMD = "train --job-id {job_id} --max-steps {max_steps} --checkpoint-uri {checkpoint_uri} --lr {lr}"
@@ -160,7 +160,7 @@ def test_runners_meet_at_the_rendezvous_and_start_the_job_with_tf_config(
     job = "import os; print(os.environ['TF_CONFIG'], flush=True)"
     try:
         procs = [subprocess.Popen(
-            [sys.executable, "-m", "themis.submarine_am.runner", "--am",
+            [sys.executable, "-m", "themis.am.launchers.yarn.runner", "--am",
              f"http://127.0.0.1:{server.server_address[1]}", "--job-id", "j",
              "--logdir", str(tmp_path / f"logs{i}"), "--report-every", "0.1",
              "--task", f"worker:{i}", "--", sys.executable, "-c", job],
@@ -296,8 +296,8 @@ def test_yarn_am_runs_a_two_worker_hyperband_app_across_lease_ends(tmp_path: Pat
 def test_a_worker_finishing_before_the_chief_does_not_stop_the_job(tmp_path: Path) -> None:
     """Workers reach the step target together, one a little earlier: its exit 0 does not
     stop the chief (the job reaches its target); any other task's exit does stop it."""
+    from themis.am.launchers.local.jobs import GpuRegistry, JobRunner, LocalProcessLauncher
     from themis.arbiter.cluster_backend import uniform_cluster
-    from themis.standalone.jobs import GpuRegistry, JobRunner, LocalProcessLauncher
 
     script = tmp_path / "task.py"
     script.write_text(

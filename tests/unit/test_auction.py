@@ -10,18 +10,18 @@ import random
 import pytest
 from hypothesis import given, settings
 
-from themis.agent.bids import Bid, BidTable, make_bid_table
-from themis.agent.fairness import FairnessContext
-from themis.agent.model import AppModel, Job
-from themis.agent.placement import COMPUTE_INTENSIVE, NETWORK_INTENSIVE
-from themis.arbiter.auction import _gains, run_auction
-from themis.arbiter.errors import InvalidBid, InvalidOffer
-from themis.arbiter.round import distribute_leftover
-from themis.arbiter.solvers import make_solver
-from themis.arbiter.solvers.base import PackingProblem, Solution
-from themis.arbiter.solvers.bruteforce import BruteForceSolver
-from themis.arbiter.solvers.components import components
-from themis.cluster.topology import Gpu
+from themis.mechanism.auction import _gains, run_auction
+from themis.mechanism.bids import Bid, BidTable, make_bid_table
+from themis.mechanism.errors import InvalidBid, InvalidOffer
+from themis.mechanism.fairness import FairnessContext
+from themis.mechanism.model import AppModel, Job
+from themis.mechanism.placement import COMPUTE_INTENSIVE, NETWORK_INTENSIVE
+from themis.mechanism.round import distribute_leftover
+from themis.mechanism.solvers import make_solver
+from themis.mechanism.solvers.base import PackingProblem, Solution
+from themis.mechanism.solvers.bruteforce import BruteForceSolver
+from themis.mechanism.solvers.components import components
+from themis.mechanism.topology import Gpu
 
 from ._instances import auctions, packing_problems
 

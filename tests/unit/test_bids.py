@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from themis.agent.bids import candidate_bundles, make_bid_table, useful_counts
-from themis.agent.fairness import FairnessContext, rho
-from themis.agent.model import AppModel, Job
-from themis.agent.placement import NETWORK_INTENSIVE
-from themis.arbiter.instances import heterogeneous_cluster
-from themis.cluster.topology import Gpu, Locality, locality_of
+from themis.mechanism.bids import candidate_bundles, make_bid_table, useful_counts
+from themis.mechanism.fairness import FairnessContext, rho
+from themis.mechanism.instances import heterogeneous_cluster
+from themis.mechanism.model import AppModel, Job
+from themis.mechanism.placement import NETWORK_INTENSIVE
+from themis.mechanism.topology import Gpu, Locality, locality_of
 
 CTX = FairnessContext(now=1000.0, cluster_gpus=64, n_avg=4.0)
 
@@ -54,7 +54,7 @@ def test_finished_or_saturated_app_bids_nothing() -> None:
 def test_menu_is_bounded() -> None:
     offer = heterogeneous_cluster(1024)
     app = AppModel("a", 0.0, [Job(f"j{i}", 1.0, 1e5, 8) for i in range(64)], kind=__import__(
-        "themis.agent.model", fromlist=["AppKind"]).AppKind.CURVE_STOPPING)
+        "themis.mechanism.model", fromlist=["AppKind"]).AppKind.CURVE_STOPPING)
     t = make_bid_table(app, [], offer, CTX)
     assert 0 < len(t.bids) <= 3 * len(useful_counts(512))
 
@@ -62,8 +62,8 @@ def test_menu_is_bounded() -> None:
 def test_offer_index_shared_by_bidders_gives_the_same_tables() -> None:
     import random
 
-    from themis.agent.bids import OfferIndex
-    from themis.arbiter.instances import random_app
+    from themis.mechanism.bids import OfferIndex
+    from themis.mechanism.instances import random_app
 
     rng = random.Random(7)
     offer = heterogeneous_cluster(64)
@@ -93,7 +93,7 @@ def test_previous_gpus_come_first_among_equally_placed_bundles() -> None:
 
 
 def test_bids_capped_at_what_running_jobs_can_use_now() -> None:
-    from themis.agent.model import AppKind, FuturePhase
+    from themis.mechanism.model import AppKind, FuturePhase
 
     offer = heterogeneous_cluster(64)
     # Phase of 2 jobs of demand 4; one is done. The next phase (2 jobs x 4) could use 8,

@@ -1,4 +1,4 @@
-"""Payments only as exact as the allocation needs (themis.arbiter.auction, point 4):
+"""Payments only as exact as the allocation needs (themis.mechanism.auction, point 4):
 the rounding thresholds, lpbb's bracketing solves, the chain forwarding them, and the
 auction granting exactly the GPUs of the exact payments."""
 
@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from themis.arbiter.auction import rounding_thresholds, run_auction
-from themis.arbiter.instances import random_instance
-from themis.arbiter.solvers import FallbackSolver, make_solver
-from themis.arbiter.solvers.base import (
+from themis.mechanism.auction import rounding_thresholds, run_auction
+from themis.mechanism.instances import random_instance
+from themis.mechanism.solvers import FallbackSolver, make_solver
+from themis.mechanism.solvers.base import (
     PackingProblem,
     Solution,
     Solver,
@@ -24,9 +24,9 @@ from themis.arbiter.solvers.base import (
     SolverUnavailable,
     evaluate,
 )
-from themis.arbiter.solvers.highs import HighsSolver
-from themis.arbiter.solvers.lp_engines import NATIVE_AVAILABLE
-from themis.arbiter.solvers.lpbb import LpBranchAndBound
+from themis.mechanism.solvers.highs import HighsSolver
+from themis.mechanism.solvers.lp_engines import NATIVE_AVAILABLE
+from themis.mechanism.solvers.lpbb import LpBranchAndBound
 
 from ._instances import auction_problem
 
@@ -191,7 +191,7 @@ def test_a_primary_that_becomes_unavailable_hands_over_the_whole_rest() -> None:
 
 
 def test_lpbb_resumes_brackets_and_bnb_does_not() -> None:
-    from themis.arbiter.solvers.bnb import BranchAndBoundSolver
+    from themis.mechanism.solvers.bnb import BranchAndBoundSolver
 
     assert LpBranchAndBound.resumes_brackets and not BranchAndBoundSolver.resumes_brackets
     assert not HighsSolver.resumes_brackets
@@ -204,7 +204,7 @@ def test_a_failed_bracketing_solve_does_not_make_the_later_ones_patient(
     """After an impatient bracketing solve runs out of nodes, only that solve is retried
     with the full cutting effort (measured); an exact one makes the later ones patient
     too (measured)."""
-    from themis.arbiter.solvers import lpbb as lpbb_mod
+    from themis.mechanism.solvers import lpbb as lpbb_mod
 
     problem, _, winners, thresholds = _instance_solves(64, 10, 0)
     lp = LpBranchAndBound()
@@ -282,9 +282,9 @@ def test_the_optimums_solve_gets_a_larger_budget(monkeypatch: pytest.MonkeyPatch
     """Seed 101 of the 256 x 50 benchmark (in app order): lpbb proves its optimum in
     319 nodes, within twice its per-solve budget of 200 (OPTIMUM_BUDGET_FACTOR: HiGHS'
     MILP would take 100+ ms), but not within the budget itself."""
-    from themis.arbiter.auction import _gains
-    from themis.arbiter.solvers import lpbb as lpbb_mod
-    from themis.arbiter.solvers.components import split
+    from themis.mechanism.auction import _gains
+    from themis.mechanism.solvers import lpbb as lpbb_mod
+    from themis.mechanism.solvers.components import split
 
     inst = random_instance(256, 50, seed=101)
     problem, _ = _gains(inst.tables, {g.id: i for i, g in enumerate(inst.offer)})
@@ -300,8 +300,8 @@ def test_lpbb_brackets_from_an_adopted_optimum_where_it_cannot_find_one() -> Non
     """One of the 256 x 50 benchmark's hardest auctions (seed 99, in app order): lpbb
     gives up on the optimum, HiGHS finds it, lpbb adopts it and brackets the solves
     without a winner."""
-    from themis.arbiter.auction import _gains
-    from themis.arbiter.solvers.components import split
+    from themis.mechanism.auction import _gains
+    from themis.mechanism.solvers.components import split
 
     inst = random_instance(256, 50, seed=99)
     problem, _ = _gains(inst.tables, {g.id: i for i, g in enumerate(inst.offer)})

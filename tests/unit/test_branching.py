@@ -1,12 +1,12 @@
-"""Pseudo-cost branching of lpbb (themis.arbiter.solvers.branching)."""
+"""Pseudo-cost branching of lpbb (themis.mechanism.solvers.branching)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from themis.arbiter.solvers.branching import PseudoCosts, first_choice
-from themis.arbiter.solvers.lp_engines import NATIVE_AVAILABLE
+from themis.mechanism.solvers.branching import PseudoCosts, first_choice
+from themis.mechanism.solvers.lp_engines import NATIVE_AVAILABLE
 
 
 def test_before_any_observation_the_first_rule_chooses() -> None:
@@ -77,11 +77,11 @@ def test_lpbb_learns_the_costs_and_finds_an_optimum_the_first_rule_cannot() -> N
     """The 256 x 50 benchmark's seed 5 (in app order): with the first rule alone, lpbb
     gave up on its optimum after 200 nodes (HiGHS' MILP took it over); with the costs
     learnt during the search it proves the optimum within that budget."""
-    from themis.arbiter.auction import _gains
-    from themis.arbiter.instances import random_instance
-    from themis.arbiter.solvers.components import split
-    from themis.arbiter.solvers.highs import HighsSolver
-    from themis.arbiter.solvers.lpbb import OPTIMUM_BUDGET_FACTOR, LpBranchAndBound
+    from themis.mechanism.auction import _gains
+    from themis.mechanism.instances import random_instance
+    from themis.mechanism.solvers.components import split
+    from themis.mechanism.solvers.highs import HighsSolver
+    from themis.mechanism.solvers.lpbb import OPTIMUM_BUDGET_FACTOR, LpBranchAndBound
 
     inst = random_instance(256, 50, seed=5)
     problem, _ = _gains(inst.tables, {g.id: i for i, g in enumerate(inst.offer)})
@@ -98,9 +98,9 @@ def test_lpbb_learns_the_costs_and_finds_an_optimum_the_first_rule_cannot() -> N
 def test_leave_it_children_restart_from_their_parents_basis_within_the_cap(
     cap: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from themis.arbiter.solvers import lpbb as lpbb_mod
-    from themis.arbiter.solvers.highs import HighsSolver
-    from themis.arbiter.solvers.lp_engines import NativeEngine
+    from themis.mechanism.solvers import lpbb as lpbb_mod
+    from themis.mechanism.solvers.highs import HighsSolver
+    from themis.mechanism.solvers.lp_engines import NativeEngine
 
     from ._instances import auction_problem
 

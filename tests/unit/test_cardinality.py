@@ -5,9 +5,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from themis.arbiter.solvers.base import Bundle, PackingProblem
-from themis.arbiter.solvers.bruteforce import BruteForceSolver
-from themis.arbiter.solvers.cardinality import MaxServed
+from themis.mechanism.solvers.base import Bundle, PackingProblem
+from themis.mechanism.solvers.bruteforce import BruteForceSolver
+from themis.mechanism.solvers.cardinality import MaxServed
 
 
 def brute(menus: list[list[int]], excluded: int | None) -> int:

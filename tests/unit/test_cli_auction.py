@@ -50,7 +50,7 @@ def test_payments_as_the_arbiter_computes_them_grant_the_same_gpus(
 ) -> None:
     """--no-exact-payments (the arbiter's way, lpbb bracketing) on a 128-GPU x 20-app
     auction: the same GPUs as the exact payments, kept fractions never below them."""
-    from themis.arbiter.instances import random_instance
+    from themis.mechanism.instances import random_instance
 
     inst = random_instance(128, 20, seed=2, starving=0.0)  # the CLI takes finite rhos
     doc = {"gpus": [{"id": g.id, "machine": g.machine, "rack": g.rack, "slot": g.slot}
@@ -177,7 +177,7 @@ def test_bad_limit_options_are_usage_errors(tmp_path: Path) -> None:
 def test_time_limit_ends_a_long_auction_with_one_line(tmp_path: Path) -> None:
     import time
 
-    from themis.arbiter.instances import random_instance
+    from themis.mechanism.instances import random_instance
 
     inst = random_instance(512, 200, seed=1, starving=0.0)
     doc = {"gpus": [{"id": g.id, "machine": g.machine, "rack": g.rack, "slot": g.slot}

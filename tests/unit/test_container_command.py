@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from themis.submarine_am.am import container_command
-from themis.submarine_am.runner import decode_command, encode_command, main
+from themis.am.launchers.yarn.am import container_command
+from themis.am.launchers.yarn.runner import decode_command, encode_command, main
 
 # quotes of both kinds, $, backquotes, parentheses, a backslash, a newline, non-ASCII
 NASTY = ("echo \"double 'single'\" '$HOME' \"$((1+2))\" `echo back` \\\\ \"(a)\" && "
@@ -51,7 +51,7 @@ def test_the_old_way_breaks_in_the_launch_script(tmp_path: Path) -> None:
     """The same command passed as `bash -c <shell-quoted>` does not survive (why base64)."""
     import shlex
 
-    cmd = (f"{sys.executable} -m themis.submarine_am.runner --am http://127.0.0.1:9 "
+    cmd = (f"{sys.executable} -m themis.am.launchers.yarn.runner --am http://127.0.0.1:9 "
            f"--job-id j --report-every 0.2 -- bash -c {shlex.quote(NASTY)} "
            "1><LOG_DIR>/stdout 2><LOG_DIR>/stderr")
     script = _launch_script(tmp_path, cmd)

@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from themis.arbiter.round import RoundError, distribute_leftover, run_round
-from themis.arbiter.solvers import make_solver
-from themis.cluster.topology import Gpu
+from themis.mechanism.round import RoundError, distribute_leftover, run_round
+from themis.mechanism.solvers import make_solver
+from themis.mechanism.topology import Gpu
 from themis.yarn.rounds import RoundEngine
 from themis.yarn.view import ViewError, parse_view
 
@@ -198,7 +198,7 @@ def test_a_partial_allocation_keeps_whole_containers_and_leaves_the_rest() -> No
     m0: 3 GPUs, or 2 for some seeds); a bidder asking 2-GPU containers never keeps an odd GPU
     on a machine: it goes to the leftover (the non-bidder's), so every grant of the bidder is
     whole containers per machine and no GPU is lost."""
-    from themis.agent.bids import Bid, BidTable
+    from themis.mechanism.bids import Bid, BidTable
 
     gpus = _gpus([4, 4])
     ids = [g.id for g in gpus]

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from themis.arbiter.solvers.base import Bundle, PackingProblem
-from themis.arbiter.solvers.cuts import (
+from themis.mechanism.solvers.base import Bundle, PackingProblem
+from themis.mechanism.solvers.cuts import (
     Row,
     _solve_mod,
     clique_cuts,
@@ -20,7 +20,7 @@ from themis.arbiter.solvers.cuts import (
     separate,
     zero_half_cuts,
 )
-from themis.arbiter.solvers.lpbb import _Relaxation
+from themis.mechanism.solvers.lpbb import _Relaxation
 
 from ._instances import auction_problem, packing_problems
 
@@ -230,8 +230,8 @@ def test_lpbb_is_exact_with_starving_apps_and_count_cuts(problem: PackingProblem
     """The auction's lexicographic bonus on starving apps (a large constant added to
     their gains) with count cuts: the optimum, with and without each app, is brute
     force's, and every count cut is valid."""
-    from themis.arbiter.solvers.bruteforce import BruteForceSolver
-    from themis.arbiter.solvers.lpbb import LpBranchAndBound
+    from themis.mechanism.solvers.bruteforce import BruteForceSolver
+    from themis.mechanism.solvers.lpbb import LpBranchAndBound
 
     starving = tuple(sorted(data.draw(st.sets(st.integers(0, len(problem.apps) - 1)))))
     bonus = 1.0 + sum(max((b.gain for b in bs), default=0.0) for bs in problem.apps)
@@ -267,9 +267,9 @@ def test_rows_line_up_with_the_lp_rows_when_an_app_has_no_bundle() -> None:
 @settings(max_examples=200, deadline=None)
 @given(data=st.data())
 def test_compiled_zero_half_core_matches_the_python_reference(data: st.DataObject) -> None:
-    from themis.arbiter.solvers import cuts
+    from themis.mechanism.solvers import cuts
 
-    assert cuts._separation is not None, "themis.arbiter.solvers._separation was not built"
+    assert cuts._separation is not None, "themis.mechanism.solvers._separation was not built"
     n_rows = data.draw(st.integers(1, 30))
     k = data.draw(st.integers(0, 140))
     density = data.draw(st.floats(0.0, 0.3))
@@ -288,9 +288,9 @@ def test_compiled_zero_half_core_matches_the_python_reference(data: st.DataObjec
 @settings(max_examples=200, deadline=None)
 @given(data=st.data())
 def test_compiled_clique_separation_matches_the_python_reference(data: st.DataObject) -> None:
-    from themis.arbiter.solvers import cuts
+    from themis.mechanism.solvers import cuts
 
-    assert cuts._separation is not None, "themis.arbiter.solvers._separation was not built"
+    assert cuts._separation is not None, "themis.mechanism.solvers._separation was not built"
     n = data.draw(st.integers(1, 90))
     rng = np.random.default_rng(data.draw(st.integers(0, 2**31)))
     conflict = rng.random((n, n)) < data.draw(st.floats(0.0, 0.6))
@@ -309,9 +309,9 @@ def test_compiled_clique_separation_matches_the_python_reference(data: st.DataOb
 @settings(max_examples=200, deadline=None)
 @given(data=st.data())
 def test_compiled_conflict_matrix_matches_the_python_reference(data: st.DataObject) -> None:
-    from themis.arbiter.solvers import cuts
+    from themis.mechanism.solvers import cuts
 
-    assert cuts._separation is not None, "themis.arbiter.solvers._separation was not built"
+    assert cuts._separation is not None, "themis.mechanism.solvers._separation was not built"
     n = data.draw(st.integers(0, 80))
     m = data.draw(st.integers(1, 40))
     nnz = data.draw(st.integers(0, 300)) if n else 0
@@ -325,7 +325,7 @@ def test_compiled_conflict_matrix_matches_the_python_reference(data: st.DataObje
 
 
 def test_compiled_conflict_matrix_refuses_entries_out_of_range() -> None:
-    from themis.arbiter.solvers import cuts
+    from themis.mechanism.solvers import cuts
 
     with pytest.raises(ValueError, match="out of range"):
         cuts.conflict_matrix(3, np.array([0, 1]), np.array([0, 3]))
@@ -340,9 +340,9 @@ def test_compiled_certified_bound_matches_the_numpy_reference(problem: PackingPr
     """The compiled weak-duality bound equals lpbb's numpy one (to rounding) for any
     duals >= 0, bounds and cut rows - not only the LP's own duals; so do the reduced
     gains it leaves for reduced-cost fixing."""
-    from themis.arbiter.solvers.lp_engines import weak_duality_bound
+    from themis.mechanism.solvers.lp_engines import weak_duality_bound
 
-    assert weak_duality_bound is not None, "themis.arbiter.solvers._simplex was not built"
+    assert weak_duality_bound is not None, "themis.mechanism.solvers._simplex was not built"
     if problem.n_bundles == 0:
         return
     rng = np.random.default_rng(seed)
@@ -373,9 +373,9 @@ def test_compiled_certified_bound_matches_the_numpy_reference(problem: PackingPr
 @settings(max_examples=300, deadline=None)
 @given(data=st.data())
 def test_compiled_solve_mod_matches_the_python_reference(data: st.DataObject) -> None:
-    from themis.arbiter.solvers import cuts
+    from themis.mechanism.solvers import cuts
 
-    assert cuts._separation is not None, "themis.arbiter.solvers._separation was not built"
+    assert cuts._separation is not None, "themis.mechanism.solvers._separation was not built"
     k = data.draw(st.sampled_from([2, 3, 5, 7]))
     n_eq, n_var = data.draw(st.integers(1, 12)), data.draw(st.integers(0, 14))
     rng = np.random.default_rng(data.draw(st.integers(0, 2**31)))
@@ -396,9 +396,9 @@ def test_compiled_zero_half_separation_matches_the_python_reference(problem: Pac
                                                                     seed: int) -> None:
     """Same cuts, same order, at LP points of random problems with cut rows of both
     integer widths (int32 and int64 columns) among the rows."""
-    from themis.arbiter.solvers import cuts
+    from themis.mechanism.solvers import cuts
 
-    assert cuts._separation is not None, "themis.arbiter.solvers._separation was not built"
+    assert cuts._separation is not None, "themis.mechanism.solvers._separation was not built"
     if problem.n_bundles == 0:
         return
     rng = np.random.default_rng(seed)
@@ -428,8 +428,8 @@ def test_lpbb_solves_without_each_winner_match_highs_on_auction_instances(
     """On contested offers (fractional roots, so reduced-cost fixing and the restored
     root basis come into play) lpbb's optimum and its solves without each winner have
     HiGHS' MILP values."""
-    from themis.arbiter.solvers.highs import HighsSolver
-    from themis.arbiter.solvers.lpbb import LpBranchAndBound
+    from themis.mechanism.solvers.highs import HighsSolver
+    from themis.mechanism.solvers.lpbb import LpBranchAndBound
 
     problem = auction_problem(*size, seed=seed)
     solver = LpBranchAndBound()

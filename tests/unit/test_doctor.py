@@ -67,11 +67,11 @@ def test_json_is_only_json_and_lists_every_part() -> None:
 
 def test_missing_compiled_part_is_a_problem(monkeypatch: pytest.MonkeyPatch,
                                             capsys: pytest.CaptureFixture[str]) -> None:
-    hide(monkeypatch, "themis.agent._menu")
+    hide(monkeypatch, "themis.mechanism._menu")
     monkeypatch.setattr(doctor, "check_tools", lambda: [])  # not what this test is about
     rc, doc = doctor_json(capsys)
     assert rc == 0  # without --strict
-    menu = by_name(doc)[("compiled", "themis.agent._menu")]
+    menu = by_name(doc)[("compiled", "themis.mechanism._menu")]
     assert menu["status"] == "missing" and menu["problem"] and not menu["ok"]
     assert "4-5x slower" in menu["detail"]
     assert menu["fix"] == compiled.FIX
@@ -79,7 +79,7 @@ def test_missing_compiled_part_is_a_problem(monkeypatch: pytest.MonkeyPatch,
 
     assert main(["doctor", "--brief", "--strict"]) == 1
     lines = capsys.readouterr().out.splitlines()
-    assert any("themis.agent._menu: missing" in ln and "C compiler" in ln for ln in lines)
+    assert any("themis.mechanism._menu: missing" in ln and "C compiler" in ln for ln in lines)
     assert all(ln.startswith("themis doctor: ") for ln in lines)
 
 
@@ -144,12 +144,12 @@ def test_version(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[
     assert out == f"themis {__version__}\n"
     assert err == "" or compiled.missing()
 
-    hide(monkeypatch, "themis.arbiter.solvers._separation")
+    hide(monkeypatch, "themis.mechanism.solvers._separation")
     with pytest.raises(SystemExit):
         main(["--version"])
     out, err = capsys.readouterr()
     assert out == f"themis {__version__}\n"
-    assert len(err.splitlines()) == 1 and "themis.arbiter.solvers._separation" in err
+    assert len(err.splitlines()) == 1 and "themis.mechanism.solvers._separation" in err
 
 
 def test_python_dash_m_themis() -> None:
@@ -160,10 +160,10 @@ def test_python_dash_m_themis() -> None:
 
 def test_fall_back_warns_once_per_process(monkeypatch: pytest.MonkeyPatch,
                                           caplog: pytest.LogCaptureFixture) -> None:
-    from themis.agent import bids
-    from themis.cluster.topology import Gpu
+    from themis.mechanism import bids
+    from themis.mechanism.topology import Gpu
 
-    hide(monkeypatch, "themis.agent._menu")
+    hide(monkeypatch, "themis.mechanism._menu")
     monkeypatch.setattr(bids, "_menu", None)
     monkeypatch.setattr(compiled, "_warned", False)
     offer = [Gpu(f"g{i}", "m0", "r0") for i in range(4)]
@@ -173,7 +173,7 @@ def test_fall_back_warns_once_per_process(monkeypatch: pytest.MonkeyPatch,
     records = [r for r in caplog.records if r.name == "themis.compiled"]
     assert len(records) == 1
     text = records[0].getMessage()
-    assert "themis.agent._menu" in text and "4-5x slower" in text and compiled.FIX in text
+    assert "themis.mechanism._menu" in text and "4-5x slower" in text and compiled.FIX in text
     assert "\n" not in text
 
 

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from themis.agent.contention import ContentionTracker
-from themis.agent.fairness import (
+from themis.mechanism.contention import ContentionTracker
+from themis.mechanism.fairness import (
     FairnessContext,
     IdealTime,
     ideal_time,
@@ -18,9 +18,9 @@ from themis.agent.fairness import (
     plan_time,
     rho,
 )
-from themis.agent.model import AppKind, AppModel, FuturePhase, Job, ModelError, PhaseShape
-from themis.agent.placement import DEFAULT, PlacementProfile
-from themis.cluster.topology import Locality
+from themis.mechanism.model import AppKind, AppModel, FuturePhase, Job, ModelError, PhaseShape
+from themis.mechanism.placement import DEFAULT, PlacementProfile
+from themis.mechanism.topology import Locality
 
 
 def table3_app() -> AppModel:
@@ -117,7 +117,7 @@ def test_median_revision_when_slow_jobs_survive() -> None:
     jobs = [Job("a", 120, 16, 8), Job("b", 100, 16, 8)]
     app = AppModel("hp", 0.0, jobs, [FuturePhase(1, 36)], AppKind.SUCCESSIVE_HALVING, budget=1e4)
     assert phase_time(((j.work_left, j.max_demand) for j in app.jobs), 2) == 1760
-    from themis.agent.fairness import remaining_time
+    from themis.mechanism.fairness import remaining_time
 
     assert remaining_time(app, 2) == 1760 + 110 * 36 / 2
 
@@ -193,7 +193,7 @@ def _remaining_reference(app: AppModel, gpus: int) -> float:
 def test_remaining_time_for_many_counts_is_bit_identical_to_phase_times(
         jobs: list[tuple[float, float, int]], future: list[tuple[int, float]],
         gpus: list[int]) -> None:
-    from themis.agent.fairness import RemainingTime
+    from themis.mechanism.fairness import RemainingTime
 
     app = AppModel("a", 0.0, [Job(f"j{k}", t, it, d) for k, (t, it, d) in enumerate(jobs)],
                    [FuturePhase(n, it) for n, it in future], AppKind.SUCCESSIVE_HALVING)
@@ -204,8 +204,8 @@ def test_remaining_time_for_many_counts_is_bit_identical_to_phase_times(
 
 
 def test_served_now_rho_is_rho_at_full_demand_best_placed() -> None:
-    from themis.agent.fairness import best_locality, served_now_rho
-    from themis.cluster.topology import Gpu
+    from themis.mechanism.fairness import best_locality, served_now_rho
+    from themis.mechanism.topology import Gpu
 
     # 2 machines of 4 GPUs (2 slots of 2 each), one rack
     cluster = [Gpu(f"m{m}g{i}", f"m{m}", "r0", f"s{i // 2}") for m in range(2) for i in range(4)]
@@ -231,7 +231,7 @@ def test_served_now_rho_is_rho_at_full_demand_best_placed() -> None:
 
 
 def test_parse_starvation() -> None:
-    from themis.agent.fairness import Starvation, parse_starvation
+    from themis.mechanism.fairness import Starvation, parse_starvation
 
     assert parse_starvation(" Served-Now ") is Starvation.SERVED_NOW
     assert parse_starvation("inf") is Starvation.INF

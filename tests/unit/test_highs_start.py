@@ -8,10 +8,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from themis.arbiter.solvers import Solution, SolverError
-from themis.arbiter.solvers import highs as highs_module
-from themis.arbiter.solvers.highs import HighsSolver, PackingLp, _mip_start
-from themis.arbiter.solvers.lpbb import LpBranchAndBound
+from themis.mechanism.solvers import Solution, SolverError
+from themis.mechanism.solvers import highs as highs_module
+from themis.mechanism.solvers.highs import HighsSolver, PackingLp, _mip_start
+from themis.mechanism.solvers.lpbb import LpBranchAndBound
 
 from ._instances import auction_problem
 

@@ -9,23 +9,23 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from themis.agent.model import AppKind, AppModel, FuturePhase, PhaseShape
-from themis.am.objective import Objective
-from themis.cluster.topology import Gpu, Topology
-from themis.submarine_am.hyperband import (
+from themis.am.hyperband import (
     Hyperband,
     HyperbandError,
     JobStatus,
     hyperband_brackets,
 )
-from themis.submarine_am.packing import JobNeed, PackingError, gpu_counts, pack
-from themis.submarine_am.searchspace import (
+from themis.am.objective import Objective
+from themis.am.packing import JobNeed, PackingError, gpu_counts, pack
+from themis.am.searchspace import (
     Categorical,
     Double,
     Int,
     SearchSpace,
     SearchSpaceError,
 )
+from themis.mechanism.model import AppKind, AppModel, FuturePhase, PhaseShape
+from themis.mechanism.topology import Gpu, Topology
 
 SPACE = SearchSpace([
     Double("learning_rate", 1e-4, 1e-1, log=True),

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from themis.submarine_am.client import ClientError, find_am_jar
-from themis.yarn import jar as jarmod
-from themis.yarn.jar import PluginJarNotFound, find_plugin_jar
+from themis.client.cluster import ClientError, find_am_jar
+from themis.hadoop import jars as jarmod
+from themis.hadoop.jars import PluginJarNotFound, find_plugin_jar
 
 
 @pytest.fixture

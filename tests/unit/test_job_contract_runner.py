@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from themis.submarine_am.ckptstore import CheckpointStore, checkpoint_steps
-from themis.submarine_am.runner import Runner
-from themis.submarine_am.webhdfs import WebHdfs
+from themis.am.launchers.yarn.runner import Runner
+from themis.hadoop.checkpoint_mirror import CheckpointMirror, checkpoint_steps
+from themis.hadoop.webhdfs import WebHdfs
 
 from ._fake_webhdfs import FakeWebHdfs
 
@@ -78,7 +78,7 @@ def test_checkpoint_store_mirrors_the_local_directory(fake: FakeWebHdfs, tmp_pat
                                                       ) -> None:
     fs = WebHdfs(fake.url)
     local = tmp_path / "run1"
-    store = CheckpointStore(fs, local, "/app/ckpt-dir/j0/")
+    store = CheckpointMirror(fs, local, "/app/ckpt-dir/j0/")
     assert store.restore() == (0, 0)  # nothing in HDFS yet
     (local / "ckpt-5.index").write_bytes(b"five")
     (local / "sub").mkdir()
@@ -91,7 +91,7 @@ def test_checkpoint_store_mirrors_the_local_directory(fake: FakeWebHdfs, tmp_pat
     (local / "ckpt-9.index").write_bytes(b"nine")
     assert store.save() == (1, 1)
     assert store.save() == (0, 0)  # nothing changed
-    again = CheckpointStore(fs, tmp_path / "run2", "/app/ckpt-dir/j0")
+    again = CheckpointMirror(fs, tmp_path / "run2", "/app/ckpt-dir/j0")
     assert again.restore() == (3, 11)  # files, bytes
     assert sorted(p.name for p in (tmp_path / "run2").iterdir()) == [
         "checkpoint", "ckpt-9.index", "sub"]
@@ -118,7 +118,7 @@ def test_runner_reports_a_job_without_json_events(
     ckpt, logdir = Path("checkpoints"), Path("tflogs")
     runner = Runner(url, "j0", 2, logdir, [sys.executable, str(script), str(ckpt), str(logdir)],
                     report_every=0.1, metric="eval_accuracy", checkpoint_dir=ckpt,
-                    store=CheckpointStore(fs, ckpt, "/app/ckpt-dir/j0"))
+                    store=CheckpointMirror(fs, ckpt, "/app/ckpt-dir/j0"))
     assert runner.run() == 0
     events = [e for r in reports for e in r["events"]]
     kinds = [e["event"] for e in events]

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
+from themis.am.spec import parse_spec, render_command
 from themis.cli import main
-from themis.submarine_am.cli import REFUSED_FLAGS
-from themis.submarine_am.spec import parse_spec, render_command
+from themis.client.cli import REFUSED_FLAGS
 
 BASE = ["job", "run", "--name", "mnist", "--dry-run"]
 
@@ -80,7 +80,7 @@ def test_verbose_prints_the_spec_on_stderr(capsys: pytest.CaptureFixture[str]) -
 
 def test_tensorboard_asks_for_the_apps_tensorboard_container(
         capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    import themis.submarine_am.cli as cli
+    import themis.client.cli as cli
 
     specs: list[Any] = []
 
@@ -154,7 +154,7 @@ def test_unknown_flag_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> No
 
 
 def test_status_shows_the_tensorboard_url_and_why_an_app_failed() -> None:
-    from themis.submarine_am.cli import _render
+    from themis.client.cli import _render
 
     st: dict[str, Any] = {"jobs": [], "objective": {"metric": "eval_loss"},
                           "tensorboard": {"state": "running", "url": "http://nm1:40001/",

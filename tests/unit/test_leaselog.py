@@ -12,8 +12,8 @@ import pytest
 
 from themis.arbiter.cluster_backend import uniform_cluster
 from themis.arbiter.leaselog import HEADER, LeaseLog, LeaseLogError, read_log
-from themis.arbiter.round import LeaseGrant
 from themis.arbiter.state import ArbiterConfig, ArbiterCore
+from themis.mechanism.round import LeaseGrant
 
 GPUS = [f"m0-g{i}" for i in range(4)]
 

@@ -26,8 +26,8 @@ _PROGRAM = """
 import json, random
 import tensorflow as tf
 import ortools
-from themis.arbiter.solvers import Bundle, PackingProblem
-from themis.arbiter.solvers.auto import make_solver
+from themis.mechanism.solvers import Bundle, PackingProblem
+from themis.mechanism.solvers.auto import make_solver
 rng = random.Random(3)
 apps = tuple(tuple(Bundle(rng.randrange(1, 1 << 12), rng.uniform(0.1, 5.0)) for _ in range(6))
              for _ in range(8))

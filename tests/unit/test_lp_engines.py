@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from themis.arbiter.solvers.base import PackingProblem, SolverUnavailable
-from themis.arbiter.solvers.highs import PackingLp
-from themis.arbiter.solvers.lp_engines import (
+from themis.mechanism.solvers.base import PackingProblem, SolverUnavailable
+from themis.mechanism.solvers.highs import PackingLp
+from themis.mechanism.solvers.lp_engines import (
     NATIVE_AVAILABLE,
     FallbackEngine,
     HighsEngine,
@@ -196,9 +196,9 @@ def _structure_inputs(problem: PackingProblem) -> tuple[list[int], np.ndarray, i
 
 
 def _same_structure(problem: PackingProblem) -> None:
-    from themis.arbiter.solvers import highs
+    from themis.mechanism.solvers import highs
 
-    assert highs._simplex is not None, "themis.arbiter.solvers._simplex was not built"
+    assert highs._simplex is not None, "themis.mechanism.solvers._simplex was not built"
     got = highs.packing_structure(*_structure_inputs(problem))
     want = highs.packing_structure_py(*_structure_inputs(problem))
     assert got[2] == want[2]
@@ -220,7 +220,7 @@ def test_compiled_packing_structure_matches_on_auction_sized_problems(
 
 
 def test_a_gpu_row_implied_by_another_is_left_out() -> None:
-    from themis.arbiter.solvers.base import Bundle
+    from themis.mechanism.solvers.base import Bundle
 
     # app 0: GPUs 0-3; app 1: GPUs 0-3 or 0-1. GPU 1's row equals GPU 0's (the first is
     # kept); GPUs 2 and 3 are named only where GPU 0 is: their rows are implied
@@ -250,10 +250,10 @@ def test_the_rows_kept_still_separate_every_conflicting_pair(problem: PackingPro
 
 
 def test_compiled_packing_structure_refuses_bad_input() -> None:
-    from themis.arbiter.solvers import highs
+    from themis.mechanism.solvers import highs
 
     if highs._simplex is None:
-        pytest.skip("themis.arbiter.solvers._simplex was not built")
+        pytest.skip("themis.mechanism.solvers._simplex was not built")
     with pytest.raises(ValueError, match="non-decreasing"):
         highs.packing_structure([1, 2], np.array([1, 0], dtype=np.int32), 2, 4)
     with pytest.raises(ValueError, match="non-decreasing"):

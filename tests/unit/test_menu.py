@@ -1,4 +1,4 @@
-"""The compiled menu core (themis/agent/_menu.c) against its pure-Python reference: the
+"""The compiled menu core (themis/mechanism/_menu.c) against its pure-Python reference: the
 same bundles in the same order, made of the same Gpu objects, and the same bid tables,
 on random offers (many racks, machines of different sizes and slot layouts, GPUs listed
 in any order), held GPUs, previous leases, tie hashes (colliding ones included),
@@ -14,8 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from themis.agent import bids
-from themis.agent.bids import (
+from themis.mechanism import bids
+from themis.mechanism.bids import (
     Bid,
     OfferIndex,
     _tie_of,
@@ -25,12 +25,12 @@ from themis.agent.bids import (
     make_bid_table,
     make_bid_table_py,
 )
-from themis.agent.fairness import FairnessContext
-from themis.arbiter.instances import heterogeneous_cluster, random_app
-from themis.cluster.topology import Gpu
+from themis.mechanism.fairness import FairnessContext
+from themis.mechanism.instances import heterogeneous_cluster, random_app
+from themis.mechanism.topology import Gpu
 
 try:
-    from themis.agent import _menu as compiled
+    from themis.mechanism import _menu as compiled
 except ImportError:  # pragma: no cover - depends on the build
     compiled = None  # type: ignore[assignment]
 
@@ -42,7 +42,7 @@ needs_menu = pytest.mark.usefixtures("_menu_built")
 @pytest.fixture
 def _menu_built() -> None:
     assert compiled is not None, (
-        "themis.agent._menu was not built (python3 setup.py build_ext --inplace)")
+        "themis.mechanism._menu was not built (python3 setup.py build_ext --inplace)")
 
 
 LAYOUTS = ("default", "pairs", "quads", "uneven", "one-slot")

@@ -32,12 +32,12 @@ def hide(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
 def hide_gurobi(monkeypatch: pytest.MonkeyPatch) -> None:
     """No gurobipy: the back-end module decides at import, so it is imported afresh (the
     original is put back afterwards)."""
-    import themis.arbiter.solvers
-    import themis.arbiter.solvers.gurobi as real
+    import themis.mechanism.solvers
+    import themis.mechanism.solvers.gurobi as real
 
     hide(monkeypatch, "gurobipy")
     monkeypatch.delitem(sys.modules, real.__name__)
-    monkeypatch.setattr(themis.arbiter.solvers, "gurobi", real)  # re-bound by the import
+    monkeypatch.setattr(themis.mechanism.solvers, "gurobi", real)  # re-bound by the import
 
 
 def one_line(err: str, *needles: str) -> None:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from themis.agent.endpoints import AGENT_ADDRESS_KEY, AGENT_PORT_KEY
-from themis.submarine_am.am import default_arbiter, http_hosts, url_host
-from themis.submarine_am.client import Cluster
+from themis.am.launchers.yarn.am import default_arbiter, http_hosts, url_host
+from themis.client.cluster import Cluster
 
 
 def test_am_http_advertises_the_nodemanager_host_and_binds_it() -> None:

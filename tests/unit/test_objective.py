@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import math
 
+from themis.am.hyperband import Hyperband
+from themis.am.launchers.yarn.am import container_command
 from themis.am.objective import Objective, parse_objective, trial_json
+from themis.am.searchspace import Double, SearchSpace
+from themis.client.cli import _render
 from themis.profiler.events import ScalarPoint
 from themis.profiler.profiler import JobProfile
-from themis.submarine_am.am import container_command
-from themis.submarine_am.cli import _render
-from themis.submarine_am.hyperband import Hyperband
-from themis.submarine_am.searchspace import Double, SearchSpace
 
 
 def _parse(raw: object) -> tuple[Objective, list[tuple[str, str]]]:

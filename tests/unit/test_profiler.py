@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from themis.agent.placement import DEFAULT
-from themis.cluster.topology import Locality
+from themis.mechanism.placement import DEFAULT
+from themis.mechanism.topology import Locality
 from themis.profiler import IterSample, LogDirTail, Profiler, estimate_slowdowns
 
 # The jobs run TensorFlow in subprocesses; this process must not import it (see

@@ -14,10 +14,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from themis.agent.bids import Bid, BidTable
-from themis.arbiter.round import run_round
-from themis.arbiter.solvers import make_solver
-from themis.cluster.topology import Gpu
+from themis.mechanism.bids import Bid, BidTable
+from themis.mechanism.round import run_round
+from themis.mechanism.solvers import make_solver
+from themis.mechanism.topology import Gpu
 from themis.yarn.bids import ReportedBids
 from themis.yarn.queues import pick, shares
 from themis.yarn.rounds import RoundEngine

@@ -8,10 +8,10 @@ from collections.abc import Mapping, Sequence
 
 import pytest
 
-from themis.agent.bids import Bid, BidTable
-from themis.arbiter.round import RoundError, distribute_leftover, run_round, select_bidders
-from themis.arbiter.solvers import make_solver
-from themis.cluster.topology import Gpu
+from themis.mechanism.bids import Bid, BidTable
+from themis.mechanism.round import RoundError, distribute_leftover, run_round, select_bidders
+from themis.mechanism.solvers import make_solver
+from themis.mechanism.topology import Gpu
 
 
 def test_select_keeps_worst_fraction_at_least_one() -> None:
@@ -27,7 +27,7 @@ def test_select_keeps_worst_fraction_at_least_one() -> None:
 def test_ties_in_rho_and_in_the_auction_favour_no_app() -> None:
     """Eight equally badly off apps, f = 0.8 (two bid) and one GPU that either bidder values
     the same: over seeds, every app gets to bid and to win; with a given seed, the same."""
-    from themis.arbiter.auction import run_auction
+    from themis.mechanism.auction import run_auction
 
     rhos = {f"a{i}": 2.0 for i in range(8)}
     gpu = Gpu("g0", "m0", "r0", "s0")

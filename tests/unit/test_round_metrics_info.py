@@ -9,7 +9,8 @@ import math
 
 import pytest
 
-from themis.arbiter.state import REJECT_CAUSES, ArbiterCore, CallError
+from themis.arbiter.errors import CallError
+from themis.arbiter.state import REJECT_CAUSES, ArbiterCore
 from themis.rpc.v1 import arbiter_pb2 as pb
 from themis.yarn.agents import OfferView
 from themis.yarn.bids import ReportedBids

@@ -38,7 +38,7 @@ def test_package_is_versioned() -> None:
 def test_bid_table_round_trip() -> None:
     import math
 
-    from themis.agent.bids import Bid, BidTable
+    from themis.mechanism.bids import Bid, BidTable
     from themis.rpc.convert import table_from_pb, table_to_pb
 
     t = BidTable("a", math.inf, (Bid(("g0", "g1"), 2.0), Bid(("g2",), 3.5)))

@@ -16,7 +16,7 @@ JOB = ('import json, sys, time; t0 = time.time(); time.sleep(1.0); '
 
 def _starts(tmp: Path, slots: int) -> list[float]:
     procs = [subprocess.Popen(
-        [sys.executable, "-m", "themis.submarine_am.runner", "--am", "http://127.0.0.1:9",
+        [sys.executable, "-m", "themis.am.launchers.yarn.runner", "--am", "http://127.0.0.1:9",
          "--job-id", f"j{i}", "--logdir", str(tmp / f"logs{i}"), "--report-every", "0.2",
          "--start-slots", str(slots), "--slot-dir", str(tmp), "--", sys.executable, "-c", JOB],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True) for i in range(2)]

@@ -20,7 +20,7 @@ import pytest
 from themis.arbiter.cluster_backend import uniform_cluster
 from themis.arbiter.service import ArbiterServer
 from themis.arbiter.state import ArbiterConfig
-from themis.rpc.testing import creds, settle, stub, wait_for
+from themis.arbiter.testing import creds, settle, stub, wait_for
 from themis.rpc.v1 import arbiter_pb2 as pb
 
 SC = grpc.StatusCode

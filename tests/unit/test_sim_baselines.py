@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from themis.agent.fairness import RemainingTime
-from themis.cluster.topology import Topology
+from themis.mechanism.fairness import RemainingTime
+from themis.mechanism.topology import Topology
 from themis.sim.cluster import build_cluster
 from themis.sim.engine import SimConfig, SimResult, Simulator
 from themis.sim.policies import make_policy

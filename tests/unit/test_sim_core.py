@@ -91,7 +91,7 @@ def test_synthetic_run_all_apps_finish_with_invariants() -> None:
 def test_the_reported_model_equals_one_built_with_job_checks() -> None:
     """AppState.model skips Job's validation (values from the checked spec): the model
     must equal the one the checked constructor gives, and a bad error is refused."""
-    from themis.agent.model import Job, ModelError
+    from themis.mechanism.model import Job, ModelError
     from themis.sim.state import AppState
 
     jobs = tuple(JobSpec(f"j{i}", 0.5 + i, 1 + i % 3, 100.0 * (i + 1)) for i in range(4))

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from themis.agent.fairness import IdealTime
-from themis.agent.placement import NETWORK_INTENSIVE
+from themis.mechanism.fairness import IdealTime
+from themis.mechanism.placement import NETWORK_INTENSIVE
 from themis.sim.cluster import build_cluster
 from themis.sim.engine import SimConfig, SimResult, Simulator
 from themis.sim.isolated import isolated_finish_times

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from themis.cluster.topology import Topology
+from themis.mechanism.topology import Topology
 from themis.sim.cluster import build_cluster, default_cluster
 from themis.sim.engine import SimConfig, Simulator
 from themis.sim.experiments import lying_cluster

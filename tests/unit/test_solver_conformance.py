@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from themis.arbiter.solvers import (
+from themis.mechanism.solvers import (
     Bundle,
     PackingProblem,
     Solution,
@@ -16,18 +16,18 @@ from themis.arbiter.solvers import (
     SolverUnavailable,
     evaluate,
 )
-from themis.arbiter.solvers.auto import BACKENDS, CHAINS, make_solver
-from themis.arbiter.solvers.bruteforce import BruteForceSolver
+from themis.mechanism.solvers.auto import BACKENDS, CHAINS, make_solver
+from themis.mechanism.solvers.bruteforce import BruteForceSolver
 
 from ._instances import packing_problems
 
-# the LP branch and cut once per LP engine (themis.arbiter.solvers.lp_engines)
+# the LP branch and cut once per LP engine (themis.mechanism.solvers.lp_engines)
 _LP_ENGINE_VARIANTS = ("lpbb:highs", "lpbb:native")
 
 
 def _make(name: str) -> Solver:
     if name in _LP_ENGINE_VARIANTS:
-        from themis.arbiter.solvers.lpbb import LpBranchAndBound
+        from themis.mechanism.solvers.lpbb import LpBranchAndBound
 
         return LpBranchAndBound(lp_engine=name.split(":")[1])
     return make_solver(name)
@@ -56,9 +56,9 @@ def test_open_source_backends_are_always_available() -> None:
 def test_the_native_lp_engine_is_built() -> None:
     """pip compiles it (setup.py); without it lpbb silently runs on HiGHS, ~3-9x slower
     per LP - a build that lost it must not pass unnoticed."""
-    from themis.arbiter.solvers.lp_engines import NATIVE_AVAILABLE
+    from themis.mechanism.solvers.lp_engines import NATIVE_AVAILABLE
 
-    assert NATIVE_AVAILABLE, "themis.arbiter.solvers._simplex was not built (C compiler?)"
+    assert NATIVE_AVAILABLE, "themis.mechanism.solvers._simplex was not built (C compiler?)"
     assert "lpbb:native" in _backends()
 
 
@@ -112,7 +112,7 @@ def test_resolves_on_one_model_match_brute_force(solver: Solver, problem: Packin
 # Problems on which highspy 1.16.0 returned a worse solution than the optimum it reported
 # when a re-used model was solved again: the MIP start (the optimum without an app, or
 # the last solution, which HiGHS keeps as the next start) came back in place of the
-# optimum (themis.arbiter.solvers.highs.HighsSolver._run)
+# optimum (themis.mechanism.solvers.highs.HighsSolver._run)
 _B = Bundle
 _RESOLVE_TRAPS = [
     PackingProblem(3, ((), (_B(4, 2.02),), (_B(2, 2.89), _B(3, 4.85), _B(4, 2.97)),
@@ -145,15 +145,15 @@ def test_conflict_prefers_the_larger_total(solver: Solver) -> None:
 
 
 def test_unknown_solver_lists_valid_names() -> None:
-    from themis.arbiter.solvers import SolverError
+    from themis.mechanism.solvers import SolverError
 
     with pytest.raises(SolverError, match="valid: auto"):
         make_solver("cplex")
 
 
 def test_bnb_ties_go_to_the_earlier_bundle_and_parts_are_independent() -> None:
-    from themis.arbiter.solvers.bnb import BranchAndBoundSolver
-    from themis.arbiter.solvers.components import components
+    from themis.mechanism.solvers.bnb import BranchAndBoundSolver
+    from themis.mechanism.solvers.components import components
 
     # app0: two equally good bundles, the later one on a higher mask; app1 and app2 form a
     # separate part (GPUs 4-5) that conflicts internally.
@@ -175,10 +175,10 @@ def test_bnb_ties_go_to_the_earlier_bundle_and_parts_are_independent() -> None:
 
 def _budgeted(name: str) -> Solver:
     if name == "bnb":
-        from themis.arbiter.solvers.bnb import BranchAndBoundSolver
+        from themis.mechanism.solvers.bnb import BranchAndBoundSolver
 
         return BranchAndBoundSolver(node_limit=3)
-    from themis.arbiter.solvers.lpbb import LpBranchAndBound
+    from themis.mechanism.solvers.lpbb import LpBranchAndBound
 
     return LpBranchAndBound(node_limit=1)
 
@@ -189,7 +189,7 @@ def _budgeted(name: str) -> Solver:
 def test_fallback_keeps_the_solves_a_budgeted_backend_finished(
     budgeted: str, problem: PackingProblem
 ) -> None:
-    from themis.arbiter.solvers import FallbackSolver
+    from themis.mechanism.solvers import FallbackSolver
 
     chain = FallbackSolver(_budgeted(budgeted), BruteForceSolver(), quiet=True)
     excluded = [None, *range(len(problem.apps))]
@@ -203,8 +203,8 @@ def test_lpbb_branches_on_a_fractional_relaxation() -> None:
     worth 1.5 (every bundle at 1/2), the best packing 1. Without cuts the LP branch and
     bound must branch to find it; with a budget of one LP it gives up with
     SolverBudgetExceeded. With cuts, the root's clique cut closes the gap (one node)."""
-    from themis.arbiter.solvers.base import SolverBudgetExceeded
-    from themis.arbiter.solvers.lpbb import LpBranchAndBound
+    from themis.mechanism.solvers.base import SolverBudgetExceeded
+    from themis.mechanism.solvers.lpbb import LpBranchAndBound
 
     p = PackingProblem(3, ((Bundle(0b011, 1.0),), (Bundle(0b110, 1.0),), (Bundle(0b101, 1.0),)))
     solver = LpBranchAndBound(root_cut_rounds=0)
@@ -224,7 +224,7 @@ def test_lpbb_retries_a_solve_without_a_winner_with_the_full_cutting_effort(
     """A solve without a winner stops cutting early (here: at once) and branches; when
     that exceeds its node budget it is solved again with the full cutting effort, which
     closes this odd triangle at the root, instead of giving up."""
-    import themis.arbiter.solvers.lpbb as lpbb
+    import themis.mechanism.solvers.lpbb as lpbb
 
     monkeypatch.setattr(lpbb, "GAP_STALL_ROUNDS", 0)
     triangle = ((Bundle(0b011, 1.0),), (Bundle(0b110, 1.0),), (Bundle(0b101, 1.0),))
@@ -240,7 +240,7 @@ def test_lpbb_solves_the_rest_of_a_problem_patiently_after_one_ran_out_of_nodes(
     """Impatient solves that run out of nodes come in runs (the same fractional points
     reappear without each winner): after the first, the problem's later solves get the
     full cutting effort at once instead of first wasting their impatient budget."""
-    import themis.arbiter.solvers.lpbb as lpbb
+    import themis.mechanism.solvers.lpbb as lpbb
 
     monkeypatch.setattr(lpbb, "GAP_STALL_ROUNDS", 0)
     triangle = ((Bundle(0b011, 1.0),), (Bundle(0b110, 1.0),), (Bundle(0b101, 1.0),))
@@ -277,7 +277,7 @@ class _Recorder(Solver):
     def solve_many(
         self, problem: PackingProblem, excluded: Sequence[int | None]
     ) -> list[Solution]:
-        from themis.arbiter.solvers.base import SolverBudgetExceeded
+        from themis.mechanism.solvers.base import SolverBudgetExceeded
 
         done: list[Solution] = []
         for e in excluded:
@@ -291,7 +291,7 @@ class _Recorder(Solver):
 
 @pytest.mark.parametrize("budget", [True, False])
 def test_fallback_keeps_finished_solves_and_hands_over_the_rest(budget: bool) -> None:
-    from themis.arbiter.solvers import FallbackSolver
+    from themis.mechanism.solvers import FallbackSolver
 
     p = PackingProblem(1, tuple((Bundle(1, 1.0),) for _ in range(4)))
     primary, fallback = _Recorder("p", fail_on=1, budget=budget), _Recorder("f")
@@ -306,7 +306,7 @@ def test_a_primary_that_gave_up_on_a_problem_is_not_asked_about_it_again() -> No
     """The auction's second call (the solves without each winner) on a problem whose
     proportional-fair solve the primary gave up on goes straight to the fallback; another
     problem is the primary's again."""
-    from themis.arbiter.solvers import FallbackSolver
+    from themis.mechanism.solvers import FallbackSolver
 
     p = PackingProblem(1, tuple((Bundle(1, 1.0),) for _ in range(3)))
     # the primary fails on the proportional-fair solve (excluded None), the fallback never
@@ -323,7 +323,7 @@ def test_a_primary_that_gave_up_on_a_problem_is_not_asked_about_it_again() -> No
 def test_a_nested_chain_names_the_backend_that_finished() -> None:
     """The open-fast chain nests one fallback in another: its name is the back-end that
     finished the last call, however deep (the benchmarks report it)."""
-    from themis.arbiter.solvers import FallbackSolver
+    from themis.mechanism.solvers import FallbackSolver
 
     p = PackingProblem(1, ((Bundle(1, 1.0),), (Bundle(1, 1.0),)))
     inner = FallbackSolver(_Recorder("lp", fail_on=0), _Recorder("milp"), quiet=True)
@@ -338,9 +338,9 @@ def test_a_nested_chain_names_the_backend_that_finished() -> None:
 
 @pytest.mark.parametrize("budgeted", ["bnb", "lpbb"])
 def test_a_zero_budget_for_large_models_hands_them_over_at_once(budgeted: str) -> None:
-    from themis.arbiter.solvers.base import LARGE_MODEL_BUNDLES, SolverBudgetExceeded
-    from themis.arbiter.solvers.bnb import BranchAndBoundSolver
-    from themis.arbiter.solvers.lpbb import LpBranchAndBound
+    from themis.mechanism.solvers.base import LARGE_MODEL_BUNDLES, SolverBudgetExceeded
+    from themis.mechanism.solvers.bnb import BranchAndBoundSolver
+    from themis.mechanism.solvers.lpbb import LpBranchAndBound
 
     def make() -> Solver:
         if budgeted == "bnb":
@@ -356,8 +356,8 @@ def test_a_zero_budget_for_large_models_hands_them_over_at_once(budgeted: str) -
 
 
 def test_bnb_declines_models_beyond_its_bundle_limit_before_searching() -> None:
-    from themis.arbiter.solvers.base import SolverBudgetExceeded
-    from themis.arbiter.solvers.bnb import BranchAndBoundSolver
+    from themis.mechanism.solvers.base import SolverBudgetExceeded
+    from themis.mechanism.solvers.bnb import BranchAndBoundSolver
 
     p = PackingProblem(4, tuple((Bundle(1 << a, 1.0), Bundle(1 << (a + 1) % 4, 0.5))
                                 for a in range(4)))  # 8 bundles

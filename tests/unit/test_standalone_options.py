@@ -9,16 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from themis.cli import build_parser, main
-from themis.standalone.cli import build_options
-from themis.standalone.report import gpu_moves, held_at, held_steps, overlap_s
-from themis.standalone.runner import Display
-from themis.standalone.spec import (
+from themis.am.launchers.local.spec import (
     AppSpec,
     SpecError,
     default_app,
     load_app_spec,
 )
+from themis.cli import build_parser, main
+from themis.standalone.cli import build_options
+from themis.standalone.report import gpu_moves, held_at, held_steps, overlap_s
+from themis.standalone.runner import Display
 
 GOOD = {
     "name": "lr",
@@ -396,9 +396,9 @@ def test_display_rows_and_lines_mode(tmp_path: Path) -> None:
 def test_assignment_is_sticky_and_prefers_running_jobs(tmp_path: Path) -> None:
     import time
 
+    from themis.am.launchers.local.appmaster import AppMaster
+    from themis.am.launchers.local.jobs import Segment
     from themis.arbiter.cluster_backend import uniform_cluster
-    from themis.standalone.appmaster import AppMaster
-    from themis.standalone.jobs import Segment
 
     topo = uniform_cluster(2, 2).topology()
     app = default_app(0, max_resource=3, eta=3, steps_per_unit=20, max_gpus_per_job=1)

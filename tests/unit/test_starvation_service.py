@@ -15,9 +15,14 @@ from typing import Any
 import grpc
 import pytest
 
-from themis.agent.bidder import ModelBidder
 from themis.agent.client import AgentClient
-from themis.agent.fairness import (
+from themis.arbiter.cluster_backend import StaticCluster, uniform_cluster
+from themis.arbiter.errors import CallError
+from themis.arbiter.service import ArbiterServer
+from themis.arbiter.state import ArbiterConfig, ArbiterCore
+from themis.arbiter.testing import creds, settle, stub
+from themis.mechanism.bidder import ModelBidder
+from themis.mechanism.fairness import (
     ClusterShape,
     FairnessContext,
     Starvation,
@@ -25,13 +30,9 @@ from themis.agent.fairness import (
     ideal_time,
     served_now_rho,
 )
-from themis.agent.model import AppModel, Job
-from themis.arbiter.cluster_backend import StaticCluster, uniform_cluster
-from themis.arbiter.service import ArbiterServer
-from themis.arbiter.state import ArbiterConfig, ArbiterCore, CallError
-from themis.cluster.topology import Gpu
+from themis.mechanism.model import AppModel, Job
+from themis.mechanism.topology import Gpu
 from themis.rpc.convert import shape_from_pb, shape_to_pb
-from themis.rpc.testing import creds, settle, stub
 from themis.rpc.v1 import arbiter_pb2 as pb
 from themis.yarn.agents import AgentEndpoint, OfferView
 from themis.yarn.bids import ReportedBids

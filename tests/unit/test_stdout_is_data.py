@@ -88,8 +88,8 @@ def test_auction_prints_only_json_whatever_the_solving_prints() -> None:
 
 def test_highs_model_creation_prints_nothing() -> None:
     """The banner highspy 1.16 prints from ``Highs()`` is not printed (highs.new_highs)."""
-    program = ("from themis.arbiter.solvers.highs import PackingLp\n"
-               "from themis.arbiter.solvers.base import Bundle, PackingProblem\n"
+    program = ("from themis.mechanism.solvers.highs import PackingLp\n"
+               "from themis.mechanism.solvers.base import Bundle, PackingProblem\n"
                "PackingLp(PackingProblem(1, ((Bundle(1, 1.0),),))).highs(integer=True).run()\n"
                "print('done')\n")
     proc = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,

@@ -13,15 +13,15 @@ from typing import Any
 
 import pytest
 
+from themis.am.appstate import hyperband_to_dict, restore_hyperband
+from themis.am.launchers.yarn.am import AppMaster, parse_container_id
+from themis.am.launchers.yarn.records import Run
+from themis.am.spec import parse_spec
 from themis.arbiter.cluster_backend import StaticCluster
 from themis.arbiter.service import ArbiterServer
 from themis.arbiter.state import ArbiterConfig
-from themis.cluster.topology import Gpu
-from themis.submarine_am.am import AppMaster, parse_container_id
-from themis.submarine_am.appstate import hyperband_to_dict, restore_hyperband
-from themis.submarine_am.dockerrt import EXECUTOR_KEY, LCE, RUNTIMES_KEY
-from themis.submarine_am.records import Run
-from themis.submarine_am.spec import parse_spec
+from themis.hadoop.dockerrt import EXECUTOR_KEY, LCE, RUNTIMES_KEY
+from themis.mechanism.topology import Gpu
 
 NODES = {"nm1:8041": ("/rack1", 2), "nm2:8141": ("/rack2", 2)}
 CMD = ("train --job-id {job_id} --max-steps {max_steps} --checkpoint-uri {checkpoint_uri} "
@@ -67,7 +67,7 @@ class FakeShell:
 
     def launch(self, container: str, command: str, env_json: str) -> None:
         c = self.containers[container]
-        if "themis.submarine_am.tbserve" in command:  # the app's TensorBoard: serves, no steps
+        if "themis.am.launchers.yarn.tbserve" in command:  # the app's TensorBoard: serves, no steps
             c.update(service=command)
             self.launched_services.append(command)
             assert c["gpus"] == 0 and json.loads(env_json)["HADOOP_USER_NAME"]

@@ -16,9 +16,9 @@ from tensorboard.compat.proto import event_pb2, summary_pb2
 from tensorboard.summary.writer.record_writer import RecordWriter
 
 from themis.cli import main as themis_main
+from themis.hadoop.tblogs import EventLogUpload, tensorboard_dir
+from themis.hadoop.webhdfs import WebHdfs, WebHdfsError
 from themis.profiler import LogDirTail
-from themis.submarine_am.tblogs import EventLogUpload, tensorboard_dir
-from themis.submarine_am.webhdfs import WebHdfs, WebHdfsError
 
 from ._fake_webhdfs import FakeWebHdfs
 
@@ -171,7 +171,7 @@ def test_runner_copies_the_jobs_event_files_to_hdfs(fake: FakeWebHdfs, tmp_path:
     event_file = logdir / "events.out.tfevents.9.nm1.7.0.job"
     env = {**os.environ, "THEMIS_WEBHDFS_URL": fake.url, "HADOOP_USER_NAME": "root",
            "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    cmd = [sys.executable, "-m", "themis.submarine_am.runner", "--am", "http://127.0.0.1:9",
+    cmd = [sys.executable, "-m", "themis.am.launchers.yarn.runner", "--am", "http://127.0.0.1:9",
            "--job-id", "j7", "--logdir", str(logdir), "--start-slots", "0",
            "--report-every", "0.2", "--tensorboard-dir", dest, "--tensorboard-every", "0.2",
            "--", sys.executable, "-c", JOB, str(event_file)]
@@ -182,8 +182,8 @@ def test_runner_copies_the_jobs_event_files_to_hdfs(fake: FakeWebHdfs, tmp_path:
 
 
 def test_am_launches_runners_with_the_jobs_hdfs_tensorboard_dir() -> None:
-    from themis.submarine_am.am import AppMaster
-    from themis.submarine_am.records import Run
+    from themis.am.launchers.yarn.am import AppMaster
+    from themis.am.launchers.yarn.records import Run
 
     from .test_submarine_am import _spec
 

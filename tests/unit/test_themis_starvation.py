@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from themis.agent.fairness import best_locality, served_now_rho
-from themis.arbiter import round as round_mod
+from themis.mechanism import round as round_mod
+from themis.mechanism.fairness import best_locality, served_now_rho
 from themis.sim.cluster import default_cluster
 from themis.sim.policies import RoundContext, make_policy
 from themis.sim.policies import themis as themis_mod
@@ -88,9 +88,9 @@ def test_run_round_with_priority_serves_the_worst_starving_app_on_one_gpu() -> N
     """One free GPU, two starving apps: with the filter key the worse-off one is the only
     starving bidder and wins the GPU whole (sole bidder: c = 1); without it the auction
     would prefer the app with the lower rho once served."""
-    from themis.agent.bids import Bid, BidTable
-    from themis.arbiter.solvers import make_solver
-    from themis.cluster.topology import Gpu
+    from themis.mechanism.bids import Bid, BidTable
+    from themis.mechanism.solvers import make_solver
+    from themis.mechanism.topology import Gpu
 
     gpu = Gpu("m0/0", "m0", "r0", "s0")
     # "short" would finish at rho 1.5 with the GPU, "long" at rho 1.1: the auction alone

@@ -16,14 +16,14 @@ from contextlib import contextmanager
 import grpc
 import pytest
 
-from themis.agent.bidder import ModelBidder
 from themis.agent.client import AgentClient
-from themis.agent.model import AppModel, Job
 from themis.arbiter.cluster_backend import StaticCluster, gpus_from_spec
-from themis.arbiter.round import LeaseGrant
 from themis.arbiter.service import ArbiterServer
 from themis.arbiter.state import ArbiterConfig
-from themis.cluster.topology import Gpu
+from themis.mechanism.bidder import ModelBidder
+from themis.mechanism.model import AppModel, Job
+from themis.mechanism.round import LeaseGrant
+from themis.mechanism.topology import Gpu
 
 
 def cluster_gpus(machines: int, per_machine: int) -> list[Gpu]:

@@ -16,8 +16,8 @@ import pytest
 
 from tests.unit._tls import self_signed
 from themis.arbiter.state import ArbiterConfig
-from themis.arbiter.tls import CERT_KEY, ENABLED_KEY
-from themis.rpc.testing import creds, settle, stub
+from themis.arbiter.testing import creds, settle, stub
+from themis.rpc.tls import CERT_KEY, ENABLED_KEY
 from themis.rpc.v1 import arbiter_pb2 as pb
 from themis.yarn.agents import AgentEndpoint
 from themis.yarn.auth import AmRmTokenRegistrar

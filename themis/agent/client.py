@@ -5,7 +5,7 @@ opens the event stream and, on a background thread:
 
 * answers each Offer before its deadline with ``bidder.bid(offer)`` (SubmitBid);
 * on an Allocation records the new leases, asks ``bidder.on_allocation`` for an updated
-  rho (the cached-table rule, see :mod:`themis.agent.bidder`) and reports it, then calls
+  rho (the cached-table rule, see :mod:`themis.mechanism.bidder`) and reports it, then calls
   ``on_allocation``; on a LeaseWarning calls ``on_lease_warning``;
 * on UNAVAILABLE (arbiter down) reconnects with exponential back-off (with jitter);
   on NOT_FOUND (the arbiter restarted and forgot the app) registers again, getting a new
@@ -32,9 +32,9 @@ from typing import Any, cast
 
 import grpc
 
-from themis.agent.bidder import AllocationInfo, Bidder, OfferInfo
 from themis.agent.endpoints import parse_addresses
-from themis.agent.model import ModelError
+from themis.mechanism.bidder import AllocationInfo, Bidder, OfferInfo
+from themis.mechanism.model import ModelError
 from themis.rpc import keepalive
 from themis.rpc.convert import gpu_from_pb, shape_from_pb, table_to_pb
 from themis.rpc.v1 import arbiter_pb2 as pb
@@ -90,7 +90,7 @@ class AgentClient:
     ) -> None:
         """``registration_token``: proof that this is the app's AM (proto RegisterAppRequest),
         or a function returning the current one (asked at every registration: a YARN AM's
-        AMRMToken rolls over). ``tls``: channel credentials (themis.arbiter.tls) for an
+        AMRMToken rolls over). ``tls``: channel credentials (themis.rpc.tls) for an
         endpoint serving TLS; None = plaintext."""
         self.addresses = parse_addresses(address)
         if not self.addresses or any(c in address for c in "\n\r\t"):

@@ -1,7 +1,7 @@
 """A minimal agent for smoke-testing an arbiter endpoint: ``python -m themis.agent.probe``.
 
 It registers an app over gRPC, bids on every offer with the real agent code
-(:class:`~themis.agent.bidder.ModelBidder` on a synthetic single-job app) and prints one JSON
+(:class:`~themis.mechanism.bidder.ModelBidder` on a synthetic single-job app) and prints one JSON
 line per event (``registered``, ``offer``, ``allocation``, ``lease_warning``, ``done``) on
 stdout. Admins use it to check that the ResourceManager's agents' endpoint answers; the
 RM plugin's integration test uses it as a real agent next to a real RM.
@@ -23,10 +23,10 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from themis.agent.bidder import AllocationInfo, ModelBidder, OfferInfo
 from themis.agent.client import AgentClient
-from themis.agent.model import AppModel, Job
-from themis.arbiter.tls import channel_credentials
+from themis.mechanism.bidder import AllocationInfo, ModelBidder, OfferInfo
+from themis.mechanism.model import AppModel, Job
+from themis.rpc.tls import channel_credentials
 
 TOKEN_ENV = "THEMIS_REGISTRATION_TOKEN"
 

@@ -2,8 +2,8 @@
 the app's objective), the agent's bidder, and the job lifecycle - start, stop with a
 checkpoint, resume, and the failure and retry policy - over a small :class:`Launcher`
 interface with two implementations, local processes
-(:class:`themis.standalone.jobs.LocalProcessLauncher`) and YARN containers through the JVM
-shell (:class:`themis.submarine_am.launcher.YarnContainerLauncher`). Their conformance
+(:class:`themis.am.launchers.local.jobs.LocalProcessLauncher`) and YARN containers through the JVM
+shell (:class:`themis.am.launchers.yarn.launcher.YarnContainerLauncher`). Their conformance
 suite is :mod:`themis.testing.am_conformance`.
 
 Lifecycle of one job (a Hyperband trial):
@@ -42,20 +42,20 @@ from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
-from themis.agent.bidder import ModelBidder, OfferInfo
-from themis.agent.bids import BidTable
-from themis.agent.fairness import FairnessContext, rho
-from themis.agent.model import AppModel, ModelError
-from themis.agent.placement import DEFAULT, PlacementProfile
+from themis.am.appstate import hyperband_to_dict, restore_hyperband
+from themis.am.hyperband import Hyperband, HyperbandJob, JobStatus, RungOutcome
 from themis.am.objective import trial_json
+from themis.am.packing import JobNeed, gpu_counts
 from themis.am.taskgroup import TaskGroup
-from themis.cluster.topology import Locality
-from themis.submarine_am.appstate import hyperband_to_dict, restore_hyperband
-from themis.submarine_am.hyperband import Hyperband, HyperbandJob, JobStatus, RungOutcome
-from themis.submarine_am.packing import JobNeed, gpu_counts
+from themis.mechanism.bidder import ModelBidder, OfferInfo
+from themis.mechanism.bids import BidTable
+from themis.mechanism.fairness import FairnessContext, rho
+from themis.mechanism.model import AppModel, ModelError
+from themis.mechanism.placement import DEFAULT, PlacementProfile
+from themis.mechanism.topology import Locality
 
 if TYPE_CHECKING:
-    from themis.submarine_am.spec import AppSpec
+    from themis.am.spec import AppSpec
 
 STATE_FORMAT = "themis-am-core-v1"
 

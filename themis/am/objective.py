@@ -2,7 +2,7 @@
 metric (any TensorFlow scalar tag the jobs write), the goal (``minimize`` or ``maximize``)
 and an optional target value that ends the search as soon as one trial reaches it.
 
-Hyperband (:mod:`themis.submarine_am.hyperband`) ranks the trials of a rung by
+Hyperband (:mod:`themis.am.hyperband`) ranks the trials of a rung by
 :meth:`Objective.rank_key`; the profiler (:class:`themis.profiler.Profiler`) reads the
 metric's values from the jobs' event files. A trial without a value, or with a value that is
 not finite (a diverged loss, NaN accuracy), ranks last whatever the goal.
@@ -91,7 +91,7 @@ def parse_objective(raw: Any, bad: Callable[[str, str], None]) -> Objective:
 
 
 def trial_json(job: Any, objective: Objective) -> dict[str, Any]:
-    """One trial (a :class:`~themis.submarine_am.hyperband.HyperbandJob`) as reports and
+    """One trial (a :class:`~themis.am.hyperband.HyperbandJob`) as reports and
     status show it: id, objective value, steps, status and hyper-parameters."""
     value = job.loss
     return {"id": job.id, "value": value if value is None or math.isfinite(value) else None,

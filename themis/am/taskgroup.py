@@ -13,7 +13,7 @@ same cluster and its own task::
 (``"ps"`` only when the job has parameter servers). Addresses are localhost with free
 ports in standalone mode; on YARN each task's runner binds a free port on its container's
 host and reports it to the AM, which hands every task the cluster once all of them have
-reported (:mod:`themis.submarine_am.runner`).
+reported (:mod:`themis.am.launchers.yarn.runner`).
 """
 
 from __future__ import annotations

@@ -31,12 +31,12 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from themis.agent.bids import Bid, BidTable
-from themis.arbiter.auction import run_auction
-from themis.arbiter.errors import InvalidBid, InvalidOffer
-from themis.arbiter.round import distribute_leftover
-from themis.arbiter.solvers import SolverError, make_solver
-from themis.cluster.topology import Gpu, Topology, TopologyError
+from themis.mechanism.auction import run_auction
+from themis.mechanism.bids import Bid, BidTable
+from themis.mechanism.errors import InvalidBid, InvalidOffer
+from themis.mechanism.round import distribute_leftover
+from themis.mechanism.solvers import SolverError, make_solver
+from themis.mechanism.topology import Gpu, Topology, TopologyError
 from themis.safeinput import InputError, Limits, field_path, load_json, short
 from themis.stdio import stdout_to_stderr
 

@@ -21,10 +21,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from themis.agent.fairness import ClusterShape
-from themis.arbiter.round import LeaseGrant
-from themis.cluster.topology import Gpu, Topology
 from themis.docfile import DocumentError, read_document
+from themis.mechanism.fairness import ClusterShape
+from themis.mechanism.round import LeaseGrant
+from themis.mechanism.topology import Gpu, Topology
 
 
 class ClusterSpecError(ValueError):

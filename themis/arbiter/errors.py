@@ -1,16 +1,25 @@
-"""Errors raised by the arbiter on bad input. Each message names the app, bid and problem."""
+"""The arbiter service's refusals: a :class:`CallError` carries a :class:`Code`, and the
+gRPC layer (:mod:`themis.arbiter.service`) answers with the status code of the same name.
+The mechanism's own input errors (a malformed bid table) are :mod:`themis.mechanism.errors`."""
+
+from __future__ import annotations
+
+from enum import Enum
 
 
-class InvalidBid(ValueError):
-    """A bid table is malformed: unknown/duplicate GPU, GPU not offered, bad rho, ..."""
+class Code(Enum):
+    """Error classes; the gRPC layer maps them 1:1 onto status codes of the same name."""
 
-    def __init__(self, app_id: str, problem: str, bid_index: int | None = None) -> None:
-        where = f"app {app_id!r}" + (f", bid #{bid_index}" if bid_index is not None else "")
-        super().__init__(f"{where}: {problem}")
-        self.app_id = app_id
-        self.bid_index = bid_index
-        self.problem = problem
+    INVALID_ARGUMENT = "INVALID_ARGUMENT"
+    PERMISSION_DENIED = "PERMISSION_DENIED"
+    NOT_FOUND = "NOT_FOUND"
+    ALREADY_EXISTS = "ALREADY_EXISTS"
+    FAILED_PRECONDITION = "FAILED_PRECONDITION"
+    RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"  # a message beyond a size limit
 
 
-class InvalidOffer(ValueError):
-    """The set of GPUs up for auction is malformed (empty/duplicate ids)."""
+class CallError(Exception):
+    def __init__(self, code: Code, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message

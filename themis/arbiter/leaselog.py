@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from themis.arbiter.round import LeaseGrant
+from themis.mechanism.round import LeaseGrant
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ application master; the arbiter core asks its :class:`Registrar` before it chang
 * Under YARN the token is the AM's AMRMToken, checked by the ResourceManager
   (:class:`themis.yarn.auth.AmRmTokenRegistrar`): only the RM and the AM's container hold it.
 
-A registrar raises :class:`~themis.arbiter.state.CallError` with PERMISSION_DENIED naming the
+A registrar raises :class:`~themis.arbiter.errors.CallError` with PERMISSION_DENIED naming the
 reason (missing, malformed, wrong, another app's, an app that has ended).
 """
 
@@ -20,7 +20,7 @@ import hmac
 import secrets
 from typing import Protocol
 
-from themis.arbiter.state import CallError, Code
+from themis.arbiter.errors import CallError, Code
 
 #: characters of a registration token; a longer one is refused without being looked at (an
 #: AMRMToken in Hadoop's URL-safe encoding is ~150 characters)

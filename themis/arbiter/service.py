@@ -10,7 +10,7 @@ idle or slow clients cannot starve the service (docs/protocol.md, "Limits"). The
 call (the core's methods, which take locks and may ask the RM) runs on a bounded thread pool
 after its request has arrived; each app has at most one open stream (a new one closes the
 previous) and each connection at most ``MAX_STREAMS_PER_CONNECTION`` concurrent calls.
-With ``tls`` (:class:`~themis.arbiter.tls.ServerTls`) the port serves TLS only.
+With ``tls`` (:class:`~themis.rpc.tls.ServerTls`) the port serves TLS only.
 
 Input is bounded (docs/protocol.md, "Limits"): a request larger than ``max_message_bytes``
 is refused by gRPC with RESOURCE_EXHAUSTED before it is parsed; bytes that do not parse as
@@ -35,9 +35,10 @@ import grpc
 import grpc.aio
 
 from themis.arbiter.cluster_backend import ClusterBackend
-from themis.arbiter.state import ArbiterConfig, ArbiterCore, CallError
-from themis.arbiter.tls import ServerTls
+from themis.arbiter.errors import CallError
+from themis.arbiter.state import ArbiterConfig, ArbiterCore
 from themis.rpc import keepalive
+from themis.rpc.tls import ServerTls
 from themis.rpc.v1 import arbiter_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -261,7 +262,7 @@ class ArbiterServer:
     def start(self, port: int = 0, *, host: str = HOST, own_rounds: bool = True) -> int:
         """Serve on ``host:port`` (port 0 = ephemeral; returns the port). ``own_rounds=False``
         leaves round timing and leases to the caller (the YARN engine; see
-        :meth:`ArbiterCore.collect_external`). Raises :class:`~themis.arbiter.tls.TlsError`
+        :meth:`ArbiterCore.collect_external`). Raises :class:`~themis.rpc.tls.TlsError`
         for unusable TLS files, OSError when the address cannot be bound."""
         creds = self.tls.credentials() if self.tls is not None else None
         loop = asyncio.new_event_loop()

@@ -2,7 +2,7 @@
 
 Keeps the registered apps (id, secret, last rho, demand, event queue), the lease table and
 the round loop: on a trigger (lease expiry, released GPUs, a new or reconnected app, an
-app leaving) it runs the core's :func:`~themis.arbiter.round.run_round` over the free GPUs
+app leaving) it runs the core's :func:`~themis.mechanism.round.run_round` over the free GPUs
 of a :class:`~themis.arbiter.cluster_backend.ClusterBackend`, sending offers to the bidders
 chosen by the fairness knob and collecting bids until the deadline. GPUs whose lease ran
 out since the last round are passed as ``previous`` (renewed to a holder that does not
@@ -28,26 +28,26 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import TYPE_CHECKING, Any
 
-from themis.agent.bids import BidTable
-from themis.agent.fairness import (
+from themis.arbiter.cluster_backend import ClusterBackend
+from themis.arbiter.errors import CallError, Code
+from themis.arbiter.leaselog import LeaseLog, LeaseLogError
+from themis.mechanism.auction import validate_tables
+from themis.mechanism.bids import BidTable
+from themis.mechanism.errors import InvalidBid, InvalidOffer
+from themis.mechanism.fairness import (
     DEFAULT_IDEAL_TIME,
     DEFAULT_STARVATION,
     Starvation,
     parse_ideal_time,
     parse_starvation,
 )
-from themis.agent.model import ModelError
-from themis.arbiter.auction import validate_tables
-from themis.arbiter.cluster_backend import ClusterBackend
-from themis.arbiter.errors import InvalidBid, InvalidOffer
-from themis.arbiter.leaselog import LeaseLog, LeaseLogError
-from themis.arbiter.leases import LeaseTable
-from themis.arbiter.round import LeaseGrant, RoundOutcome, check_knob, run_round
-from themis.arbiter.solvers import make_solver
-from themis.cluster.topology import Gpu
+from themis.mechanism.leases import LeaseTable
+from themis.mechanism.model import ModelError
+from themis.mechanism.round import LeaseGrant, RoundOutcome, check_knob, run_round
+from themis.mechanism.solvers import make_solver
+from themis.mechanism.topology import Gpu
 from themis.rpc.convert import gpus_to_pb, lease_to_pb, shape_to_pb, table_from_pb
 from themis.rpc.v1 import arbiter_pb2 as pb
 from themis.safeinput import short
@@ -61,24 +61,6 @@ MAX_APP_ID = 128
 MAX_APPS_HINT = 1024  # registered apps beyond which the registration history is pruned
 MAX_SECRET = 256  # characters; a longer secret is wrong without being compared
 DEFAULT_MAX_APPS = 4096  # ArbiterConfig.max_apps
-
-
-class Code(Enum):
-    """Error classes; the gRPC layer maps them 1:1 onto status codes of the same name."""
-
-    INVALID_ARGUMENT = "INVALID_ARGUMENT"
-    PERMISSION_DENIED = "PERMISSION_DENIED"
-    NOT_FOUND = "NOT_FOUND"
-    ALREADY_EXISTS = "ALREADY_EXISTS"
-    FAILED_PRECONDITION = "FAILED_PRECONDITION"
-    RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"  # a message beyond a size limit
-
-
-class CallError(Exception):
-    def __init__(self, code: Code, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +83,7 @@ class ArbiterConfig:
     # announced at registration: "served-now" uses the keys agents report with rho = +inf
     starvation: str = str(DEFAULT_STARVATION)
     # bid table bounds (docs/protocol.md, "Limits"): an agent's menu for a 4,096-GPU offer
-    # has ~550 bundles and ~1.05 million GPU ids in all (themis.agent.bids)
+    # has ~550 bundles and ~1.05 million GPU ids in all (themis.mechanism.bids)
     max_bundles: int = 1024
     max_table_gpu_ids: int = 1 << 21
     # per-app limit on registrations (docs/yarn.md, "Security"): at most this many accepted

@@ -154,7 +154,7 @@ class LocalDirStore(CheckpointStore):
 
 class WebHdfsStore(CheckpointStore):
     """Checkpoints in HDFS through the WebHDFS REST API (the ``hdfs`` PyPI package, the
-    HDFS client of the whole project: :mod:`themis.submarine_am.webhdfs` adapts the same).
+    HDFS client of the whole project: :mod:`themis.hadoop.webhdfs` adapts the same).
 
     Publication uploads to a temporary directory and then issues one HDFS rename, which
     is atomic on the NameNode."""

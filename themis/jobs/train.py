@@ -72,7 +72,7 @@ LOG = logging.getLogger("themis.jobs.train")
 EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_CHECKPOINT_FAILED = 3
-LOCALITIES = ("slot", "machine", "rack", "cluster")  # = themis.cluster.topology.Locality
+LOCALITIES = ("slot", "machine", "rack", "cluster")  # = themis.mechanism.topology.Locality
 
 
 def _positive_int(text: str) -> int:

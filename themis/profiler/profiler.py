@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from themis.agent.placement import DEFAULT, PlacementProfile
-from themis.cluster.topology import Locality
+from themis.mechanism.placement import DEFAULT, PlacementProfile
+from themis.mechanism.topology import Locality
 from themis.profiler.events import LogDirTail, ScalarPoint
 from themis.profiler.slowdown import IterSample, estimate_slowdowns
 

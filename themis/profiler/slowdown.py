@@ -17,7 +17,7 @@ So with one job seen machine-local and cross-machine, S(cross-machine) is the ra
 the two medians, exactly "median at that level / median at the best level". Levels no
 job observed keep their defaults (1.0 slot and machine, 1.1 cross-machine, 1.3
 cross-rack); the result is clamped to >= 1 and made non-decreasing with spread by
-:meth:`themis.agent.placement.PlacementProfile.with_observed`.
+:meth:`themis.mechanism.placement.PlacementProfile.with_observed`.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from themis.agent.placement import DEFAULT, PlacementProfile
-from themis.cluster.topology import Locality
+from themis.mechanism.placement import DEFAULT, PlacementProfile
+from themis.mechanism.topology import Locality
 
 
 @dataclass(frozen=True, slots=True)

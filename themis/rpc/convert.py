@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from themis.agent.bids import Bid, BidTable
-from themis.agent.fairness import ClusterShape
-from themis.agent.model import ModelError
-from themis.arbiter.round import LeaseGrant
-from themis.cluster.topology import Gpu
+from themis.mechanism.bids import Bid, BidTable
+from themis.mechanism.fairness import ClusterShape
+from themis.mechanism.model import ModelError
+from themis.mechanism.round import LeaseGrant
+from themis.mechanism.topology import Gpu
 from themis.rpc.v1 import arbiter_pb2 as pb
 
 

@@ -12,9 +12,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from themis.agent.fairness import DEFAULT_IDEAL_TIME, IDEAL_TIME_NAMES, parse_ideal_time
-from themis.arbiter.solvers import SolverError
-from themis.cluster.topology import Topology
+from themis.mechanism.fairness import DEFAULT_IDEAL_TIME, IDEAL_TIME_NAMES, parse_ideal_time
+from themis.mechanism.solvers import SolverError
+from themis.mechanism.topology import Topology
 from themis.sim.cluster import load_cluster
 from themis.sim.engine import SimConfig, SimResult, Simulator
 from themis.sim.errors import SimError

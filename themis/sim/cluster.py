@@ -20,8 +20,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from themis.cluster.topology import Gpu, Topology, TopologyError
 from themis.docfile import DocumentError, read_document
+from themis.mechanism.topology import Gpu, Topology, TopologyError
 from themis.sim.errors import SpecError
 
 #: (machine count, GPUs per slot for each slot) of the 256-GPU cluster (see module doc).

@@ -24,9 +24,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from themis.agent.contention import ContentionTracker
-from themis.agent.fairness import DEFAULT_IDEAL_TIME, IdealTime
-from themis.cluster.topology import Topology
+from themis.mechanism.contention import ContentionTracker
+from themis.mechanism.fairness import DEFAULT_IDEAL_TIME, IdealTime
+from themis.mechanism.topology import Topology
 from themis.sim.errors import InvariantError, SimError
 from themis.sim.isolated import isolated_finish_times
 from themis.sim.policies.base import Policy, RoundContext, check_allocation
@@ -51,13 +51,13 @@ class SimConfig:
     # Lease expiries are rounded up to a multiple of this, so that leases granted close
     # together expire (and are re-offered) in one round instead of one round each.
     expiry_quantum_s: float = 120.0
-    # T_id of rho, in the agents' bids and in the reported metric (themis.agent.fairness)
+    # T_id of rho, in the agents' bids and in the reported metric (themis.mechanism.fairness)
     ideal_time: IdealTime = DEFAULT_IDEAL_TIME
 
 
 @dataclass(slots=True)
 class AppResult:
-    """One finished app. Ideal times (seconds) of both forms of themis.agent.fairness
+    """One finished app. Ideal times (seconds) of both forms of themis.mechanism.fairness
     with the app's N_avg at completion, and with N_avg = 1 (the app alone); ``t_floor``
     its completion time with the whole cluster to itself from its arrival
     (:func:`themis.sim.state.floor_time`); ``t_iso`` its completion time in Gavel's

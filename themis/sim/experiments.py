@@ -22,8 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from themis.agent.placement import PlacementProfile
-from themis.cluster.topology import Topology
+from themis.mechanism.placement import PlacementProfile
+from themis.mechanism.topology import Topology
 from themis.sim.cluster import build_cluster, default_cluster
 from themis.sim.engine import SimConfig, Simulator
 from themis.sim.loader import load_any

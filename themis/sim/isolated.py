@@ -8,7 +8,7 @@ fluid replay (no placement slowdown, no restart pauses, no leases):
 
 * while N apps are active, each owns g = R_C / N GPUs (a fraction when N > R_C);
 * an app runs its plan's phases one after the other; a phase with shape
-  (:class:`~themis.agent.model.PhaseShape`) advances at 1 / T_phase(g) of its work per
+  (:class:`~themis.mechanism.model.PhaseShape`) advances at 1 / T_phase(g) of its work per
   second, T_phase(g) = max(sum_j w_j / g, max_j w_j / min(d_j, g)) - the fluid schedule
   that runs every job at a rate proportional to its remaining work, which keeps the
   phase's shape and is optimal while g is constant;

@@ -13,10 +13,10 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from themis.agent.fairness import IdealTime
-from themis.agent.model import AppKind, AppModel, FuturePhase, Job, ModelError, PhaseShape
-from themis.agent.placement import PlacementProfile
-from themis.cluster.topology import Gpu, Locality, Topology, locality_of
+from themis.mechanism.fairness import IdealTime
+from themis.mechanism.model import AppKind, AppModel, FuturePhase, Job, ModelError, PhaseShape
+from themis.mechanism.placement import PlacementProfile
+from themis.mechanism.topology import Gpu, Locality, Topology, locality_of
 from themis.sim.errors import InvariantError
 from themis.sim.workload import AppSpec
 
@@ -292,7 +292,7 @@ def phase_shapes(spec: AppSpec) -> list[PhaseShape]:
 def app_ideal_time(
     spec: AppSpec, cluster_gpus: int, n_avg: float, ideal: IdealTime = IdealTime.PAPER
 ) -> float:
-    """T_id of the app's whole plan (themis.agent.fairness, section 3.2 / Eq. 2):
+    """T_id of the app's whole plan (themis.mechanism.fairness, section 3.2 / Eq. 2):
     ``paper``: B / min(R_C, app_demand_max) * N_avg, app_demand_max = the largest phase
     demand; ``exact``: the phases one after the other on R_C / N_avg GPUs."""
     n = max(1.0, n_avg)

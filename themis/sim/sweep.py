@@ -40,8 +40,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from themis.agent.fairness import DEFAULT_IDEAL_TIME, IdealTime
-from themis.cluster.topology import Topology
+from themis.mechanism.fairness import DEFAULT_IDEAL_TIME, IdealTime
+from themis.mechanism.topology import Topology
 from themis.sim.cluster import DEFAULT_SHAPES, build_cluster
 from themis.sim.errors import SimError, SpecError
 from themis.sim.workload import Workload

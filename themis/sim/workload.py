@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from themis.agent.placement import COMPUTE_INTENSIVE, NETWORK_INTENSIVE, PlacementProfile
+from themis.mechanism.placement import COMPUTE_INTENSIVE, NETWORK_INTENSIVE, PlacementProfile
 from themis.safeinput import InputError, Limits, load_json, read_bytes, short
 from themis.sim.errors import SpecError
 

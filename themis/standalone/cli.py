@@ -9,19 +9,19 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from themis.agent.fairness import (
-    DEFAULT_IDEAL_TIME,
-    DEFAULT_STARVATION,
-    IDEAL_TIME_NAMES,
-    STARVATION_NAMES,
-)
-from themis.standalone.spec import (
+from themis.am.launchers.local.spec import (
     DEFAULT_ETA,
     DEFAULT_MAX_GPUS_PER_JOB,
     DEFAULT_MAX_RESOURCE,
     DEFAULT_STAGGER_S,
     DEFAULT_STEP_TIME_MS,
     DEFAULT_STEPS_PER_UNIT,
+)
+from themis.mechanism.fairness import (
+    DEFAULT_IDEAL_TIME,
+    DEFAULT_STARVATION,
+    IDEAL_TIME_NAMES,
+    STARVATION_NAMES,
 )
 
 EXIT_USAGE = 2
@@ -248,16 +248,16 @@ def missing_train() -> list[str]:
 
 def build_options(args: argparse.Namespace) -> Any:
     """Validate the options and spec files; raises UsageError/SpecError with a message."""
+    from themis.am.hyperband import HyperbandError
+    from themis.am.launchers.local.spec import SpecError, default_app, load_app_spec
     from themis.arbiter.cluster_backend import (
         ClusterSpecError,
         load_cluster_spec,
         uniform_cluster,
     )
-    from themis.arbiter.solvers import make_solver
-    from themis.arbiter.solvers.base import SolverError
-    from themis.cluster.topology import TopologyError
-    from themis.standalone.spec import SpecError, default_app, load_app_spec
-    from themis.submarine_am.hyperband import HyperbandError
+    from themis.mechanism.solvers import make_solver
+    from themis.mechanism.solvers.base import SolverError
+    from themis.mechanism.topology import TopologyError
 
     uniform = [n for n in ("machines", "gpus_per_machine", "racks")
                if getattr(args, n) is not None]

@@ -36,10 +36,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from themis.am.launchers.local.appmaster import AppMaster
 from themis.am.objective import trial_json
-from themis.arbiter.round import RoundOutcome
 from themis.arbiter.state import RoundStats
-from themis.standalone.appmaster import AppMaster
+from themis.mechanism.round import RoundOutcome
 
 
 def _num(x: float | None, nd: int = 4) -> float | None:

@@ -15,13 +15,14 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, TextIO
 
-from themis.agent.fairness import DEFAULT_IDEAL_TIME, DEFAULT_STARVATION
+from themis.am.launchers.local.appmaster import AppMaster, GpuRegistry
+from themis.am.launchers.local.spec import AppSpec
 from themis.arbiter.cluster_backend import StaticCluster
 from themis.arbiter.leaselog import LeaseLog, LeaseLogError
 from themis.arbiter.registration import HmacRegistrar
 from themis.arbiter.service import ArbiterServer
 from themis.arbiter.state import DEFAULT_MAX_APPS, ArbiterConfig, ArbiterCore
-from themis.standalone.appmaster import AppMaster, GpuRegistry
+from themis.mechanism.fairness import DEFAULT_IDEAL_TIME, DEFAULT_STARVATION
 from themis.standalone.report import (
     app_json,
     gpu_moves,
@@ -31,7 +32,6 @@ from themis.standalone.report import (
     rounds_json,
     write_report,
 )
-from themis.standalone.spec import AppSpec
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ class Options:
     out: Path
     lease_s: float = 40.0
     fairness_knob: float = 0.8
-    ideal_time: str = str(DEFAULT_IDEAL_TIME)  # the form of T_id in rho (themis.agent.fairness)
+    ideal_time: str = str(DEFAULT_IDEAL_TIME)  # the form of T_id in rho (themis.mechanism.fairness)
     starvation: str = str(DEFAULT_STARVATION)  # the filter's order of apps holding no GPU
     bid_timeout_s: float = 2.0
     warning_s: float = 10.0

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from themis.am.core import AmCore, JobLaunch, LaunchCode, Launcher, LaunchEvent
-from themis.submarine_am.spec import AppSpec, parse_spec
+from themis.am.spec import AppSpec, parse_spec
 
 # A job as a user would write it: resumes from its newest checkpoint, counts steps,
 # checkpoints and exits 0 on SIGTERM, exits 3 at start-up once if told to crash. A task of
@@ -254,7 +254,7 @@ class LauncherConformance:
 
 # ------------------------------------------------------------------------- harnesses
 class LocalHarness:
-    """:class:`~themis.standalone.jobs.LocalProcessLauncher` running :data:`JOB` as a
+    """:class:`~themis.am.launchers.local.jobs.LocalProcessLauncher` running :data:`JOB` as a
     user's ``job.command`` on two one-GPU sets of a 2 x 2 emulated cluster; jobs live
     under ``root`` (shared by harnesses made on the same root, as by AM attempts)."""
 
@@ -262,8 +262,8 @@ class LocalHarness:
     PAIRS = (("m0-g0", "m0-g1"), ("m1-g0", "m1-g1"))  # a 2-worker job's GPUs
 
     def __init__(self, root: Path) -> None:
+        from themis.am.launchers.local.jobs import GpuRegistry, JobRunner, LocalProcessLauncher
         from themis.arbiter.cluster_backend import uniform_cluster
-        from themis.standalone.jobs import GpuRegistry, JobRunner, LocalProcessLauncher
 
         self.root = root
         script = root / "job.py"
@@ -435,13 +435,13 @@ class FakeYarnShell:
 
 
 class YarnHarness:
-    """:class:`~themis.submarine_am.launcher.YarnContainerLauncher` over
+    """:class:`~themis.am.launchers.yarn.launcher.YarnContainerLauncher` over
     :class:`FakeYarnShell`: set 0 is node ``nm1``, set 1 node ``nm2``."""
 
     NODES = ("nm1:8041", "nm2:8041")
 
     def __init__(self, checkpoints: dict[str, int]) -> None:
-        from themis.submarine_am.launcher import YarnContainerLauncher
+        from themis.am.launchers.yarn.launcher import YarnContainerLauncher
 
         self.shell = FakeYarnShell(checkpoints)
         self._target: dict[str, int] = {}

@@ -10,7 +10,7 @@ decides when a round runs (lease expiry, freed GPUs). Each round:
 2. :meth:`rho` returns each app's last reported rho (apps without an agent get
    ``default_rho`` and, having no bid table, take part as non-bidders: leftover only);
 3. :meth:`collect` sends the offer to the (1-f) worst-off apps chosen by
-   :func:`themis.arbiter.round.run_round` and waits for their bids until the deadline;
+   :func:`themis.mechanism.round.run_round` and waits for their bids until the deadline;
 4. :meth:`announce` sends every registered participant its allocation event (leases on
    ``<node_id>/<k>`` ids), so the AM knows on which nodes to ask for containers.
 
@@ -30,16 +30,17 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
 
-from themis.agent.bids import BidTable
-from themis.agent.fairness import ClusterShape
 from themis.arbiter.cluster_backend import ClusterBackend
+from themis.arbiter.errors import CallError, Code
 from themis.arbiter.registration import Registrar
-from themis.arbiter.round import LeaseGrant, RoundOutcome
 from themis.arbiter.service import ArbiterServer
-from themis.arbiter.state import ArbiterConfig, ArbiterCore, CallError, Code
-from themis.arbiter.tls import ServerTls
-from themis.cluster.topology import Gpu, Topology
+from themis.arbiter.state import ArbiterConfig, ArbiterCore
+from themis.mechanism.bids import BidTable
+from themis.mechanism.fairness import ClusterShape
+from themis.mechanism.round import LeaseGrant, RoundOutcome
+from themis.mechanism.topology import Gpu, Topology
 from themis.rpc.convert import lease_to_pb
+from themis.rpc.tls import ServerTls
 from themis.rpc.v1 import arbiter_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -107,7 +108,7 @@ class LeaseOwner(Protocol):
 
     def release(self, app_id: str, gpu_ids: Sequence[str]) -> int:
         """End the app's leases on these GPUs now; the number ended. Raises
-        :class:`~themis.arbiter.state.CallError` naming the reason when refused."""
+        :class:`~themis.arbiter.errors.CallError` naming the reason when refused."""
         ...
 
     def leases(self, app_id: str) -> list[tuple[str, int, float]]:

@@ -13,8 +13,8 @@ import json
 from collections.abc import Callable
 from typing import Protocol
 
+from themis.arbiter.errors import CallError, Code
 from themis.arbiter.registration import check_shape
-from themis.arbiter.state import CallError, Code
 
 
 class TokenChecker(Protocol):

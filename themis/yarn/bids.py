@@ -13,9 +13,9 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
-from themis.agent.bids import BidTable
-from themis.arbiter.round import RoundOutcome
-from themis.cluster.topology import Gpu
+from themis.mechanism.bids import BidTable
+from themis.mechanism.round import RoundOutcome
+from themis.mechanism.topology import Gpu
 
 
 class BidSource(Protocol):

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
-from themis.arbiter.solvers import SolverError, make_solver
+from themis.mechanism.solvers import SolverError, make_solver
 from themis.yarn.rounds import RoundEngine
 from themis.yarn.settings import (
     EngineSettings,
@@ -143,7 +143,7 @@ class RmLeases:
         self._event("left", app_id)
 
     def release(self, app_id: str, gpu_ids: Sequence[str]) -> int:
-        from themis.arbiter.state import CallError, Code
+        from themis.arbiter.errors import CallError, Code
 
         rm = self._rm
         if rm is None:
@@ -277,7 +277,7 @@ def _agent_endpoint(
         # yarn.resourcemanager.themis.starvation: the filter's order of starving apps
         starvation=env.starvation,
     )
-    from themis.arbiter.tls import ServerTls
+    from themis.rpc.tls import ServerTls
     from themis.yarn.auth import AmRmTokenRegistrar
 
     tls = ServerTls(args.agent_tls_cert, args.agent_tls_key) if args.agent_tls == "on" else None

@@ -4,7 +4,7 @@ Themis's paper has no queues: one arbiter auctions every free GPU among all apps
 3.3, Pseudocode 1). A YARN cluster divides its resources between leaf queues, each with a
 guaranteed capacity and a maximum capacity. Themis keeps both, as hierarchical sharing
 *above* the paper's per-app mechanism: each round first decides how many of the free GPUs
-each queue gets, then runs the paper's round (:func:`themis.arbiter.round.run_round`:
+each queue gets, then runs the paper's round (:func:`themis.mechanism.round.run_round`:
 filter by the fairness knob f, partial-allocation auction, leftover) among the apps of one
 queue over that queue's GPUs. Finish-time fairness (rho) is thus compared within a queue;
 between queues the admin's capacities decide.
@@ -38,7 +38,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from themis.cluster.topology import Gpu
+from themis.mechanism.topology import Gpu
 from themis.yarn.view import ClusterView, QueueView
 
 

@@ -1,7 +1,7 @@
 """One round for the RM: cluster view JSON in, lease grants JSON out.
 
 This only adapts data; the mechanism (filtering by f, partial-allocation auction,
-leftover) is :func:`themis.arbiter.round.run_round`, run once per CapacityScheduler queue
+leftover) is :func:`themis.mechanism.round.run_round`, run once per CapacityScheduler queue
 that gets GPUs this round (:mod:`themis.yarn.queues`; once over every app without queues).
 """
 
@@ -14,9 +14,9 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 
-from themis.agent.bids import BidTable
-from themis.arbiter.round import run_round
-from themis.arbiter.solvers import Solver, make_solver
+from themis.mechanism.bids import BidTable
+from themis.mechanism.round import run_round
+from themis.mechanism.solvers import Solver, make_solver
 from themis.yarn.bids import BidSource, ReportedBids
 from themis.yarn.queues import QueueRound, plan_rounds
 from themis.yarn.view import cluster_of, grants_json, offer_of, parse_view

@@ -35,13 +35,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from themis.agent.fairness import (
+from themis.mechanism.fairness import (
     DEFAULT_IDEAL_TIME,
     DEFAULT_STARVATION,
     parse_ideal_time,
     parse_starvation,
 )
-from themis.agent.model import ModelError
+from themis.mechanism.model import ModelError
 from themis.safeinput import short
 
 T = TypeVar("T")

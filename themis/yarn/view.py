@@ -16,7 +16,7 @@ Request (JSON, built by ``ThemisRuntime.clusterView`` in Java)::
 ``asks`` are the app's pending GPU container asks (one entry per container size, the
 RM's pending asks summed over priorities and allocation ids); an app without ``asks`` asks
 ``pending_gpus`` single-GPU containers. The leftover step deals whole containers on one
-node (:func:`themis.arbiter.round.distribute_leftover`).
+node (:func:`themis.mechanism.round.distribute_leftover`).
 
 ``queue`` is the app's CapacityScheduler leaf queue (its path) and ``queues`` the GPU
 entitlement of each leaf queue with apps: ``guaranteed_gpus`` from the queue's (absolute)
@@ -38,7 +38,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from themis.cluster.topology import Gpu
+from themis.mechanism.topology import Gpu
 
 
 class ViewError(ValueError):
@@ -64,7 +64,7 @@ class AppView:
     queue: str = ""
 
     def shape(self) -> dict[int, int]:
-        """The container asks the leftover step deals whole (see :mod:`themis.arbiter.round`)."""
+        """The container asks the leftover step deals whole (see :mod:`themis.mechanism.round`)."""
         if self.asks:
             return dict(self.asks)
         return {1: self.pending_gpus} if self.pending_gpus > 0 else {}

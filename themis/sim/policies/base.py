@@ -9,8 +9,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from themis.agent.fairness import DEFAULT_IDEAL_TIME, FairnessContext, IdealTime
-from themis.cluster.topology import Gpu, Topology
+from themis.mechanism.fairness import DEFAULT_IDEAL_TIME, FairnessContext, IdealTime
+from themis.mechanism.topology import Gpu, Topology
 from themis.sim.state import AppState
 
 

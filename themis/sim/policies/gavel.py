@@ -13,7 +13,7 @@ isolated throughput at the previous solve) - ``FinishTimeFairnessPolicyWithPerf`
 entity is the app (the Themis paper's baselines are app-level, section 6.1) and its share
 is g_m, the average number of GPUs over the round, 0 <= g_m <= demand (Gavel's x <= 1),
 sum_m g_m <= R_C (the whole cluster, as in Gavel). T_m(g) is the app's remaining plan on g
-GPUs (:func:`plan_time`: the work-conserving phase time of :mod:`themis.agent.fairness`,
+GPUs (:func:`plan_time`: the work-conserving phase time of :mod:`themis.mechanism.fairness`,
 with g fractional and S = 1, as Gavel's throughputs ignore placement); X_iso = R_C / N GPUs.
 For a single-job app this is Gavel's expression exactly (throughput linear in the share).
 
@@ -61,7 +61,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from themis.agent.fairness import RemainingTime
+from themis.mechanism.fairness import RemainingTime
 from themis.sim.policies.base import Allocation, Policy, RoundContext
 from themis.sim.policies.place import place
 from themis.sim.state import AppState

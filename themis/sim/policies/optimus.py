@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from themis.agent.fairness import remaining_time
+from themis.mechanism.fairness import remaining_time
 from themis.sim.policies.base import Allocation, Policy, RoundContext
 from themis.sim.policies.greedy import greedy
 from themis.sim.state import AppState

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from themis.cluster.topology import Gpu, Topology
+from themis.mechanism.topology import Gpu, Topology
 
 
 class FreePool:

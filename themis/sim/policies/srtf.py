@@ -4,7 +4,7 @@ best-placed bundle, so better packing shortens remaining times (efficiency secon
 
 from __future__ import annotations
 
-from themis.agent.fairness import remaining_time
+from themis.mechanism.fairness import remaining_time
 from themis.sim.policies.base import Allocation, Policy, RoundContext
 from themis.sim.policies.greedy import greedy
 from themis.sim.state import AppState

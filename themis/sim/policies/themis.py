@@ -10,9 +10,9 @@ GPUs the leftover step cannot place (no non-bidder has room) go to bidders that 
 have room inside ``run_round`` (work conservation, section 3.3.2), as in YARN and
 standalone mode.
 
-``starvation`` (:class:`~themis.agent.fairness.Starvation`, default ``inf``, the paper's
+``starvation`` (:class:`~themis.mechanism.fairness.Starvation`, default ``inf``, the paper's
 reading) selects how the filter orders apps holding no GPU; ``served-now`` ranks them,
-still above every app holding GPUs, by :func:`~themis.agent.fairness.served_now_rho`
+still above every app holding GPUs, by :func:`~themis.mechanism.fairness.served_now_rho`
 (registered as the policy ``themis-starve``; docs/mechanism.md, "Starvation").
 """
 
@@ -22,8 +22,8 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-from themis.agent.bids import BidTable, OfferIndex, make_bid_table
-from themis.agent.fairness import (
+from themis.mechanism.bids import BidTable, OfferIndex, make_bid_table
+from themis.mechanism.fairness import (
     DEFAULT_STARVATION,
     Starvation,
     best_locality,
@@ -31,11 +31,11 @@ from themis.agent.fairness import (
     rho,
     served_now_rho,
 )
-from themis.agent.model import AppModel
-from themis.agent.placement import PlacementProfile
-from themis.arbiter.round import run_round
-from themis.arbiter.solvers import Solver, make_solver
-from themis.cluster.topology import Locality, Topology, locality_of
+from themis.mechanism.model import AppModel
+from themis.mechanism.placement import PlacementProfile
+from themis.mechanism.round import run_round
+from themis.mechanism.solvers import Solver, make_solver
+from themis.mechanism.topology import Locality, Topology, locality_of
 from themis.sim.policies.base import Allocation, Policy, RoundContext
 from themis.sim.state import AppState
 

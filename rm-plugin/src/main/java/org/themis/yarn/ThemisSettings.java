@@ -63,7 +63,7 @@ public final class ThemisSettings {
     PREEMPT
   }
 
-  /** Solver chains and back-ends of themis.arbiter.solvers.make_solver usable in the RM. */
+  /** Solver chains and back-ends of themis.mechanism.solvers.make_solver usable in the RM. */
   public static final Set<String> SOLVERS =
       Collections.unmodifiableSet(new LinkedHashSet<>(
           Arrays.asList("auto-fast", "open-fast", "auto", "highs", "gurobi", "lpbb")));
@@ -114,14 +114,14 @@ public final class ThemisSettings {
           "must be one of auto-fast, open-fast, auto, highs, gurobi, lpbb");
     }
     solver = s;
-    // the form of T_id in rho (themis.agent.fairness.IdealTime), passed to the engine,
+    // the form of T_id in rho (themis.mechanism.fairness.IdealTime), passed to the engine,
     // which announces it to the AMs' agents at registration
     String ideal = conf.getTrimmed(IDEAL_TIME, "exact").toLowerCase(Locale.ROOT);
     if (!ideal.equals("exact") && !ideal.equals("paper")) {
       throw bad(IDEAL_TIME, conf.get(IDEAL_TIME), "must be exact or paper");
     }
     idealTime = ideal;
-    // how the (1-f) filter orders apps holding no GPU (themis.agent.fairness.Starvation),
+    // how the (1-f) filter orders apps holding no GPU (themis.mechanism.fairness.Starvation),
     // passed to the engine, which announces it to the AMs' agents at registration
     String starve = conf.getTrimmed(STARVATION, "inf").toLowerCase(Locale.ROOT);
     if (!starve.equals("inf") && !starve.equals("served-now")) {

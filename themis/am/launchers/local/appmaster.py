@@ -1,0 +1,481 @@
+"""An application master for standalone mode: Hyperband + profiler + agent + job processes.
+
+One :class:`AppMaster` per app, as a small thread group inside the standalone driver:
+
+* the **agent** (:class:`~themis.agent.client.AgentClient` with a
+  :class:`~themis.am.core.LiveBidder`, started by :class:`~themis.am.core.AppMasterBase`)
+  registers with the arbiter, bids on offers and reports rho by the cached-table rule;
+* the **control loop** (one thread, every ``tick_s`` or when an allocation arrives) reads
+  the jobs' TensorFlow event files with the :class:`~themis.profiler.Profiler`, feeds
+  steps, losses and serial iteration times to :class:`~themis.am.hyperband.Hyperband`,
+  hands the agent the refreshed :class:`~themis.mechanism.model.AppModel` (so rho and bids
+  come from profiled iteration times and profiled placement slowdowns), splits the leased
+  GPUs among the running jobs and starts/stops job processes accordingly.
+
+Binding rules (see docs/standalone.md):
+
+* a job process is started only on GPUs the app holds under an unexpired lease, and no
+  two processes - of any app - ever share a GPU (:class:`GpuRegistry`): a GPU that
+  changed hands is used by its new app once the previous job has exited;
+* jobs keep their GPUs across rounds when they can (sticky assignment), so a lease that is
+  renewed to the same app costs nothing;
+* a job whose GPUs are no longer the app's gets SIGTERM (it checkpoints and exits): as soon
+  as an allocation shows the lease was not renewed, or ``grace_s`` after the lease expired
+  if no allocation comes (arbiter gone);
+* a stopped job resumes from its newest checkpoint when the app has GPUs for it again;
+* no process is started on a lease with less than ``min_lease_left_s`` to run (the job
+  would spend it loading TensorFlow): the start waits for the expiry round instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+import zlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from themis.am.core import AppMasterBase, LaunchCode, LaunchEvent
+from themis.am.hyperband import JobStatus, RungOutcome
+from themis.am.launchers.local.jobs import GpuRegistry, GpusBusy, JobRunner, LocalProcessLauncher
+from themis.am.launchers.local.spec import AppSpec
+from themis.am.packing import JobNeed, place
+from themis.am.spec import contract_env, render_command
+from themis.mechanism.bidder import AllocationInfo
+from themis.mechanism.placement import DEFAULT
+from themis.mechanism.topology import Gpu, locality_of
+from themis.profiler import Profiler
+
+log = logging.getLogger(__name__)
+
+__all__ = ["AppMaster", "GpuRegistry", "Sample"]
+
+#: The "hardware" of the emulated GPUs: how much slower a step runs per locality level.
+TRUE_SLOWDOWN = DEFAULT
+
+
+@dataclass
+class Sample:
+    t: float  # seconds since the driver started
+    rho: float | None  # live rho (agent code, current model, GPUs held)
+    rho_reported: float | None  # last rho the agent reported to the arbiter
+    gpus: int
+    running: int
+
+
+class AppMaster(AppMasterBase):
+    def __init__(
+        self,
+        spec: AppSpec,
+        address: str,
+        out_dir: Path,
+        topology: Mapping[str, Gpu],
+        *,
+        t0: float,
+        grace_s: float = 3.0,
+        tick_s: float = 0.5,
+        report_s: float = 2.0,
+        min_lease_left_s: float = 0.0,
+        kill_after_s: float = 30.0,
+        registry: GpuRegistry | None = None,
+        emit: Callable[[str], None] | None = None,
+        clock: Callable[[], float] = time.time,
+        registration_token: str = "",
+    ) -> None:
+        super().__init__(spec, spec.name, clock, max(spec.step_time_ms, 1.0) / 1000.0)
+        self.registration_token = registration_token  # from the driver (arbiter.registration)
+        self.name = spec.name
+        self.address = address
+        self.root = out_dir / "apps" / spec.name
+        self.topology = topology
+        self.t0 = t0
+        self.grace_s = grace_s
+        self.tick_s = tick_s
+        self.report_s = report_s
+        self.min_lease_left_s = min_lease_left_s
+        self.kill_after_s = kill_after_s
+        self.registry = registry or GpuRegistry()
+        self.emit = emit or (lambda msg: None)
+        self.state = "waiting"  # waiting -> running -> done | failed | stopped
+        self.error = ""
+        self.planned_steps = spec.planned_steps()
+        self.profiler = Profiler(metric=spec.objective.metric)
+        self.launcher = LocalProcessLauncher(spec.name, topology, self.registry,
+                                             self._make_runner, TRUE_SLOWDOWN)
+        self.start_time = 0.0  # unix time of submission
+        self.end_time: float | None = None
+        self.samples: list[Sample] = []
+        self.allocations: list[dict[str, Any]] = []
+        self.held_changes: list[tuple[float, list[str]]] = []
+        self.max_tick_s = 0.0
+        self._expiry: dict[str, float] = {}  # GPU id -> latest lease expiry seen
+        self._last_alloc = 0.0
+        self._last_report = 0.0
+        self._reported: float | None = None
+        self._last_sample = -math.inf
+        self._held: list[str] = []
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._snapshot: dict[str, Any] = {"name": self.name, "state": self.state}
+        self._thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._main, name=f"am-{self.name}", daemon=True)
+        self._thread.start()
+
+    def _main(self) -> None:
+        delay = self.t0 + self.spec.submit_at_s - self.clock()
+        if delay > 0 and self._stop.wait(delay):
+            return
+        try:
+            self._submit()
+            while not self._stop.is_set() and self.state == "running":
+                t = time.monotonic()
+                self._tick()
+                took = time.monotonic() - t
+                self.max_tick_s = max(self.max_tick_s, took)
+                if took > 1.0:
+                    log.warning("app %s: control loop tick took %.1fs", self.name, took)
+                self._wake.wait(self.tick_s)
+                self._wake.clear()
+        except Exception as exc:  # keep the driver alive; report the app as failed
+            log.exception("app %s: application master failed", self.name)
+            self.state, self.error = "failed", f"{type(exc).__name__}: {exc}"
+            self.emit(f"{self.name}: FAILED: {self.error}")
+            self._update_snapshot(self.clock())
+
+    def _submit(self) -> None:
+        self.start_time = self.clock()
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._sync_jobs()
+        self.start_agent(self.address, on_allocation=self._on_allocation,
+                         on_lease_warning=self._on_warning, seed=zlib.crc32(self.name.encode()),
+                         registration_token=self.registration_token)
+        self.state = "running"
+        self.emit(f"{self.name}: submitted ({len(self.hb.current_jobs())} configurations "
+                  f"in rung 0, {self.planned_steps} steps planned)")
+
+    def shutdown(self, timeout: float = 30.0) -> None:
+        """Stop the loop, SIGTERM every job (they checkpoint), wait, then unregister."""
+        self.begin_shutdown()
+        self.finish_shutdown(timeout)
+
+    def begin_shutdown(self) -> None:
+        """Stop the control loop and send SIGTERM to every live job."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        for r in self.runners.values():
+            r.stop("shutdown")
+
+    def finish_shutdown(self, timeout: float = 30.0) -> None:
+        """Wait for the jobs to checkpoint and exit (SIGKILL after ``timeout``), then
+        unregister from the arbiter."""
+        end = time.monotonic() + timeout
+        while self.launcher.live() and time.monotonic() < end:
+            self._poll_launcher()
+            time.sleep(0.1)
+        for r in self.runners.values():
+            if r.live:
+                log.warning("job %s did not exit %.0fs after SIGTERM: SIGKILL", r.job_id, timeout)
+                r.kill()
+                if r.proc is not None:
+                    r.proc.wait(5)
+        self._poll_launcher()
+        if self.agent is not None:
+            self.agent.stop(unregister=True, timeout=3.0)  # gives every lease back
+            self.agent = None
+        if self._held:
+            self._held = []
+            self.held_changes.append((round(self.clock() - self.t0, 3), []))
+        if self.state == "running":
+            self.state = "stopped"
+        self._update_snapshot(self.clock())
+
+    @property
+    def finished(self) -> bool:
+        return self.state in ("done", "failed")
+
+    # ------------------------------------------------------------------ agent callbacks
+    def _on_allocation(self, alloc: AllocationInfo) -> None:
+        now = self.clock()
+        self._reported = None  # the agent reports the cached-table rho after this
+        with self._lock:
+            for g in alloc.gpus:
+                self._expiry[g.id] = alloc.expiry
+            self._last_alloc = now
+        if alloc.gpus:
+            self.allocations.append({
+                "t": round(now - self.t0, 3), "round": alloc.round_id,
+                "gpus": [g.id for g in alloc.gpus], "via": sorted(set(alloc.vias)),
+                "expiry": round(alloc.expiry - self.t0, 3), "bidder": alloc.was_bidder,
+                "kept_fraction": alloc.kept_fraction,
+            })
+            via = "/".join(sorted(set(alloc.vias)))
+            self.emit(f"{self.name}: round {alloc.round_id}: +{len(alloc.gpus)} GPU "
+                      f"({via}) {','.join(g.id for g in alloc.gpus)}")
+        self._wake.set()
+
+    def _on_warning(self, gpus: tuple[str, ...], expiry: float) -> None:
+        with self._lock:
+            for g in gpus:
+                self._expiry[g] = max(self._expiry.get(g, 0.0), expiry)
+
+    # ------------------------------------------------------------------ control loop
+    @property
+    def runners(self) -> dict[str, JobRunner]:
+        return self.launcher.runners
+
+    def _make_runner(self, job_id: str) -> JobRunner:
+        job = self.hb.jobs[job_id]
+        runner = JobRunner(job_id, dict(job.config), dict(self.spec.args),
+                           self.root / "jobs" / job_id, self.spec.step_time_ms,
+                           render=self._renderer(job_id),
+                           ps_render=self._renderer(job_id, "ps") if self.spec.ps.count else None,
+                           env={**contract_env({"app_id": self.name, "seed": self.spec.seed}),
+                                **self.spec.env})
+        runner.logdir.mkdir(parents=True, exist_ok=True)
+        self.profiler.add_job(job_id, runner.logdir)
+        return runner
+
+    def _sync_jobs(self) -> None:
+        for job_id in self.hb.jobs:
+            self.launcher.runner(job_id)
+
+    def _renderer(self, job_id: str, task: str = "worker"
+                  ) -> Callable[[int, int], str] | None:
+        """``job.command`` rendered for this machine, given a segment's step target and
+        GPU count (None for the bundled job: JobRunner builds its command line with the
+        emulated GPU speed)."""
+        if not self.spec.command:
+            return None
+        jobs = self.root / "jobs" / job_id
+        fixed = self.core.placeholders(job_id, logdir=jobs / "logs",
+                                       checkpoint_uri=jobs / "checkpoints",
+                                       checkpoint_dir=jobs / "checkpoints")
+        return lambda steps, gpus: render_command(
+            self.spec, {**fixed, "max_steps": steps, "num_gpus": gpus}, task)
+
+    def _poll_launcher(self) -> None:
+        for ev in self.launcher.poll():
+            self._on_event(ev)
+
+    def _on_event(self, ev: LaunchEvent) -> None:
+        """A run started or ended: the display line, the job's last value, the policy."""
+        seg = next((sg for j, sg in self.launcher.closed if j == ev.job_id), None)
+        where = ",".join(seg.gpus) if seg else ""
+        if ev.code is LaunchCode.REACHED:
+            self.emit(f"{self.name}: {ev.job_id} reached step {ev.step} on {where}")
+        elif ev.code is LaunchCode.STOPPED and seg is not None:
+            at = (f"at step {ev.step}, checkpoint kept" if ev.step is not None
+                  else "before its first step")
+            self.emit(f"{self.name}: {ev.job_id} stopped ({seg.stopped_by}) {at} on {where}")
+        job = self.hb.jobs[ev.job_id]
+        if ev.code is not LaunchCode.STARTED and ev.step is not None and ev.status == 0 \
+                and job.status is JobStatus.RUNNING:
+            prof = self.profiler.jobs.get(ev.job_id)
+            self._report(ev.job_id, ev.step, prof.objective_value() if prof else None)
+        line = self.core.apply(ev)
+        if line:
+            self.emit(f"{self.name}: {line}")
+        self._sync_jobs()
+
+    def _report(self, job_id: str, steps: int, loss: float | None) -> None:
+        prof = self.profiler.jobs.get(job_id)
+        it = prof.serial_iter_time(self.profile) if prof else None
+        self.core.progress(job_id, steps, loss, it)
+        self._sync_jobs()
+
+    def _on_outcome(self, outcome: RungOutcome) -> None:
+        if outcome.promoted or outcome.stopped:
+            self.emit(f"{self.name}: rung {outcome.rung} done: promoted "
+                      f"{', '.join(outcome.promoted) or '-'}; stopped "
+                      f"{', '.join(outcome.stopped) or '-'}")
+        if outcome.finished:
+            self.emit(f"{self.name}: bracket done: {', '.join(outcome.finished)}")
+
+    def _tick(self) -> None:
+        now = self.clock()
+        # 1. reap exited job processes (and count started ones)
+        self._poll_launcher()
+        # 2. profile: steps, losses, iteration times -> Hyperband
+        new = self.profiler.poll()
+        self.profile = self.profiler.placement_profile()
+        for job_id in new:
+            job = self.hb.jobs[job_id]
+            if job.status is JobStatus.RUNNING:
+                prof = self.profiler.job(job_id)
+                self._report(job_id, prof.steps_done, prof.objective_value())
+        # 3. refresh the agent's model (rho and bids from profiled iteration times)
+        assert self.agent is not None and self.bidder is not None
+        if not self.hb.done:
+            self.bidder.app = self.model()
+        held_now = set(self.held())
+        self.count_gpu_seconds(now, len(self._held))
+        if sorted(held_now) != self._held:
+            self._held = sorted(held_now)
+            self.held_changes.append((round(now - self.t0, 3), list(self._held)))
+        if self.hb.done:
+            self._finish(now)
+            return
+        if now - self._last_report >= self.report_s:
+            self._report_rho(now)
+        # 4. which GPUs may keep running processes: leased, or expired within the grace
+        #    period with no allocation since (the expiry round may renew them)
+        with self._lock:
+            keep = set(held_now) | {
+                g for g, exp in self._expiry.items()
+                if exp <= now < exp + self.grace_s and self._last_alloc < exp
+            }
+        desired = self._assign(sorted(keep))
+        # 5. stop jobs that lost their GPUs or were moved
+        for r in self.runners.values():
+            if not r.live or r.stop_sent is not None:
+                continue
+            moved = set(desired[r.job_id]) != set(r.gpus) if r.job_id in desired \
+                else self.hb.jobs[r.job_id].status is JobStatus.RUNNING
+            if not set(r.gpus) <= keep:
+                self.launcher.stop(r.job_id, "lease")
+            elif moved:
+                self.launcher.stop(r.job_id, "reassign")
+        # 6. start jobs on GPUs that are leased now and not used by a live process
+        for r in self.runners.values():  # a job that ignores SIGTERM: SIGKILL
+            if r.live and r.stop_sent is not None and now - r.stop_sent > self.kill_after_s:
+                log.warning("job %s still running %.0fs after SIGTERM: SIGKILL", r.job_id,
+                            now - r.stop_sent)
+                self.launcher.kill_tasks(r.job_id)
+        runnable = {j.id for j in self.core.runnable()}
+        live = self.launcher.live()  # (a distributed job's: until all of its tasks ended)
+        for job_id, gpus in sorted(desired.items()):
+            if job_id in live or not gpus or not set(gpus) <= held_now or job_id not in runnable:
+                continue
+            with self._lock:
+                left = min(self._expiry.get(g, math.inf) for g in gpus) - now
+            if left < self.min_lease_left_s:
+                continue  # TF would barely start before the expiry round: wait for it
+            job = self.hb.jobs[job_id]
+            try:
+                self.launcher.launch(self.core.launch_for(job_id, gpus))
+            except GpusBusy:
+                continue  # the GPU's previous job is still checkpointing
+            resume = f" (resume from step {job.steps_done})" if job.steps_done else ""
+            self.emit(f"{self.name}: {job_id} started on {','.join(gpus)}{resume}")
+        self._update_snapshot(now)
+
+    def _report_rho(self, now: float) -> None:
+        """Visibility phase: tell the arbiter the app's current rho (the agent's Eq. 1/2 on
+        the refreshed model with the GPUs held now), so that the next round's filter sees
+        progress and lost GPUs, not only the value cached at the last allocation."""
+        self._last_report = now
+        value = self._live_rho()
+        if value is None or value <= 0:
+            return
+        try:
+            self.agent.report_rho(value)
+            self._reported = value
+        except grpc.RpcError as exc:
+            log.info("%s: report rho failed: %s", self.name, exc.details())
+
+    def _assign(self, gpu_ids: list[str]) -> dict[str, tuple[str, ...]]:
+        """Sticky split of the GPUs among the running jobs (see module docstring)."""
+        states = {s.job_id: s for s in self.hb.job_states()}
+        running = [j for j in self.hb.running_jobs() if not self.core.record(j.id).gave_up]
+        avail = set(gpu_ids)
+
+        def bound(job_id: str) -> bool:
+            r = self.runners[job_id]
+            return r.live and r.stop_sent is None and set(r.gpus) <= avail
+
+        order = sorted(running, key=lambda j: (
+            not bound(j.id), -states[j.id].iters_left * states[j.id].serial_iter_time, j.id))
+        chosen = order[: min(len(gpu_ids), self.spec.max_parallel_jobs or len(gpu_ids))]
+        counts = self.core.gpu_counts([JobNeed(j.id, states[j.id].iters_left * states[j.id].
+                                     serial_iter_time, states[j.id].max_demand)
+                             for j in chosen], len(gpu_ids))
+        out: dict[str, tuple[str, ...]] = {}
+        for j in chosen:
+            r = self.runners[j.id]
+            if bound(j.id) and len(r.gpus) == counts.get(j.id, 0) and set(r.gpus) <= avail:
+                out[j.id] = r.gpus
+                avail -= set(r.gpus)
+        rest = {k: c for k, c in counts.items() if k not in out and c > 0}
+        placed = place(rest, [self.topology[g] for g in sorted(avail)])
+        out.update({k: tuple(v) for k, v in placed.items()})
+        return out
+
+    def _finish(self, now: float) -> None:
+        for r in self.runners.values():  # jobs stopped when a trial reached the target
+            if r.live and r.stop_sent is None and self.hb.target_reached:
+                r.stop("target reached")
+        if any(r.live for r in self.runners.values()):
+            self._update_snapshot(now)
+            return  # the last processes are writing their final checkpoints
+        self.end_time = now
+        self.state = "failed" if self.core.failed else "done"
+        if self.core.failed:
+            self.error = "every trial failed; see the jobs' segment-*.err files"
+        if self.agent is not None:
+            self.agent.stop(unregister=True, timeout=3.0)  # releases every GPU
+            self.agent = None
+        self._held = []
+        self.held_changes.append((round(now - self.t0, 3), []))
+        reached = " (target reached)" if self.hb.target_reached else ""
+        best = self.core.best_line() or f"best - {self.spec.objective.metric} nan"
+        self.emit(f"{self.name}: DONE in {now - self.start_time:.1f}s{reached}; {best}")
+        self._update_snapshot(now)
+
+    # ------------------------------------------------------------------ introspection
+    def steps_done(self) -> int:
+        return sum(j.steps_done for j in self.hb.jobs.values())
+
+    def _live_rho(self) -> float | None:
+        held = [self.topology[g] for g in self._held if g in self.topology]
+        return self.bidder.live_rho(len(held), locality_of(held)) if self.bidder else None
+
+    def _update_snapshot(self, now: float) -> None:
+        live = self._live_rho() if self.state == "running" else None
+        reported = self._reported if self._reported is not None else (
+            self.bidder.current_rho() if self.bidder else None)
+        if live is not None and not math.isfinite(live):
+            live = None if self.state != "running" else math.inf
+        jobs = list(self.hb.jobs.values())
+        running_procs = sum(1 for r in self.runners.values() if r.live)
+        stopping = sum(1 for r in self.runners.values() if r.live and r.stop_sent is not None)
+        snap = {
+            "name": self.name,
+            "state": self.state,
+            "rho": live,
+            "rho_reported": reported,
+            "gpus": list(self._held),
+            "running": running_procs - stopping,
+            "stopping": stopping,
+            "waiting": sum(1 for j in jobs if j.status is JobStatus.RUNNING
+                           and not self.runners[j.id].live),
+            "done": sum(1 for j in jobs if j.status in (JobStatus.FINISHED, JobStatus.STOPPED,
+                                                        JobStatus.RUNG_DONE)),
+            "progress": min(1.0, self.steps_done() / max(1, self.planned_steps)),
+            "bracket": self.hb.bracket_index,
+            "rung": self.hb.rung_index,
+            "error": self.error,
+        }
+        with self._lock:
+            self._snapshot = snap
+        if self.state == "running" and now - self._last_sample >= 1.0:
+            self._last_sample = now
+            self.samples.append(Sample(
+                round(now - self.t0, 3), live,
+                reported if reported is not None and math.isfinite(reported) else None,
+                len(self._held), running_procs))
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            return dict(self._snapshot)

@@ -1,0 +1,527 @@
+"""Wrapper the AM runs in every job container: ``python -m themis.am.launchers.yarn.runner``.
+
+It starts the job command (in its own process group), follows the job's TensorFlow event
+logs with the :class:`~themis.profiler.Profiler` and its JSON-lines stdout
+(``start``/``checkpoint``/``exit`` of :mod:`themis.jobs.train`), and reports progress to the
+AM over HTTP (``POST <am>/api/report`` on the AM's NodeManager host, which may be another
+host than the job's, with the container's token from ``$THEMIS_REPORT_TOKEN``,
+themis.hadoop.security) every ``--report-every`` seconds. When the AM's answer says
+``stop`` (the app lost the GPUs: lease expiry, preemption) it sends the job SIGTERM, so the
+job checkpoints to HDFS and exits; the container then ends and the GPUs are free. SIGTERM
+to the runner itself (NM stopping the container) is forwarded the same way.
+
+Start-up slots: a job's start (Python, TensorFlow import, restore) is CPU-bound and
+single-threaded, and jobs moved at a lease end start together. Running more start-ups at
+once than the node has cores only slows every one of them down, so the runner takes one of
+``--start-slots`` node-wide slots (``flock`` on files in ``--slot-dir``; default: one per
+CPU core of the node; 0 = no limit) before it starts the job and gives it back when the job
+reports ``start`` (or exits). It keeps reporting to the AM while it waits, and waits at most
+``--slot-wait`` seconds.
+
+Jobs without JSON events (any program following docs/jobs.md): the job counts as started
+when its first TensorFlow event file appears under ``--logdir`` (the runner then reports a
+``start`` event itself, with the step of the newest checkpoint in ``--checkpoint-dir``), and
+its progress comes from the event files alone.
+
+Checkpoints: with ``--checkpoint-store`` the job's local ``--checkpoint-dir`` (its
+``{checkpoint_dir}``, ``$THEMIS_CHECKPOINT_DIR``) is filled from that HDFS directory before
+the job starts and saved back after it exited (:mod:`themis.hadoop.checkpoint_mirror`), so
+that a job checkpointing with plain TensorFlow/Keras to a local directory resumes on any
+node.
+
+Distributed jobs: with ``--task TYPE:INDEX`` (a task of a job's task group,
+:mod:`themis.am.taskgroup`) the runner binds a free port on its host and sends it with its
+reports (``"port"``); the AM answers with the task's ``tf_config`` once every task of the
+launch has reported, and the runner then starts the job command with ``TF_CONFIG`` set
+(the port is released just before, for the job's TensorFlow server to bind). It gives up
+after ``--rendezvous-wait`` seconds (exit 3). Only the chief (``worker:0``) reports the
+job's progress, copies event files and saves checkpoints; every task restores them. The
+tasks take no start-up slot (they start together: each waits for the others).
+
+TensorBoard logs: with ``--tensorboard-dir`` the job's event files are copied to that HDFS
+directory as they grow (every ``--tensorboard-every`` seconds and once more after the job
+exited; :mod:`themis.hadoop.tblogs`), through WebHDFS at ``$THEMIS_WEBHDFS_URL`` as
+``$HADOOP_USER_NAME``.
+
+Exit status: the job's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from themis.am.launchers.yarn.report import MAX_REPORT_BYTES
+from themis.hadoop.security import (
+    REPORT_CONTAINER_HEADER,
+    REPORT_TOKEN_ENV,
+    REPORT_TOKEN_HEADER,
+)
+
+if TYPE_CHECKING:
+    from themis.hadoop.checkpoint_mirror import CheckpointMirror
+    from themis.hadoop.tblogs import EventLogUpload
+
+log = logging.getLogger("themis.am.launchers.yarn.runner")
+
+#: the job's local checkpoint directory in its container (``{checkpoint_dir}``)
+CKPT_DIR = "checkpoints"
+
+
+def parse_event(line: str) -> dict[str, Any] | None:
+    """The job event (a JSON object with an ``event`` key, themis.jobs.train) that a line
+    of the job's output carries, else None."""
+    text = line.strip()
+    if not text.startswith("{"):
+        return None
+    try:
+        e = json.loads(text)
+    except ValueError:
+        return None
+    return e if isinstance(e, dict) and "event" in e else None
+
+
+class Runner:
+    def __init__(self, am_url: str, job_id: str, run_id: int, logdir: Path,
+                 command: list[str], report_every: float = 1.0, start_slots: int = 0,
+                 slot_dir: str = "", slot_wait: float = 60.0,
+                 upload: EventLogUpload | None = None, upload_every: float = 10.0,
+                 metric: str = "eval_loss", checkpoint_dir: Path | None = None,
+                 store: CheckpointMirror | None = None, task: tuple[str, int] | None = None,
+                 rendezvous_wait: float = 600.0) -> None:
+        self.am_url = am_url.rstrip("/")
+        self.job_id = job_id
+        self.run_id = run_id
+        self.logdir = logdir
+        self.command = command
+        self.report_every = report_every
+        self.container = os.environ.get("CONTAINER_ID", "")
+        # this container's token for the AM's /api/report (docs/yarn.md, "Security")
+        self.report_token = os.environ.get(REPORT_TOKEN_ENV, "")
+        self._events: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self._child: subprocess.Popen[str] | None = None
+        self._signalled = False
+        self._profiler: Any = None
+        self._job_started = False  # the job's "start" event was seen
+        self._restorable_step = 0  # newest checkpoint in checkpoint_dir at the job's start
+        # a distributed job's tasks start together (each waits for the others): no slots
+        self.start_slots = 0 if task is not None else start_slots
+        self.slot_dir = slot_dir or tempfile.gettempdir()
+        self.slot_wait = slot_wait
+        self._slot: int | None = None  # fd of the start-up slot held
+        self._stop_early = threading.Event()  # stop asked before the job was started
+        self.upload = upload  # copies the event files to HDFS
+        self.upload_every = upload_every
+        self.metric = metric  # the objective's TensorFlow scalar tag
+        self.checkpoint_dir = checkpoint_dir  # the job's local checkpoints
+        self.store = store  # keeps checkpoint_dir in HDFS
+        self.task = task  # a distributed job's task (None: a single-process job)
+        self.chief = task is None or task == ("worker", 0)
+        self.rendezvous_wait = rendezvous_wait
+        self._env: dict[str, str] = {}  # the job's extra environment (TF_CONFIG)
+
+    # ---------------------------------------------------------------- job process
+    def _signal_child(self, why: str) -> None:
+        child = self._child
+        if child is None or child.poll() is not None or self._signalled:
+            return
+        self._signalled = True
+        log.info("stopping job %s (%s): SIGTERM to process group %d", self.job_id, why, child.pid)
+        self._add_event({"event": "stop-requested", "reason": why})
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signal.SIGTERM)
+
+    def _add_event(self, e: dict[str, Any]) -> None:
+        e.setdefault("time", time.time())
+        with self._lock:
+            self._events.append(e)
+
+    def _pump_stdout(self, stream: Any) -> None:
+        for line in stream:
+            sys.stdout.write(line)
+            sys.stdout.flush()
+            e = parse_event(line)
+            if e is not None:
+                if e["event"] == "start":
+                    self._job_started = True
+                    self._release_slot()
+                self._add_event(e)
+
+    def _check_started(self) -> None:
+        """A job that prints no ``start`` event has started when its first event file
+        appears: report ``start`` for it, with the step of its newest local checkpoint."""
+        if self._job_started or not any(self.logdir.rglob("events.out.tfevents.*")):
+            return
+        self._job_started = True
+        self._release_slot()
+        step = self._restorable_step
+        self._add_event({"event": "start", "step": step,
+                         "restored_from": str(self.checkpoint_dir) if step else None,
+                         "from": "event files"})
+
+    # ---------------------------------------------------------------- reports
+    def _progress(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if not self._job_started or not self.chief:
+            # no event files before the job has started; importing the profiler now would
+            # take CPU from the job's own start (TensorFlow import, restore)
+            return out
+        if self._profiler is None:
+            try:
+                from themis.profiler import Profiler
+
+                self._profiler = Profiler(metric=self.metric)
+                self._profiler.add_job(self.job_id, self.logdir)
+            except Exception as e:  # tensorboard missing: stdout events only
+                log.warning("no profiler (%s): progress from stdout events only", e)
+                self._profiler = False
+        if self._profiler:
+            try:
+                self._profiler.poll()
+                prof = self._profiler.job(self.job_id)
+                out["steps"] = prof.steps_done
+                out["loss"] = prof.objective_value()  # the objective's value
+                out["serial_iter_time"] = prof.serial_iter_time()
+            except Exception as e:
+                log.warning("profiler: %s", e)
+        return out
+
+    def report(self, final: bool = False) -> bool:
+        """Send progress and new events; returns True when the AM asks the job to stop."""
+        return bool(self._report(final).get("stop"))
+
+    def _report(self, final: bool = False, **extra: Any) -> dict[str, Any]:
+        """Send progress, new events and ``extra``; the AM's answer ({} if unreachable)."""
+        with self._lock:
+            events = list(self._events)
+        taken = len(events)
+        progress = self._progress()
+        while True:
+            body = {"job_id": self.job_id, "run_id": self.run_id, "container": self.container,
+                    "final": final, "events": events, **progress, **extra}
+            data = json.dumps(body).encode()
+            if len(data) <= MAX_REPORT_BYTES or not events:
+                break
+            # over the AM's limit (themis.am.launchers.yarn.report): the oldest events are dropped
+            drop = max(1, len(events) // 2)
+            log.warning("report of %d bytes: dropping the %d oldest events", len(data), drop)
+            events = events[drop:]
+        req = urllib.request.Request(f"{self.am_url}/api/report", method="POST", data=data,
+                                     headers={"Content-Type": "application/json",
+                                              REPORT_TOKEN_HEADER: self.report_token,
+                                              REPORT_CONTAINER_HEADER: self.container})
+        try:
+            with urllib.request.urlopen(req, timeout=5) as r:
+                answer = json.load(r)
+        except (OSError, ValueError) as e:
+            log.debug("report failed: %s", e)
+            return {}
+        with self._lock:
+            del self._events[:taken]
+        return answer if isinstance(answer, dict) else {}
+
+    # ---------------------------------------------------------------- rendezvous
+    def _rendezvous(self) -> str | None:
+        """A distributed job's TF_CONFIG from the AM (module docstring); None when the AM
+        asked to stop first. RuntimeError after ``rendezvous_wait`` seconds."""
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.bind(("", 0))  # held until the job starts: no other process takes it
+            port = int(sock.getsockname()[1])
+            self._add_event({"event": "rendezvous", "task": list(self.task or ()),
+                             "port": port})
+            end = time.monotonic() + self.rendezvous_wait
+            while not self._stop_early.is_set():
+                answer = self._report(port=port)
+                if answer.get("stop"):
+                    return None
+                config = answer.get("tf_config")
+                if isinstance(config, str):
+                    return config
+                if time.monotonic() > end:
+                    raise RuntimeError(f"no TF_CONFIG from the AM after "
+                                       f"{self.rendezvous_wait:.0f}s (the job's other tasks "
+                                       "did not all start)")
+                time.sleep(min(self.report_every, 0.5))
+            return None
+        finally:
+            sock.close()
+
+    # ---------------------------------------------------------------- start-up slots
+    def _try_slot(self) -> int | None:
+        for i in range(self.start_slots):
+            path = os.path.join(self.slot_dir, f"themis-job-start.{i}.lock")
+            fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o666)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return fd
+            except OSError:
+                os.close(fd)
+        return None
+
+    def _wait_for_slot(self) -> bool:
+        """Takes a start-up slot (or gives up waiting); False when the AM asked to stop."""
+        if self.start_slots <= 0:
+            return True
+        t0 = time.monotonic()
+        last = t0
+        while True:
+            try:
+                self._slot = self._try_slot()
+            except OSError as e:  # no slot directory: no limit
+                log.warning("start-up slots unavailable (%s): starting at once", e)
+                return True
+            now = time.monotonic()
+            if self._slot is not None:
+                if now - t0 > 0.05:
+                    log.info("waited %.2fs for a start-up slot", now - t0)
+                return True
+            if now - t0 > self.slot_wait:
+                log.warning("no start-up slot after %.0fs: starting anyway", now - t0)
+                return True
+            if self._stop_early.is_set():
+                return False
+            if now - last >= self.report_every:
+                last = now
+                if self.report():
+                    return False
+            time.sleep(0.05)
+
+    def _release_slot(self) -> None:
+        with self._lock:  # the pump thread and the main thread both give it back
+            fd, self._slot = self._slot, None
+        if fd is not None:
+            os.close(fd)  # closing the descriptor releases the flock
+
+    # ---------------------------------------------------------------- main
+    def run(self) -> int:
+        self.logdir.mkdir(parents=True, exist_ok=True)
+
+        def on_signal(why: str) -> None:
+            if self._child is None:
+                self._stop_early.set()
+            self._signal_child(why)
+
+        signal.signal(signal.SIGTERM, lambda s, f: on_signal("SIGTERM to the runner"))
+        signal.signal(signal.SIGINT, lambda s, f: on_signal("SIGINT to the runner"))
+        self._add_event({"event": "runner-start", "pid": os.getpid()})
+        if not self._wait_for_slot() or self._stop_early.is_set():
+            log.info("job %s stopped before it started", self.job_id)
+            self._add_event({"event": "runner-exit", "status": 0})
+            self.report(final=True)
+            return 0
+        if self.task is not None:
+            try:
+                config = self._rendezvous()
+            except RuntimeError as e:
+                log.error("job %s: %s", self.job_id, e)
+                self._add_event({"event": "runner-exit", "status": 3, "error": str(e)})
+                self.report(final=True)
+                return 3
+            if config is None:
+                log.info("job %s stopped before its tasks met", self.job_id)
+                self._add_event({"event": "runner-exit", "status": 0})
+                self.report(final=True)
+                return 0
+            self._env["TF_CONFIG"] = config
+        if self.store is not None:
+            self._restore_checkpoints()
+        if self.upload is not None:
+            self.upload.start(self.upload_every)
+        try:
+            return self._run_job()
+        finally:
+            self._release_slot()
+            if self.upload is not None:
+                self.upload.close()
+
+    def _restore_checkpoints(self) -> None:
+        assert self.store is not None
+        t0 = time.time()
+        try:
+            files, nbytes = self.store.restore()
+        except Exception as e:  # the job starts from scratch rather than not at all
+            log.error("checkpoint restore from %s failed: %s", self.store.remote, e)
+            self._add_event({"event": "checkpoint-restore-failed", "error": str(e)[:300]})
+            return
+        self._add_event({"event": "checkpoint-restored", "files": files, "bytes": nbytes,
+                         "seconds": round(time.time() - t0, 3)})
+
+    def _save_checkpoints(self) -> None:
+        assert self.store is not None
+        try:
+            written, deleted = self.store.save()
+        except Exception as e:
+            log.error("checkpoint save to %s failed: %s", self.store.remote, e)
+            self._add_event({"event": "checkpoint-save-failed", "error": str(e)[:300]})
+            return
+        self._add_event({"event": "checkpoint-saved", "written": written, "deleted": deleted})
+
+    def _run_job(self) -> int:
+        from themis.hadoop.checkpoint_mirror import checkpoint_steps
+
+        # the step a job without JSON events resumes from: its newest checkpoint now
+        steps = checkpoint_steps(self.checkpoint_dir) if self.checkpoint_dir else []
+        self._restorable_step = steps[-1] if steps else 0
+        self._child = subprocess.Popen(self.command, stdout=subprocess.PIPE, text=True,
+                                       start_new_session=True, bufsize=1,
+                                       env={**os.environ, **self._env})
+        pump = threading.Thread(target=self._pump_stdout, args=(self._child.stdout,),
+                                daemon=True)
+        pump.start()
+        while True:
+            try:
+                rc = self._child.wait(timeout=self.report_every)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            self._check_started()
+            if self.report():
+                self._signal_child("asked by the AM")
+        pump.join(timeout=5)
+        self._check_started()
+        self._release_slot()
+        if self.store is not None and self.chief:
+            self._save_checkpoints()  # before the AM hears of the exit
+        if self.upload is not None:
+            self.upload.close()  # the last events, before the AM hears of the exit
+            self._add_event({"event": "tensorboard-copied", "bytes": self.upload.uploaded})
+        self._add_event({"event": "runner-exit", "status": rc})
+        for _ in range(3):  # the AM may be briefly unreachable
+            with self._lock:
+                pending = bool(self._events)
+            if not pending:
+                break
+            self.report(final=True)
+            with self._lock:
+                if not self._events:
+                    break
+            time.sleep(0.5)
+        return rc
+
+
+def encode_command(command: str) -> str:
+    """A shell command as the value of ``--command-b64``: only ``[A-Za-z0-9_=-]``, so it
+    passes through any quoting of YARN's container launch script unchanged."""
+    return base64.urlsafe_b64encode(command.encode()).decode("ascii")
+
+
+def decode_command(value: str, p: argparse.ArgumentParser) -> str:
+    try:
+        return base64.b64decode(value.encode("ascii"), altchars=b"-_", validate=True).decode()
+    except (ValueError, UnicodeError) as e:
+        p.error(f"--command-b64 {value[:40]!r}: not URL-safe base64 of a UTF-8 string ({e})")
+    raise AssertionError("unreachable")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m themis.am.launchers.yarn.runner",
+                                description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--am", required=True,
+                   help="AM base URL, its tracking URL (http://NM_HOST:PORT of the AM's host)")
+    p.add_argument("--job-id", required=True)
+    p.add_argument("--run-id", type=int, default=0)
+    p.add_argument("--logdir", type=Path, default=Path("tflogs"))
+    p.add_argument("--report-every", type=float, default=1.0)
+    p.add_argument("--start-slots", type=int, default=-1,
+                   help="job start-ups at once on this node (default: its CPU cores; 0: no "
+                        "limit)")
+    p.add_argument("--slot-dir", default="", help="where the slot lock files live "
+                   "(default: the temporary directory, shared by the node's containers)")
+    p.add_argument("--slot-wait", type=float, default=60.0,
+                   help="start anyway after waiting this long for a slot")
+    p.add_argument("--tensorboard-dir", default="",
+                   help="HDFS directory to copy the job's event files to (default: none; "
+                        "WebHDFS at $THEMIS_WEBHDFS_URL as $HADOOP_USER_NAME)")
+    p.add_argument("--tensorboard-every", type=float, default=10.0,
+                   help="seconds between two copies of the event files (default 10)")
+    p.add_argument("--metric", default="eval_loss",
+                   help="the objective's TensorFlow scalar tag, reported to the AM as the "
+                        "job's value (default eval_loss)")
+    p.add_argument("--checkpoint-dir", type=Path, default=None,
+                   help="the job's local checkpoint directory ({checkpoint_dir}; default: "
+                        "none). Its newest ckpt-<step> gives the step a job without JSON "
+                        "events resumed from")
+    p.add_argument("--checkpoint-store", default="",
+                   help="HDFS directory that keeps --checkpoint-dir across runs: restored "
+                        "before the job starts, saved after it exits (default: none; "
+                        "WebHDFS at $THEMIS_WEBHDFS_URL as $HADOOP_USER_NAME)")
+    p.add_argument("--command-b64", default="",
+                   help="the job command as a shell string, base64 (RFC 4648 URL-safe) "
+                        "encoded, run by `bash -c` (default: none, the command follows --). "
+                        "The AM passes commands this way: YARN puts a container's command "
+                        "inside double quotes in its launch script, where quotes, $ and "
+                        "backquotes of the user's command would be taken by that shell")
+    p.add_argument("--task", default="", metavar="TYPE:INDEX",
+                   help="a distributed job's task (worker:0 is the chief, ps:0 ...): wait "
+                        "for TF_CONFIG at the AM's rendezvous before starting the job "
+                        "(default: none, a single-process job)")
+    p.add_argument("--rendezvous-wait", type=float, default=600.0,
+                   help="seconds to wait for the job's other tasks (default 600)")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- the job command")
+    args = p.parse_args(argv)
+    task = parse_task(args.task, p) if args.task else None
+    cmd = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if args.command_b64:
+        if cmd:
+            p.error("give the job command either after -- or as --command-b64, not both")
+        cmd = ["bash", "-c", decode_command(args.command_b64, p)]
+    if not cmd:
+        p.error("no job command after --")
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    slots = (os.cpu_count() or 1) if args.start_slots < 0 else args.start_slots
+    upload = store = None
+    url = os.environ.get("THEMIS_WEBHDFS_URL", "")
+    if (args.tensorboard_dir or args.checkpoint_store) and not url:
+        log.warning("no $THEMIS_WEBHDFS_URL: event files and checkpoints not kept in HDFS")
+    elif args.tensorboard_dir or args.checkpoint_store:
+        if task is not None and task != ("worker", 0):
+            args.tensorboard_dir = ""  # the chief's event files are the job's
+        from themis.hadoop.webhdfs import WebHdfs
+
+        fs = WebHdfs(url, os.environ.get("HADOOP_USER_NAME") or "root", timeout=10.0)
+        if args.tensorboard_dir:
+            from themis.hadoop.tblogs import EventLogUpload
+
+            upload = EventLogUpload(fs, args.logdir, args.tensorboard_dir)
+        if args.checkpoint_store:
+            from themis.hadoop.checkpoint_mirror import CheckpointMirror
+
+            store = CheckpointMirror(fs, args.checkpoint_dir or Path(CKPT_DIR),
+                                    args.checkpoint_store)
+    return Runner(args.am, args.job_id, args.run_id, args.logdir, cmd, args.report_every,
+                  start_slots=slots, slot_dir=args.slot_dir, slot_wait=args.slot_wait,
+                  upload=upload, upload_every=args.tensorboard_every,
+                  metric=args.metric, checkpoint_dir=args.checkpoint_dir, store=store,
+                  task=task, rendezvous_wait=args.rendezvous_wait).run()
+
+
+def parse_task(value: str, p: argparse.ArgumentParser) -> tuple[str, int]:
+    """``--task worker:1`` as ("worker", 1)."""
+    kind, _, index = value.partition(":")
+    if kind not in ("worker", "ps") or not index.isdigit() or len(index) > 4:
+        p.error(f"--task {value[:40]!r}: must be worker:N or ps:N")
+    return kind, int(index)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

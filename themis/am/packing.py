@@ -1,0 +1,100 @@
+"""Splitting an app's GPUs among its jobs, keeping each job on as few machines as possible.
+
+Two steps:
+
+1. *How many* GPUs per job: with fewer GPUs than jobs, the jobs with the most work left
+   get one each (the others wait for a later lease); otherwise every job gets one and
+   the rest go one at a time to the job with the most work left per GPU it already has,
+   never beyond its maximum demand. GPUs no job can use stay unassigned.
+2. *Which* GPUs: jobs in decreasing GPU count; a job that fits on one machine takes the
+   machine with the fewest free GPUs that is still enough (best fit, leaving big holes
+   for big jobs); otherwise it takes whole machines, largest first, from the tightest
+   rack that can hold it, else from the whole set. Inside a machine GPUs are taken in
+   slot order, so jobs also stay within slots where they can.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from themis.mechanism.topology import Gpu
+
+
+class PackingError(ValueError):
+    """Invalid input to :func:`pack` (names the job or GPU)."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobNeed:
+    job_id: str
+    work_left: float  # serial GPU-seconds left (any consistent unit)
+    max_demand: int
+
+
+def gpu_counts(jobs: Sequence[JobNeed], num_gpus: int) -> dict[str, int]:
+    """Step 1 of the module docstring: GPU count per job (jobs absent get none)."""
+    for j in jobs:
+        if j.max_demand < 1:
+            raise PackingError(f"job {j.job_id!r}: max_demand must be >= 1")
+    order = sorted(jobs, key=lambda j: (-j.work_left, j.job_id))
+    counts = {j.job_id: 1 for j in order[:num_gpus]}
+    spare = num_gpus - len(counts)
+    while spare > 0:
+        open_jobs = [j for j in order if counts[j.job_id] < j.max_demand]
+        if not open_jobs:
+            break
+        best = max(open_jobs, key=lambda j: (j.work_left / counts[j.job_id], -order.index(j)))
+        counts[best.job_id] += 1
+        spare -= 1
+    return counts
+
+
+def _take(free: dict[str, list[Gpu]], machine: str, n: int) -> list[Gpu]:
+    taken, free[machine] = free[machine][:n], free[machine][n:]
+    return taken
+
+
+def place(counts: Mapping[str, int], gpus: Iterable[Gpu]) -> dict[str, list[str]]:
+    """Step 2 of the module docstring: concrete GPU ids per job."""
+    free: dict[str, list[Gpu]] = {}
+    rack_of: dict[str, str] = {}
+    for g in sorted(gpus, key=lambda g: (g.machine, g.slot, g.id)):
+        free.setdefault(g.machine, []).append(g)
+        rack_of[g.machine] = g.rack
+    if sum(counts.values()) > sum(len(v) for v in free.values()):
+        raise PackingError(f"{sum(counts.values())} GPUs asked, only "
+                           f"{sum(len(v) for v in free.values())} given")
+    out: dict[str, list[str]] = {}
+    for job_id, need in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
+        fits = [m for m, fs in free.items() if len(fs) >= need]
+        chosen: list[Gpu] = []
+        if fits:
+            m = min(fits, key=lambda m: (len(free[m]), m))
+            chosen = _take(free, m, need)
+        else:
+            rack_free: dict[str, int] = {}
+            for m, fs in free.items():
+                rack_free[rack_of[m]] = rack_free.get(rack_of[m], 0) + len(fs)
+            racks = [r for r, n in rack_free.items() if n >= need]
+            rack = min(racks, key=lambda r: (rack_free[r], r)) if racks else None
+            machines = [m for m in free if rack is None or rack_of[m] == rack]
+            for m in sorted(machines, key=lambda m: (-len(free[m]), m)):
+                chosen += _take(free, m, need - len(chosen))
+                if len(chosen) == need:
+                    break
+        out[job_id] = [g.id for g in chosen]
+    return out
+
+
+def pack(
+    jobs: Sequence[JobNeed], gpu_ids: Sequence[str], topology: Mapping[str, Gpu]
+) -> dict[str, list[str]]:
+    """GPU ids per job for the app's ``gpu_ids`` (each GPU at most once)."""
+    if len(set(gpu_ids)) != len(gpu_ids):
+        raise PackingError(f"duplicate GPU ids in {sorted(gpu_ids)}")
+    missing = [g for g in gpu_ids if g not in topology]
+    if missing:
+        raise PackingError(f"GPUs not in the topology: {missing}")
+    counts = gpu_counts(jobs, len(gpu_ids))
+    return place(counts, (topology[g] for g in gpu_ids))

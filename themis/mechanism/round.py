@@ -1,0 +1,386 @@
+"""Round-by-round auctions (paper section 3.3.2, Pseudocode 1 lines 13-23).
+
+On a resource-available event (lease expiries): sort apps by their current rho, keep the
+(1-f) fraction with the worst rho (at least one) as bidders, run the partial-allocation
+auction on the free GPUs, hand the leftover GPUs at random (seeded) to the apps that did
+not bid, and emit lease grants with expiry times.
+
+This module is pure: the YARN engine, the gRPC arbiter service and the simulator all call
+it; only the way bids are collected differs (``collect_bids``).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import Counter, deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from operator import attrgetter
+
+from themis.mechanism.auction import AuctionResult, run_auction
+from themis.mechanism.bids import BidTable
+from themis.mechanism.solvers.base import Solver
+from themis.mechanism.topology import Gpu
+
+_SLOT_THEN_ID = attrgetter("slot", "id")
+
+
+class RoundError(ValueError):
+    """Bad round parameters (fairness knob, lease length, app reports)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseGrant:
+    app_id: str
+    gpus: tuple[str, ...]
+    start: float
+    expiry: float
+    via: str  # "auction" or "leftover"
+
+
+@dataclass(frozen=True, slots=True)
+class RoundOutcome:
+    bidders: tuple[str, ...]
+    nonbidders: tuple[str, ...]
+    auction: AuctionResult | None
+    leftover: dict[str, tuple[str, ...]]
+    unallocated: tuple[str, ...]
+    grants: tuple[LeaseGrant, ...]
+    allocation: dict[str, tuple[str, ...]] = field(default_factory=dict)  # auction+leftover
+
+
+def check_knob(fairness_knob: float) -> None:
+    if not isinstance(fairness_knob, int | float) or not 0.0 <= fairness_knob < 1.0:
+        raise RoundError(f"fairness knob f={fairness_knob!r} must be in [0, 1)")
+
+
+def select_bidders(
+    rho_current: Mapping[str, float],
+    fairness_knob: float,
+    rng: random.Random | None = None,
+    priority: Mapping[str, float] | None = None,
+) -> tuple[list[str], list[str]]:
+    """Keep ceil((1-f) N) apps with the worst (largest) rho, at least one (line 17).
+
+    ``priority`` (optional, app -> number, larger = worse off) is a secondary key: among
+    apps of equal rho - in particular the apps holding no GPU, all at rho = +inf - the
+    larger priority ranks first (starvation-aware filtering, docs/mechanism.md); an app
+    missing from it ranks after those present. It never overrides rho: an app of larger
+    rho ranks first whatever the priorities. Remaining ties are broken at random with
+    ``rng`` (seeded: reproducible; a fixed order would always favour the same one of
+    several equally badly off apps), else by app id."""
+    check_knob(fairness_knob)
+    for app, r in rho_current.items():
+        if not isinstance(r, int | float) or math.isnan(r) or r < 0:
+            raise RoundError(f"app {app!r}: current rho {r!r} must be a number >= 0")
+    pri: dict[str, float] = {}
+    for app, v in (priority or {}).items():
+        if not isinstance(v, int | float) or math.isnan(v):
+            raise RoundError(f"app {app!r}: filter priority {v!r} must be a number")
+        pri[app] = float(v)
+    apps = sorted(rho_current)
+    tie = {a: rng.random() for a in apps} if rng is not None else {a: 0.0 for a in apps}
+    ranked = sorted(apps, key=lambda a: (-rho_current[a], -pri.get(a, -math.inf), tie[a], a))
+    if not ranked:
+        return [], []
+    keep = max(1, math.ceil((1.0 - fairness_knob) * len(ranked) - 1e-9))
+    return ranked[:keep], ranked[keep:]
+
+
+def cap_starving_bidders(
+    bidders: Sequence[str], nonbidders: Sequence[str], rho_current: Mapping[str, float],
+    free_gpus: int,
+) -> tuple[list[str], list[str]]:
+    """Starvation-aware filtering, second half (docs/mechanism.md, "Starvation"): at most
+    ``free_gpus`` starving bidders (rho = +inf) stay bidders, the first in ``bidders``' order
+    (the filter's: worst off first); the others join the non-bidders this round.
+
+    Why: the auction serves as many starving bidders as the offer allows and, among them,
+    prefers the one with the *lowest* rho once served (the largest gain log(rho_ref /
+    rho(b))), the opposite of the filter's order; with fewer free GPUs than starving bidders
+    the worst-off one then loses every round and, being a bidder, never gets leftover GPUs.
+    Each bundle holds at least one GPU, so ``free_gpus`` bidders can all be served, and the
+    auction itself (bids, gains, payments) is unchanged."""
+    starving = [a for a in bidders if math.isinf(rho_current[a])]
+    if len(starving) <= free_gpus:
+        return list(bidders), list(nonbidders)
+    dropped = set(starving[free_gpus:])
+    return ([a for a in bidders if a not in dropped],
+            [*nonbidders, *(a for a in bidders if a in dropped)])
+
+
+Shape = Mapping[str, Mapping[int, int]]
+"""Container asks per app: GPUs per container -> number of containers (all of a container's
+GPUs on one machine, as YARN places a container on one node)."""
+
+
+def _asks(
+    apps: Sequence[str], unlimited: int, room: Mapping[str, int] | None, shape: Shape | None
+) -> dict[str, dict[int, int]]:
+    """Each app's asks as ``{gpus per container: containers}``: its ``shape`` (capped by its
+    ``room`` when given) or, without a shape, ``room`` single-GPU units (``unlimited``
+    when ``room`` is None)."""
+    out: dict[str, dict[int, int]] = {}
+    for a in apps:
+        if shape is not None and a in shape:
+            ask: dict[int, int] = {}
+            for k, n in shape[a].items():
+                if isinstance(k, bool) or not isinstance(k, int) or k < 1 or \
+                        isinstance(n, bool) or not isinstance(n, int) or n < 0:
+                    raise RoundError(f"app {a!r}: container ask {k!r} GPU(s) x {n!r} must be "
+                                     "a whole number >= 1 of GPUs x a count >= 0")
+                if n:
+                    ask[k] = n
+            out[a] = ask if room is None else _trim(ask, room.get(a, 0))
+        else:
+            n = unlimited if room is None else room.get(a, 0)
+            out[a] = {1: n} if n > 0 else {}
+    return out
+
+
+def _trim(ask: dict[int, int], limit: int) -> dict[int, int]:
+    """Drop containers, largest first, until the asks total at most ``limit`` GPUs."""
+    out = dict(ask)
+    over = sum(k * n for k, n in out.items()) - max(0, limit)
+    for k in sorted(out, reverse=True):
+        if over <= 0:
+            break
+        drop = min(out[k], -(-over // k))
+        out[k] -= drop
+        over -= drop * k
+    return {k: n for k, n in out.items() if n > 0}
+
+
+def _take(ask: dict[int, int], avail: int) -> int:
+    """Whole containers of ``ask`` that fit into ``avail`` GPUs of one machine, largest
+    first; removes them from ``ask`` and returns their GPUs. Afterwards no container left in
+    ``ask`` fits into what remains of ``avail``."""
+    took = 0
+    for k in sorted(ask, reverse=True):
+        n = min(ask[k], (avail - took) // k)
+        if n > 0:
+            took += n * k
+            if n == ask[k]:
+                del ask[k]
+            else:
+                ask[k] -= n
+    return took
+
+
+def _deal(
+    gpus: Sequence[Gpu],
+    order: Sequence[str],
+    asks: dict[str, dict[int, int]],
+    previous: Mapping[str, str] | None,
+) -> tuple[dict[str, tuple[str, ...]], tuple[str, ...]]:
+    """The leftover rule over apps in turn ``order``; ``asks`` is consumed."""
+    grants: dict[str, list[str]] = {}
+    rest: list[Gpu] = list(gpus)
+    if previous:
+        rest = []
+        claims: dict[tuple[str, str], list[Gpu]] = {}  # shaped holder's GPUs per machine
+        for g in gpus:
+            holder = previous.get(g.id)
+            ask = asks.get(holder) if holder is not None else None
+            if holder is None or not ask:
+                rest.append(g)
+            elif ask.keys() == {1}:
+                grants.setdefault(holder, []).append(g.id)
+                _take(ask, 1)
+            else:
+                claims.setdefault((holder, g.machine), []).append(g)
+        for (holder, _), gs in claims.items():  # whole containers only, in GPU order
+            n = _take(asks[holder], len(gs))
+            grants.setdefault(holder, []).extend(g.id for g in gs[:n])
+            rest.extend(gs[n:])
+    machines: dict[str, list[str]] = {}
+    for g in sorted(rest, key=_SLOT_THEN_ID):
+        machines.setdefault(g.machine, []).append(g.id)
+    # Multi-GPU containers first, largest first (first fit decreasing): in turn order each
+    # app places one container on the machine that fits it most tightly, so single GPUs
+    # dealt below do not break up the machines such a container needs.
+    for k in sorted({k for ask in asks.values() for k in ask if k > 1}, reverse=True):
+        turns = deque(a for a in order if asks.get(a, {}).get(k, 0) > 0)
+        while turns:
+            fit = [(len(ids), m) for m, ids in machines.items() if len(ids) >= k]
+            if not fit:
+                break
+            _, m = min(fit)
+            app = turns.popleft()
+            ids = machines[m]
+            grants.setdefault(app, []).extend(ids[:k])
+            del ids[:k]
+            asks[app][k] -= 1
+            if asks[app][k] > 0:
+                turns.append(app)
+            else:
+                del asks[app][k]
+    # Single GPUs (1-GPU containers and apps without a shape): at each turn an app takes
+    # what is left on the current machine, largest machines first, up to its asks.
+    chunks = [ids for _, ids in sorted(machines.items(), key=lambda kv: (-len(kv[1]), kv[0]))]
+    unused: list[str] = []
+    # Apps that can still take GPUs, in turn order; an app whose asks are used up leaves
+    # the rotation for good (asks only decrease), so each turn costs O(1).
+    takers = deque(a for a in order if asks.get(a, {}).get(1, 0) > 0)
+    for ids in chunks:
+        pos = 0
+        while pos < len(ids) and takers:
+            app = takers.popleft()
+            take = min(asks[app][1], len(ids) - pos)
+            grants.setdefault(app, []).extend(ids[pos : pos + take])
+            asks[app][1] -= take
+            pos += take
+            if asks[app][1] > 0:
+                takers.append(app)
+        unused.extend(ids[pos:])  # ``unused`` is sorted at the end
+    return {a: tuple(sorted(gs)) for a, gs in grants.items()}, tuple(sorted(unused))
+
+
+def _whole_containers(
+    allocation: Mapping[str, tuple[str, ...]], offer: Sequence[Gpu], shape: Shape | None
+) -> dict[str, tuple[str, ...]]:
+    """The auction's allocation with, for apps whose asks have a shape, each machine's GPUs
+    cut down to a multiple of the gcd of their container sizes: partial allocation keeps a
+    fraction c_i of the winning bundle (section 3.3.2), which can leave a GPU on a machine
+    that no container of the app fits (3 GPUs for 2-GPU containers). Such GPUs go to the
+    leftover instead of idling under the app's lease; the app loses nothing it could use."""
+    if not shape:
+        return dict(allocation)
+    machine = {g.id: g.machine for g in offer}
+    out: dict[str, tuple[str, ...]] = {}
+    for app, gs in allocation.items():
+        unit = math.gcd(*(k for k, n in shape.get(app, {}).items() if n > 0)) or 1
+        if unit == 1:
+            out[app] = gs
+            continue
+        per: dict[str, list[str]] = {}
+        for g in sorted(gs):
+            per.setdefault(machine[g], []).append(g)
+        out[app] = tuple(sorted(g for ids in per.values() for g in ids[: len(ids) // unit * unit]))
+    return out
+
+
+def distribute_leftover(
+    gpus: Sequence[Gpu],
+    nonbidders: Sequence[str],
+    rng: random.Random,
+    room: Mapping[str, int] | None = None,
+    previous: Mapping[str, str] | None = None,
+    shape: Shape | None = None,
+) -> tuple[dict[str, tuple[str, ...]], tuple[str, ...]]:
+    """Give leftover GPUs at random to non-bidders (line 21).
+
+    *Renewal first* (``previous``: GPU id -> the app whose lease on it just expired): a
+    leftover GPU whose previous holder is among ``nonbidders`` and can still use it goes
+    back to that holder, so that its job keeps running instead of paying a
+    checkpoint/restart (our reading of section 3.3.2, see docs/mechanism.md). The other
+    GPUs are dealt at random: non-bidders are put in a seeded random order and take turns;
+    at each turn an app takes the GPUs left on the current machine (largest machines
+    first), up to what it can still use (``room``; unlimited when not given), so leftovers
+    stay machine-local.
+
+    *Container shape* (``shape``: app -> ``{k: n}``, n containers of k GPUs): such an app
+    is dealt only whole containers, all k GPUs of one on one machine, never a partial one.
+    Containers of k > 1 GPUs are placed before single GPUs, largest first (first fit
+    decreasing): in turn order, each app places one container on the machine with the
+    fewest free GPUs that fit it. Single GPUs (1-GPU containers, apps without a shape) then
+    follow the plain rule above, which is all there is without shapes (the simulator and
+    standalone mode). O(G log G + A) for G GPUs and A apps, plus O(M) per multi-GPU
+    container placed on M machines.
+    Returns (grants, GPUs nobody could use) - the latter is empty when there are
+    non-bidders and no room limits."""
+    order = list(nonbidders)
+    rng.shuffle(order)
+    return _deal(gpus, order, _asks(order, len(gpus), room, shape), previous)
+
+
+def run_round(
+    offer: Sequence[Gpu],
+    rho_current: Mapping[str, float],
+    collect_bids: Callable[[Sequence[str]], Mapping[str, BidTable]],
+    *,
+    fairness_knob: float,
+    lease_s: float,
+    now: float,
+    solver: Solver,
+    rng: random.Random,
+    room: Mapping[str, int] | None = None,
+    previous: Mapping[str, str] | None = None,
+    shape: Shape | None = None,
+    priority: Mapping[str, float] | None = None,
+) -> RoundOutcome:
+    """One round: filter, auction, leftover, lease grants. ``collect_bids`` receives the
+    bidders and returns the tables that arrived in time; missing ones count as
+    non-bidders (late or vanished agents). ``previous`` (GPU id -> app whose lease on it
+    just expired) makes the leftover step renew those GPUs to their holders first;
+    ``shape`` (app -> ``{GPUs per container: containers}``) makes it deal such apps whole
+    containers on one machine (:func:`distribute_leftover`); ``priority`` is the filter's
+    secondary key (:func:`select_bidders`) and, when given, caps the starving bidders
+    (:func:`cap_starving_bidders`). Bidders' bundles are theirs."""
+    if not math.isfinite(lease_s) or lease_s <= 0:
+        raise RoundError(f"lease length {lease_s!r} s must be a positive number")
+    bidders, nonbidders = select_bidders(rho_current, fairness_knob, rng, priority)
+    free = list(offer)
+    if priority is not None:
+        bidders, nonbidders = cap_starving_bidders(bidders, nonbidders, rho_current, len(free))
+    auction: AuctionResult | None = None
+    tables: list[BidTable] = []
+    if bidders and free:
+        got = collect_bids(bidders)
+        tables = [got[a] for a in bidders if a in got]
+        late = [a for a in bidders if a not in got]
+        nonbidders = [*nonbidders, *late]
+        bidders = [t.app_id for t in tables]
+    won: dict[str, tuple[str, ...]] = {}
+    if tables:
+        auction = run_auction(free, tables, solver, rng)
+        won = _whole_containers(auction.allocation, offer, shape)
+        cut = {g for gs in auction.allocation.values() for g in gs}
+        cut -= {g for gs in won.values() for g in gs}  # partial containers: leftover too
+        left_ids = set(auction.leftover) | cut
+        free = [g for g in free if g.id in left_ids]
+    asks = _asks(nonbidders, len(free), room, shape)
+    order = list(nonbidders)
+    rng.shuffle(order)
+    leftover, unallocated = _deal(free, order, asks, previous)
+    if unallocated and bidders:
+        # Work conservation (section 3.3.2): GPUs that no non-bidder can use - those the
+        # auction withheld as hidden payments when f < 1/N leaves no non-bidders, or more
+        # leftover than the non-bidders can take - go, by the same leftover rule, to any
+        # app that can still use them rather than idling until the next round.
+        held = Counter({a: len(gs) for a, gs in leftover.items()})
+        held.update({a: len(gs) for a, gs in won.items()})
+        everyone = [*bidders, *nonbidders]
+        idle = set(unallocated)
+        spare = [g for g in free if g.id in idle]
+        left = None if room is None else {a: room.get(a, 0) - held[a] for a in everyone}
+        # shaped apps keep the containers still unplaced (a bidder's: minus what it won)
+        again = _asks(everyone, len(spare), left, None)
+        for a in everyone:
+            if shape is not None and a in shape:
+                rest = asks[a] if a in asks else _asks([a], 0, None, shape)[a]
+                again[a] = rest if left is None else _trim(rest, left[a])
+        order = list(everyone)
+        rng.shuffle(order)
+        extra, unallocated = _deal(spare, order, again, previous)
+        for app, gs in extra.items():
+            leftover[app] = tuple(sorted((*leftover.get(app, ()), *gs)))
+    allocation: dict[str, tuple[str, ...]] = {}
+    grants: list[LeaseGrant] = []
+    for app, gs in sorted(won.items()):
+        if gs:
+            allocation[app] = gs
+            grants.append(LeaseGrant(app, gs, now, now + lease_s, "auction"))
+    for app, gs in sorted(leftover.items()):
+        allocation[app] = tuple(sorted((*allocation.get(app, ()), *gs)))
+        grants.append(LeaseGrant(app, gs, now, now + lease_s, "leftover"))
+    return RoundOutcome(
+        bidders=tuple(bidders),
+        nonbidders=tuple(nonbidders),
+        auction=auction,
+        leftover=leftover,
+        unallocated=unallocated,
+        grants=tuple(grants),
+        allocation=allocation,
+    )

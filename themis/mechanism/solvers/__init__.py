@@ -1,0 +1,25 @@
+"""Solver back-ends for the proportional-fair MILP (one interface, many back-ends)."""
+
+from themis.mechanism.solvers.auto import BACKENDS, FallbackSolver, make_solver
+from themis.mechanism.solvers.base import (
+    Bundle,
+    PackingProblem,
+    Solution,
+    Solver,
+    SolverError,
+    SolverUnavailable,
+    evaluate,
+)
+
+__all__ = [
+    "BACKENDS",
+    "Bundle",
+    "FallbackSolver",
+    "PackingProblem",
+    "Solution",
+    "Solver",
+    "SolverError",
+    "SolverUnavailable",
+    "evaluate",
+    "make_solver",
+]
