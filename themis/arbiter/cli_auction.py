@@ -5,7 +5,7 @@ Input::
     {"gpus": [{"id": "g0", "machine": "m0", "rack": "r0", "slot": "s0"}, ...],
      "offer": ["g0", ...],                      # optional, default: every GPU
      "apps": [{"id": "a", "rho": 2.0, "bids": [{"gpus": ["g0"], "rho": 1.5}, ...]}, ...],
-     "nonbidders": ["b", ...], "seed": 0, "solver": "auto"}
+     "nonbidders": ["b", ...], "seed": 0, "solver": "auto-fast"}
 
 Output: allocation (final grant per app, leftover included), proportional_fair,
 kept_fraction (c_i, exact; with --no-exact-payments, as the arbiter computes it: a c_i
@@ -35,7 +35,7 @@ from themis.mechanism.auction import run_auction
 from themis.mechanism.bids import Bid, BidTable
 from themis.mechanism.errors import InvalidBid, InvalidOffer
 from themis.mechanism.round import distribute_leftover
-from themis.mechanism.solvers import SolverError, make_solver
+from themis.mechanism.solvers import DEFAULT_SOLVER, SolverError, make_solver
 from themis.mechanism.topology import Gpu, Topology, TopologyError
 from themis.safeinput import InputError, Limits, field_path, load_json, short
 from themis.stdio import stdout_to_stderr
@@ -175,7 +175,7 @@ def parse_input(doc: Any, limits: AuctionLimits | None = None
     seed = top.get("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise _fail(["seed"], f"must be an integer, got {short(seed)}")
-    solver = top.get("solver", "auto")
+    solver = top.get("solver", DEFAULT_SOLVER)
     _str(solver, ["solver"])
     return [topo[g] for g in offer_ids], tables, list(nonbidders), seed, solver
 

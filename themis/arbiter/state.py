@@ -45,8 +45,14 @@ from themis.mechanism.fairness import (
 )
 from themis.mechanism.leases import LeaseTable
 from themis.mechanism.model import ModelError
-from themis.mechanism.round import LeaseGrant, RoundOutcome, check_knob, run_round
-from themis.mechanism.solvers import make_solver
+from themis.mechanism.round import (
+    DEFAULT_FAIRNESS_KNOB,
+    LeaseGrant,
+    RoundOutcome,
+    check_knob,
+    run_round,
+)
+from themis.mechanism.solvers import DEFAULT_SOLVER, make_solver
 from themis.mechanism.topology import Gpu
 from themis.rpc.convert import gpus_to_pb, lease_to_pb, shape_to_pb, table_from_pb
 from themis.rpc.v1 import arbiter_pb2 as pb
@@ -68,14 +74,14 @@ class ArbiterConfig:
     lease_s: float = 600.0
     bid_timeout_s: float = 5.0
     warning_s: float = 60.0  # lease warning this long before expiry (at most lease_s / 2)
-    fairness_knob: float = 0.8
+    fairness_knob: float = DEFAULT_FAIRNESS_KNOB
     heartbeat_s: float = 5.0
     round_delay_s: float = 0.02  # coalesce triggers (e.g. a burst of registrations)
     # work conservation (paper, sections 3 and 4): every round_interval_s the round loop
     # starts a round when GPUs are free and a connected app can take more (YARN's
     # round-interval-ms, docs/yarn.md "Round trigger and free GPUs")
     round_interval_s: float = 1.0
-    solver: str = "auto"
+    solver: str = DEFAULT_SOLVER
     seed: int = 0
     # the form of T_id agents use in rho, announced at registration (docs/mechanism.md)
     ideal_time: str = str(DEFAULT_IDEAL_TIME)

@@ -50,6 +50,10 @@ class RoundOutcome:
     allocation: dict[str, tuple[str, ...]] = field(default_factory=dict)  # auction+leftover
 
 
+#: The fairness knob f of every driver unless told otherwise (paper, section 6.1: 0.8)
+DEFAULT_FAIRNESS_KNOB = 0.8
+
+
 def check_knob(fairness_knob: float) -> None:
     if not isinstance(fairness_knob, int | float) or not 0.0 <= fairness_knob < 1.0:
         raise RoundError(f"fairness knob f={fairness_knob!r} must be in [0, 1)")

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from themis.mechanism.fairness import DEFAULT_IDEAL_TIME, IDEAL_TIME_NAMES, parse_ideal_time
-from themis.mechanism.solvers import SolverError
+from themis.mechanism.round import DEFAULT_FAIRNESS_KNOB
+from themis.mechanism.solvers import DEFAULT_SOLVER, SOLVER_NAMES, SolverError
 from themis.mechanism.topology import Topology
 from themis.sim.cluster import load_cluster
 from themis.sim.engine import SimConfig, SimResult, Simulator
@@ -127,7 +128,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--fairness-knob",
         type=float,
-        default=0.8,
+        default=DEFAULT_FAIRNESS_KNOB,
         metavar="F",
         help="themis: f in [0, 1), the (1-f) fraction of apps with the worst rho bid in "
         "each round (default: %(default)s)",
@@ -143,10 +144,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--solver",
-        default="auto-fast",
-        help="the themis policy's auction solver (default auto-fast: the fast exact chain, "
-        "Gurobi when licensed; also open-fast, auto, highs, lpbb, bnb, cpsat, gurobi; "
-        "docs/mechanism.md)",
+        default=DEFAULT_SOLVER,
+        help="the themis policy's auction solver (default %(default)s: the fast exact chain, "
+        f"Gurobi when licensed; one of {', '.join(SOLVER_NAMES)}; docs/mechanism.md)",
     )
     p.add_argument("--lease-minutes", type=float, default=10.0, metavar="M",
                    help="GPU lease length in minutes (section 6.2) (default: %(default)s)")

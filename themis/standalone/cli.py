@@ -23,6 +23,8 @@ from themis.mechanism.fairness import (
     IDEAL_TIME_NAMES,
     STARVATION_NAMES,
 )
+from themis.mechanism.round import DEFAULT_FAIRNESS_KNOB
+from themis.mechanism.solvers import DEFAULT_SOLVER, SOLVER_NAMES
 
 EXIT_USAGE = 2
 
@@ -152,7 +154,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     m = p.add_argument_group("mechanism")
     m.add_argument("--lease-s", type=_positive_float, default=40.0, metavar="SECONDS",
                    help="GPU lease length (the paper uses 600 s on real clusters)")
-    m.add_argument("--fairness-knob", type=_knob, default=0.8, metavar="F",
+    m.add_argument("--fairness-knob", type=_knob, default=DEFAULT_FAIRNESS_KNOB, metavar="F",
                    help="f in [0, 1): the (1-f) fraction of apps with the worst rho bid")
     m.add_argument("--ideal-time", choices=IDEAL_TIME_NAMES, default=str(DEFAULT_IDEAL_TIME),
                    help="the ideal finish time T_id in rho: 'exact' = the app's plan on an "
@@ -170,8 +172,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     m.add_argument("--grace-s", type=_nonneg_float, default=3.0, metavar="SECONDS",
                    help="a job on an expired lease keeps running this long waiting for the "
                         "expiry round to renew it; stopped at once if the round does not")
-    m.add_argument("--solver", default="auto",
-                   help="auction solver back-end (auto, highs, bnb, bruteforce, cpsat, gurobi)")
+    m.add_argument("--solver", default=DEFAULT_SOLVER, metavar="NAME",
+                   help=f"auction solver ({', '.join(SOLVER_NAMES)}; default %(default)s: the "
+                        "fast exact chain, Gurobi when licensed; docs/mechanism.md)")
     m.add_argument("--seed", type=int, default=0, help="seed of the arbiter's leftover lottery")
     m.add_argument("--port", type=_port, default=0,
                    help="arbiter port on 127.0.0.1 (0: any free port)")

@@ -23,6 +23,8 @@ from themis.arbiter.registration import HmacRegistrar
 from themis.arbiter.service import ArbiterServer
 from themis.arbiter.state import DEFAULT_MAX_APPS, ArbiterConfig, ArbiterCore
 from themis.mechanism.fairness import DEFAULT_IDEAL_TIME, DEFAULT_STARVATION
+from themis.mechanism.round import DEFAULT_FAIRNESS_KNOB
+from themis.mechanism.solvers import DEFAULT_SOLVER
 from themis.standalone.report import (
     app_json,
     gpu_moves,
@@ -52,13 +54,13 @@ class Options:
     apps: list[AppSpec]
     out: Path
     lease_s: float = 40.0
-    fairness_knob: float = 0.8
+    fairness_knob: float = DEFAULT_FAIRNESS_KNOB
     ideal_time: str = str(DEFAULT_IDEAL_TIME)  # the form of T_id in rho (themis.mechanism.fairness)
     starvation: str = str(DEFAULT_STARVATION)  # the filter's order of apps holding no GPU
     bid_timeout_s: float = 2.0
     warning_s: float = 10.0
     grace_s: float = 3.0
-    solver: str = "auto"
+    solver: str = DEFAULT_SOLVER
     seed: int = 0
     port: int = 0
     refresh_s: float | None = None  # None: 1 s for the table, 10 s for lines

@@ -42,6 +42,8 @@ from themis.mechanism.fairness import (
     parse_starvation,
 )
 from themis.mechanism.model import ModelError
+from themis.mechanism.round import DEFAULT_FAIRNESS_KNOB
+from themis.mechanism.solvers import DEFAULT_SOLVER
 from themis.safeinput import short
 
 T = TypeVar("T")
@@ -141,8 +143,8 @@ VARIABLES: dict[str, tuple[str, str, Callable[[str], Any]]] = {
     # = themis.arbiter.state.DEFAULT_MAX_APPS (not imported: it pulls in the solvers)
     "THEMIS_MAX_APPS": ("max-apps", "4096", _max_apps),
     "THEMIS_LEASE_MS": ("lease-duration-ms", "600000", _lease_ms),
-    "THEMIS_FAIRNESS_KNOB": ("fairness-knob", "0.8", _knob),
-    "THEMIS_SOLVER": ("solver", "auto", _solver),
+    "THEMIS_FAIRNESS_KNOB": ("fairness-knob", str(DEFAULT_FAIRNESS_KNOB), _knob),
+    "THEMIS_SOLVER": ("solver", DEFAULT_SOLVER, _solver),
     "THEMIS_IDEAL_TIME": ("ideal-time", str(DEFAULT_IDEAL_TIME), _choice(parse_ideal_time)),
     "THEMIS_STARVATION": ("starvation", str(DEFAULT_STARVATION), _choice(parse_starvation)),
 }

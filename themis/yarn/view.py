@@ -3,7 +3,7 @@
 Request (JSON, built by ``ThemisRuntime.clusterView`` in Java)::
 
     {"round": 3, "now_ms": ..., "fairness_knob": 0.8, "lease_duration_ms": 600000,
-     "solver": "auto",
+     "solver": "auto-fast",
      "nodes": [{"node_id": "h:45454", "host": "h", "rack": "/default-rack",
                 "total_gpus": 4, "free_gpus": 2}],
      "apps": [{"app_id": "application_1_0001", "queue": "default", "user": "u",

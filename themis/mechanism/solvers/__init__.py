@@ -1,6 +1,13 @@
 """Solver back-ends for the proportional-fair MILP (one interface, many back-ends)."""
 
-from themis.mechanism.solvers.auto import BACKENDS, FallbackSolver, make_solver
+from themis.mechanism.solvers.auto import (
+    BACKENDS,
+    DEFAULT_SOLVER,
+    SERVICE_SOLVERS,
+    SOLVER_NAMES,
+    FallbackSolver,
+    make_solver,
+)
 from themis.mechanism.solvers.base import (
     Bundle,
     PackingProblem,
@@ -13,6 +20,9 @@ from themis.mechanism.solvers.base import (
 
 __all__ = [
     "BACKENDS",
+    "DEFAULT_SOLVER",
+    "SERVICE_SOLVERS",
+    "SOLVER_NAMES",
     "Bundle",
     "FallbackSolver",
     "PackingProblem",

@@ -227,9 +227,19 @@ def _open_fast() -> Solver:
 
 
 CHAINS = ("auto", "auto-fast", "open-fast")
+#: The solver of every driver unless told otherwise - the RM's engine, standalone, the
+#: simulator, ``themis auction`` - and the one place that says so (the RM plugin's
+#: ``EngineDefaults.java`` is generated from it: ``python -m themis.yarn.javagen``).
+DEFAULT_SOLVER = "auto-fast"
+#: Every name :func:`make_solver` takes.
+SOLVER_NAMES = (*CHAINS, *sorted(BACKENDS))
+#: The names a long-running service (the RM's engine) accepts: the chains and the exact
+#: back-ends whose solves stay bounded on large offers (``bnb`` and ``bruteforce`` alone
+#: can take exponential time there; ``cpsat`` needs the ``cpsat`` extra).
+SERVICE_SOLVERS = ("auto-fast", "open-fast", "auto", "highs", "gurobi", "lpbb")
 
 
-def make_solver(name: str = "auto") -> Solver:
+def make_solver(name: str = DEFAULT_SOLVER) -> Solver:
     """One of :data:`CHAINS` or :data:`BACKENDS`. Unknown names raise SolverError listing
     the valid ones; ``gurobi`` without gurobipy raises SolverUnavailable.
 
@@ -264,6 +274,6 @@ def make_solver(name: str = "auto") -> Solver:
             BranchAndBoundSolver(FAST_NODE_LIMIT_GUROBI, FAST_NODE_LIMIT_LARGE), large_first,
             quiet=True)
     if name not in BACKENDS:
-        valid = ", ".join([*CHAINS, *sorted(BACKENDS)])
+        valid = ", ".join(SOLVER_NAMES)
         raise SolverError(f"unknown solver {name!r}; valid: {valid}")
     return BACKENDS[name]()

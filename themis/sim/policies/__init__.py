@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from themis.mechanism.round import DEFAULT_FAIRNESS_KNOB
 from themis.sim.errors import UnknownPolicy
 from themis.sim.policies.base import Allocation, Policy, RoundContext
 from themis.sim.policies.fairshare import FairSharePolicy
@@ -37,7 +38,7 @@ FACTORIES: dict[str, Callable[[float], Policy]] = {
 POLICY_NAMES = tuple(FACTORIES)
 
 
-def make_policy(name: str, fairness_knob: float = 0.8) -> Policy:
+def make_policy(name: str, fairness_knob: float = DEFAULT_FAIRNESS_KNOB) -> Policy:
     try:
         factory = FACTORIES[name]
     except KeyError:

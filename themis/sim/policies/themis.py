@@ -33,8 +33,8 @@ from themis.mechanism.fairness import (
 )
 from themis.mechanism.model import AppModel
 from themis.mechanism.placement import PlacementProfile
-from themis.mechanism.round import run_round
-from themis.mechanism.solvers import Solver, make_solver
+from themis.mechanism.round import DEFAULT_FAIRNESS_KNOB, run_round
+from themis.mechanism.solvers import DEFAULT_SOLVER, Solver, make_solver
 from themis.mechanism.topology import Locality, Topology, locality_of
 from themis.sim.policies.base import Allocation, Policy, RoundContext
 from themis.sim.state import AppState
@@ -45,8 +45,8 @@ class ThemisPolicy(Policy):
 
     def __init__(
         self,
-        fairness_knob: float = 0.8,
-        solver: Solver | str = "auto-fast",
+        fairness_knob: float = DEFAULT_FAIRNESS_KNOB,
+        solver: Solver | str = DEFAULT_SOLVER,
         errors: Mapping[str, float] | None = None,
         reported_profiles: Mapping[str, PlacementProfile] | None = None,
         starvation: Starvation | str = DEFAULT_STARVATION,
