@@ -38,8 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench_rounds import pct, worker  # bench/ is the script's directory
 
 from themis.arbiter.cluster_backend import uniform_cluster
+from themis.arbiter.config import ArbiterConfig
 from themis.arbiter.service import ArbiterServer
-from themis.arbiter.state import ArbiterConfig
 from themis.mechanism.model import AppKind, AppModel, FuturePhase, Job
 
 

@@ -31,8 +31,8 @@ import grpc
 
 from themis.agent.client import AgentClient
 from themis.arbiter.cluster_backend import uniform_cluster
+from themis.arbiter.config import ArbiterConfig
 from themis.arbiter.service import ArbiterServer
-from themis.arbiter.state import ArbiterConfig
 from themis.mechanism.bidder import AllocationInfo, ModelBidder
 from themis.mechanism.model import AppKind, AppModel, FuturePhase, Job
 

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 from tests.fuzz._fuzz import byte_mutations, fuzz_settings
 from themis.arbiter.cluster_backend import uniform_cluster
+from themis.arbiter.config import ArbiterConfig
 from themis.arbiter.service import ArbiterServer
-from themis.arbiter.state import ArbiterConfig
 from themis.arbiter.testing import creds, stub, wait_for
 from themis.mechanism.auction import validate_tables
 from themis.rpc.v1 import arbiter_pb2 as pb

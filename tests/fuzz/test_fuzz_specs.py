@@ -26,6 +26,7 @@ from tests.fuzz._fuzz import (
     fuzz_settings,
     mutated,
 )
+from themis.am import command, speccheck, specfile
 from themis.am import spec as am
 from themis.am.hyperband import plan_configurations
 from themis.am.launchers.local import spec as standalone
@@ -112,18 +113,18 @@ def spec_file(content: bytes, suffix: str) -> Iterator[str]:
 def check_am_spec(spec: am.AppSpec) -> None:
     """An accepted spec: round-trips, stays within the plan limits, renders its command."""
     assert am.parse_spec(spec.to_dict()) == spec
-    assert am._NAME_RE.fullmatch(spec.name)
-    assert spec.max_concurrent_jobs() <= am.MAX_CONFIGURATIONS
+    assert speccheck._NAME_RE.fullmatch(spec.name)
+    assert spec.max_concurrent_jobs() <= speccheck.MAX_CONFIGURATIONS
     if spec.kind == "hyperband":
         hb = spec.hyperband
-        assert plan_configurations(hb.max_resource, hb.eta, hb.brackets) <= am.MAX_CONFIGURATIONS
-        assert hb.max_resource * hb.steps_per_unit <= am.MAX_STEPS
+        assert plan_configurations(hb.max_resource, hb.eta, hb.brackets) <= speccheck.MAX_CONFIGURATIONS
+        assert hb.max_resource * hb.steps_per_unit <= speccheck.MAX_STEPS
     plan = spec.make_hyperband("app_1")
     job = next(iter(plan.jobs.values()))
     values = {**{k: v for k, v in job.config.items() if k != "_"}, "job_id": job.id,
               "app_id": "app_1", "logdir": "tflogs", "max_steps": job.target_steps,
               "num_gpus": 1, "seed": spec.hyperband.seed, "checkpoint_uri": "hdfs:///c"}
-    cmd = am.render_command(spec, values)
+    cmd = command.render_command(spec, values)
     template = spec.job_command()
     assert len(cmd) <= len(template) + sum(len(str(v)) + 2 for v in values.values()) * \
         template.count("{")
@@ -140,8 +141,8 @@ def test_submit_dry_run(data: st.DataObject) -> None:
         event(f"exit {rc}")
         assert "Traceback" not in err.getvalue()
         if rc == 0:
-            check_am_spec(am.load_spec(path))
-            assert am.parse_spec(json.loads(out.getvalue())) == am.load_spec(path)
+            check_am_spec(specfile.load_spec(path))
+            assert am.parse_spec(json.loads(out.getvalue())) == specfile.load_spec(path)
         else:
             assert rc == 2 and out.getvalue() == ""
             assert err.getvalue().startswith("themis: ")
@@ -160,7 +161,7 @@ def test_standalone_specs(data: st.DataObject) -> None:
             return
         event("accepted")
         assert am.parse_spec(spec.to_dict()) == spec  # the one format round-trips
-        assert am._NAME_RE.fullmatch(spec.name)
+        assert speccheck._NAME_RE.fullmatch(spec.name)
         hb = spec.hyperband
         assert plan_configurations(hb.max_resource, hb.eta, hb.brackets) <= \
             standalone.MAX_CONFIGURATIONS

@@ -65,9 +65,10 @@ class Result:
 def serve(port: int, lease_log: str | None, lease_s: float, machines: int,
           per_machine: int) -> None:
     from themis.arbiter.cluster_backend import uniform_cluster
+    from themis.arbiter.config import ArbiterConfig
     from themis.arbiter.leaselog import LeaseLog
     from themis.arbiter.service import ArbiterServer
-    from themis.arbiter.state import ArbiterConfig, ArbiterCore
+    from themis.arbiter.state import ArbiterCore
 
     cluster = uniform_cluster(machines, per_machine)
     cfg = ArbiterConfig(lease_s=lease_s, bid_timeout_s=0.5, warning_s=lease_s / 4,

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from themis.am.command import render_command
 from themis.am.core import JobLaunch, LaunchCode, LaunchEvent
 from themis.am.launchers.local.jobs import GpuRegistry, JobRunner, LocalProcessLauncher
-from themis.am.spec import parse_spec, render_command
+from themis.am.spec import parse_spec
 from themis.mechanism.topology import Gpu
 from themis.profiler import Profiler
 

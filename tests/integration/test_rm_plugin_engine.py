@@ -118,7 +118,7 @@ def test_agents_endpoint_offers_collects_bids_and_announces_grants() -> None:
     """YARN mode: a real agent over loopback gRPC is offered the RM's free GPUs, bids with
     the real bid-table code and is told its grant; an app without an agent is a non-bidder."""
     from themis.agent.client import AgentClient
-    from themis.arbiter.state import ArbiterConfig
+    from themis.arbiter.config import ArbiterConfig
     from themis.arbiter.testing import wait_for
     from themis.mechanism.bidder import AllocationInfo, ModelBidder
     from themis.mechanism.model import AppModel, Job
@@ -209,7 +209,7 @@ def test_agents_endpoint_passes_registration_release_and_departure_to_the_rm() -
     import grpc
 
     from themis.agent.client import AgentClient
-    from themis.arbiter.state import ArbiterConfig
+    from themis.arbiter.config import ArbiterConfig
     from themis.arbiter.testing import wait_for
     from themis.mechanism.bidder import ModelBidder
     from themis.mechanism.model import AppModel, Job
@@ -269,7 +269,7 @@ def test_an_agent_that_connects_again_learns_its_leases_from_the_rm() -> None:
     import time
 
     from themis.agent.client import AgentClient
-    from themis.arbiter.state import ArbiterConfig
+    from themis.arbiter.config import ArbiterConfig
     from themis.mechanism.bidder import ModelBidder
     from themis.mechanism.model import AppModel, Job
     from themis.yarn.agents import AgentEndpoint

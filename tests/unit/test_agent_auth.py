@@ -20,9 +20,10 @@ import pytest
 from tests.unit._tls import self_signed
 from themis.agent.client import AgentClient
 from themis.arbiter.cluster_backend import uniform_cluster
+from themis.arbiter.config import DEFAULT_MAX_APPS, ArbiterConfig
 from themis.arbiter.registration import MAX_TOKEN, HmacRegistrar
 from themis.arbiter.service import ArbiterServer
-from themis.arbiter.state import DEFAULT_MAX_APPS, ArbiterConfig, ArbiterCore
+from themis.arbiter.state import ArbiterCore
 from themis.arbiter.testing import creds, settle, stub, wait_for
 from themis.mechanism.bidder import ModelBidder
 from themis.mechanism.model import AppModel, Job

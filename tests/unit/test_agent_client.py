@@ -13,8 +13,8 @@ import pytest
 
 from themis.agent.client import AgentClient
 from themis.arbiter.cluster_backend import uniform_cluster
+from themis.arbiter.config import ArbiterConfig
 from themis.arbiter.service import ArbiterServer
-from themis.arbiter.state import ArbiterConfig
 from themis.arbiter.testing import wait_for
 from themis.mechanism.bidder import AllocationInfo, ModelBidder, OfferInfo, rho_from_table
 from themis.mechanism.bids import Bid, BidTable

@@ -12,8 +12,8 @@ import pytest
 from themis.agent.client import AgentClient
 from themis.agent.endpoints import agent_addresses, from_mapping, parse_addresses
 from themis.arbiter.cluster_backend import uniform_cluster
+from themis.arbiter.config import ArbiterConfig
 from themis.arbiter.service import ArbiterServer
-from themis.arbiter.state import ArbiterConfig
 from themis.arbiter.testing import wait_for
 from themis.mechanism.bidder import ModelBidder
 from themis.mechanism.model import AppModel, Job

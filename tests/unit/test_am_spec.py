@@ -8,7 +8,10 @@ from typing import Any
 
 import pytest
 
-from themis.am.spec import AppSpec, SpecError, load_spec, parse_spec, render_command
+from themis.am.command import render_command
+from themis.am.spec import AppSpec, parse_spec
+from themis.am.speccheck import SpecError
+from themis.am.specfile import load_spec
 from themis.cli import main
 
 CMD = ("python3 -m themis.jobs.train --job-id {job_id} --logdir {logdir} --max-steps "
@@ -243,7 +246,7 @@ def test_limits_name_field_and_problem(mutate: Any, field: str, words: str) -> N
 
 
 def test_command_is_rendered_by_the_restricted_formatter() -> None:
-    from themis.am.spec import render_command
+    from themis.am.command import render_command
 
     raw = good()
     raw["job"]["command"] = CMD + " --literal {{x}}"
@@ -290,7 +293,7 @@ def test_submit_dry_run_refuses_non_utf8(tmp_path: Path,
 
 
 def test_command_without_placeholders_is_accepted_and_gets_the_contract_env() -> None:
-    from themis.am.spec import CONTRACT_ENV, PLACEHOLDERS, contract_env
+    from themis.am.command import CONTRACT_ENV, PLACEHOLDERS, contract_env
 
     spec = parse_spec({"name": "plain", "kind": "single-job", "max_steps": 10,
                        "job": {"command": "python3 train.py"}})

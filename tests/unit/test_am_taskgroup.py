@@ -25,8 +25,8 @@ from themis.am.packing import JobNeed
 from themis.am.spec import parse_spec
 from themis.am.taskgroup import TaskGroup, cluster_spec, tf_config
 from themis.arbiter.cluster_backend import StaticCluster
+from themis.arbiter.config import ArbiterConfig
 from themis.arbiter.service import ArbiterServer
-from themis.arbiter.state import ArbiterConfig
 from themis.mechanism.bids import Bid, BidTable
 from themis.mechanism.topology import Gpu
 from themis.testing.am_conformance import LocalHarness, YarnHarness, events_until

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from themis.am.launchers.yarn.am import container_command
+from themis.am.launchers.yarn.commands import container_command
 from themis.am.launchers.yarn.runner import decode_command, encode_command, main
 
 # quotes of both kinds, $, backquotes, parentheses, a backslash, a newline, non-ASCII

@@ -11,6 +11,7 @@ ROOT = Path(__file__).resolve().parents[2]
 GUIDE = ROOT / "docs" / "install.md"
 SETTINGS = ROOT / "rm-plugin" / "src" / "main" / "java" / "org" / "themis" / "yarn" / \
     "ThemisSettings.java"
+GENERATED = SETTINGS.with_name("EngineDefaults.java")
 PREFIX = "yarn.resourcemanager.themis."
 
 
@@ -18,6 +19,10 @@ def java_defaults() -> dict[str, str]:
     """key -> default, as ThemisSettings reads them (readDouble/readLong/readNonEmpty with
     a literal default, or conf.getTrimmed(KEY, "default"))."""
     src = SETTINGS.read_text(encoding="utf-8")
+    # the defaults shared with the engine are constants of the generated EngineDefaults.java
+    shared = dict(re.findall(r"static final \w+ (\w+) = ([^;\n]+);",
+                             GENERATED.read_text(encoding="utf-8")))
+    src = re.sub(r"EngineDefaults\.(\w+)", lambda m: shared.get(m[1], m[0]), src)
     consts = dict(re.findall(r'String (\w+) = PREFIX \+ "([\w.-]+)";', src))
     # a key read in its per-RM form (String k = perRm(conf, KEY)) counts as KEY
     alias = dict(re.findall(r"String (\w+) = perRm\(conf, (\w+)\);", src))

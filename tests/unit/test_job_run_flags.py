@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from themis.am.spec import parse_spec, render_command
+from themis.am.command import render_command
+from themis.am.spec import parse_spec
 from themis.cli import main
 from themis.client.cli import REFUSED_FLAGS
 

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from themis.arbiter.cluster_backend import uniform_cluster
+from themis.arbiter.config import ArbiterConfig
 from themis.arbiter.leaselog import HEADER, LeaseLog, LeaseLogError, read_log
-from themis.arbiter.state import ArbiterConfig, ArbiterCore
+from themis.arbiter.state import ArbiterCore
 from themis.mechanism.round import LeaseGrant
 
 GPUS = [f"m0-g{i}" for i in range(4)]

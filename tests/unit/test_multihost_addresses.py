@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from themis.agent.endpoints import AGENT_ADDRESS_KEY, AGENT_PORT_KEY
-from themis.am.launchers.yarn.am import default_arbiter, http_hosts, url_host
+from themis.am.launchers.yarn.commands import default_arbiter
+from themis.am.launchers.yarn.http import http_hosts, url_host
 from themis.client.cluster import Cluster
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from themis.am.hyperband import Hyperband
-from themis.am.launchers.yarn.am import container_command
+from themis.am.launchers.yarn.commands import container_command
 from themis.am.objective import Objective, parse_objective, trial_json
 from themis.am.searchspace import Double, SearchSpace
 from themis.client.cli import _render

@@ -10,7 +10,8 @@ import math
 import pytest
 
 from themis.arbiter.errors import CallError
-from themis.arbiter.state import REJECT_CAUSES, ArbiterCore
+from themis.arbiter.intake import REJECT_CAUSES
+from themis.arbiter.state import ArbiterCore
 from themis.rpc.v1 import arbiter_pb2 as pb
 from themis.yarn.agents import OfferView
 from themis.yarn.bids import ReportedBids

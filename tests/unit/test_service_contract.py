@@ -18,8 +18,8 @@ import grpc
 import pytest
 
 from themis.arbiter.cluster_backend import uniform_cluster
+from themis.arbiter.config import ArbiterConfig
 from themis.arbiter.service import ArbiterServer
-from themis.arbiter.state import ArbiterConfig
 from themis.arbiter.testing import creds, settle, stub, wait_for
 from themis.rpc.v1 import arbiter_pb2 as pb
 

@@ -17,9 +17,10 @@ import pytest
 
 from themis.agent.client import AgentClient
 from themis.arbiter.cluster_backend import StaticCluster, uniform_cluster
+from themis.arbiter.config import ArbiterConfig
 from themis.arbiter.errors import CallError
 from themis.arbiter.service import ArbiterServer
-from themis.arbiter.state import ArbiterConfig, ArbiterCore
+from themis.arbiter.state import ArbiterCore
 from themis.arbiter.testing import creds, settle, stub
 from themis.mechanism.bidder import ModelBidder
 from themis.mechanism.fairness import (

@@ -1,7 +1,7 @@
 """``themis status --all``: every app that holds or asks GPUs, Themis or not, with its leases
 (GPUs, node, expiry) and its wait reason, from the RM's REST API and the Themis plugin's
 status bean in the RM's ``/jmx``. The RM here is a fake HTTP server serving what a real one
-serves (the bean's JSON as ``ThemisRuntime.getStatusJson`` writes it; the real RM is read by
+serves (the bean's JSON as ``ThemisStatus.getStatusJson`` writes it; the real RM is read by
 ``StockAppsIT`` in rm-plugin and by the docker test ``test_stock_apps.py``)."""
 
 from __future__ import annotations

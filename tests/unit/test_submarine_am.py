@@ -18,8 +18,8 @@ from themis.am.launchers.yarn.am import AppMaster, parse_container_id
 from themis.am.launchers.yarn.records import Run
 from themis.am.spec import parse_spec
 from themis.arbiter.cluster_backend import StaticCluster
+from themis.arbiter.config import ArbiterConfig
 from themis.arbiter.service import ArbiterServer
-from themis.arbiter.state import ArbiterConfig
 from themis.hadoop.dockerrt import EXECUTOR_KEY, LCE, RUNTIMES_KEY
 from themis.mechanism.topology import Gpu
 
@@ -307,10 +307,10 @@ def test_stop_lead_grows_with_measured_stops_and_is_capped_by_the_lease() -> Non
     assert am.stop_lead() == 1.5
     am.launcher.stop_durations.append(2.0)
     assert am.stop_lead() == pytest.approx(2.5)  # 1.25x the slowest recent stop
-    am._lease_len["nm1:8041/0"] = 4.0
+    am.margins.lease_len["nm1:8041/0"] = 4.0
     assert am.stop_lead("nm1:8041/0") == pytest.approx(1.0)  # at most a quarter of the lease
     # a run is stopped once its lease is within the lead, and new runs need a margin more
-    am._lease_len.clear()
+    am.margins.lease_len.clear()
     am.agent.leases = {"nm1:8041/0": clock.t + 2.0, "nm1:8041/1": clock.t + 6.0,
                        "nm2:8141/0": clock.t + 60.0}
     assert set(am.usable_leases(clock.t)) == {"nm1:8041/1", "nm2:8141/0"}

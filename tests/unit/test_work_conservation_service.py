@@ -18,8 +18,8 @@ import pytest
 
 from themis.agent.client import AgentClient
 from themis.arbiter.cluster_backend import StaticCluster, gpus_from_spec
+from themis.arbiter.config import ArbiterConfig
 from themis.arbiter.service import ArbiterServer
-from themis.arbiter.state import ArbiterConfig
 from themis.mechanism.bidder import ModelBidder
 from themis.mechanism.model import AppModel, Job
 from themis.mechanism.round import LeaseGrant

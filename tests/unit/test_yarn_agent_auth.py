@@ -15,7 +15,7 @@ import grpc
 import pytest
 
 from tests.unit._tls import self_signed
-from themis.arbiter.state import ArbiterConfig
+from themis.arbiter.config import ArbiterConfig
 from themis.arbiter.testing import creds, settle, stub
 from themis.rpc.tls import CERT_KEY, ENABLED_KEY
 from themis.rpc.v1 import arbiter_pb2 as pb

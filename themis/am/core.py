@@ -30,14 +30,14 @@ job either all of them or none (:meth:`AmCore.gpu_counts`), its bidder bids only
 groups (:func:`gang_bids`), and a launch (:meth:`AmCore.launch_for`) starts all of its
 tasks; the launcher reports one event per job for the whole group.
 
-:class:`AppMasterBase`, the base class of both AMs, holds their :class:`AmCore` and runs the
-app's agent (:class:`LiveBidder` and AgentClient).
+The control loop both application masters run around this core, with the app's agent,
+is :class:`themis.am.master.AppMasterBase`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
@@ -281,6 +281,16 @@ class AmCore:
         return JobLaunch(job_id, self.hb.jobs[job_id].target_steps, gpus, node, count,
                          self.spec.workers, self.spec.ps.count)
 
+    def remaining_work(self, job: HyperbandJob) -> float:
+        """Serial seconds the trial still needs for its current rung (iterations left x its
+        serial iteration time, estimated from the app's other trials until profiled)."""
+        return job.iters_left * self.hb.iter_time(job)
+
+    def by_remaining_work(self, jobs: Iterable[HyperbandJob]) -> list[HyperbandJob]:
+        """The one job order of both application masters: the trial with the most serial
+        work left first (it bounds the rung's finish time, paper section 5), ties by id."""
+        return sorted(jobs, key=lambda j: (-self.remaining_work(j), j.id))
+
     def runnable(self) -> list[HyperbandJob]:
         """Trials Hyperband runs now that may be launched (not given up, not backing off)."""
         now = self.clock()
@@ -344,64 +354,3 @@ class AmCore:
         self.hb, self.jobs = hb, jobs
         for rec in self.jobs.values():
             rec.not_before = 0.0  # clock of the previous attempt
-
-
-class AppMasterBase:
-    """Base class of both AMs: the app's :class:`AmCore`, its agent (a :class:`LiveBidder` on
-    :meth:`model` and the bidder's AgentClient) and the GPUs the agent holds. A subclass
-    passes its callbacks for allocations and lease warnings to :meth:`start_agent`."""
-
-    agent: Any = None  # the AgentClient once started (tests put a fake here)
-    bidder: LiveBidder | None = None
-    start_time = 0.0  # the app model's start (unix time of submission)
-    profile: PlacementProfile = DEFAULT  # the app model's placement slowdowns
-    gpu_seconds = 0.0  # leased GPU-seconds (count_gpu_seconds)
-    counted_at: float | None = None  # clock of the last count_gpu_seconds
-
-    def __init__(self, spec: AppSpec, app_id: str, clock: Callable[[], float],
-                 default_iter_time: float = 1.0) -> None:
-        self.spec, self.app_id, self.clock = spec, app_id, clock
-        self.core = AmCore(spec, app_id, clock=clock, default_iter_time=default_iter_time,
-                           on_outcome=self._on_outcome)
-
-    def _on_outcome(self, outcome: RungOutcome) -> None:
-        """A rung completed (the AM's log line)."""
-
-    @property
-    def hb(self) -> Hyperband:
-        return self.core.hb
-
-    def model(self) -> AppModel:
-        return self.core.model(self.start_time, self.profile)
-
-    def start_agent(self, address: str, *, max_gpus: int | None = None,
-                    cluster_gpus: int = 0, secret: str | None = None, **options: Any) -> None:
-        """``options``: the AgentClient's callbacks and other arguments; ``cluster_gpus``
-        and ``secret``: what a previous AM attempt knew (the secret keeps its registration)."""
-        from themis.agent.client import AgentClient  # (grpc: only once an agent runs)
-
-        self.bidder = LiveBidder(self.model(), self.clock, max_gpus, gang=self.core.gang)
-        if cluster_gpus:
-            self.bidder.set_cluster_gpus(cluster_gpus)
-        self.agent = AgentClient(address, self.app_id, self.bidder, **options)
-        if secret:
-            self.agent.secret = secret
-        self.agent.start()
-
-    def held(self) -> list[str]:
-        """The GPU ids of the app's unexpired leases."""
-        return list(self.agent.held()) if self.agent is not None else []
-
-    def leases(self) -> dict[str, float]:
-        """GPU id -> expiry of every lease the agent knows (expired ones too)."""
-        if self.agent is None:
-            return {}
-        with self.agent._lock:
-            return dict(self.agent.leases)
-
-    def count_gpu_seconds(self, now: float, held: int) -> float:
-        """Count ``held`` GPUs since the last count (none at the first) in
-        :attr:`gpu_seconds`; returns that time."""
-        dt = 0.0 if self.counted_at is None else max(0.0, now - self.counted_at)
-        self.counted_at, self.gpu_seconds = now, self.gpu_seconds + held * dt
-        return dt

@@ -315,7 +315,9 @@ class Hyperband:
 
     # -- GPUs ----------------------------------------------------------------------------
 
-    def _iter_time(self, job: HyperbandJob) -> float:
+    def iter_time(self, job: HyperbandJob) -> float:
+        """A trial's serial iteration time: profiled, else the median of the rung's profiled
+        trials, else the default."""
         if job.serial_iter_time is not None:
             return job.serial_iter_time
         known = [j.serial_iter_time for j in self.current_jobs() if j.serial_iter_time]
@@ -325,14 +327,14 @@ class Hyperband:
         self, gpu_ids: Sequence[str], topology: Mapping[str, Gpu]
     ) -> dict[str, list[str]]:
         """Split the app's GPUs among its running jobs (see :mod:`.packing`)."""
-        needs = [JobNeed(j.id, j.iters_left * self._iter_time(j), self.demand_at(j.rung))
+        needs = [JobNeed(j.id, j.iters_left * self.iter_time(j), self.demand_at(j.rung))
                  for j in self.running_jobs()]
         return pack(needs, list(gpu_ids), topology)
 
     # -- agent interface -------------------------------------------------------------------
 
     def job_states(self) -> list[JobState]:
-        return [JobState(j.id, self._iter_time(j), j.steps_done, j.iters_left,
+        return [JobState(j.id, self.iter_time(j), j.steps_done, j.iters_left,
                          self.demand_at(j.rung))
                 for j in sorted(self.current_jobs(), key=lambda j: j.id)]
 
@@ -357,13 +359,13 @@ class Hyperband:
         """The app as the agent's :class:`AppModel` (successive-halving kind)."""
         current = {j.id for j in self.current_jobs()}
         jobs = [
-            Job(id=j.id, serial_iter_time=self._iter_time(j), iters_left=float(j.iters_left),
+            Job(id=j.id, serial_iter_time=self.iter_time(j), iters_left=float(j.iters_left),
                 max_demand=self.demand_at(j.rung),
                 iters_total=float(j.target_steps - j.rung_start_steps))
             for j in sorted(self.current_jobs(), key=lambda j: j.id)
         ]
         work_done = sum(
-            (j.rung_start_steps if j.id in current else j.steps_done) * self._iter_time(j)
+            (j.rung_start_steps if j.id in current else j.steps_done) * self.iter_time(j)
             for j in self.jobs.values()
         )
         return AppModel(
@@ -384,6 +386,6 @@ class Hyperband:
             for i in range(last):
                 prev = self.steps_for(bracket.rungs[i - 1].r) if i else 0
                 steps = self.steps_for(bracket.rungs[i].r) - prev
-                out.append(PhaseShape.of((steps * self._iter_time(j), self.demand_at(i))
+                out.append(PhaseShape.of((steps * self.iter_time(j), self.demand_at(i))
                                          for j in members if j.rung >= i))
         return tuple(out)

@@ -35,8 +35,9 @@ import grpc
 import grpc.aio
 
 from themis.arbiter.cluster_backend import ClusterBackend
+from themis.arbiter.config import ArbiterConfig
 from themis.arbiter.errors import CallError
-from themis.arbiter.state import ArbiterConfig, ArbiterCore
+from themis.arbiter.state import ArbiterCore
 from themis.rpc import keepalive
 from themis.rpc.tls import ServerTls
 from themis.rpc.v1 import arbiter_pb2 as pb

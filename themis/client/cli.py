@@ -9,7 +9,9 @@ import sys
 import time
 from typing import Any
 
-from themis.am.spec import AppSpec, SpecError, load_spec, parse_spec
+from themis.am.spec import AppSpec, parse_spec
+from themis.am.speccheck import SpecError
+from themis.am.specfile import load_spec
 
 
 def _cluster(args: argparse.Namespace) -> Any:

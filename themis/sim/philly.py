@@ -24,7 +24,7 @@ parent directory).
 * Each job's convergence scale tau is drawn (seeded by job identity) in
   [0.05, 0.5] x its steps.
 
-Input is bounded (docs/simulator.md, "Trace input limits"): each ``.trace`` file at most
+Input is bounded (docs/simulator.md, its opening section): each ``.trace`` file at most
 :data:`MAX_TRACE_BYTES` of UTF-8 text, total_steps in [1, :data:`MAX_STEPS`], arrival_time
 in [0, :data:`MAX_ARRIVAL_S`], scale_factor in [1, 1024]; the throughputs file is strict
 JSON (no NaN, no duplicate keys) of at most :data:`MAX_THROUGHPUT_BYTES`, each throughput a

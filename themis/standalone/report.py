@@ -38,7 +38,7 @@ from typing import Any
 
 from themis.am.launchers.local.appmaster import AppMaster
 from themis.am.objective import trial_json
-from themis.arbiter.state import RoundStats
+from themis.arbiter.loop import RoundStats
 from themis.mechanism.round import RoundOutcome
 
 

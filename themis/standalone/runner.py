@@ -18,10 +18,11 @@ from typing import Any, TextIO
 from themis.am.launchers.local.appmaster import AppMaster, GpuRegistry
 from themis.am.launchers.local.spec import AppSpec
 from themis.arbiter.cluster_backend import StaticCluster
+from themis.arbiter.config import DEFAULT_MAX_APPS, ArbiterConfig
 from themis.arbiter.leaselog import LeaseLog, LeaseLogError
 from themis.arbiter.registration import HmacRegistrar
 from themis.arbiter.service import ArbiterServer
-from themis.arbiter.state import DEFAULT_MAX_APPS, ArbiterConfig, ArbiterCore
+from themis.arbiter.state import ArbiterCore
 from themis.mechanism.fairness import DEFAULT_IDEAL_TIME, DEFAULT_STARVATION
 from themis.mechanism.round import DEFAULT_FAIRNESS_KNOB
 from themis.mechanism.solvers import DEFAULT_SOLVER

@@ -31,10 +31,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
 
 from themis.arbiter.cluster_backend import ClusterBackend
+from themis.arbiter.config import ArbiterConfig
 from themis.arbiter.errors import CallError, Code
 from themis.arbiter.registration import Registrar
 from themis.arbiter.service import ArbiterServer
-from themis.arbiter.state import ArbiterConfig, ArbiterCore
+from themis.arbiter.state import ArbiterCore
 from themis.mechanism.bids import BidTable
 from themis.mechanism.fairness import ClusterShape
 from themis.mechanism.round import LeaseGrant, RoundOutcome

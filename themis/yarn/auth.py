@@ -3,7 +3,7 @@
 An application master proves it is its app's AM with its AMRMToken: the RM put the token into
 the AM container's credentials, the AM's JVM shell hands it to the Python AM
 (``AmShell.amRmToken``), the agent sends it in ``RegisterAppRequest.registration_token`` and
-this registrar asks the RM (``verifyAmToken`` on its gateway; ``org.themis.yarn.AmTokens``)
+this registrar asks the RM (``verifyAmToken`` on its gateway; ``org.themis.yarn.engine.AmTokens``)
 whether its RM issued it, for this app, for the app's current attempt, while the app runs.
 """
 

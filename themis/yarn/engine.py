@@ -262,7 +262,7 @@ def _agent_endpoint(
     """Start the agents' gRPC endpoint when asked to; (bid source, "host:port")."""
     if args.agent_port < 0:
         return None, ""
-    from themis.arbiter.state import ArbiterConfig
+    from themis.arbiter.config import ArbiterConfig
     from themis.yarn.agents import AgentEndpoint
 
     env: EngineSettings = getattr(args, "settings", None) or from_env(os.environ)

@@ -84,7 +84,7 @@ RunRound = Callable[[QueueRound], Mapping[str, Sequence[str]]]
 
 def held_gpus(view: ClusterView) -> dict[str, int]:
     """GPUs each app holds: per node, the larger of its containers' and its live leases'
-    (as the RM's ``ThemisRuntime.grantableGpus`` counts them)."""
+    (as the RM's ``ClusterView.grantableGpus`` counts them)."""
     leased: dict[tuple[str, str], int] = {}
     for lease in view.leases:
         if lease.live(view.now_ms):

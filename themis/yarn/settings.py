@@ -140,7 +140,7 @@ VARIABLES: dict[str, tuple[str, str, Callable[[str], Any]]] = {
     "THEMIS_AGENT_PORT": ("agent-port", "-1", _agent_port),
     "THEMIS_AGENT_HOST": ("", "127.0.0.1", _host),
     "THEMIS_BID_TIMEOUT_S": ("", "5", _bid_timeout),
-    # = themis.arbiter.state.DEFAULT_MAX_APPS (not imported: it pulls in the solvers)
+    # = themis.arbiter.config.DEFAULT_MAX_APPS (not imported: it pulls in the solvers)
     "THEMIS_MAX_APPS": ("max-apps", "4096", _max_apps),
     "THEMIS_LEASE_MS": ("lease-duration-ms", "600000", _lease_ms),
     "THEMIS_FAIRNESS_KNOB": ("fairness-knob", str(DEFAULT_FAIRNESS_KNOB), _knob),

@@ -1,6 +1,6 @@
 """The cluster view the RM plugin sends each round, and the grant reply it expects.
 
-Request (JSON, built by ``ThemisRuntime.clusterView`` in Java)::
+Request (JSON, built by ``ClusterView.build`` in Java)::
 
     {"round": 3, "now_ms": ..., "fairness_knob": 0.8, "lease_duration_ms": 600000,
      "solver": "auto-fast",

@@ -5,12 +5,13 @@ One :class:`AppMaster` per app, as a small thread group inside the standalone dr
 * the **agent** (:class:`~themis.agent.client.AgentClient` with a
   :class:`~themis.am.core.LiveBidder`, started by :class:`~themis.am.core.AppMasterBase`)
   registers with the arbiter, bids on offers and reports rho by the cached-table rule;
-* the **control loop** (one thread, every ``tick_s`` or when an allocation arrives) reads
-  the jobs' TensorFlow event files with the :class:`~themis.profiler.Profiler`, feeds
-  steps, losses and serial iteration times to :class:`~themis.am.hyperband.Hyperband`,
-  hands the agent the refreshed :class:`~themis.mechanism.model.AppModel` (so rho and bids
-  come from profiled iteration times and profiled placement slowdowns), splits the leased
-  GPUs among the running jobs and starts/stops job processes accordingly.
+* the **control loop** (:class:`~themis.am.master.AppMasterBase`, the same loop as the
+  YARN AM's; one thread, every ``tick_s`` or when an allocation arrives); what is this
+  launcher's: progress comes from the jobs' TensorFlow event files, read by the
+  :class:`~themis.profiler.Profiler` (steps, losses, serial iteration times, and the
+  profiled placement slowdowns of the app model), and jobs are placed on GPU ids: the
+  usable leased GPUs are split among the running jobs and job processes are started and
+  stopped accordingly.
 
 Binding rules (see docs/standalone.md):
 
@@ -19,12 +20,14 @@ Binding rules (see docs/standalone.md):
   changed hands is used by its new app once the previous job has exited;
 * jobs keep their GPUs across rounds when they can (sticky assignment), so a lease that is
   renewed to the same app costs nothing;
-* a job whose GPUs are no longer the app's gets SIGTERM (it checkpoints and exits): as soon
-  as an allocation shows the lease was not renewed, or ``grace_s`` after the lease expired
-  if no allocation comes (arbiter gone);
+* a job whose GPUs are no longer usable (:mod:`themis.am.margins`: no stop lead, a grace
+  of ``grace_s``) gets SIGTERM (it checkpoints and exits): as soon as an allocation shows
+  the lease was not renewed, or ``grace_s`` after the lease expired if no allocation comes
+  (arbiter gone);
 * a stopped job resumes from its newest checkpoint when the app has GPUs for it again;
-* no process is started on a lease with less than ``min_lease_left_s`` to run (the job
-  would spend it loading TensorFlow): the start waits for the expiry round instead.
+* no process is started on a GPU that is not placeable (a lease with less than
+  ``min_lease_left_s``, the margins' start margin, to run: the job would spend it loading
+  TensorFlow): the start waits for the expiry round instead.
 """
 
 from __future__ import annotations
@@ -39,17 +42,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import grpc
-
-from themis.am.core import AppMasterBase, LaunchCode, LaunchEvent
+from themis.am.command import contract_env, render_command
+from themis.am.core import LaunchCode, LaunchEvent
 from themis.am.hyperband import JobStatus, RungOutcome
 from themis.am.launchers.local.jobs import GpuRegistry, GpusBusy, JobRunner, LocalProcessLauncher
 from themis.am.launchers.local.spec import AppSpec
+from themis.am.margins import LeaseMargins
+from themis.am.master import AppMasterBase
 from themis.am.packing import JobNeed, place
-from themis.am.spec import contract_env, render_command
 from themis.mechanism.bidder import AllocationInfo
 from themis.mechanism.placement import DEFAULT
-from themis.mechanism.topology import Gpu, locality_of
+from themis.mechanism.topology import Gpu, Locality, locality_of
 from themis.profiler import Profiler
 
 log = logging.getLogger(__name__)
@@ -70,6 +73,8 @@ class Sample:
 
 
 class AppMaster(AppMasterBase):
+    launcher: LocalProcessLauncher
+
     def __init__(
         self,
         spec: AppSpec,
@@ -88,17 +93,16 @@ class AppMaster(AppMasterBase):
         clock: Callable[[], float] = time.time,
         registration_token: str = "",
     ) -> None:
-        super().__init__(spec, spec.name, clock, max(spec.step_time_ms, 1.0) / 1000.0)
+        super().__init__(spec, spec.name, clock, max(spec.step_time_ms, 1.0) / 1000.0,
+                         margins=LeaseMargins(start_margin_s=min_lease_left_s, grace_s=grace_s),
+                         report_s=report_s)
         self.registration_token = registration_token  # from the driver (arbiter.registration)
         self.name = spec.name
         self.address = address
         self.root = out_dir / "apps" / spec.name
         self.topology = topology
         self.t0 = t0
-        self.grace_s = grace_s
         self.tick_s = tick_s
-        self.report_s = report_s
-        self.min_lease_left_s = min_lease_left_s
         self.kill_after_s = kill_after_s
         self.registry = registry or GpuRegistry()
         self.emit = emit or (lambda msg: None)
@@ -109,15 +113,9 @@ class AppMaster(AppMasterBase):
         self.launcher = LocalProcessLauncher(spec.name, topology, self.registry,
                                              self._make_runner, TRUE_SLOWDOWN)
         self.start_time = 0.0  # unix time of submission
-        self.end_time: float | None = None
         self.samples: list[Sample] = []
-        self.allocations: list[dict[str, Any]] = []
         self.held_changes: list[tuple[float, list[str]]] = []
         self.max_tick_s = 0.0
-        self._expiry: dict[str, float] = {}  # GPU id -> latest lease expiry seen
-        self._last_alloc = 0.0
-        self._last_report = 0.0
-        self._reported: float | None = None
         self._last_sample = -math.inf
         self._held: list[str] = []
         self._wake = threading.Event()
@@ -139,7 +137,7 @@ class AppMaster(AppMasterBase):
             self._submit()
             while not self._stop.is_set() and self.state == "running":
                 t = time.monotonic()
-                self._tick()
+                self.tick()
                 took = time.monotonic() - t
                 self.max_tick_s = max(self.max_tick_s, took)
                 if took > 1.0:
@@ -156,8 +154,7 @@ class AppMaster(AppMasterBase):
         self.start_time = self.clock()
         self.root.mkdir(parents=True, exist_ok=True)
         self._sync_jobs()
-        self.start_agent(self.address, on_allocation=self._on_allocation,
-                         on_lease_warning=self._on_warning, seed=zlib.crc32(self.name.encode()),
+        self.start_agent(self.address, seed=zlib.crc32(self.name.encode()),
                          registration_token=self.registration_token)
         self.state = "running"
         self.emit(f"{self.name}: submitted ({len(self.hb.current_jobs())} configurations "
@@ -191,14 +188,7 @@ class AppMaster(AppMasterBase):
                 if r.proc is not None:
                     r.proc.wait(5)
         self._poll_launcher()
-        if self.agent is not None:
-            self.agent.stop(unregister=True, timeout=3.0)  # gives every lease back
-            self.agent = None
-        if self._held:
-            self._held = []
-            self.held_changes.append((round(self.clock() - self.t0, 3), []))
-        if self.state == "running":
-            self.state = "stopped"
+        self.finish(self.clock(), "killed")  # unregisters: gives every lease back
         self._update_snapshot(self.clock())
 
     @property
@@ -206,29 +196,21 @@ class AppMaster(AppMasterBase):
         return self.state in ("done", "failed")
 
     # ------------------------------------------------------------------ agent callbacks
-    def _on_allocation(self, alloc: AllocationInfo) -> None:
-        now = self.clock()
-        self._reported = None  # the agent reports the cached-table rho after this
-        with self._lock:
-            for g in alloc.gpus:
-                self._expiry[g.id] = alloc.expiry
-            self._last_alloc = now
+    def on_allocation(self, alloc: AllocationInfo) -> None:
         if alloc.gpus:
-            self.allocations.append({
-                "t": round(now - self.t0, 3), "round": alloc.round_id,
-                "gpus": [g.id for g in alloc.gpus], "via": sorted(set(alloc.vias)),
-                "expiry": round(alloc.expiry - self.t0, 3), "bidder": alloc.was_bidder,
-                "kept_fraction": alloc.kept_fraction,
-            })
             via = "/".join(sorted(set(alloc.vias)))
             self.emit(f"{self.name}: round {alloc.round_id}: +{len(alloc.gpus)} GPU "
                       f"({via}) {','.join(g.id for g in alloc.gpus)}")
         self._wake.set()
 
-    def _on_warning(self, gpus: tuple[str, ...], expiry: float) -> None:
-        with self._lock:
-            for g in gpus:
-                self._expiry[g] = max(self._expiry.get(g, 0.0), expiry)
+    @property
+    def allocations(self) -> list[dict[str, Any]]:
+        """The allocations that granted GPUs, as report.json shows them (times in seconds
+        since the driver started)."""
+        return [{"t": round(r["time"] - self.t0, 3), "round": r["round"], "gpus": r["gpus"],
+                 "via": sorted(set(r["vias"])), "expiry": round(r["expiry"] - self.t0, 3),
+                 "bidder": r["was_bidder"], "kept_fraction": r["kept_fraction"]}
+                for r in list(self.rounds) if r["gpus"]]
 
     # ------------------------------------------------------------------ control loop
     @property
@@ -266,11 +248,12 @@ class AppMaster(AppMasterBase):
             self.spec, {**fixed, "max_steps": steps, "num_gpus": gpus}, task)
 
     def _poll_launcher(self) -> None:
-        for ev in self.launcher.poll():
-            self._on_event(ev)
+        self.poll_launcher()
+        self._sync_jobs()
 
-    def _on_event(self, ev: LaunchEvent) -> None:
-        """A run started or ended: the display line, the job's last value, the policy."""
+    # ------------------------------------------------------------------ loop hooks
+    def on_event(self, ev: LaunchEvent) -> None:
+        """A run started or ended: the display line and the job's last value."""
         seg = next((sg for j, sg in self.launcher.closed if j == ev.job_id), None)
         where = ",".join(seg.gpus) if seg else ""
         if ev.code is LaunchCode.REACHED:
@@ -284,10 +267,9 @@ class AppMaster(AppMasterBase):
                 and job.status is JobStatus.RUNNING:
             prof = self.profiler.jobs.get(ev.job_id)
             self._report(ev.job_id, ev.step, prof.objective_value() if prof else None)
-        line = self.core.apply(ev)
-        if line:
-            self.emit(f"{self.name}: {line}")
-        self._sync_jobs()
+
+    def note(self, line: str) -> None:
+        self.emit(f"{self.name}: {line}")
 
     def _report(self, job_id: str, steps: int, loss: float | None) -> None:
         prof = self.profiler.jobs.get(job_id)
@@ -303,11 +285,10 @@ class AppMaster(AppMasterBase):
         if outcome.finished:
             self.emit(f"{self.name}: bracket done: {', '.join(outcome.finished)}")
 
-    def _tick(self) -> None:
-        now = self.clock()
-        # 1. reap exited job processes (and count started ones)
-        self._poll_launcher()
-        # 2. profile: steps, losses, iteration times -> Hyperband
+    def collect_progress(self) -> None:
+        """Steps, losses and iteration times from the jobs' event files -> Hyperband; the
+        profiled placement slowdowns -> the app model."""
+        self._sync_jobs()  # runners for the trials of new rungs
         new = self.profiler.poll()
         self.profile = self.profiler.placement_profile()
         for job_id in new:
@@ -315,30 +296,21 @@ class AppMaster(AppMasterBase):
             if job.status is JobStatus.RUNNING:
                 prof = self.profiler.job(job_id)
                 self._report(job_id, prof.steps_done, prof.objective_value())
-        # 3. refresh the agent's model (rho and bids from profiled iteration times)
-        assert self.agent is not None and self.bidder is not None
-        if not self.hb.done:
-            self.bidder.app = self.model()
-        held_now = set(self.held())
-        self.count_gpu_seconds(now, len(self._held))
-        if sorted(held_now) != self._held:
-            self._held = sorted(held_now)
+
+    def account(self, now: float, held: list[str], dt: float) -> None:
+        if sorted(held) != self._held and not self.ended:
+            self._held = sorted(held)
             self.held_changes.append((round(now - self.t0, 3), list(self._held)))
-        if self.hb.done:
-            self._finish(now)
-            return
-        if now - self._last_report >= self.report_s:
-            self._report_rho(now)
-        # 4. which GPUs may keep running processes: leased, or expired within the grace
-        #    period with no allocation since (the expiry round may renew them)
-        with self._lock:
-            keep = set(held_now) | {
-                g for g, exp in self._expiry.items()
-                if exp <= now < exp + self.grace_s and self._last_alloc < exp
-            }
+
+    def held_locality(self, held: list[str]) -> Locality:
+        return locality_of([self.topology[g] for g in held if g in self.topology])
+
+    def place(self, now: float, usable: dict[str, float], placeable: dict[str, float]) -> None:
+        """Jobs on GPU ids: the usable GPUs split among the running jobs (sticky), jobs
+        that lost their GPUs or were moved stopped, the others started on placeable GPUs."""
+        keep = set(usable)
         desired = self._assign(sorted(keep))
-        # 5. stop jobs that lost their GPUs or were moved
-        for r in self.runners.values():
+        for r in self.runners.values():  # stop jobs that lost their GPUs or were moved
             if not r.live or r.stop_sent is not None:
                 continue
             moved = set(desired[r.job_id]) != set(r.gpus) if r.job_id in desired \
@@ -347,7 +319,6 @@ class AppMaster(AppMasterBase):
                 self.launcher.stop(r.job_id, "lease")
             elif moved:
                 self.launcher.stop(r.job_id, "reassign")
-        # 6. start jobs on GPUs that are leased now and not used by a live process
         for r in self.runners.values():  # a job that ignores SIGTERM: SIGKILL
             if r.live and r.stop_sent is not None and now - r.stop_sent > self.kill_after_s:
                 log.warning("job %s still running %.0fs after SIGTERM: SIGKILL", r.job_id,
@@ -356,12 +327,9 @@ class AppMaster(AppMasterBase):
         runnable = {j.id for j in self.core.runnable()}
         live = self.launcher.live()  # (a distributed job's: until all of its tasks ended)
         for job_id, gpus in sorted(desired.items()):
-            if job_id in live or not gpus or not set(gpus) <= held_now or job_id not in runnable:
-                continue
-            with self._lock:
-                left = min(self._expiry.get(g, math.inf) for g in gpus) - now
-            if left < self.min_lease_left_s:
-                continue  # TF would barely start before the expiry round: wait for it
+            if job_id in live or not gpus or not set(gpus) <= set(placeable) \
+                    or job_id not in runnable:
+                continue  # (not placeable: TF would barely start before the expiry round)
             job = self.hb.jobs[job_id]
             try:
                 self.launcher.launch(self.core.launch_for(job_id, gpus))
@@ -369,24 +337,10 @@ class AppMaster(AppMasterBase):
                 continue  # the GPU's previous job is still checkpointing
             resume = f" (resume from step {job.steps_done})" if job.steps_done else ""
             self.emit(f"{self.name}: {job_id} started on {','.join(gpus)}{resume}")
-        self._update_snapshot(now)
-
-    def _report_rho(self, now: float) -> None:
-        """Visibility phase: tell the arbiter the app's current rho (the agent's Eq. 1/2 on
-        the refreshed model with the GPUs held now), so that the next round's filter sees
-        progress and lost GPUs, not only the value cached at the last allocation."""
-        self._last_report = now
-        value = self._live_rho()
-        if value is None or value <= 0:
-            return
-        try:
-            self.agent.report_rho(value)
-            self._reported = value
-        except grpc.RpcError as exc:
-            log.info("%s: report rho failed: %s", self.name, exc.details())
 
     def _assign(self, gpu_ids: list[str]) -> dict[str, tuple[str, ...]]:
-        """Sticky split of the GPUs among the running jobs (see module docstring)."""
+        """Sticky split of the GPUs among the running jobs (see module docstring), in the
+        core's job order with the jobs already running on them first."""
         states = {s.job_id: s for s in self.hb.job_states()}
         running = [j for j in self.hb.running_jobs() if not self.core.record(j.id).gave_up]
         avail = set(gpu_ids)
@@ -395,12 +349,11 @@ class AppMaster(AppMasterBase):
             r = self.runners[job_id]
             return r.live and r.stop_sent is None and set(r.gpus) <= avail
 
-        order = sorted(running, key=lambda j: (
-            not bound(j.id), -states[j.id].iters_left * states[j.id].serial_iter_time, j.id))
+        order = sorted(self.core.by_remaining_work(running), key=lambda j: not bound(j.id))
         chosen = order[: min(len(gpu_ids), self.spec.max_parallel_jobs or len(gpu_ids))]
-        counts = self.core.gpu_counts([JobNeed(j.id, states[j.id].iters_left * states[j.id].
-                                     serial_iter_time, states[j.id].max_demand)
-                             for j in chosen], len(gpu_ids))
+        counts = self.core.gpu_counts([JobNeed(j.id, self.core.remaining_work(j),
+                                               states[j.id].max_demand)
+                                       for j in chosen], len(gpu_ids))
         out: dict[str, tuple[str, ...]] = {}
         for j in chosen:
             r = self.runners[j.id]
@@ -412,38 +365,37 @@ class AppMaster(AppMasterBase):
         out.update({k: tuple(v) for k, v in placed.items()})
         return out
 
-    def _finish(self, now: float) -> None:
+    def wind_down(self, now: float) -> None:
         for r in self.runners.values():  # jobs stopped when a trial reached the target
             if r.live and r.stop_sent is None and self.hb.target_reached:
                 r.stop("target reached")
-        if any(r.live for r in self.runners.values()):
-            self._update_snapshot(now)
-            return  # the last processes are writing their final checkpoints
-        self.end_time = now
-        self.state = "failed" if self.core.failed else "done"
-        if self.core.failed:
+
+    def on_finished(self, now: float, outcome: str) -> None:
+        self.agent = None
+        if self._held:
+            self._held = []
+            self.held_changes.append((round(now - self.t0, 3), []))
+        if outcome == "killed":
+            if self.state == "running":
+                self.state = "stopped"
+            return
+        self.state = "failed" if outcome == "failed" else "done"
+        if outcome == "failed":
             self.error = "every trial failed; see the jobs' segment-*.err files"
-        if self.agent is not None:
-            self.agent.stop(unregister=True, timeout=3.0)  # releases every GPU
-            self.agent = None
-        self._held = []
-        self.held_changes.append((round(now - self.t0, 3), []))
         reached = " (target reached)" if self.hb.target_reached else ""
-        best = self.core.best_line() or f"best - {self.spec.objective.metric} nan"
-        self.emit(f"{self.name}: DONE in {now - self.start_time:.1f}s{reached}; {best}")
+        self.emit(f"{self.name}: DONE in {now - self.start_time:.1f}s{reached}; "
+                  f"{self.summary()}")
+
+    def publish(self, now: float) -> None:
         self._update_snapshot(now)
 
     # ------------------------------------------------------------------ introspection
     def steps_done(self) -> int:
         return sum(j.steps_done for j in self.hb.jobs.values())
 
-    def _live_rho(self) -> float | None:
-        held = [self.topology[g] for g in self._held if g in self.topology]
-        return self.bidder.live_rho(len(held), locality_of(held)) if self.bidder else None
-
     def _update_snapshot(self, now: float) -> None:
-        live = self._live_rho() if self.state == "running" else None
-        reported = self._reported if self._reported is not None else (
+        live = self.live_rho(self._held) if self.state == "running" else None
+        reported = self.rho_reported if self.rho_reported is not None else (
             self.bidder.current_rho() if self.bidder else None)
         if live is not None and not math.isfinite(live):
             live = None if self.state != "running" else math.inf

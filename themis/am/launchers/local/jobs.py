@@ -38,9 +38,9 @@ from pathlib import Path
 from typing import IO, Any
 
 import themis
+from themis.am.command import BUNDLED_FLAGS, contract_env
 from themis.am.core import JobLaunch, LaunchCode, LaunchEvent
 from themis.am.searchspace import Value
-from themis.am.spec import BUNDLED_FLAGS, contract_env
 from themis.am.taskgroup import CHIEF, PS, WORKER, cluster_spec, free_port, tf_config
 from themis.hadoop.checkpoint_mirror import checkpoint_steps
 from themis.mechanism.placement import DEFAULT, PlacementProfile

@@ -15,17 +15,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from themis.am.command import HYPER_PARAMS, JOB_SETTINGS
 from themis.am.hyperband import hyperband_brackets
-from themis.am.spec import (
-    HYPER_PARAMS,
-    JOB_SETTINGS,
-    MAX_CONFIGURATIONS,
-    MAX_STEPS,
-    AppSpec,
-    SpecError,
-    load_spec,
-    parse_spec,
-)
+from themis.am.spec import AppSpec, parse_spec
+from themis.am.speccheck import MAX_CONFIGURATIONS, MAX_STEPS, SpecError
+from themis.am.specfile import load_spec
 
 __all__ = ["HYPER_PARAMS", "JOB_SETTINGS", "MAX_CONFIGURATIONS", "MAX_STEPS", "AppSpec",
            "SpecError", "default_app", "load_app_spec"]

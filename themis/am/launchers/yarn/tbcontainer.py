@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from themis.am.launchers.yarn.launcher import PRIORITY_SERVICE, YarnContainerLauncher
-from themis.am.spec import TensorBoardSettings
+from themis.am.specparts import TensorBoardSettings
 from themis.hadoop.webhdfs import WebHdfs, WebHdfsError
 
 log = logging.getLogger("themis.am.launchers.yarn.am")

@@ -66,7 +66,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     from tensorboard import program
 
-    from themis.am.launchers.yarn.am import http_hosts, url_host
+    from themis.am.launchers.yarn.http import http_hosts, url_host
     from themis.hadoop.tblogs import download
     from themis.hadoop.webhdfs import WebHdfs, WebHdfsError
 

@@ -32,6 +32,9 @@ import org.apache.hadoop.yarn.server.resourcemanager.MockRMAppSubmitter;
 import org.apache.hadoop.yarn.server.resourcemanager.rmapp.RMApp;
 import org.apache.hadoop.yarn.util.resource.ResourceUtils;
 import org.junit.jupiter.api.Test;
+import org.themis.yarn.engine.EngineSupervisor;
+import org.themis.yarn.lease.Lease;
+import org.themis.yarn.status.ThemisMetrics;
 
 /**
  * Scale benchmark (bench/bench_scale.py; docs/yarn.md, "Scale"). A real ResourceManager
@@ -212,7 +215,7 @@ class ScaleBench {
         drain.setDaemon(true);
         drain.start();
         waitFor(gpuAms.size() + " agents known to the RM", 120_000, () ->
-            gpuAms.stream().allMatch(a -> s.runtime().hasAgent(
+            gpuAms.stream().allMatch(a -> s.runtime().agents().hasAgent(
                 a.getApplicationAttemptId().getApplicationId())));
       }
       // GPU apps: endless 1-GPU asks (as many containers as there are GPUs)
@@ -269,9 +272,9 @@ class ScaleBench {
         o.put("engine_rss_mb", procStatusMb(pid, "VmRSS"));
         o.put("engine_peak_rss_mb", procStatusMb(pid, "VmHWM"));
         o.put("agents_rss_mb", agents == null ? -1 : procStatusMb(agents.pid(), "VmRSS"));
-        o.put("rounds", s.runtime().rounds());
-        o.put("grants_applied", s.runtime().grantsApplied());
-        o.put("grants_refused", s.runtime().grantsRefused());
+        o.put("rounds", s.runtime().driver().rounds());
+        o.put("grants_applied", s.runtime().driver().grantsApplied());
+        o.put("grants_refused", s.runtime().driver().grantsRefused());
         o.put("gpu_proposals_rejected", s.rejectedGpuProposals());
         o.put("gpu_asks_filtered", s.filteredGpuAsks());
         o.put("engine_starts", s.runtime().engine().starts());
@@ -311,7 +314,7 @@ class ScaleBench {
     resetRates(s);
     long start = System.currentTimeMillis();
     long end = start + turnoverMs;
-    long roundsBefore = s.runtime().rounds();
+    long roundsBefore = s.runtime().driver().rounds();
     for (Lease l : s.leases().snapshot()) {
       seen.put(l.id(), l); // granted before the window: their expiries count
     }
@@ -359,7 +362,7 @@ class ScaleBench {
     ObjectNode t = o.putObject("lease_turnover");
     t.put("expiries", pending.size());
     t.put("unserved", unserved);
-    t.put("rounds", s.runtime().rounds() - roundsBefore);
+    t.put("rounds", s.runtime().driver().rounds() - roundsBefore);
     t.set("expiry_to_grant_ms", stats(toGrant));
     t.set("expiry_to_commit_ms", stats(toCommit));
     t.set("round_in_rm_ms", rate(s, "roundTime"));

@@ -4,11 +4,12 @@ import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.yarn.server.resourcemanager.RMContext;
 import org.apache.hadoop.yarn.server.resourcemanager.monitor.SchedulingEditPolicy;
 import org.apache.hadoop.yarn.server.resourcemanager.scheduler.ResourceScheduler;
+import org.themis.yarn.lease.LeaseEnforcer;
 
 /**
  * Scheduling edit policy (yarn.resourcemanager.scheduler.monitor.policies) that runs a lease
  * enforcement pass: MARK_CONTAINER_FOR_PREEMPTION at expiry, MARK_CONTAINER_FOR_KILLABLE after
- * the grace period. The work itself lives in {@link ThemisRuntime#enforceLeases()}, which
+ * the grace period. The work itself lives in {@link LeaseEnforcer#enforceLeases()}, which
  * ThemisCapacityScheduler also runs on its own thread every monitor-interval-ms, so listing
  * this policy is optional: it only adds passes (serialised with the built-in ones).
  */
@@ -31,7 +32,7 @@ public class LeaseExpiryPolicy implements SchedulingEditPolicy {
   public void editSchedule() {
     ThemisRuntime rt = scheduler.runtime();
     if (rt != null) {
-      rt.enforceLeases();
+      rt.enforcer().enforceLeases();
     }
   }
 

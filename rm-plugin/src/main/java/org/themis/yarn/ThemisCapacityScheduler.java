@@ -34,6 +34,9 @@ import org.apache.hadoop.yarn.util.resource.DominantResourceCalculator;
 import org.apache.hadoop.yarn.util.resource.ResourceUtils;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
+import org.themis.yarn.engine.AgentGateway;
+import org.themis.yarn.lease.LeaseRecovery;
+import org.themis.yarn.lease.LeaseTable;
 
 /**
  * CapacityScheduler that commits a container holding {@code yarn.io/gpu} only when its
@@ -123,7 +126,7 @@ public class ThemisCapacityScheduler extends CapacityScheduler {
    * Every container end passes here (completion, release, kill at lease expiry, attempt end,
    * node loss; CapacityScheduler calls {@code super.completedContainer} on some of these paths,
    * which would bypass an override of {@code completedContainer}). A GPU container's end may
-   * end its app's lease early and frees GPUs: see {@link ThemisRuntime#gpuContainerEnded}.
+   * end its app's lease early and frees GPUs: see {@link AgentGateway#gpuContainerEnded}.
    */
   @Override
   protected void completedContainerInternal(RMContainer rmContainer,
@@ -132,7 +135,7 @@ public class ThemisCapacityScheduler extends CapacityScheduler {
     ThemisRuntime rt = runtime;
     if (rt != null && rmContainer != null && rmContainer.getAllocatedNode() != null
         && Gpus.of(rmContainer.getAllocatedResource()) > 0) {
-      rt.gpuContainerEnded(rmContainer.getApplicationAttemptId().getApplicationId(),
+      rt.agents().gpuContainerEnded(rmContainer.getApplicationAttemptId().getApplicationId(),
           rmContainer.getAllocatedNode());
     }
   }
@@ -169,10 +172,10 @@ public class ThemisCapacityScheduler extends CapacityScheduler {
     }
     ThemisRuntime rt = runtime;
     if (rt != null && event.getType() == SchedulerEventType.APP_REMOVED) {
-      rt.appRemoved(((AppRemovedSchedulerEvent) event).getApplicationID());
+      rt.agents().appRemoved(((AppRemovedSchedulerEvent) event).getApplicationID());
     }
     if (rt != null && event.getType() == SchedulerEventType.APP_ATTEMPT_REMOVED) {
-      rt.attemptEnded(((AppAttemptRemovedSchedulerEvent) event).getApplicationAttemptID());
+      rt.agents().attemptEnded(((AppAttemptRemovedSchedulerEvent) event).getApplicationAttemptID());
     }
   }
 

@@ -1,8 +1,8 @@
 package org.themis.yarn;
 
-import java.util.Arrays;
 import java.util.Collections;
 import java.util.LinkedHashSet;
+import java.util.List;
 import java.util.Locale;
 import java.util.Set;
 import org.apache.hadoop.conf.Configuration;
@@ -10,7 +10,9 @@ import org.apache.hadoop.conf.Configuration;
 /**
  * Every {@code yarn.resourcemanager.themis.*} setting, read and validated once at start-up.
  * A bad value throws {@link IllegalArgumentException} naming the key and the value, which makes
- * the ResourceManager refuse to start.
+ * the ResourceManager refuse to start. The defaults and accepted names of the settings the
+ * Python engine also reads (fairness knob, solver, ideal time, starvation, lease length, app
+ * limit) come from {@link EngineDefaults}, generated from the engine's own definitions.
  */
 public final class ThemisSettings {
   public static final String PREFIX = "yarn.resourcemanager.themis.";
@@ -49,8 +51,6 @@ public final class ThemisSettings {
   public static final String LEASE_STORE_ZK_PATH = PREFIX + "lease-store.zk.parent-path";
   public static final String RECOVERY_SETTLE_MS = PREFIX + "recovery-settle-ms";
   public static final String MAX_APPS = PREFIX + "max-apps";
-  /** Largest accepted {@link #MAX_APPS} (themis.yarn.settings.MAX_APPS). */
-  static final long MAX_APPS_LIMIT = 1_000_000L;
 
   /**
    * What happens to the GPU containers of an app whose AM does not speak to the agents'
@@ -63,10 +63,12 @@ public final class ThemisSettings {
     PREEMPT
   }
 
-  /** Solver chains and back-ends of themis.mechanism.solvers.make_solver usable in the RM. */
+  /**
+   * Solver chains and back-ends of themis.mechanism.solvers.make_solver usable in the RM
+   * (themis.mechanism.solvers.SERVICE_SOLVERS).
+   */
   public static final Set<String> SOLVERS =
-      Collections.unmodifiableSet(new LinkedHashSet<>(
-          Arrays.asList("auto-fast", "open-fast", "auto", "highs", "gurobi", "lpbb")));
+      Collections.unmodifiableSet(new LinkedHashSet<>(EngineDefaults.SOLVERS));
 
   private final double fairnessKnob;
   private final long leaseDurationMs;
@@ -102,30 +104,36 @@ public final class ThemisSettings {
   private final int maxApps;
 
   private ThemisSettings(Configuration conf) {
-    fairnessKnob = readDouble(conf, FAIRNESS_KNOB, 0.8);
+    fairnessKnob = readDouble(conf, FAIRNESS_KNOB, EngineDefaults.DEFAULT_FAIRNESS_KNOB);
     if (!(fairnessKnob >= 0.0 && fairnessKnob < 1.0)) {
       throw bad(FAIRNESS_KNOB, conf.get(FAIRNESS_KNOB), "must be in [0, 1)");
     }
-    leaseDurationMs = readLong(conf, LEASE_DURATION_MS, 600_000L, 1L);
+    leaseDurationMs = readLong(conf, LEASE_DURATION_MS, EngineDefaults.DEFAULT_LEASE_DURATION_MS,
+        1L);
+    if (leaseDurationMs > EngineDefaults.MAX_LEASE_DURATION_MS) {
+      throw bad(LEASE_DURATION_MS, conf.get(LEASE_DURATION_MS),
+          "must be <= " + EngineDefaults.MAX_LEASE_DURATION_MS);
+    }
     gracePeriodMs = readLong(conf, GRACE_PERIOD_MS, 30_000L, 0L);
-    String s = conf.getTrimmed(SOLVER, "auto-fast").toLowerCase(Locale.ROOT);
+    String s = conf.getTrimmed(SOLVER, EngineDefaults.DEFAULT_SOLVER).toLowerCase(Locale.ROOT);
     if (!SOLVERS.contains(s)) {
-      throw bad(SOLVER, conf.get(SOLVER),
-          "must be one of auto-fast, open-fast, auto, highs, gurobi, lpbb");
+      throw bad(SOLVER, conf.get(SOLVER), "must be one of " + String.join(", ", SOLVERS));
     }
     solver = s;
     // the form of T_id in rho (themis.mechanism.fairness.IdealTime), passed to the engine,
     // which announces it to the AMs' agents at registration
-    String ideal = conf.getTrimmed(IDEAL_TIME, "exact").toLowerCase(Locale.ROOT);
-    if (!ideal.equals("exact") && !ideal.equals("paper")) {
-      throw bad(IDEAL_TIME, conf.get(IDEAL_TIME), "must be exact or paper");
+    String ideal = conf.getTrimmed(IDEAL_TIME, EngineDefaults.DEFAULT_IDEAL_TIME)
+        .toLowerCase(Locale.ROOT);
+    if (!EngineDefaults.IDEAL_TIMES.contains(ideal)) {
+      throw bad(IDEAL_TIME, conf.get(IDEAL_TIME), "must be " + oneOf(EngineDefaults.IDEAL_TIMES));
     }
     idealTime = ideal;
     // how the (1-f) filter orders apps holding no GPU (themis.mechanism.fairness.Starvation),
     // passed to the engine, which announces it to the AMs' agents at registration
-    String starve = conf.getTrimmed(STARVATION, "inf").toLowerCase(Locale.ROOT);
-    if (!starve.equals("inf") && !starve.equals("served-now")) {
-      throw bad(STARVATION, conf.get(STARVATION), "must be inf or served-now");
+    String starve = conf.getTrimmed(STARVATION, EngineDefaults.DEFAULT_STARVATION)
+        .toLowerCase(Locale.ROOT);
+    if (!EngineDefaults.STARVATIONS.contains(starve)) {
+      throw bad(STARVATION, conf.get(STARVATION), "must be " + oneOf(EngineDefaults.STARVATIONS));
     }
     starvation = starve;
     pythonExecutable = readNonEmpty(conf, PYTHON_EXECUTABLE, "python3");
@@ -219,9 +227,9 @@ public final class ThemisSettings {
     recoverySettleMs = readLong(conf, RECOVERY_SETTLE_MS, 60_000L, 0L);
     // apps registered with the agents' endpoint at once; one more is refused with
     // RESOURCE_EXHAUSTED (themis.arbiter.state.ArbiterConfig.max_apps)
-    long apps = readLong(conf, MAX_APPS, 4096L, 1L);
-    if (apps > MAX_APPS_LIMIT) {
-      throw bad(MAX_APPS, conf.get(MAX_APPS), "must be <= " + MAX_APPS_LIMIT);
+    long apps = readLong(conf, MAX_APPS, EngineDefaults.DEFAULT_MAX_APPS, 1L);
+    if (apps > EngineDefaults.MAX_APPS_LIMIT) {
+      throw bad(MAX_APPS, conf.get(MAX_APPS), "must be <= " + EngineDefaults.MAX_APPS_LIMIT);
     }
     maxApps = (int) apps;
   }
@@ -318,6 +326,13 @@ public final class ThemisSettings {
       throw bad(key, raw, "must be >= " + min);
     }
     return v;
+  }
+
+  /** "a or b" (or "a, b or c"). */
+  private static String oneOf(List<String> names) {
+    int last = names.size() - 1;
+    return last <= 0 ? String.join("", names)
+        : String.join(", ", names.subList(0, last)) + " or " + names.get(last);
   }
 
   private static String readNonEmpty(Configuration conf, String key, String dflt) {

@@ -10,6 +10,7 @@ import org.apache.hadoop.yarn.conf.YarnConfiguration;
 import org.apache.hadoop.yarn.security.AMRMTokenIdentifier;
 import org.apache.hadoop.yarn.server.resourcemanager.rmapp.RMApp;
 import org.junit.jupiter.api.Test;
+import org.themis.yarn.engine.AmTokens;
 
 /**
  * The registration check of the agents' endpoint against a real RM (docs/yarn.md,
@@ -30,28 +31,28 @@ class AmTokenIT {
       String appA = a.appId.toString();
       String ta = a.amRmToken();
       String tb = b.amRmToken();
-      String before = rt.getStatusJson();
+      String before = rt.status().getStatusJson();
 
-      assertOk(rt.verifyAmToken(appA, ta));
-      assertRefused(rt.verifyAmToken(appA, ""), "missing registration token");
-      assertRefused(rt.verifyAmToken(appA, "bm90LWEtdG9rZW4"), "not an encoded AMRMToken");
-      assertRefused(rt.verifyAmToken(appA, "x".repeat(AmTokens.MAX_TOKEN + 1)), "at most");
-      assertRefused(rt.verifyAmToken(appA, tb), "another application");
+      assertOk(rt.agents().verifyAmToken(appA, ta));
+      assertRefused(rt.agents().verifyAmToken(appA, ""), "missing registration token");
+      assertRefused(rt.agents().verifyAmToken(appA, "bm90LWEtdG9rZW4"), "not an encoded AMRMToken");
+      assertRefused(rt.agents().verifyAmToken(appA, "x".repeat(AmTokens.MAX_TOKEN + 1)), "at most");
+      assertRefused(rt.agents().verifyAmToken(appA, tb), "another application");
       // a's identifier with b's password: not issued by the RM for a
       Token<AMRMTokenIdentifier> mine = decode(ta);
       Token<AMRMTokenIdentifier> forged = new Token<>(mine.getIdentifier(),
           decode(tb).getPassword(), mine.getKind(), mine.getService());
-      assertRefused(rt.verifyAmToken(appA, forged.encodeToUrlString()),
+      assertRefused(rt.agents().verifyAmToken(appA, forged.encodeToUrlString()),
           "wrong registration token");
-      assertRefused(rt.verifyAmToken("application_1_0001", ta), "another application");
+      assertRefused(rt.agents().verifyAmToken("application_1_0001", ta), "another application");
       assertEquals(JSON.readTree(before).path("leases"),
-          JSON.readTree(rt.getStatusJson()).path("leases"), "a check changed the leases");
+          JSON.readTree(rt.status().getStatusJson()).path("leases"), "a check changed the leases");
 
       a.finish(); // the app ends: its token no longer registers
       RMApp app = mc.cluster.getResourceManager().getRMContext().getRMApps().get(a.appId);
       ThemisMiniCluster.waitFor(appA + " completed", 30_000, app::isAppInCompletedStates);
-      assertRefused(rt.verifyAmToken(appA, ta), "has finished");
-      assertOk(rt.verifyAmToken(b.appId.toString(), tb));
+      assertRefused(rt.agents().verifyAmToken(appA, ta), "has finished");
+      assertOk(rt.agents().verifyAmToken(b.appId.toString(), tb));
       b.finish();
     }
   }

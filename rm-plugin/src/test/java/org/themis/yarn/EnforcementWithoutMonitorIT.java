@@ -74,8 +74,8 @@ class EnforcementWithoutMonitorIT {
       assertEquals(ContainerExitStatus.PREEMPTED, st.getExitStatus(), st.toString());
       assertTrue(killedAt - preemptedAt >= 1500,
           "grace period 2000 ms, but killed " + (killedAt - preemptedAt) + " ms after preemption");
-      assertTrue(s.runtime().preemptMarks() >= 1 && s.runtime().killMarks() >= 1);
-      assertTrue(s.runtime().enforcementPasses() > 0);
+      assertTrue(s.runtime().enforcer().preemptMarks() >= 1 && s.runtime().enforcer().killMarks() >= 1);
+      assertTrue(s.runtime().enforcer().enforcementPasses() > 0);
       System.out.println("[" + monitors + "] allocation->preempt " + (preemptedAt - t0)
           + " ms (lease of 3000 ms granted before the allocation), preempt->kill " + (killedAt - preemptedAt)
           + " ms (grace 2000 ms)");

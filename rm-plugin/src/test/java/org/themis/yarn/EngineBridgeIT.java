@@ -16,6 +16,8 @@ import org.junit.jupiter.api.MethodOrderer;
 import org.junit.jupiter.api.Order;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.TestMethodOrder;
+import org.themis.yarn.engine.EngineSupervisor;
+import org.themis.yarn.lease.Lease;
 
 /**
  * Real RM + 2 NMs (4 GPUs each) + the real Python engine ({@code python3 -m themis.yarn.engine},
@@ -97,7 +99,7 @@ class EngineBridgeIT {
     assertNoDoubleGrant(a, b);
     // what an agent's Hello carries for its app: the app's live leases, GPUs per node
     com.fasterxml.jackson.databind.JsonNode held = new com.fasterxml.jackson.databind
-        .ObjectMapper().readTree(mc.scheduler().runtime().appLeases(b.appId.toString()));
+        .ObjectMapper().readTree(mc.scheduler().runtime().agents().appLeases(b.appId.toString()));
     int heldGpus = 0;
     for (com.fasterxml.jackson.databind.JsonNode l : held) {
       assertTrue(l.get("node_id").asText().contains(":"), held.toString());
@@ -105,12 +107,12 @@ class EngineBridgeIT {
       heldGpus += l.get("gpus").asInt();
     }
     assertEquals(3, heldGpus, held.toString());
-    assertEquals("[]", mc.scheduler().runtime().appLeases("application_1_9999"));
-    assertEquals("[]", mc.scheduler().runtime().appLeases("not an id"));
+    assertEquals("[]", mc.scheduler().runtime().agents().appLeases("application_1_9999"));
+    assertEquals("[]", mc.scheduler().runtime().agents().appLeases("not an id"));
     EngineSupervisor e = mc.scheduler().runtime().engine();
     assertEquals(1, e.starts());
     assertTrue(e.health().orElseThrow().contains("\"ok\": true"));
-    assertTrue(mc.scheduler().runtime().grantsApplied() >= 2);
+    assertTrue(mc.scheduler().runtime().driver().grantsApplied() >= 2);
   }
 
   @Test
@@ -138,7 +140,7 @@ class EngineBridgeIT {
       });
     } catch (AssertionError err) {
       throw withEngineOutput(new AssertionError(
-          err.getMessage() + "; last view " + s.runtime().lastView(), err));
+          err.getMessage() + "; last view " + s.runtime().cluster().lastView(), err));
     }
     long pid = e.pid();
     assertTrue(pid > 0);
@@ -160,16 +162,16 @@ class EngineBridgeIT {
   void grantsBeyondFreeGpusAreRefused() {
     ThemisCapacityScheduler s = mc.scheduler();
     ThemisRuntime rt = s.runtime();
-    Map<NodeId, Long> free = rt.grantableGpus();
+    Map<NodeId, Long> free = rt.cluster().grantableGpus();
     NodeId node = mc.nodeIds().get(0);
     String app = s.getSchedulerApplications().keySet().iterator().next().toString();
-    long refused = rt.grantsRefused();
+    long refused = rt.driver().grantsRefused();
     int leases = s.leases().size();
-    int applied = rt.applyGrants("{\"grants\": [{\"app_id\": \"" + app + "\", \"node_id\": \""
+    int applied = rt.driver().applyGrants("{\"grants\": [{\"app_id\": \"" + app + "\", \"node_id\": \""
         + node + "\", \"gpus\": " + (free.get(node) + 1) + "}, {\"app_id\": \"" + app
         + "\", \"node_id\": \"nowhere:1\", \"gpus\": 1}]}");
     assertEquals(0, applied);
-    assertEquals(refused + 2, rt.grantsRefused());
+    assertEquals(refused + 2, rt.driver().grantsRefused());
     assertEquals(leases, s.leases().size());
     assertTrue(List.of(0, 1).size() == 2);
   }
@@ -193,7 +195,7 @@ class EngineBridgeIT {
           () -> String.join("\n", lines).contains("\"registered\""));
       // The engine tells the RM through the gateway: d's AM speaks for its leases now.
       ThemisMiniCluster.waitFor("the RM to know d's agent", 10_000,
-          () -> mc.scheduler().runtime().hasAgent(d.appId));
+          () -> mc.scheduler().runtime().agents().hasAgent(d.appId));
       d.ask(1, 1);
       pollUntil("app-d's GPU container, won by its agent's bid", 90_000, d, 1);
       assertTrue(probe.waitFor(60, java.util.concurrent.TimeUnit.SECONDS), "probe exits");
@@ -206,7 +208,7 @@ class EngineBridgeIT {
       // The probe unregistered when it exited: the RM forgets d's agent; the GPU its
       // container uses stays leased (assertNoDoubleGrant below).
       ThemisMiniCluster.waitFor("the RM to drop d's agent", 10_000,
-          () -> !mc.scheduler().runtime().hasAgent(d.appId));
+          () -> !mc.scheduler().runtime().agents().hasAgent(d.appId));
       assertNoDoubleGrant(d);
     } catch (AssertionError err) {
       throw withEngineOutput(new AssertionError(err.getMessage() + "; probe output:\n"
@@ -232,7 +234,7 @@ class EngineBridgeIT {
       ThemisMiniCluster.waitFor("the probe agent to register", 60_000,
           () -> String.join("\n", lines).contains("\"registered\""));
       ThemisMiniCluster.waitFor("the RM to know e's agent", 10_000,
-          () -> mc.scheduler().runtime().hasAgent(e.appId));
+          () -> mc.scheduler().runtime().agents().hasAgent(e.appId));
       e.finish();
       assertTrue(probe.waitFor(90, java.util.concurrent.TimeUnit.SECONDS), "probe exits");
       ThemisMiniCluster.waitFor("the probe's last line", 5_000,

@@ -72,7 +72,7 @@ class FreedGpusIT {
     ThemisCapacityScheduler s = mc.scheduler();
     TestAm a = holder("holder-a");
     TestAm b = waiter("waiter-b", 1);
-    long rounds = s.runtime().rounds();
+    long rounds = s.runtime().driver().rounds();
     Container done = a.gpuContainers().get(0);
     a.release(done.getId());
     a.pollUnchecked(); // carries the release; the RM completes the container inside this call
@@ -83,7 +83,7 @@ class FreedGpusIT {
         + " ms (lease " + LEASE_MS + " ms, freed-round-delay 200 ms, round interval 60 s)");
     assertEquals(node, b.gpuContainers().get(0).getNodeId());
     assertEquals(1, s.leases().liveGpus(a.appId, node), "A keeps the lease of its running GPU");
-    assertTrue(s.runtime().rounds() > rounds);
+    assertTrue(s.runtime().driver().rounds() > rounds);
     a.finish();
     b.finish();
   }
@@ -93,15 +93,15 @@ class FreedGpusIT {
     ThemisCapacityScheduler s = mc.scheduler();
     TestAm a = holder("holder-finishing");
     TestAm b = waiter("waiter-two", 2);
-    long rounds = s.runtime().rounds();
+    long rounds = s.runtime().driver().rounds();
     long t0 = System.currentTimeMillis();
     a.finish(); // both containers end and the app is removed: one burst
     b.awaitGpuContainers(2, 10_000);
     long latency = System.currentTimeMillis() - t0;
     System.out.println("app finish -> next grant: B's 2 containers after " + latency + " ms, "
-        + (s.runtime().rounds() - rounds) + " round(s)");
+        + (s.runtime().driver().rounds() - rounds) + " round(s)");
     assertEquals(0, s.leases().liveGpus(a.appId, node), "a finished app holds no lease");
-    assertEquals(1, s.runtime().rounds() - rounds, "a burst of completions makes one round");
+    assertEquals(1, s.runtime().driver().rounds() - rounds, "a burst of completions makes one round");
     b.finish();
   }
 
@@ -110,21 +110,21 @@ class FreedGpusIT {
     ThemisCapacityScheduler s = mc.scheduler();
     ThemisRuntime rt = s.runtime();
     TestAm a = holder("agent-app");
-    rt.agentJoined(a.appId.toString()); // as the engine reports an AM's registration
+    rt.agents().agentJoined(a.appId.toString()); // as the engine reports an AM's registration
     TestAm b = waiter("waiter-c", 1);
     a.release(a.gpuContainers().get(0).getId());
     a.pollUnchecked();
     // Its AM may start its next job on the lease: the GPU stays A's.
     assertTrue(b.pollFor(2000).isEmpty(), "the agent app's lease was kept");
     assertEquals(2, s.leases().liveGpus(a.appId, node));
-    String reply = rt.releaseGpus(a.appId.toString(), "[\"" + node + "/0\"]");
+    String reply = rt.agents().releaseGpus(a.appId.toString(), "[\"" + node + "/0\"]");
     assertTrue(reply.contains("\"released\":1"), reply);
     long t0 = System.currentTimeMillis();
     b.awaitGpuContainers(1, 10_000);
     System.out.println("ReleaseGpus -> next grant: B's container after "
         + (System.currentTimeMillis() - t0) + " ms");
     assertEquals(1, s.leases().liveGpus(a.appId, node));
-    String bad = rt.releaseGpus(a.appId.toString(), "[\"nowhere:1/0\"]");
+    String bad = rt.agents().releaseGpus(a.appId.toString(), "[\"nowhere:1/0\"]");
     assertTrue(bad.contains("\"ok\":false") && bad.contains("nowhere:1/0"), bad);
     a.finish();
     b.finish();

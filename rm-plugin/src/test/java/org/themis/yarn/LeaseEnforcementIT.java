@@ -126,7 +126,7 @@ class LeaseEnforcementIT {
     assertEquals(ContainerExitStatus.PREEMPTED, st.getExitStatus(), st.toString());
     assertTrue(killedAt - preemptedAt >= 1500,
         "grace period 2000 ms, but killed " + (killedAt - preemptedAt) + " ms after preemption");
-    assertTrue(s.runtime().preemptMarks() >= 1 && s.runtime().killMarks() >= 1);
+    assertTrue(s.runtime().enforcer().preemptMarks() >= 1 && s.runtime().enforcer().killMarks() >= 1);
     assertEquals(0, s.leases().liveGpus(am.appId, node));
     assertFalse(s.leases().snapshot().stream().anyMatch(l -> l.app().equals(am.appId)),
         "lease removed after the grace period");

@@ -12,6 +12,7 @@ import java.util.Set;
 import org.apache.hadoop.yarn.api.records.NodeId;
 import org.apache.hadoop.yarn.conf.YarnConfiguration;
 import org.junit.jupiter.api.Test;
+import org.themis.yarn.lease.Lease;
 
 /**
  * Not part of the test suite (name matches neither *Test nor *IT). Run with
@@ -124,7 +125,7 @@ class LeaseTurnoverBench {
               + "(rounds=%d, grants=%d, refused=%d, engine starts=%d)",
           samples.size(), pct(samples, 50), pct(samples, 95),
           samples.isEmpty() ? -1 : samples.get(samples.size() - 1),
-          s.runtime().rounds(), s.runtime().grantsApplied(), s.runtime().grantsRefused(),
+          s.runtime().driver().rounds(), s.runtime().driver().grantsApplied(), s.runtime().driver().grantsRefused(),
           s.runtime().engine().starts());
       if (withAgents) {
         long offers = agentOut.stream().filter(l -> l.contains("\"event\": \"offer\"")).count();

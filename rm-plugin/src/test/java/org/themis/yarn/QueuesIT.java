@@ -13,7 +13,8 @@ import org.apache.hadoop.yarn.conf.YarnConfiguration;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
-import org.themis.yarn.WaitDiagnostics.AppGpus;
+import org.themis.yarn.lease.Lease;
+import org.themis.yarn.round.AppGpus;
 
 /**
  * CapacityScheduler queues (docs/yarn.md, "Queues"): real RM + 2 NMs with 4 GPUs each + the real
@@ -70,14 +71,14 @@ class QueuesIT {
     b.ask(8, 1);
     awaitAsked(a, 8);
     awaitAsked(b, 8);
-    rt.signal();
+    rt.driver().signal();
     a.awaitGpuContainers(6, 20_000);
     b.awaitGpuContainers(2, 20_000);
     a.pollFor(1000);
     b.pollFor(1000);
     assertEquals(6, a.gpuContainers().size(), "queue a: 75% of 8 GPUs");
     assertEquals(2, b.gpuContainers().size(), "queue b: 25% of 8 GPUs");
-    JsonNode queues = JSON.readTree(rt.lastView()).path("queues");
+    JsonNode queues = JSON.readTree(rt.cluster().lastView()).path("queues");
     assertEquals("[{\"queue\":\"root.a\",\"guaranteed_gpus\":6,\"max_gpus\":8},"
         + "{\"queue\":\"root.b\",\"guaranteed_gpus\":2,\"max_gpus\":8}]", queues.toString());
     List<Long> firstLeases = new ArrayList<>();
@@ -129,7 +130,7 @@ class QueuesIT {
   private static void awaitAsked(TestAm am, long n) throws InterruptedException {
     ThemisMiniCluster.waitFor(am.appId + " asking " + n + " GPUs", 15_000, () -> {
       am.pollUnchecked();
-      for (AppGpus g : mc.scheduler().runtime().appGpus()) {
+      for (AppGpus g : mc.scheduler().runtime().cluster().appGpus()) {
         if (g.app().equals(am.appId)) {
           return g.askedGpus() >= n;
         }

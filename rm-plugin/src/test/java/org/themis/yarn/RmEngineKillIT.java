@@ -22,6 +22,8 @@ import org.apache.hadoop.yarn.conf.YarnConfiguration;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
+import org.themis.yarn.engine.EngineSupervisor;
+import org.themis.yarn.lease.Lease;
 
 /**
  * The engine killed at the same moment as the RM (docs/yarn.md, "Restart and HA"): a real RM
@@ -69,7 +71,7 @@ class RmEngineKillIT {
     try {
       // A (an agent app) runs on both GPUs of n0 and on one of n1; its asks are all served.
       TestAm a = TestAm.start(mc, "holder");
-      s.runtime().agentJoined(a.appId.toString());
+      s.runtime().agents().agentJoined(a.appId.toString());
       s.leases().grant(a.appId, n0, 2, LEASE_MS);
       Lease aOnN1 = s.leases().grant(a.appId, n1, 1, LEASE_MS);
       a.ask(3, 1);
@@ -83,8 +85,8 @@ class RmEngineKillIT {
       b.ask(3, 1);
       b.poll();
       EngineSupervisor e = s.runtime().engine();
-      long roundsBefore = s.runtime().rounds();
-      s.runtime().signal();
+      long roundsBefore = s.runtime().driver().rounds();
+      s.runtime().driver().signal();
       ThemisMiniCluster.waitFor("a round in flight in the engine", 20_000, e::inRound);
       Set<String> before = keys(s.leases().snapshot());
 
@@ -101,7 +103,7 @@ class RmEngineKillIT {
       assertEquals(Set.of(), enginePids(), "an engine outlived its stopped RM");
       assertEquals(-1, e.pid());
       // the round in flight was abandoned: no round completed, B got no lease
-      assertEquals(roundsBefore, s.runtime().rounds());
+      assertEquals(roundsBefore, s.runtime().driver().rounds());
       assertEquals(0, leasedGpus(s, b));
       assertEquals(before, keys(s.leases().snapshot()), "the stopped RM changed its leases");
 
@@ -124,12 +126,12 @@ class RmEngineKillIT {
         b.pollUnchecked();
         return pendingGpus(s2, b) == 3;
       });
-      s2.runtime().signal();
+      s2.runtime().driver().signal();
       List<Container> bRunning = new ArrayList<>(launch(b, 1));
       assertEquals(n1, bRunning.get(0).getNodeId());
       assertTrue(b.pollFor(2000).isEmpty(), "B got a GPU in use by A");
-      assertEquals(0L, s2.runtime().grantableGpus().get(n0));
-      assertEquals(0L, s2.runtime().grantableGpus().get(n1));
+      assertEquals(0L, s2.runtime().cluster().grantableGpus().get(n0));
+      assertEquals(0L, s2.runtime().cluster().grantableGpus().get(n1));
       assertEquals(1, leasedGpus(s2, b));
 
       // A's lease on n1 expires: notice, grace, kill; only then B gets that GPU
@@ -137,11 +139,11 @@ class RmEngineKillIT {
       assertNotNull(s2.leases().renew(aOnN1.id(), 1, s2.leases().now() + 500));
       ThemisMiniCluster.waitFor("A's container on n1 killed after the grace period", 30_000,
           () -> nmState(aN1) != ContainerState.RUNNING
-              && s2.runtime().grantableGpus().get(n1) == 1L);
+              && s2.runtime().cluster().grantableGpus().get(n1) == 1L);
       assertEquals(1, b.gpuContainers().size(), "B got a GPU while A's container ran on it");
       // the round that offers the freed GPU: woken here, as the test's rounds run every 60 s
       // (the round woken by the kill itself can still see the GPU in use on the node)
-      s2.runtime().signal();
+      s2.runtime().driver().signal();
       bRunning.addAll(launch(b, 2));
       assertEquals(n1, bRunning.get(1).getNodeId());
 
@@ -252,8 +254,8 @@ class RmEngineKillIT {
     } catch (AssertionError err) {
       ThemisCapacityScheduler s = mc.scheduler();
       throw new AssertionError(err.getMessage() + "; leases " + s.leases().snapshot()
-          + "; grantable " + s.runtime().grantableGpus() + "; rounds " + s.runtime().rounds()
-          + "; last view " + s.runtime().lastView(), err);
+          + "; grantable " + s.runtime().cluster().grantableGpus() + "; rounds " + s.runtime().driver().rounds()
+          + "; last view " + s.runtime().cluster().lastView(), err);
     }
     List<Container> all = am.gpuContainers();
     List<Container> out = new ArrayList<>(all.subList(had, all.size()));

@@ -13,6 +13,7 @@ import org.apache.hadoop.yarn.api.records.Container;
 import org.apache.hadoop.yarn.api.records.ContainerState;
 import org.apache.hadoop.yarn.conf.YarnConfiguration;
 import org.junit.jupiter.api.Test;
+import org.themis.yarn.lease.Lease;
 
 /**
  * Failover to first grant (bench/RESULTS.md): {@link RmHaIT}'s cluster (two RMs, real
@@ -47,7 +48,7 @@ class RmFailoverBench {
       ThemisMiniCluster.waitFor("engine up", 60_000, () -> s.runtime().engine().pid() > 0);
       TestAm holder = TestAm.start(mc, "holder");
       s.leases().grant(holder.appId, RmHaIT.n0, 2, 600_000);
-      s.runtime().agentJoined(holder.appId.toString());
+      s.runtime().agents().agentJoined(holder.appId.toString());
       holder.ask(2, 1);
       List<Container> running = RmHaIT.launch(holder, 2, RmHaIT.n0);
       for (int t = 0; t < trials; t++) {

@@ -25,6 +25,8 @@ import org.apache.hadoop.yarn.server.resourcemanager.recovery.ZKRMStateStore;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
+import org.themis.yarn.lease.Lease;
+import org.themis.yarn.lease.ZkLeaseStore;
 
 /**
  * RM HA with automatic failover (docs/yarn.md, "Restart and HA"): two ResourceManagers with
@@ -131,7 +133,7 @@ class RmHaIT {
     // A holds both GPUs of n0 with two running containers; its AM speaks to the endpoint.
     TestAm a = TestAm.start(mc, "holder");
     s0.leases().grant(a.appId, n0, 2, LEASE_MS);
-    s0.runtime().agentJoined(a.appId.toString());
+    s0.runtime().agents().agentJoined(a.appId.toString());
     a.ask(2, 1);
     List<Container> aRunning = launch(a, 2, n0);
     assertTrue(s0.recovery().flush(5000), "lease store write");
@@ -142,12 +144,12 @@ class RmHaIT {
     TestAm b = TestAm.start(mc, "waiter");
     b.ask(1, 1);
     b.pollUnchecked();
-    long grants0 = s0.runtime().grantsApplied();
+    long grants0 = s0.runtime().driver().grantsApplied();
     ThemisMiniCluster.waitFor("a round in flight", 20_000, () -> s0.runtime().engine().inRound());
     long t0 = System.currentTimeMillis();
     mc.cluster.stopResourceManager(first);
     long stopMs = System.currentTimeMillis() - t0;
-    long oldGrants = s0.runtime().grantsApplied() - grants0;
+    long oldGrants = s0.runtime().driver().grantsApplied() - grants0;
     assertFalse(s0.runtime().running());
     assertEquals(-1, s0.runtime().engine().pid(), "the stopped RM's engine is gone");
     assertFalse(listening(AGENT_PORTS[first]), "the stopped RM's agents' endpoint is closed");
@@ -165,7 +167,7 @@ class RmHaIT {
     assertTrue(s1.recovery().restoredLeases() >= 1);
     assertTrue(keys(s1.leases().snapshot()).containsAll(before),
         "lost in the failover: " + before + " -> " + keys(s1.leases().snapshot()));
-    assertTrue(s1.runtime().hasAgent(a.appId), "A's agent is remembered");
+    assertTrue(s1.runtime().agents().hasAgent(a.appId), "A's agent is remembered");
     ThemisMiniCluster.waitFor("new active's agents' endpoint", 60_000,
         () -> listening(AGENT_PORTS[second]));
     for (Container ct : aRunning) {
@@ -212,7 +214,7 @@ class RmHaIT {
     }
     ThemisMiniCluster.waitFor("A's and B's containers recovered", 20_000,
         () -> s2.usedGpus(a.appId, n0) == 2 && s2.usedGpus(b.appId, n1) == 1);
-    assertEquals(0L, s2.runtime().grantableGpus().get(n0));
+    assertEquals(0L, s2.runtime().cluster().grantableGpus().get(n0));
     assertOverLeasedNowhere(s2);
     a.pollUnchecked();
     b.pollUnchecked();
@@ -233,7 +235,7 @@ class RmHaIT {
     assertEquals(Service.STATE.INITED, s.getServiceState());
     assertFalse(s.runtime().running(), "standby: no enforcement, no round driver");
     assertEquals(0, s.leases().size(), "standby holds leases");
-    assertEquals(0, s.runtime().rounds());
+    assertEquals(0, s.runtime().driver().rounds());
     assertEquals(0, s.runtime().engine().starts(), "standby started an engine");
     assertEquals("none", s.recovery().storeName(), "standby opened the lease store");
     if (listening(AGENT_PORTS[i])) {

@@ -20,6 +20,7 @@ import org.apache.hadoop.yarn.conf.YarnConfiguration;
 import org.apache.hadoop.yarn.server.resourcemanager.ResourceManager;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
+import org.themis.yarn.lease.Lease;
 
 /**
  * RM restart to first grant (bench/RESULTS.md): {@link RmRestartIT}'s cluster (one RM,
@@ -82,7 +83,7 @@ class RmRestartBench {
       s.leases().grant(blocker.appId, n1, 2, LEASE_MS);
       TestAm holder = TestAm.start(mc, "holder");
       s.leases().grant(holder.appId, n0, 2, LEASE_MS);
-      s.runtime().agentJoined(holder.appId.toString());
+      s.runtime().agents().agentJoined(holder.appId.toString());
       holder.ask(2, 1);
       List<Container> running = RmRestartIT.launch(holder, 2, n0);
       holder.unask(2, 1);

@@ -23,6 +23,11 @@ import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
+import org.themis.yarn.lease.FsLeaseStore;
+import org.themis.yarn.lease.Lease;
+import org.themis.yarn.lease.LeaseStore;
+import org.themis.yarn.lease.LeaseStores;
+import org.themis.yarn.lease.StoredLeases;
 
 /**
  * Work-preserving ResourceManager restart with the plugin (docs/yarn.md, "Restart and HA"):
@@ -137,7 +142,7 @@ class RmRestartIT {
     // container there); A's AM speaks to the agents' endpoint.
     TestAm a = app("holder");
     s.leases().grant(a.appId, n0, 2, LEASE_MS);
-    s.runtime().agentJoined(a.appId.toString());
+    s.runtime().agents().agentJoined(a.appId.toString());
     a.ask(2, 1);
     List<Container> aRunning = launch(a, 2, n0);
     s.leases().grant(a.appId, n1, 1, LEASE_MS);
@@ -177,7 +182,7 @@ class RmRestartIT {
     assertEquals(n1, adopted.get(0).node());
     assertEquals(1, adopted.get(0).gpus());
     assertTrue(adopted.get(0).expiryMs() > System.currentTimeMillis() + LEASE_MS - 60_000);
-    assertTrue(s2.runtime().hasAgent(a.appId), "A's agent is remembered");
+    assertTrue(s2.runtime().agents().hasAgent(a.appId), "A's agent is remembered");
     // running containers kept running through the restart and are the RM's again
     for (Container ct : concat(aRunning, cRunning)) {
       assertEquals(ContainerState.RUNNING, nmState(ct.getId()), ct.getId() + " on its NM");
@@ -186,18 +191,18 @@ class RmRestartIT {
         () -> s2.usedGpus(a.appId, n0) == 2);
     // no GPU is free: the waiting app gets nothing (the round after settling had nothing to
     // decide), while A's and C's containers keep running and no one is preempted
-    assertEquals(0L, s2.runtime().grantableGpus().get(n0));
-    assertEquals(0L, s2.runtime().grantableGpus().get(n1));
+    assertEquals(0L, s2.runtime().cluster().grantableGpus().get(n0));
+    assertEquals(0L, s2.runtime().cluster().grantableGpus().get(n1));
     assertTrue(b.pollFor(2000).isEmpty(), "B got a GPU in use by A or C");
     a.pollUnchecked();
     c.pollUnchecked();
     assertTrue(a.preemptAsked.isEmpty() && a.completed.isEmpty(), a.completed.toString());
     assertTrue(c.preemptAsked.isEmpty() && c.completed.isEmpty(), c.completed.toString());
     // a grant the engine would make over A's GPUs is refused at apply time
-    assertEquals(0, s2.runtime().applyGrants("{\"grants\":[{\"app_id\":\"" + b.appId
+    assertEquals(0, s2.runtime().driver().applyGrants("{\"grants\":[{\"app_id\":\"" + b.appId
         + "\",\"node_id\":\"" + n0 + "\",\"gpus\":1}]}"));
     // A finishes: its GPUs go to B through a real round of the restarted engine
-    long rounds = s2.runtime().rounds();
+    long rounds = s2.runtime().driver().rounds();
     a.finish();
     long t1 = System.currentTimeMillis();
     ThemisMiniCluster.waitFor("B's container after A finished", 30_000, () -> {
@@ -206,7 +211,7 @@ class RmRestartIT {
     });
     System.out.println("restart: settled " + settledMs + " ms after the restart began; A's "
         + "finish -> B's container " + (System.currentTimeMillis() - t1) + " ms");
-    assertTrue(s2.runtime().rounds() > rounds);
+    assertTrue(s2.runtime().driver().rounds() > rounds);
     assertEquals(1, b.gpuContainers().size());
     for (NodeId n : new NodeId[] {n0, n1}) {
       assertTrue(s2.leases().liveGpusOnNode(n) <= 2, "over-leased " + n + ": "
@@ -220,7 +225,7 @@ class RmRestartIT {
       throws Exception {
     ThemisCapacityScheduler s = mc.scheduler();
     TestAm d = app("expires-while-down");
-    s.runtime().agentJoined(d.appId.toString()); // an agent app: no hold, enforced at expiry
+    s.runtime().agents().agentJoined(d.appId.toString()); // an agent app: no hold, enforced at expiry
     Lease l = s.leases().grant(d.appId, n0, 1, LEASE_MS);
     d.ask(1, 1);
     Container ct = launch(d, 1, n0).get(0);
@@ -275,7 +280,7 @@ class RmRestartIT {
     // the kill comes no earlier than the grace deadline (the AM sees it later still)
     assertTrue(killed >= expiring + GRACE_MS, "grace " + GRACE_MS + " ms, killed "
         + (killed - expiring) + " ms after the lease became EXPIRING");
-    assertTrue(s2.runtime().preemptMarks() >= 1 && s2.runtime().killMarks() >= 1);
+    assertTrue(s2.runtime().enforcer().preemptMarks() >= 1 && s2.runtime().enforcer().killMarks() >= 1);
   }
 
   // ------------------------------------------------------------------ helpers

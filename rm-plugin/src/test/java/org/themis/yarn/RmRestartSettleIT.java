@@ -12,6 +12,7 @@ import org.apache.hadoop.yarn.conf.YarnConfiguration;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
+import org.themis.yarn.lease.Lease;
 
 /**
  * No round before recovery has settled: after a restart the RM waits for the NodeManager of
@@ -67,9 +68,9 @@ class RmRestartSettleIT {
     while (System.currentTimeMillis() < end) {
       b.poll();
       assertFalse(s2.recovery().settled(), "settled before its timeout without the lost node");
-      assertEquals(0, s2.runtime().runOneRound(), "a round ran before recovery settled");
-      assertEquals(0, s2.runtime().rounds());
-      sawFree |= s2.runtime().grantableGpus().getOrDefault(stays, 0L) == 2L;
+      assertEquals(0, s2.runtime().driver().runOneRound(), "a round ran before recovery settled");
+      assertEquals(0, s2.runtime().driver().rounds());
+      sawFree |= s2.runtime().cluster().grantableGpus().getOrDefault(stays, 0L) == 2L;
       Thread.sleep(200);
     }
     assertTrue(sawFree, "GPUs were free on " + stays + " all along");

@@ -6,6 +6,8 @@ import org.apache.hadoop.yarn.conf.YarnConfiguration;
 import org.apache.hadoop.yarn.server.resourcemanager.recovery.ZKRMStateStore;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
+import org.themis.yarn.lease.LeaseStores;
+import org.themis.yarn.lease.ZkLeaseStore;
 
 /**
  * {@link RmRestartIT}'s restarts with the RM's state in ZooKeeper (ZKRMStateStore) and the

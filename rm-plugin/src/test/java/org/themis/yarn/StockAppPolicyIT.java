@@ -71,15 +71,15 @@ class StockAppPolicyIT {
       am.pollUnchecked();
       assertTrue(am.completed.isEmpty(), "not preempted while within the max hold: "
           + am.completed);
-      assertTrue(rt.renewals() >= 1, "renewals " + rt.renewals());
+      assertTrue(rt.enforcer().renewals() >= 1, "renewals " + rt.enforcer().renewals());
       assertEquals(2, mc.scheduler().leases().liveGpus(am.appId, node));
-      assertEquals(0, rt.preemptMarks());
+      assertEquals(0, rt.enforcer().preemptMarks());
       long at = untilPreempted(am, t0, MAX_HOLD_MS + 10_000);
       System.out.println("hold: preempted " + at + " ms after the grant (lease " + LEASE_MS
           + " ms, max hold " + MAX_HOLD_MS + " ms, grace " + GRACE_MS + " ms), renewals "
-          + rt.renewals());
+          + rt.enforcer().renewals());
       assertTrue(at >= MAX_HOLD_MS, "preempted before the max hold: " + at + " ms");
-      assertTrue(rt.preemptMarks() >= 1);
+      assertTrue(rt.enforcer().preemptMarks() >= 1);
       am.finish();
     }
   }
@@ -94,7 +94,7 @@ class StockAppPolicyIT {
       System.out.println("preempt: preempted " + at + " ms after the grant (lease " + LEASE_MS
           + " ms)");
       assertTrue(at >= LEASE_MS && at < MAX_HOLD_MS, "preempted at " + at + " ms");
-      assertEquals(0, mc.scheduler().runtime().renewals());
+      assertEquals(0, mc.scheduler().runtime().enforcer().renewals());
       am.finish();
     }
   }

@@ -84,14 +84,14 @@ class StockAppsIT {
     releaseOneOn(h, a);
     releaseOneOn(h, b);
     ThemisMiniCluster.waitFor("one GPU free on each node", 10_000,
-        () -> s.runtime().grantableGpus().get(a) == 1 && s.runtime().grantableGpus().get(b) == 1);
+        () -> s.runtime().cluster().grantableGpus().get(a) == 1 && s.runtime().cluster().grantableGpus().get(b) == 1);
     TestAm stock = TestAm.start(mc, "stock-2gpu");
     stock.ask(1, 2);
-    long rounds = s.runtime().rounds();
+    long rounds = s.runtime().driver().rounds();
     // Rounds run (2 free GPUs, a pending ask) but grant nothing: no node has 2 free.
     ThemisMiniCluster.waitFor("rounds with the 2-GPU ask", 15_000, () -> {
       stock.pollUnchecked();
-      return s.runtime().rounds() >= rounds + 2;
+      return s.runtime().driver().rounds() >= rounds + 2;
     });
     assertTrue(stock.gpuContainers().isEmpty());
     assertTrue(s.leases().snapshot().stream().noneMatch(l -> l.app().equals(stock.appId)),

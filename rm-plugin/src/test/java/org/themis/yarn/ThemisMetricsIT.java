@@ -10,6 +10,7 @@ import javax.management.MBeanServer;
 import javax.management.ObjectName;
 import org.apache.hadoop.yarn.conf.YarnConfiguration;
 import org.junit.jupiter.api.Test;
+import org.themis.yarn.status.ThemisMetrics;
 
 /**
  * The metrics2 source in a real RM (2 NMs x 2 GPUs, the real Python engine): after an app's

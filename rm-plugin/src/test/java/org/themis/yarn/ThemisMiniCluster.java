@@ -12,7 +12,7 @@ import org.apache.hadoop.yarn.server.resourcemanager.scheduler.common.fica.FiCaS
 import org.apache.hadoop.yarn.util.resource.ResourceUtils;
 
 /** A real RM (ThemisCapacityScheduler) and NodeManagers exposing yarn.io/gpu, in one JVM. */
-final class ThemisMiniCluster implements AutoCloseable {
+public final class ThemisMiniCluster implements AutoCloseable {
   final MiniYARNCluster cluster;
   final YarnConfiguration conf;
   final YarnClient client;
@@ -118,7 +118,7 @@ final class ThemisMiniCluster implements AutoCloseable {
     waitFor("engine up", 60_000, () -> scheduler().runtime().engine().pid() > 0);
   }
 
-  static void waitFor(String what, long timeoutMs, BooleanSupplier cond) throws InterruptedException {
+  public static void waitFor(String what, long timeoutMs, BooleanSupplier cond) throws InterruptedException {
     long end = System.currentTimeMillis() + timeoutMs;
     while (!cond.getAsBoolean()) {
       if (System.currentTimeMillis() > end) {

@@ -67,6 +67,7 @@ class ThemisSettingsTest {
       "yarn.resourcemanager.themis.fairness-knob|high",
       "yarn.resourcemanager.themis.lease-duration-ms|0",
       "yarn.resourcemanager.themis.lease-duration-ms|10m",
+      "yarn.resourcemanager.themis.lease-duration-ms|31622400001",
       "yarn.resourcemanager.themis.grace-period-ms|-1",
       "yarn.resourcemanager.themis.solver|cplex",
       "yarn.resourcemanager.themis.ideal-time|gavel",
@@ -98,6 +99,35 @@ class ThemisSettingsTest {
         assertThrows(IllegalArgumentException.class, () -> ThemisSettings.from(c));
     assertTrue(e.getMessage().contains(key), e.getMessage());
     assertTrue(e.getMessage().contains("'" + value + "'"), e.getMessage());
+  }
+
+  /** The names and limits the engine accepts come from EngineDefaults (generated). */
+  @Test
+  void refusalsListWhatTheEngineAccepts() {
+    assertEquals("Themis: invalid value 'cplex' for " + ThemisSettings.SOLVER + ": must be one of "
+        + String.join(", ", EngineDefaults.SOLVERS), refusal(ThemisSettings.SOLVER, "cplex"));
+    assertEquals("Themis: invalid value 'gavel' for " + ThemisSettings.IDEAL_TIME
+        + ": must be exact or paper", refusal(ThemisSettings.IDEAL_TIME, "gavel"));
+    assertEquals("Themis: invalid value 'served' for " + ThemisSettings.STARVATION
+        + ": must be inf or served-now", refusal(ThemisSettings.STARVATION, "served"));
+    String tooLong = Long.toString(EngineDefaults.MAX_LEASE_DURATION_MS + 1);
+    assertEquals("Themis: invalid value '" + tooLong + "' for " + ThemisSettings.LEASE_DURATION_MS
+        + ": must be <= " + EngineDefaults.MAX_LEASE_DURATION_MS,
+        refusal(ThemisSettings.LEASE_DURATION_MS, tooLong));
+    assertEquals(EngineDefaults.MAX_LEASE_DURATION_MS, ThemisSettings.from(conf(
+        ThemisSettings.LEASE_DURATION_MS, Long.toString(EngineDefaults.MAX_LEASE_DURATION_MS)))
+        .leaseDurationMs());
+  }
+
+  private static Configuration conf(String key, String value) {
+    Configuration c = new Configuration(false);
+    c.set(key, value);
+    return c;
+  }
+
+  private static String refusal(String key, String value) {
+    return assertThrows(IllegalArgumentException.class,
+        () -> ThemisSettings.from(conf(key, value))).getMessage();
   }
 
   @Test

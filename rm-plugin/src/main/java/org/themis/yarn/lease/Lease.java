@@ -1,0 +1,106 @@
+package org.themis.yarn.lease;
+
+import java.util.Objects;
+import org.apache.hadoop.yarn.api.records.ApplicationId;
+import org.apache.hadoop.yarn.api.records.NodeId;
+
+/**
+ * One GPU lease: {@code gpus} GPUs on {@code node} for {@code app} until {@code expiryMs}.
+ * After expiry the lease is EXPIRING until {@code graceDeadlineMs}; it no longer admits new
+ * containers, and its containers are killed at the deadline unless released before.
+ * (An immutable value class with record-style accessors: the jar targets Java 8.)
+ */
+public final class Lease {
+  private final long id;
+  private final ApplicationId app;
+  private final NodeId node;
+  private final int gpus;
+  private final long grantedAtMs;
+  private final long expiryMs;
+  private final State state;
+  private final long graceDeadlineMs;
+
+  public Lease(long id, ApplicationId app, NodeId node, int gpus, long grantedAtMs,
+      long expiryMs, State state, long graceDeadlineMs) {
+    this.id = id;
+    this.app = app;
+    this.node = node;
+    this.gpus = gpus;
+    this.grantedAtMs = grantedAtMs;
+    this.expiryMs = expiryMs;
+    this.state = state;
+    this.graceDeadlineMs = graceDeadlineMs;
+  }
+
+  public enum State { ACTIVE, EXPIRING }
+
+  public long id() {
+    return id;
+  }
+
+  public ApplicationId app() {
+    return app;
+  }
+
+  public NodeId node() {
+    return node;
+  }
+
+  public int gpus() {
+    return gpus;
+  }
+
+  public long grantedAtMs() {
+    return grantedAtMs;
+  }
+
+  public long expiryMs() {
+    return expiryMs;
+  }
+
+  public State state() {
+    return state;
+  }
+
+  public long graceDeadlineMs() {
+    return graceDeadlineMs;
+  }
+
+  public boolean isLive(long nowMs) {
+    return state == State.ACTIVE && nowMs < expiryMs;
+  }
+
+  Lease withGpus(int n) {
+    return new Lease(id, app, node, n, grantedAtMs, expiryMs, state, graceDeadlineMs);
+  }
+
+  Lease expiring(long graceDeadline) {
+    return new Lease(id, app, node, gpus, grantedAtMs, expiryMs, State.EXPIRING, graceDeadline);
+  }
+
+  @Override
+  public boolean equals(Object o) {
+    if (this == o) {
+      return true;
+    }
+    if (!(o instanceof Lease)) {
+      return false;
+    }
+    Lease l = (Lease) o;
+    return id == l.id && gpus == l.gpus && grantedAtMs == l.grantedAtMs
+        && expiryMs == l.expiryMs && graceDeadlineMs == l.graceDeadlineMs
+        && Objects.equals(app, l.app) && Objects.equals(node, l.node) && state == l.state;
+  }
+
+  @Override
+  public int hashCode() {
+    return Objects.hash(id, app, node, gpus, grantedAtMs, expiryMs, state, graceDeadlineMs);
+  }
+
+  @Override
+  public String toString() {
+    return "Lease[id=" + id + ", app=" + app + ", node=" + node + ", gpus=" + gpus
+        + ", grantedAtMs=" + grantedAtMs + ", expiryMs=" + expiryMs + ", state=" + state
+        + ", graceDeadlineMs=" + graceDeadlineMs + "]";
+  }
+}

@@ -1,0 +1,206 @@
+package org.themis.yarn.round;
+
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ArrayNode;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.TreeMap;
+import java.util.function.Predicate;
+import org.apache.hadoop.yarn.api.records.ApplicationId;
+import org.apache.hadoop.yarn.api.records.NodeId;
+import org.apache.hadoop.yarn.server.resourcemanager.rmcontainer.RMContainer;
+import org.apache.hadoop.yarn.server.resourcemanager.scheduler.AppSchedulingInfo;
+import org.apache.hadoop.yarn.server.resourcemanager.scheduler.SchedulerApplication;
+import org.apache.hadoop.yarn.server.resourcemanager.scheduler.capacity.CSQueue;
+import org.apache.hadoop.yarn.server.resourcemanager.scheduler.common.PendingAsk;
+import org.apache.hadoop.yarn.server.resourcemanager.scheduler.common.fica.FiCaSchedulerApp;
+import org.apache.hadoop.yarn.server.resourcemanager.scheduler.common.fica.FiCaSchedulerNode;
+import org.apache.hadoop.yarn.server.scheduler.SchedulerRequestKey;
+import org.themis.yarn.Gpus;
+import org.themis.yarn.ThemisCapacityScheduler;
+import org.themis.yarn.ThemisSettings;
+import org.themis.yarn.lease.Lease;
+import org.themis.yarn.lease.LeaseTable;
+
+/**
+ * The cluster's GPUs as the ResourceManager sees them now, read from the scheduler and the
+ * lease table: per node, the GPUs no live lease and no running container holds (the GPUs a
+ * round may offer, paper section 3.3.2); per app, its GPU asks and its GPUs in use; and the JSON
+ * cluster view the round driver sends to the engine.
+ */
+public final class ClusterView {
+  private static final ObjectMapper JSON = new ObjectMapper();
+
+  private final ThemisCapacityScheduler scheduler;
+  private final ThemisSettings settings;
+  private final LeaseTable leases;
+  private final Predicate<ApplicationId> hasAgent;
+  private volatile String lastView = "";
+
+  /** {@code hasAgent}: is the app's AM registered with the agents' endpoint? */
+  public ClusterView(ThemisCapacityScheduler scheduler, ThemisSettings settings,
+      LeaseTable leases, Predicate<ApplicationId> hasAgent) {
+    this.scheduler = scheduler;
+    this.settings = settings;
+    this.leases = leases;
+    this.hasAgent = hasAgent;
+  }
+
+  /** The last cluster view built (for diagnostics), sent or not. */
+  public String lastView() {
+    return lastView;
+  }
+
+  /** GPUs on each node that no live lease and no running container holds. */
+  public Map<NodeId, Long> grantableGpus() {
+    Map<NodeId, Long> out = new HashMap<>();
+    long now = leases.now();
+    // live leases by node, once (not a scan of every lease per node: O(nodes x leases))
+    Map<NodeId, List<Lease>> liveOn = new HashMap<>();
+    for (Lease l : leases.snapshot()) {
+      if (l.isLive(now)) {
+        liveOn.computeIfAbsent(l.node(), k -> new ArrayList<>()).add(l);
+      }
+    }
+    for (FiCaSchedulerNode n : scheduler.getNodeTracker().getAllNodes()) {
+      if (scheduler.recovery().nodeRecovering(n.getNodeID())) {
+        out.put(n.getNodeID(), 0L); // (re-)registering: its containers are not in yet
+        continue;
+      }
+      Map<ApplicationId, Long> used = new HashMap<>();
+      for (RMContainer c : n.getCopiedListOfRunningContainers()) {
+        long g = Gpus.of(c.getAllocatedResource());
+        if (g > 0) {
+          used.merge(c.getApplicationAttemptId().getApplicationId(), g, Long::sum);
+        }
+      }
+      Map<ApplicationId, Long> leased = new HashMap<>();
+      List<Lease> live = liveOn.get(n.getNodeID());
+      for (Lease l : live == null ? Collections.<Lease>emptyList() : live) {
+        leased.merge(l.app(), (long) l.gpus(), Long::sum);
+      }
+      long held = 0;
+      for (ApplicationId a : union(used, leased)) {
+        held += Math.max(used.getOrDefault(a, 0L), leased.getOrDefault(a, 0L));
+      }
+      long free = Math.min(Gpus.of(n.getTotalResource()) - held,
+          Gpus.of(n.getUnallocatedResource()));
+      out.put(n.getNodeID(), Math.max(0, free));
+    }
+    return out;
+  }
+
+  private static List<ApplicationId> union(Map<ApplicationId, Long> a, Map<ApplicationId, Long> b) {
+    List<ApplicationId> out = new ArrayList<>(a.keySet());
+    for (ApplicationId k : b.keySet()) {
+      if (!a.containsKey(k)) {
+        out.add(k);
+      }
+    }
+    return out;
+  }
+
+  /**
+   * Every running app's GPU asks (per container size: GPUs per container -> containers, summed
+   * over its priorities and allocation ids) and GPUs of its live containers per node. Reads the
+   * scheduling info's concurrent structures, not under the attempt's lock (docs/yarn.md).
+   */
+  public List<AppGpus> appGpus() {
+    List<AppGpus> out = new ArrayList<>();
+    for (Map.Entry<ApplicationId, SchedulerApplication<FiCaSchedulerApp>> e
+        : scheduler.getSchedulerApplications().entrySet()) {
+      FiCaSchedulerApp attempt = e.getValue().getCurrentAppAttempt();
+      if (attempt == null || attempt.isStopped()) {
+        continue;
+      }
+      TreeMap<Long, Long> asks = new TreeMap<>();
+      AppSchedulingInfo info = attempt.getAppSchedulingInfo();
+      for (SchedulerRequestKey key : info.getSchedulerKeys()) {
+        PendingAsk pa = info.getPendingAsk(key);
+        long k = Gpus.of(pa.getPerAllocationResource());
+        if (k > 0 && pa.getCount() > 0) {
+          asks.merge(k, (long) pa.getCount(), Long::sum);
+        }
+      }
+      Map<NodeId, Long> running = new TreeMap<>();
+      for (RMContainer c : attempt.getLiveContainersMap().values()) {
+        long g = Gpus.of(c.getAllocatedResource());
+        if (g > 0 && c.getAllocatedNode() != null) {
+          running.merge(c.getAllocatedNode(), g, Long::sum);
+        }
+      }
+      out.add(new AppGpus(e.getKey(), hasAgent.test(e.getKey()), asks, running));
+    }
+    return out;
+  }
+
+  /** GPUs of the cluster's nodes. */
+  public long clusterGpus() {
+    long total = 0;
+    for (FiCaSchedulerNode n : scheduler.getNodeTracker().getAllNodes()) {
+      total += Gpus.of(n.getTotalResource());
+    }
+    return total;
+  }
+
+  /**
+   * The JSON cluster view sent to the engine for round {@code roundId}: settings, nodes with
+   * their free GPUs, apps with their asks, queues' GPU entitlements, leases. Null when there is
+   * nothing to decide (no free GPU, or no app asks for one).
+   */
+  ObjectNode build(long roundId) {
+    Map<NodeId, Long> free = grantableGpus();
+    long totalFree = free.values().stream().mapToLong(Long::longValue).sum();
+    ObjectNode root = JSON.createObjectNode();
+    root.put("round", roundId);
+    root.put("now_ms", leases.now());
+    root.put("fairness_knob", settings.fairnessKnob());
+    root.put("lease_duration_ms", settings.leaseDurationMs());
+    root.put("solver", settings.solver());
+    ArrayNode nodes = root.putArray("nodes");
+    for (FiCaSchedulerNode n : scheduler.getNodeTracker().getAllNodes()) {
+      ObjectNode o = nodes.addObject();
+      o.put("node_id", n.getNodeID().toString());
+      o.put("host", n.getNodeID().getHost());
+      o.put("rack", n.getRackName());
+      o.put("total_gpus", Gpus.of(n.getTotalResource()));
+      o.put("free_gpus", free.getOrDefault(n.getNodeID(), 0L));
+    }
+    ArrayNode apps = root.putArray("apps");
+    long pendingTotal = 0;
+    Map<String, CSQueue> queues = new TreeMap<>();
+    for (AppGpus a : appGpus()) {
+      ObjectNode o = apps.addObject();
+      o.put("app_id", a.app().toString());
+      String queue = QueueGpus.queueOf(scheduler, a.app(), queues);
+      if (queue != null) {
+        o.put("queue", queue); // the engine shares GPUs between leaf queues (docs/yarn.md)
+      }
+      long pending = a.askedGpus();
+      pendingTotal += pending;
+      o.put("pending_gpus", pending);
+      // container shape: the leftover step deals whole containers on one node
+      a.putGpuUse(o);
+    }
+    QueueGpus.put(root, queues, clusterGpus());
+    ArrayNode ls = root.putArray("leases");
+    for (Lease l : leases.snapshot()) {
+      ObjectNode o = ls.addObject();
+      o.put("lease_id", l.id());
+      o.put("app_id", l.app().toString());
+      o.put("node_id", l.node().toString());
+      o.put("gpus", l.gpus());
+      o.put("expiry_ms", l.expiryMs());
+      o.put("state", l.state().name());
+    }
+    lastView = root.toString();
+    if (totalFree == 0 || pendingTotal == 0) {
+      return null;
+    }
+    return root;
+  }
+}
