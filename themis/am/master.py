@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -77,6 +78,7 @@ class AppMasterBase:
         #: allocation: the agent then reports the cached-table rho itself)
         self.rho_reported: float | None = None
         self._last_report = -math.inf
+        self._reporter: threading.Thread | None = None
 
     def _on_outcome(self, outcome: RungOutcome) -> None:
         """A rung completed (the AM's log line)."""
@@ -151,15 +153,28 @@ class AppMasterBase:
     def report_rho(self, now: float) -> None:
         """Visibility phase (paper, section 4.1): every ``report_s`` tell the arbiter the
         app's current rho, so that the next round's filter sees progress and lost GPUs, not
-        only the value cached at the last allocation."""
-        if self.agent is None or now - self._last_report < self.report_s:
+        only the value cached at the last allocation. The call runs in a thread of its own
+        (one at a time): an arbiter that is slow to answer never delays the loop's stops at
+        lease ends."""
+        agent = self.agent
+        if agent is None or now - self._last_report < self.report_s:
+            return
+        connected = getattr(agent, "connected", None)
+        if connected is not None and not connected.is_set():
+            return  # the agent reconnects; its Hello carries the state again
+        if self._reporter is not None and self._reporter.is_alive():
             return
         self._last_report = now
         value = self.live_rho()
         if value is None or value <= 0:
             return
+        self._reporter = threading.Thread(target=self._send_rho, args=(agent, value),
+                                          name=f"rho-{self.app_id}", daemon=True)
+        self._reporter.start()
+
+    def _send_rho(self, agent: Any, value: float) -> None:
         try:
-            self.agent.report_rho(value)
+            agent.report_rho(value)
             self.rho_reported = value
         except Exception as exc:  # gRPC: the arbiter is away; the next report retries
             log.info("%s: report rho failed: %s", self.app_id, exc)
