@@ -202,8 +202,9 @@ class AppMasterBase:
         held = self.held()
         self.account(now, held, self.count_gpu_seconds(now, len(held)))
         if self.ended:
-            pass
-        elif self.search_over:
+            self.publish(now)
+            return
+        if self.search_over:
             self.wind_down(now)
             if self.core.failed or not self.launcher.live():
                 self.finish(now, "failed" if self.core.failed else "done")

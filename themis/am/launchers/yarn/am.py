@@ -77,6 +77,11 @@ from themis.mechanism.topology import Locality
 
 log = logging.getLogger("themis.am.launchers.yarn.am")
 
+#: How often the AM tells the arbiter its current rho (the loop's report, themis.am.master):
+#: YARN leases last minutes and a round uses the latest value, while every report is a call
+#: into the ResourceManager's engine (1,000 apps: 100 calls a second).
+RHO_REPORT_S = 10.0
+
 # parse_container_id, node_of, JvmShell and Shell are re-exported for existing callers.
 __all__ = ["AppMaster", "JvmShell", "Shell", "main", "node_of", "parse_container_id"]
 
@@ -104,8 +109,9 @@ class AppMaster(AppMasterBase):
         idle_release_s: float = 3.0,
         stop_lead_s: float = 1.5,
         start_margin_s: float = 5.0,
+        rho_report_s: float = RHO_REPORT_S,
     ) -> None:
-        super().__init__(spec, app_id, clock)
+        super().__init__(spec, app_id, clock, report_s=rho_report_s)
         self.shell = shell
         self.arbiter = arbiter
         self.hdfs = hdfs
