@@ -186,6 +186,9 @@ class AgentClient:
         if not self._own_channel or len(self.addresses) < 2:
             return False
         old = self._channel
+        # not connected from here on: ``address`` must never name an endpoint the agent is
+        # not registered at while ``connected`` is still set (seen by the AM in between)
+        self.connected.clear()
         i = self.addresses.index(self.address)
         self.address = self.addresses[(i + 1) % len(self.addresses)]
         self._channel = self._open(self.address)
