@@ -3,7 +3,7 @@
 One :class:`AppMaster` per app, as a small thread group inside the standalone driver:
 
 * the **agent** (:class:`~themis.agent.client.AgentClient` with a
-  :class:`~themis.am.core.LiveBidder`, started by :class:`~themis.am.core.AppMasterBase`)
+  :class:`~themis.am.core.LiveBidder`, started by :class:`~themis.am.master.AppMasterBase`)
   registers with the arbiter, bids on offers and reports rho by the cached-table rule;
 * the **control loop** (:class:`~themis.am.master.AppMasterBase`, the same loop as the
   YARN AM's; one thread, every ``tick_s`` or when an allocation arrives); what is this
