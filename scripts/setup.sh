@@ -22,6 +22,11 @@ for e in "${parts[@]}"; do
   fi
   want="${want:+$want,}$e"
 done
+# python-gssapi (requests-gssapi: the dev and kerberos extras) builds against MIT Kerberos
+if [[ ",$want," == *",dev,"* || ",$want," == *",kerberos,"* ]] \
+    && ! command -v krb5-config >/dev/null 2>&1; then
+  bash scripts/krb5-setup.sh
+fi
 # uv installs into this interpreter's environment (a venv when one is active).
 target=(--python "$("$PY" -c 'import sys; print(sys.executable)')")
 if [[ "${THEMIS_UNLOCKED:-0}" == "1" ]]; then

@@ -72,8 +72,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    from themis.identity.http import AuthError
+
     try:
         return int(args.func(args))
+    except AuthError as e:  # no or an expired Kerberos ticket: one line, what to do
+        print(f"themis: {e}", file=sys.stderr)
+        return 2
     except BrokenPipeError:
         # stdout closed early (e.g. `themis ... | head`): not an error of ours; silence
         # the interpreter's flush at exit and end as a process killed by SIGPIPE would.

@@ -42,7 +42,9 @@ EXTRAS: dict[str, tuple[tuple[str, str | None], ...]] = {
             ("testcontainers", "testcontainers"), ("docker", "docker"),
             ("hypothesis", "hypothesis"), ("mypy", "mypy"), ("ruff", "ruff"),
             ("import-linter", "importlinter"),
-            ("types-PyYAML", None), ("ortools", "ortools"), ("grpcio-tools", "grpc_tools")),
+            ("types-PyYAML", None), ("ortools", "ortools"), ("grpcio-tools", "grpc_tools"),
+            ("requests-gssapi", "requests_gssapi")),
+    "kerberos": (("requests-gssapi", "requests_gssapi"),),
 }
 JAR_BUILD = "mvn -B -q package -DskipTests (at the repository root)"
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")

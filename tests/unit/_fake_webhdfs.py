@@ -98,6 +98,8 @@ class FakeWebHdfs:
         if "datanode" not in q:
             self.ops.append((op, path))
         missing = self._error(404, "FileNotFoundException", f"File does not exist: {path}")
+        if op == "GETHOMEDIRECTORY":  # pseudo auth: the home of user.name (else dr.who)
+            return 200, {"Path": f"/user/{q.get('user.name', 'dr.who')}"}, {}, None
         if op == "GETFILESTATUS":
             st = self._status(path)
             return (200, {"FileStatus": st}, {}, None) if st else missing

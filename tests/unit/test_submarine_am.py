@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
 import threading
 import time
@@ -70,7 +71,10 @@ class FakeShell:
         if "themis.am.launchers.yarn.tbserve" in command:  # the app's TensorBoard: serves, no steps
             c.update(service=command)
             self.launched_services.append(command)
-            assert c["gpus"] == 0 and json.loads(env_json)["HADOOP_USER_NAME"]
+            env = json.loads(env_json)
+            # the app's user, as the AM has it (never a default such as root)
+            assert c["gpus"] == 0 and env["THEMIS_WEBHDFS_URL"]
+            assert env.get("HADOOP_USER_NAME") == os.environ.get("HADOOP_USER_NAME")
             return
         self.envs.append(json.loads(env_json))
         b64 = re.search(r"--command-b64 (\S+)", command)

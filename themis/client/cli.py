@@ -27,8 +27,10 @@ def _common(p: argparse.ArgumentParser) -> None:
     g.add_argument("--webhdfs", default=None,
                    help="NameNode HTTP address (default $THEMIS_WEBHDFS_URL or "
                         "http://127.0.0.1:9870)")
-    g.add_argument("--user", default=None, help="YARN/HDFS user (default $HADOOP_USER_NAME "
-                                                "or root)")
+    g.add_argument("--user", default=None,
+                   help="YARN/HDFS user on a cluster without Kerberos (default "
+                        "$HADOOP_USER_NAME, else your login name); on a Kerberos cluster "
+                        "the ticket of `kinit` says who you are")
 
 
 def _submit_spec(args: argparse.Namespace, spec: AppSpec) -> int:
@@ -357,7 +359,7 @@ def _watch(args: argparse.Namespace, app_id: str | None, until_done: bool = Fals
             return 1
         out: list[dict[str, Any]] = []
         for a in apps:
-            out.append({"app": a, "status": c.am_status(a["id"])})
+            out.append({"app": a, "status": c.am_status(a["id"], a.get("user"))})
         lines = [time.strftime("%H:%M:%S")]
         state: dict[str, Any] = {}
         if every:

@@ -32,12 +32,13 @@ def add_parser(sub: Any) -> None:
                    help="NameNode HTTP address (default $THEMIS_WEBHDFS_URL or "
                         "http://127.0.0.1:9870)")
     p.add_argument("--user", default=None,
-                   help="HDFS user that submitted the app (default $HADOOP_USER_NAME or root)")
+                   help="HDFS user that submitted the app (default $HADOOP_USER_NAME, else "
+                        "your login name; on a Kerberos cluster the ticket's user)")
     p.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:
-    from themis.client.cluster import Cluster
+    from themis.client.cluster import ClientError, Cluster
     from themis.hadoop.webhdfs import WebHdfsError
 
     if not _APP_ID.fullmatch(args.app_id):
@@ -45,6 +46,12 @@ def main(args: argparse.Namespace) -> int:
               "(application_<cluster timestamp>_<number>)", file=sys.stderr)
         return 2
     cluster = Cluster.from_env(None, args.webhdfs, args.user)
+    try:
+        if not args.user:
+            cluster.whoami()  # with Kerberos: the ticket's user
+    except ClientError as e:
+        print(f"themis logs: {e}", file=sys.stderr)
+        return 1
     src = tensorboard_dir(cluster.app_dir(args.app_id))
     dest: Path = args.dest or Path("themis-tensorboard") / args.app_id
     try:

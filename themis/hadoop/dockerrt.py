@@ -31,11 +31,17 @@ class DaemonConfError(RuntimeError):
     """A daemon's configuration could not be read (names the URL and the reason)."""
 
 
-def read_conf(url: str, timeout: float = 15.0) -> dict[str, str]:
-    """A Hadoop daemon's effective configuration: its ``/conf`` page (XML) at ``url``."""
+def read_conf(url: str, timeout: float = 15.0,
+              fetch: Callable[[str, float], bytes] | None = None) -> dict[str, str]:
+    """A Hadoop daemon's effective configuration: its ``/conf`` page (XML) at ``url``;
+    ``fetch(url, timeout)`` reads it when the caller has an identity to send (a
+    :class:`~themis.identity.http.HadoopSession`), raising OSError when it cannot."""
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:
-            raw = r.read(MAX_CONF_BYTES + 1)
+        if fetch is not None:
+            raw = fetch(url, timeout)
+        else:
+            with urllib.request.urlopen(url, timeout=timeout) as r:
+                raw = r.read(MAX_CONF_BYTES + 1)
         if len(raw) > MAX_CONF_BYTES:
             raise DaemonConfError(f"GET {url}: more than {MAX_CONF_BYTES} bytes")
         root = ET.fromstring(raw)

@@ -1,6 +1,7 @@
 """HDFS access of the AM, the client and the job runners: the ``hdfs`` package's WebHDFS
-client (``hdfs.InsecureClient``, the same library as the checkpoint store of
-:mod:`themis.jobs.storage`), with the few compound operations they need on top: a
+client (the same library as the checkpoint store of :mod:`themis.jobs.storage`) over a
+:class:`~themis.identity.http.HadoopSession` (the user's name, a Kerberos ticket, or the
+app's delegation token), with the few compound operations they need on top: a
 replace-by-rename for the AM's state, "absent is None" reads, appends that create the
 file, and one error type that names the operation, the path and the NameNode's message.
 
@@ -12,12 +13,16 @@ containers whose image may hold only the base package (``docker/yarn/Dockerfile`
 from __future__ import annotations
 
 import logging
+import os
 import posixpath
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import hdfs
 import requests
+
+from themis.identity.http import HadoopSession, login_user
+from themis.identity.tokens import container_tokens, webhdfs_token
 
 # The hdfs package logs every call at INFO; the AM logs at INFO.
 logging.getLogger("hdfs").setLevel(logging.WARNING)
@@ -35,10 +40,59 @@ class WebHdfsError(RuntimeError):
 
 
 class WebHdfs:
-    def __init__(self, url: str, user: str = "root", timeout: float = 30.0) -> None:
+    def __init__(self, url: str, user: str | None = None, timeout: float = 30.0,
+                 session: HadoopSession | None = None) -> None:
         self.url = url.rstrip("/")
-        self.user = user
-        self.client: Any = hdfs.InsecureClient(self.url, user=user, timeout=timeout)
+        self.session = session or HadoopSession(user=user or login_user())
+        self.user = self.session.user or ""
+        self.client: Any = hdfs.Client(self.url, timeout=timeout, session=self.session)
+
+    @classmethod
+    def in_container(cls, url: str, env: Mapping[str, str] | None = None,
+                     timeout: float = 30.0) -> WebHdfs:
+        """WebHDFS as the app's user from inside its containers: the app's delegation token
+        when YARN gave the container one (a secure cluster), else the submitting user's
+        name (``$HADOOP_USER_NAME``, set by ``themis submit``)."""
+        env = os.environ if env is None else env
+        token = webhdfs_token(container_tokens(env))
+        if token:
+            return cls(url, timeout=timeout,
+                       session=HadoopSession(user=env.get("HADOOP_USER_NAME"),
+                                             delegation=token))
+        return cls(url, user=login_user(env), timeout=timeout)
+
+    def home(self) -> str:
+        """The user's home directory as the NameNode names it (``GETHOMEDIRECTORY``): with
+        Kerberos, the home of the ticket's principal after the cluster's auth_to_local."""
+        def call() -> str:
+            r = self.session.get(f"{self.url}/webhdfs/v1/", params={"op": "GETHOMEDIRECTORY"},
+                                 timeout=30)
+            if r.status_code >= 400:
+                raise WebHdfsError(f"WebHDFS GETHOMEDIRECTORY: HTTP {r.status_code}: "
+                                   f"{r.text[:300]}")
+            return str(r.json()["Path"])
+
+        try:
+            return self._call("GETHOMEDIRECTORY", "/", call)
+        except (KeyError, ValueError) as e:
+            raise WebHdfsError(f"WebHDFS GETHOMEDIRECTORY: unexpected answer: {e}") from None
+
+    def delegation_token(self, renewer: str) -> str:
+        """A WebHDFS delegation token of the session's user that ``renewer`` (a principal)
+        may renew, as Hadoop's URL string."""
+        def call() -> str:
+            r = self.session.get(f"{self.url}/webhdfs/v1/",
+                                 params={"op": "GETDELEGATIONTOKEN", "renewer": renewer},
+                                 timeout=30)
+            if r.status_code >= 400:
+                raise WebHdfsError(f"WebHDFS GETDELEGATIONTOKEN: HTTP {r.status_code}: "
+                                   f"{r.text[:300]}")
+            return str(r.json()["Token"]["urlString"])
+
+        try:
+            return self._call("GETDELEGATIONTOKEN", "/", call)
+        except (KeyError, TypeError, ValueError) as e:
+            raise WebHdfsError(f"WebHDFS GETDELEGATIONTOKEN: unexpected answer: {e}") from None
 
     def _call(self, op: str, path: str, fn: Callable[[], T]) -> T:
         try:
@@ -50,8 +104,14 @@ class WebHdfs:
         except requests.RequestException as e:
             raise WebHdfsError(f"WebHDFS {op} {path}: {self.url} unreachable: {e}") from None
 
-    def mkdirs(self, path: str) -> None:
-        self._call("MKDIRS", path, lambda: self.client.makedirs(path))
+    def mkdirs(self, path: str, permission: str | None = None) -> None:
+        """Create ``path`` and its parents; ``permission`` (octal, e.g. "700") applies to
+        the directories this call creates."""
+        self._call("MKDIRS", path, lambda: self.client.makedirs(path, permission=permission))
+
+    def chmod(self, path: str, permission: str) -> None:
+        self._call("SETPERMISSION", path,
+                   lambda: self.client.set_permission(path, permission=permission))
 
     def status(self, path: str) -> dict[str, Any] | None:
         """The FileStatus of ``path``, None if it does not exist."""
@@ -62,8 +122,10 @@ class WebHdfs:
                 return None
             raise
 
-    def write(self, path: str, data: bytes, overwrite: bool = True) -> None:
-        self._call("CREATE", path, lambda: self.client.write(path, data, overwrite=overwrite))
+    def write(self, path: str, data: bytes, overwrite: bool = True,
+              permission: str | None = None) -> None:
+        self._call("CREATE", path, lambda: self.client.write(
+            path, data, overwrite=overwrite, permission=permission))
 
     def append(self, path: str, data: bytes) -> None:
         """Append ``data`` to ``path``, creating the file if it does not exist."""

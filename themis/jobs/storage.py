@@ -21,7 +21,6 @@ URIs understood by :func:`open_store`:
 
 from __future__ import annotations
 
-import getpass
 import logging
 import os
 import posixpath
@@ -160,14 +159,21 @@ class WebHdfsStore(CheckpointStore):
     is atomic on the NameNode."""
 
     def __init__(self, http_url: str, root: str, user: str | None = None) -> None:
-        from hdfs import InsecureClient  # imported lazily: only needed for HDFS stores
+        from hdfs import Client  # imported lazily: only needed for HDFS stores
+
+        from themis.identity.http import HadoopSession, login_user
+        from themis.identity.tokens import container_tokens, webhdfs_token
 
         self.http_url = http_url.rstrip("/")
         self.root = root.rstrip("/") or "/"
-        self.user = user or os.environ.get("HADOOP_USER_NAME") or getpass.getuser()
+        # as the app's user: the container's delegation token on a secure cluster (YARN
+        # wrote it to $HADOOP_TOKEN_FILE_LOCATION), else the user's name
+        token = None if user else webhdfs_token(container_tokens())
+        self.user = user or login_user()
+        session = HadoopSession(user=self.user, delegation=token)
         # timeout: per connect and per read; without one a NameNode that stops answering
         # would hang the checkpoint a job writes when it is told to stop
-        self._client: Any = InsecureClient(self.http_url, user=self.user, timeout=60)
+        self._client: Any = Client(self.http_url, timeout=60, session=session)
         try:
             self._client.makedirs(self.root)
         except Exception as e:

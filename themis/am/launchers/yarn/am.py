@@ -260,7 +260,11 @@ class AppMaster(AppMasterBase):
         """Every container's environment: HDFS, PATH (the AM's python first), the image."""
         bindir = os.path.dirname(self.python) if os.path.isabs(self.python) else ""
         path = os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin")
-        return {"THEMIS_WEBHDFS_URL": self.webhdfs_url, "HADOOP_USER_NAME": "root",
+        # the app's user towards HDFS: its name on a pseudo-auth cluster (themis submit set
+        # it); on a secure one the container's delegation tokens (AmShell.launch) say it
+        user = {"HADOOP_USER_NAME": os.environ["HADOOP_USER_NAME"]} \
+            if os.environ.get("HADOOP_USER_NAME") else {}
+        return {"THEMIS_WEBHDFS_URL": self.webhdfs_url, **user,
                 "PATH": f"{bindir}:{path}" if bindir else path, "PYTHONUNBUFFERED": "1",
                 **container_env(image)}
 
@@ -514,9 +518,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     env = os.environ
     app_id, attempt = parse_container_id(env["CONTAINER_ID"])
     webhdfs_url = env.get("THEMIS_WEBHDFS_URL", "http://127.0.0.1:9870")
-    user = env.get("HADOOP_USER_NAME") or env.get("USER") or "root"
-    hdfs = WebHdfs(webhdfs_url, user=user)
-    app_dir = env.get("THEMIS_APP_DIR") or f"/user/{user}/.themis/{app_id}"
+    # as the app's user: its delegation token on a secure cluster, else its name
+    hdfs = WebHdfs.in_container(webhdfs_url, env)
+    app_dir = env.get("THEMIS_APP_DIR") or f"/user/{hdfs.user}/.themis/{app_id}"
     raw = hdfs.read(env.get("THEMIS_SPEC_PATH") or f"{app_dir}/spec.json")
     spec = AppSpec.from_json(raw.decode())
     arbiter = env.get("THEMIS_ARBITER", "") or default_arbiter(

@@ -40,7 +40,8 @@ tasks take no start-up slot (they start together: each waits for the others).
 
 TensorBoard logs: with ``--tensorboard-dir`` the job's event files are copied to that HDFS
 directory as they grow (every ``--tensorboard-every`` seconds and once more after the job
-exited; :mod:`themis.hadoop.tblogs`), through WebHDFS at ``$THEMIS_WEBHDFS_URL`` as
+exited; :mod:`themis.hadoop.tblogs`), through WebHDFS at ``$THEMIS_WEBHDFS_URL`` as the
+app's user: its delegation token from the container's credentials on a secure cluster, else
 ``$HADOOP_USER_NAME``.
 
 Exit status: the job's.
@@ -450,7 +451,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="start anyway after waiting this long for a slot")
     p.add_argument("--tensorboard-dir", default="",
                    help="HDFS directory to copy the job's event files to (default: none; "
-                        "WebHDFS at $THEMIS_WEBHDFS_URL as $HADOOP_USER_NAME)")
+                        "WebHDFS at $THEMIS_WEBHDFS_URL as the app's user)")
     p.add_argument("--tensorboard-every", type=float, default=10.0,
                    help="seconds between two copies of the event files (default 10)")
     p.add_argument("--metric", default="eval_loss",
@@ -463,7 +464,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--checkpoint-store", default="",
                    help="HDFS directory that keeps --checkpoint-dir across runs: restored "
                         "before the job starts, saved after it exits (default: none; "
-                        "WebHDFS at $THEMIS_WEBHDFS_URL as $HADOOP_USER_NAME)")
+                        "WebHDFS at $THEMIS_WEBHDFS_URL as the app's user)")
     p.add_argument("--command-b64", default="",
                    help="the job command as a shell string, base64 (RFC 4648 URL-safe) "
                         "encoded, run by `bash -c` (default: none, the command follows --). "
@@ -498,7 +499,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.tensorboard_dir = ""  # the chief's event files are the job's
         from themis.hadoop.webhdfs import WebHdfs
 
-        fs = WebHdfs(url, os.environ.get("HADOOP_USER_NAME") or "root", timeout=10.0)
+        fs = WebHdfs.in_container(url, timeout=10.0)
         if args.tensorboard_dir:
             from themis.hadoop.tblogs import EventLogUpload
 

@@ -71,8 +71,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from themis.hadoop.webhdfs import WebHdfs, WebHdfsError
 
     env = os.environ
-    fs = WebHdfs(args.webhdfs or env.get("THEMIS_WEBHDFS_URL", "http://127.0.0.1:9870"),
-                 user=env.get("HADOOP_USER_NAME") or "root")
+    fs = WebHdfs.in_container(
+        args.webhdfs or env.get("THEMIS_WEBHDFS_URL", "http://127.0.0.1:9870"), env)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda s, f: stop.set())
     args.logdir.mkdir(parents=True, exist_ok=True)

@@ -16,6 +16,12 @@ import com.fasterxml.jackson.core.type.TypeReference;
 import com.fasterxml.jackson.databind.ObjectMapper;
 
 import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.io.DataOutputBuffer;
+import org.apache.hadoop.io.Text;
+import org.apache.hadoop.security.Credentials;
+import org.apache.hadoop.security.UserGroupInformation;
+import org.apache.hadoop.security.token.Token;
+import org.apache.hadoop.security.token.TokenIdentifier;
 import org.apache.hadoop.yarn.api.protocolrecords.RegisterApplicationMasterResponse;
 import org.apache.hadoop.yarn.api.records.Container;
 import org.apache.hadoop.yarn.api.records.ContainerId;
@@ -34,6 +40,7 @@ import org.apache.hadoop.yarn.client.api.AMRMClient.ContainerRequest;
 import org.apache.hadoop.yarn.client.api.YarnClient;
 import org.apache.hadoop.yarn.client.api.async.AMRMClientAsync;
 import org.apache.hadoop.yarn.client.api.async.NMClientAsync;
+import org.apache.hadoop.yarn.security.AMRMTokenIdentifier;
 
 /**
  * What the Python AM can ask of YARN (the Py4J entry point). Every method takes and returns
@@ -81,9 +88,8 @@ public final class AmShell {
    * key, so it is read anew for every registration. Empty if the container has none.
    */
   public String amRmToken() throws java.io.IOException {
-    for (org.apache.hadoop.security.token.Token<?> t
-        : org.apache.hadoop.security.UserGroupInformation.getCurrentUser().getTokens()) {
-      if (org.apache.hadoop.yarn.security.AMRMTokenIdentifier.KIND_NAME.equals(t.getKind())) {
+    for (Token<?> t : UserGroupInformation.getCurrentUser().getTokens()) {
+      if (AMRMTokenIdentifier.KIND_NAME.equals(t.getKind())) {
         return t.encodeToUrlString();
       }
     }
@@ -182,8 +188,30 @@ public final class AmShell {
     Map<String, String> env = JSON.readValue(envJson, new TypeReference<HashMap<String, String>>() {});
     ContainerLaunchContext ctx = ContainerLaunchContext.newInstance(
         new HashMap<String, LocalResource>(), env, Collections.singletonList(command), null,
-        (ByteBuffer) null, null);
+        containerTokens(), null);
     nm.startContainerAsync(c, ctx);
+  }
+
+  /**
+   * The app's tokens for a job container: the submission's delegation tokens (HDFS, RM) that
+   * YARN gave this AM, so that the job's runner reaches HDFS as the app's user on a secure
+   * cluster (docs/install.md, "Security and Kerberos"); never the AMRMToken, which would let
+   * a job speak for the AM. Null when there is nothing to pass (a cluster without security).
+   */
+  private static ByteBuffer containerTokens() throws java.io.IOException {
+    Credentials own = UserGroupInformation.getCurrentUser().getCredentials();
+    Credentials out = new Credentials();
+    for (Map.Entry<Text, Token<? extends TokenIdentifier>> e : own.getTokenMap().entrySet()) {
+      if (!AMRMTokenIdentifier.KIND_NAME.equals(e.getValue().getKind())) {
+        out.addToken(e.getKey(), e.getValue());
+      }
+    }
+    if (out.numberOfTokens() == 0) {
+      return null;
+    }
+    DataOutputBuffer buf = new DataOutputBuffer();
+    out.writeTokenStorageToStream(buf);
+    return ByteBuffer.wrap(buf.getData(), 0, buf.getLength());
   }
 
   /** Asks the NM to stop a container (SIGTERM, then SIGKILL after the NM's delay). */
