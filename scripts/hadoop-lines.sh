@@ -25,7 +25,7 @@ declare -A VERSION=([3.3]=3.3.6 [3.4]=3.4.3 [3.5]=3.5.0)
 # work-preserving RM restart and container recovery (RmRestartIT), RM HA: the transition to
 # active and standby, embedded elector, failover and failback (RmHaIT), the CapacityScheduler
 # queue capacities read for the queues' GPU shares (QueuesIT).
-QUICK_TESTS='*Test,LeaseEnforcementIT,EnforcementWithoutMonitorIT,ThemisMetricsIT,StockAppsIT,RmRestartIT,RmHaIT,QueuesIT'
+QUICK_TESTS='*Test,LeaseEnforcementIT,EnforcementWithoutMonitorIT,ThemisMetricsIT,StockAppsIT,RmRestartIT,RmHaIT,QueuesIT,SecureRmIT'
 
 usage() {
   cat <<EOF

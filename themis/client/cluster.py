@@ -302,7 +302,14 @@ class Cluster:
         return url.rstrip("/") + "/status" if url else ""
 
     def kill(self, app_id: str) -> str:
-        doc = self._req("PUT", f"/ws/v1/cluster/apps/{app_id}/state", {"state": "KILLED"})
+        try:
+            doc = self._req("PUT", f"/ws/v1/cluster/apps/{app_id}/state", {"state": "KILLED"})
+        except ClientError as e:
+            if "HTTP 403" in str(e) or "HTTP 401" in str(e):
+                raise ClientError(
+                    f"{e} - YARN's MODIFY_APP ACL: only the app's owner, the users of its "
+                    "modify ACL and yarn.admin.acl may kill it") from None
+            raise
         return str((doc or {}).get("state", ""))
 
 

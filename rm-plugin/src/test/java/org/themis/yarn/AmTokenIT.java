@@ -1,9 +1,10 @@
 package org.themis.yarn;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
-import static org.junit.jupiter.api.Assertions.assertTrue;
+import static org.themis.yarn.AgentReplies.assertOk;
+import static org.themis.yarn.AgentReplies.assertRefused;
+import static org.themis.yarn.AgentReplies.decode;
 
-import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import org.apache.hadoop.security.token.Token;
 import org.apache.hadoop.yarn.conf.YarnConfiguration;
@@ -55,22 +56,5 @@ class AmTokenIT {
       assertOk(rt.agents().verifyAmToken(b.appId.toString(), tb));
       b.finish();
     }
-  }
-
-  private static Token<AMRMTokenIdentifier> decode(String s) throws Exception {
-    Token<AMRMTokenIdentifier> t = new Token<>();
-    t.decodeFromUrlString(s);
-    return t;
-  }
-
-  private static void assertOk(String reply) throws Exception {
-    JsonNode r = JSON.readTree(reply);
-    assertTrue(r.path("ok").asBoolean(false), reply);
-  }
-
-  private static void assertRefused(String reply, String why) throws Exception {
-    JsonNode r = JSON.readTree(reply);
-    assertTrue(!r.path("ok").asBoolean(true) && r.path("error").asText("").contains(why),
-        "expected a refusal naming '" + why + "': " + reply);
   }
 }
