@@ -19,6 +19,9 @@
 #   HADOOP_VERSION        override the Hadoop version (default: root pom.xml's hadoop.version)
 #   THEMIS_WITH_TF=1      same as --with-tf
 #   THEMIS_TF_SPEC        pip requirement for TensorFlow (default tensorflow-cpu)
+#   THEMIS_PLUGIN_JAR     put this RM plugin jar into themis/yarn as it is: no check against
+#                         rm-plugin/'s sources, no Maven (e.g. a jar built elsewhere, or while
+#                         rm-plugin/ is being edited)
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -42,7 +45,7 @@ while (($#)); do
     --no-plugin) PLUGIN=0 ;;
     --rebuild-base) REBUILD_BASE=1 ;;
     --only) ONLY=${2:?--only needs an argument}; shift ;;
-    -h | --help) sed -n '2,25p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    -h | --help) sed -n '2,24p' "${BASH_SOURCE[0]}"; exit 0 ;;
     *) die "unknown argument: $1 (see --help)" ;;
   esac
   shift
@@ -67,7 +70,9 @@ image_label() { "$DOCKER" image inspect -f "{{index .Config.Labels \"$2\"}}" "$1
 # ---------------------------------------------------------------------------------------------
 # (a) themis/base: debootstrap rootfs imported into Docker
 # ---------------------------------------------------------------------------------------------
-BASE_PKGS=openjdk-17-jre-headless,python3,python3-venv,python3-pip,procps,curl,ca-certificates,netbase,iproute2,less
+# krb5-*: the secure profile (docker/minicluster.sh up --secure): an MIT KDC on the kdc host
+# (krb5-kdc, kadmin.local from krb5-admin-server) and kinit/klist for logins inside containers
+BASE_PKGS=openjdk-17-jre-headless,python3,python3-venv,python3-pip,procps,curl,ca-certificates,netbase,iproute2,less,krb5-kdc,krb5-admin-server,krb5-user
 BASE_KEY=$(printf '%s|%s|%s|v1' "$SUITE" "$BASE_PKGS" "$(uname -m)" | sha256sum | cut -c1-12)
 ROOTFS_TAR=$CACHE/rootfs-$SUITE-$BASE_KEY.tar
 
@@ -195,7 +200,10 @@ host_python() {
 build_yarn() {
   local t=$SECONDS ctx=$CACHE/ctx-yarn jar=""
   rm -rf "$ctx"; mkdir -p "$ctx/plugin" "$ctx/wheels"
-  if [[ $PLUGIN == 1 ]]; then
+  if [[ $PLUGIN == 1 && -n ${THEMIS_PLUGIN_JAR:-} ]]; then
+    [[ -f $THEMIS_PLUGIN_JAR ]] || die "THEMIS_PLUGIN_JAR=$THEMIS_PLUGIN_JAR: no such file"
+    jar=$(cd "$(dirname "$THEMIS_PLUGIN_JAR")" && pwd)/$(basename "$THEMIS_PLUGIN_JAR")
+  elif [[ $PLUGIN == 1 ]]; then
     jar=$(find_plugin_jar)
     # A jar older than the plugin's sources would put yesterday's scheduler in the image.
     if [[ -n $jar && -n $(find "$ROOT/rm-plugin/src" "$ROOT/rm-plugin/pom.xml" -newer "$jar" -type f 2>/dev/null | head -n1) ]]; then

@@ -5,13 +5,17 @@
 # mini-cluster's Docker bridge network (created here); see docs/minicluster.md.
 # With --ha: two ResourceManagers (rm1, rm2, each with the plugin) and a ZooKeeper server (zk):
 # automatic failover with the embedded elector, work-preserving recovery in ZKRMStateStore.
+# With --secure: Kerberos (realm THEMIS.TEST, an MIT KDC on the host kdc), SPNEGO on the web
+# endpoints, HDFS permissions and YARN queue ACLs enforced (docs/minicluster.md, "Secure profile").
 #
-#   docker/minicluster.sh up [--ha] [--no-wait]  start (replaces a running mini-cluster), wait
-#                                          until ready (with --ha: one RM active, the other standby)
+#   docker/minicluster.sh up [--ha|--secure] [--no-wait]  start (replaces a running mini-cluster),
+#                                          wait until ready (with --ha: one RM active, the other
+#                                          standby; with --secure: also HDFS laid out for the users)
 #   docker/minicluster.sh down [--network] stop and remove the containers (and the network)
 #   docker/minicluster.sh status           containers, RM nodes (GPU totals, racks), HDFS
 #   docker/minicluster.sh logs [NAME]      daemon logs (NAME: nn dn rm nm1 nm2 nm3, with --ha zk rm1
-#                                          rm2 instead of rm; default all, tails)
+#                                          rm2 instead of rm, with --secure also kdc; default all,
+#                                          tails)
 #   docker/minicluster.sh wait             wait until ready (RM sees all NMs, WebHDFS answers)
 #   docker/minicluster.sh hosts            each host's name and address (for scripts)
 #   docker/minicluster.sh active-rm        the active RM's host name (rm without HA)
@@ -23,9 +27,15 @@
 #   THEMIS_MC_TIMEOUT seconds to wait for readiness (default 180)
 #   THEMIS_MC_NET     name of the Docker network (default themis-mc-net)
 #   THEMIS_MC_SUBNET  its /24, as the first three octets (default 172.31.0: nn .2, dn .3, rm .4,
-#                     zk .5, rm1 .6, rm2 .7, the i-th NodeManager .(10+i); the machine is .1)
+#                     zk .5, rm1 .6, rm2 .7, kdc .8, the i-th NodeManager .(10+i); the machine
+#                     is .1)
 #   THEMIS_MC_HA=1    same as up --ha (THEMIS_ZK_TIMEOUT_MS: the RMs' ZooKeeper session timeout,
 #                     default 4000: how long a killed active RM keeps its leadership)
+#   THEMIS_MC_SECURE=1 same as up --secure
+#   THEMIS_MC_KRB_DIR the secure profile's shared directory (default $TMPDIR or /tmp, then
+#                     themis-mc-krb): the kdc host writes keytabs/<host|user>.keytab and
+#                     krb5.conf (the KDC by address, for this machine) there; the other hosts
+#                     mount it read-only at /krb. up --secure empties it first
 #   THEMIS_SCHEDULER, THEMIS_CONF_OVERRIDES: passed to the RM (see docker/bin/themis-daemon)
 #   THEMIS_MOUNT_SRC=1 bind-mount this checkout's themis/ package, docker/conf/*-site.xml,
 #                     docker/bin/themis-daemon and RM plugin jar (rm-plugin/target) over the
@@ -43,7 +53,7 @@ SUBNET=${THEMIS_MC_SUBNET:-172.31.0}
 addr_of() {
   case $1 in
     nn) echo "$SUBNET.2" ;; dn) echo "$SUBNET.3" ;; rm) echo "$SUBNET.4" ;;
-    zk) echo "$SUBNET.5" ;; rm1) echo "$SUBNET.6" ;; rm2) echo "$SUBNET.7" ;;
+    zk) echo "$SUBNET.5" ;; rm1) echo "$SUBNET.6" ;; rm2) echo "$SUBNET.7" ;; kdc) echo "$SUBNET.8" ;;
     *) local i=0 s
        for s in $NMS; do
          i=$((i + 1))
@@ -55,6 +65,9 @@ addr_of() {
 NN_URL=http://$(addr_of nn):9870
 HA=${THEMIS_MC_HA:-0}
 HA_IDS=rm1,rm2
+SECURE=${THEMIS_MC_SECURE:-0}
+KRB_DIR=${THEMIS_MC_KRB_DIR:-${TMPDIR:-/tmp}/themis-mc-krb}
+REALM=THEMIS.TEST
 
 say() { echo "[minicluster] $*" >&2; }
 die() { echo "[minicluster] ERROR: $*" >&2; exit 1; }
@@ -86,8 +99,18 @@ nm_names() { local s; for s in $NMS; do printf '%s ' "${s%%:*}"; done; }
 detect_ha() {
   if "$DOCKER" inspect "$PREFIX-rm1" >/dev/null 2>&1; then HA=1; fi
 }
+# the running mini-cluster is the secure one when its kdc container exists; its shared
+# directory is what that container mounts at /krb
+detect_secure() {
+  local src
+  src=$("$DOCKER" inspect -f '{{range .Mounts}}{{if eq .Destination "/krb"}}{{.Source}}{{end}}{{end}}' \
+    "$PREFIX-kdc" 2>/dev/null) || return 0
+  SECURE=1
+  [[ -n $src ]] && KRB_DIR=$src
+  return 0
+}
 rm_names() { if [[ $HA == 1 ]]; then echo "zk ${HA_IDS//,/ }"; else echo rm; fi; }
-all_names() { echo "nn dn $(rm_names) $(nm_names)"; }
+all_names() { echo "$([[ $SECURE == 1 ]] && echo "kdc ")nn dn $(rm_names) $(nm_names)"; }
 # the active RM's host name: rm, or with HA the RM id whose REST API says ACTIVE ("" if none)
 active_rm() {
   local id
@@ -144,6 +167,13 @@ ha_env() {
     "$HA_IDS" "${THEMIS_ZK_TIMEOUT_MS:-4000}"
 }
 
+# the secure profile's settings for every daemon (docker/bin/themis-daemon, THEMIS_SECURE): the
+# shared directory read-only (the kdc host mounts it read-write itself, see cmd_up)
+secure_args() {
+  [[ $SECURE == 1 && $1 != kdc ]] || return 0
+  printf -- '-e THEMIS_SECURE=1 -v %s:/krb:ro ' "$KRB_DIR"
+}
+
 SRC_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 SITE_PACKAGES=/opt/themis/venv/lib/python3.11/site-packages
 
@@ -157,12 +187,13 @@ run() { # name image role [docker args...]
     for f in core-site hdfs-site yarn-site mapred-site; do
       mounts+=(-v "$SRC_ROOT/docker/conf/$f.xml:/opt/hadoop/conf.template/$f.xml:ro")
     done
+    mounts+=(-v "$SRC_ROOT/docker/conf/secure:/opt/hadoop/conf.template/secure:ro")
     local jar=$SRC_ROOT/rm-plugin/target/themis-rm-plugin-0.1.0.jar
     [[ -f $jar ]] && mounts+=(-v "$jar:/opt/themis/plugin/themis-rm-plugin-0.1.0.jar:ro")
   fi
   # shellcheck disable=SC2046
   "$DOCKER" run -d --name "$PREFIX-$name" --label "$LABEL" --network "$NET" \
-    --ip "$(addr_of "$name")" --hostname "$name" $(host_args) $(ha_env) \
+    --ip "$(addr_of "$name")" --hostname "$name" $(host_args) $(ha_env) $(secure_args "$name") \
     --stop-timeout 5 "${mounts[@]}" "$@" "$image" "$role" >/dev/null \
     || die "cannot start $PREFIX-$name"
 }
@@ -182,9 +213,24 @@ cmd_down() {
   fi
 }
 
-# ready: RM lists every NM RUNNING with its GPU total, and WebHDFS answers with a live DataNode.
+# Secure profile: this machine's client side. The generated krb5.conf (the KDC by address)
+# and a ticket cache of admin's, refreshed when it is missing or expired; curl --negotiate then
+# does SPNEGO for the readiness checks (KRB5_CONFIG and KRB5CCNAME are exported for it).
+krb_login() {
+  [[ $SECURE == 1 ]] || return 0
+  export KRB5_CONFIG=$KRB_DIR/krb5.conf KRB5CCNAME=FILE:$KRB_DIR/admin.ccache
+  [[ -s $KRB_DIR/krb5.conf && -s $KRB_DIR/keytabs/admin.keytab ]] || return 1
+  klist -s 2>/dev/null || kinit -kt "$KRB_DIR/keytabs/admin.keytab" "admin@$REALM" 2>/dev/null
+}
+
+# ready: RM lists every NM RUNNING with its GPU total, and WebHDFS answers with a live DataNode
+# (secure profile: checked as admin with SPNEGO, and HDFS laid out for the users).
 check_ready() {
   local quiet=${1:-0} rm
+  if ! krb_login; then
+    [[ $quiet == 1 ]] || echo "  not ready: no Kerberos login as admin (kdc host: keytabs in $KRB_DIR/keytabs?)"
+    return 1
+  fi
   rm=$(active_rm)
   if [[ -z $rm ]]; then
     [[ $quiet == 1 ]] || echo "  not ready: no ResourceManager is active (${HA_IDS})"
@@ -193,11 +239,18 @@ check_ready() {
   if [[ $HA == 1 && $quiet != 1 ]]; then
     echo "  active ResourceManager: $rm ($(addr_of "$rm")); standby: $(echo "${HA_IDS//,/ }" | tr ' ' '\n' | grep -vx "$rm" | tr '\n' ' ')"
   fi
-  python3 - "http://$(addr_of "$rm"):8088" "$NN_URL" "$NMS" "$quiet" <<'EOF'
-import json, sys, urllib.request
+  python3 - "http://$(addr_of "$rm"):8088" "$NN_URL" "$NMS" "$quiet" "$SECURE" <<'EOF'
+import json, subprocess, sys, urllib.request
 rm, nn, spec, quiet = sys.argv[1], sys.argv[2], sys.argv[3].split(), sys.argv[4] == "1"
+secure = sys.argv[5] == "1"
 want = {s.split(":")[0]: (int(s.split(":")[1]), s.split(":", 2)[2]) for s in spec}
 def get(url):
+    if secure:  # SPNEGO: curl with the ticket cache of krb_login
+        r = subprocess.run(["curl", "-sSf", "--max-time", "5", "--negotiate", "-u", ":", url],
+                           capture_output=True, text=True)
+        if r.returncode:
+            raise OSError(r.stderr.strip() or f"curl exit {r.returncode}")
+        return json.loads(r.stdout)
     with urllib.request.urlopen(url, timeout=5) as r:
         return json.load(r)
 problems = []
@@ -231,6 +284,12 @@ try:
         problems.append("no live DataNode")
     if safe:
         problems.append("NameNode in safe mode")
+    if secure:  # the namenode's HDFS layout ends with the staging dir's mode
+        mode = get(nn + "/webhdfs/v1/tmp/hadoop-yarn/staging?op=GETFILESTATUS")["FileStatus"]["permission"]
+        if not quiet:
+            print(f"  hdfs layout: /tmp/hadoop-yarn/staging mode {mode}")
+        if mode != "1777":
+            problems.append("HDFS layout not done (/tmp/hadoop-yarn/staging not 1777)")
 except Exception as e:  # noqa: BLE001
     problems.append(f"WebHDFS: {e}")
 if problems:
@@ -265,15 +324,23 @@ cmd_up() {
     case $1 in
       --no-wait) wait=0 ;;
       --ha) HA=1 ;;
-      *) die "up: unknown option $1 (up [--ha] [--no-wait])" ;;
+      --secure) SECURE=1 ;;
+      *) die "up: unknown option $1 (up [--ha|--secure] [--no-wait])" ;;
     esac
     shift
   done
+  [[ $HA == 1 && $SECURE == 1 ]] && die "up: --ha and --secure together are not supported"
   pick_images
   cmd_down
   ensure_network
   topo=$(topology_file)
   say "images: $IMAGE (NN/DN/RM), $NM_IMAGE (NMs); NMs: $NMS"
+  if [[ $SECURE == 1 ]]; then
+    # a fresh realm each time: old keytabs would name keys the new KDC never had
+    rm -rf "${KRB_DIR:?}"; mkdir -p "$KRB_DIR"
+    run kdc "$IMAGE" kdc -v "$KRB_DIR:/krb"
+    say "secure profile: realm $REALM, KDC kdc=$(addr_of kdc); keytabs and krb5.conf in $KRB_DIR"
+  fi
   run nn "$IMAGE" namenode
   run dn "$IMAGE" datanode
   if [[ $HA == 1 ]]; then
@@ -297,6 +364,10 @@ cmd_up() {
   done
   say "started: $(for n in $(all_names); do printf '%s=%s ' "$n" "$(addr_of "$n")"; done)(network $NET)"
   ((wait)) && cmd_wait
+  if [[ $SECURE == 1 ]]; then
+    say "as a user: KRB5_CONFIG=$KRB_DIR/krb5.conf kinit -kt $KRB_DIR/keytabs/alice.keytab alice;" \
+      "curl --negotiate -u : http://$(addr_of rm):8088/ws/v1/cluster/info"
+  fi
   return 0
 }
 
@@ -314,7 +385,7 @@ cmd_logs() {
   done
 }
 
-[[ ${1:-} == up ]] || detect_ha
+[[ ${1:-} == up ]] || { detect_ha; detect_secure; }
 case ${1:-} in
   up) shift; cmd_up "$@" ;;
   down) shift; cmd_down "$@" ;;
@@ -323,5 +394,5 @@ case ${1:-} in
   wait) cmd_wait ;;
   hosts) for n in $(all_names); do echo "$n $(addr_of "$n")"; done ;;
   active-rm) rm=$(active_rm); [[ -n $rm ]] || die "no ResourceManager is active"; echo "$rm" ;;
-  *) sed -n '2,33p' "${BASH_SOURCE[0]}"; exit 2 ;;
+  *) sed -n '2,42p' "${BASH_SOURCE[0]}"; exit 2 ;;
 esac

@@ -10,9 +10,15 @@ Environment:
   THEMIS_IMAGE, THEMIS_NM_IMAGE   images to use (defaults as docker/minicluster.sh)
   THEMIS_REQUIRE_DOCKER=1         fail instead of skipping when Docker is unusable
   THEMIS_IT_KEEP=1      leave the containers (and the network) running after the tests
-  THEMIS_IT_MOUNT_SRC=1 mount this checkout's themis/ package, docker/conf/*-site.xml,
-                        docker/bin/themis-daemon and rm-plugin/target's plugin jar over the
-                        images' copies
+  THEMIS_IT_MOUNT_SRC=1 mount this checkout's themis/ package, docker/conf/*-site.xml (and
+                        docker/conf/secure), docker/bin/themis-daemon and rm-plugin/target's
+                        plugin jar over the images' copies
+
+``running_minicluster(prefix, secure=True)`` starts the Kerberos profile (as
+``docker/minicluster.sh up --secure``; docs/minicluster.md, "Secure profile"): a KDC host
+``kdc`` (172.31.0.8, realm THEMIS.TEST) and every daemon with Kerberos, SPNEGO, HDFS
+permissions and queue ACLs. The machine talks to it with curl --negotiate (``kinit``,
+``negotiate``).
 """
 
 from __future__ import annotations
@@ -20,8 +26,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -47,6 +55,12 @@ ADDR: dict[str, str] = {"nn": f"{SUBNET}.2", "dn": f"{SUBNET}.3", "rm": f"{SUBNE
 # two RMs whose ids are their host names, instead of ``rm``
 HA_IDS = ("rm1", "rm2")
 HA_ADDR: dict[str, str] = {"zk": f"{SUBNET}.5", "rm1": f"{SUBNET}.6", "rm2": f"{SUBNET}.7"}
+# The secure profile (``running_minicluster(secure=True)``, ``docker/minicluster.sh up
+# --secure``): the KDC's host, the realm, and the user principals' passwords (the kdc role's
+# default THEMIS_KRB_USERS in docker/bin/themis-daemon); each user also has a keytab.
+KDC_ADDR = f"{SUBNET}.8"
+REALM = "THEMIS.TEST"
+KRB_USERS: dict[str, str] = {"alice": "alice-pw", "bob": "bob-pw", "admin": "admin-pw"}
 RM = f"http://{ADDR['rm']}:8088"
 NN = f"http://{ADDR['nn']}:9870"
 READY_TIMEOUT_S = 180
@@ -156,9 +170,47 @@ def _remove_leftovers(client: Any) -> None:
         c.remove(force=True)
 
 
-def _nodes(rm: str = RM) -> dict[str, dict[str, Any]]:
+def kinit(krb: Mapping[str, Any], user: str, ccache: str | None = None) -> dict[str, str]:
+    """Log ``user`` (alice, bob, admin) in with its keytab, on the machine, against the
+    secure profile's KDC (``krb``: the ``"kerberos"`` entry that ``running_minicluster(...,
+    secure=True)`` yields). Returns the environment (KRB5_CONFIG, KRB5CCNAME) under which
+    curl, klist ... act as that user; the ticket cache is a file of its own in ``krb["dir"]``
+    unless ``ccache`` names one."""
+    env = {**os.environ, "KRB5_CONFIG": str(krb["krb5_conf"]),
+           "KRB5CCNAME": "FILE:" + (ccache or os.path.join(krb["dir"], f"{user}.ccache"))}
+    r = subprocess.run(["kinit", "-kt", str(krb["keytabs"][user]), f"{user}@{krb['realm']}"],
+                       env=env, capture_output=True, text=True, timeout=30)
+    if r.returncode:
+        raise RuntimeError(f"kinit {user}: {r.stderr.strip()}")
+    return env
+
+
+def negotiate(url: str, env: Mapping[str, str] | None, method: str = "GET",
+              timeout: float = 10, curl_args: Sequence[str] = ()) -> tuple[int, str]:
+    """(HTTP status, body) of ``curl --negotiate`` (SPNEGO with the ticket cache of ``env``;
+    ``env=None``: no ticket at all); ``curl_args`` are passed on (e.g. ``--resolve``)."""
+    if env is None:
+        env = {**os.environ, "KRB5CCNAME": "FILE:/nonexistent/themis-no-ticket"}
+    r = subprocess.run(["curl", "-s", "-o", "-", "-w", "\n%{http_code}", "--max-time",
+                        str(timeout), "--negotiate", "-u", ":", "-X", method, *curl_args, url],
+                       env=dict(env), capture_output=True, text=True, timeout=timeout + 5)
+    body, _, code = r.stdout.rpartition("\n")
+    return int(code or 0), body
+
+
+def _negotiate_json(env: Mapping[str, str]) -> Any:
+    """A ``_get`` for the secure profile: JSON over SPNEGO."""
+    def get(url: str, timeout: float = 5.0) -> Any:
+        code, body = negotiate(url, env, timeout=timeout)
+        if code != 200:
+            raise OSError(f"HTTP {code} from {url}: {body[:200]}")
+        return json.loads(body)
+    return get
+
+
+def _nodes(rm: str = RM, get: Any = _get) -> dict[str, dict[str, Any]]:
     out = {}
-    for n in (_get(f"{rm}/ws/v1/cluster/nodes").get("nodes") or {}).get("node", []):
+    for n in (get(f"{rm}/ws/v1/cluster/nodes").get("nodes") or {}).get("node", []):
         infos = (n.get("totalResource", {}).get("resourceInformations") or {}).get(
             "resourceInformation", []
         )
@@ -172,21 +224,25 @@ def _nodes(rm: str = RM) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _ready(rm: str = RM) -> bool:
+def _ready(rm: str = RM, get: Any = _get, secure: bool = False) -> bool:
     try:
-        nodes = _nodes(rm)
+        nodes = _nodes(rm, get)
         if any(nodes.get(k, {}).get("state") != "RUNNING" for k in NMS):
             return False
-        bean = _get(f"{NN}/jmx?qry=Hadoop:service=NameNode,name=FSNamesystemState")["beans"][0]
-        info = _get(f"{NN}/jmx?qry=Hadoop:service=NameNode,name=NameNodeInfo")["beans"][0]
+        bean = get(f"{NN}/jmx?qry=Hadoop:service=NameNode,name=FSNamesystemState")["beans"][0]
+        info = get(f"{NN}/jmx?qry=Hadoop:service=NameNode,name=NameNodeInfo")["beans"][0]
+        if secure:  # the namenode's HDFS layout for the users ends with this mode
+            st = get(f"{NN}/webhdfs/v1/tmp/hadoop-yarn/staging?op=GETFILESTATUS")
+            if st["FileStatus"]["permission"] != "1777":
+                return False
         return bool(bean["NumLiveDataNodes"] >= 1 and not info.get("Safemode"))
     except (OSError, ValueError, KeyError, IndexError, urllib.error.URLError):
         return False
 
 
-def _safe_nodes(rm: str = RM) -> Any:
+def _safe_nodes(rm: str = RM, get: Any = _get) -> Any:
     try:
-        return _nodes(rm)
+        return _nodes(rm, get)
     except Exception as e:
         return repr(e)
 
@@ -230,6 +286,7 @@ def running_minicluster(
     rm_volumes: Mapping[str, str] | None = None,
     ha: bool = False,
     zk_timeout_ms: int = 4000,
+    secure: bool = False,
 ) -> Iterator[dict[str, Any]]:
     """Start the mini-cluster (Docker set up and images built when needed), wait until every
     NodeManager runs and HDFS has left safe mode, yield ``{"containers", "image",
@@ -240,7 +297,12 @@ def running_minicluster(
     RM container, read-write (e.g. its configuration template). ``ha``: ZooKeeper and two RMs
     (``HA_IDS``, automatic failover, ZKRMStateStore; as ``docker/minicluster.sh up --ha``)
     instead of one; ready when one of them is active; ``zk_timeout_ms``: the RMs' ZooKeeper
-    session timeout."""
+    session timeout. ``secure``: the Kerberos profile (not with ``ha``): a KDC host ``kdc``
+    and every daemon secured, ready once admin sees the nodes over SPNEGO and HDFS is laid
+    out for the users; the dict has ``"kerberos": {"realm", "krb5_conf", "keytabs": {user:
+    path}, "dir"}`` in addition (host paths; ``kinit`` and ``negotiate`` use it)."""
+    if secure and ha:
+        raise ValueError("running_minicluster: secure=True with ha=True is not supported")
     ok, why = _docker_available()  # runs scripts/docker-setup.sh when no daemon answers
     if not ok:
         skip_or_fail(why)
@@ -256,8 +318,21 @@ def running_minicluster(
     addr = {**ADDR, **HA_ADDR} if ha else ADDR
     if ha:
         addr = {k: v for k, v in addr.items() if k != "rm"}
-    ha_env = {"THEMIS_RM_HA": ",".join(HA_IDS), "THEMIS_ZK_ADDRESS": "zk:2181",
-              "THEMIS_ZK_TIMEOUT_MS": str(zk_timeout_ms)} if ha else {}
+    # every daemon's environment: the HA keys, or the secure profile's switch
+    daemon_env = {"THEMIS_RM_HA": ",".join(HA_IDS), "THEMIS_ZK_ADDRESS": "zk:2181",
+                  "THEMIS_ZK_TIMEOUT_MS": str(zk_timeout_ms)} if ha else {}
+    # Secure profile: the kdc host writes keytabs and krb5.conf into a directory of this
+    # machine, which it mounts read-write and every other host read-only at /krb
+    krb_dir = tempfile.mkdtemp(prefix="themis-krb-") if secure else ""
+    krb: dict[str, Any] = {}
+    krb_ro: dict[str, str] = {}
+    if secure:
+        addr = {"kdc": KDC_ADDR, **addr}
+        daemon_env = {"THEMIS_SECURE": "1"}
+        krb_ro = {krb_dir: "/krb"}
+        krb = {"realm": REALM, "dir": krb_dir, "krb5_conf": os.path.join(krb_dir, "krb5.conf"),
+               "keytabs": {u: os.path.join(krb_dir, "keytabs", f"{u}.keytab")
+                           for u in KRB_USERS}}
 
     def daemon(role: str, image_: str, name: str, volumes: Mapping[str, str] | None = None,
                extra_mounts: Mapping[str, str] | None = None, skip: Sequence[str] = (),
@@ -272,21 +347,24 @@ def running_minicluster(
                     ipv4_address=addr[name])},
                 extra_hosts=dict(addr))
         )
-        for host, inside in {**all_mounts, **(extra_mounts or {})}.items():
+        for host, inside in {**all_mounts, **krb_ro, **(extra_mounts or {})}.items():
             if inside in skip or any(inside.startswith(v.rstrip("/") + "/")
                                      for v in (volumes or {}).values()):
                 continue  # a read-write volume (e.g. the RM's conf template) replaces it
             c = c.with_volume_mapping(host, inside, "ro")
         for host, inside in (volumes or {}).items():
             c = c.with_volume_mapping(host, inside, "rw")
-        for k, v in {**ha_env, **env}.items():
+        for k, v in {**daemon_env, **env}.items():
             c = c.with_env(k, v)
         return c
 
     rm_env = {}
     if conf_overrides:
         rm_env["THEMIS_CONF_OVERRIDES"] = ";".join(f"{k}={v}" for k, v in conf_overrides.items())
-    containers: list[DockerContainer] = [
+    containers: list[DockerContainer] = []
+    if secure:  # first: the others wait for the keytabs it publishes; /krb read-write
+        containers.append(daemon("kdc", image, "kdc", {krb_dir: "/krb"}, skip=("/krb",)))
+    containers += [
         daemon("namenode", image, "nn"),
         daemon("datanode", image, "dn"),
     ]
@@ -305,11 +383,26 @@ def running_minicluster(
         )
     started: list[DockerContainer] = []
     t0 = time.monotonic()
+    get: Any = _get
+    # secure: readiness is checked as admin over SPNEGO, once the KDC has published the keytabs
+    krb_admin: dict[str, str] = {}
+
+    def ready() -> bool:
+        nonlocal get
+        if not secure:
+            return _ready(rm_url(active_rm() or HA_IDS[0])) if ha else _ready()
+        if not krb_admin:
+            if not os.path.exists(krb["keytabs"]["admin"]):
+                return False
+            krb_admin.update(kinit(krb, "admin"))
+            get = _negotiate_json(krb_admin)
+        return _ready(RM, get, secure=True)
+
     try:
         for c in containers:
             c.start()
             started.append(c)
-        while not (_ready(rm_url(active_rm() or HA_IDS[0])) if ha else _ready()):
+        while not ready():
             for c in started:
                 wrapped = c.get_wrapped_container()
                 wrapped.reload()
@@ -321,13 +414,17 @@ def running_minicluster(
                 rm_logs = "".join(
                     f"\n==== {w.name}\n" + w.logs(tail=30).decode(errors="replace")
                     for w in (c.get_wrapped_container() for c in started)
-                    if "-rm" in w.name or "-zk-" in w.name)
+                    if "-rm" in w.name or "-zk-" in w.name
+                    or (secure and ("-kdc-" in w.name or "-nn-" in w.name)))
                 pytest.fail(f"mini-cluster not ready after {READY_TIMEOUT_S}s: "
-                            f"nodes={_safe_nodes(rm_url(active_rm() or HA_IDS[0]) if ha else RM)}"
+                            f"nodes={_safe_nodes(rm_url(active_rm() or HA_IDS[0]) if ha else RM, get)}"
                             f"{f' RMs={states}' if ha else ''}{rm_logs}")
             time.sleep(2)
-        yield {"containers": started, "image": image, "nm_image": nm_image,
+        out = {"containers": started, "image": image, "nm_image": nm_image,
                "startup_s": time.monotonic() - t0}
+        if secure:
+            out["kerberos"] = krb
+        yield out
     finally:
         if os.environ.get("THEMIS_IT_KEEP") != "1":
             for c in reversed(started):
@@ -335,6 +432,8 @@ def running_minicluster(
                     c.stop()  # stop + remove
             with contextlib.suppress(Exception):
                 client.networks.get(NET).remove()
+            if krb_dir:
+                shutil.rmtree(krb_dir, ignore_errors=True)
 
 
 # The package inside the images (THEMIS_IT_MOUNT_SRC=1 mounts the checkout's over it).
@@ -359,6 +458,7 @@ def source_mounts() -> dict[str, str]:
            str(ROOT / "docker" / "bin" / "themis-daemon"): "/usr/local/bin/themis-daemon"}
     for f in ("core-site", "hdfs-site", "yarn-site", "mapred-site"):
         out[str(ROOT / "docker" / "conf" / f"{f}.xml")] = f"/opt/hadoop/conf.template/{f}.xml"
+    out[str(ROOT / "docker" / "conf" / "secure")] = "/opt/hadoop/conf.template/secure"
     return out
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import sys
@@ -226,7 +227,8 @@ def _fmt_rho(x: Any) -> str:
     return "inf" if x is None else f"{float(x):.3f}" if math.isfinite(float(x)) else "inf"
 
 
-def _render(app: dict[str, Any], st: dict[str, Any] | None, detail: bool) -> list[str]:
+def _render(app: dict[str, Any], st: dict[str, Any] | None, detail: bool,
+            me: str = "") -> list[str]:
     lines = []
     name = app.get("name", "")
     state = f"{app.get('state')}/{app.get('finalStatus')}"
@@ -234,7 +236,10 @@ def _render(app: dict[str, Any], st: dict[str, Any] | None, detail: bool) -> lis
     why = str((st or {}).get("message") or app.get("diagnostics") or "").strip()
     failed = app.get("finalStatus") in ("FAILED", "KILLED") and why
     if st is None:
-        lines.append(f"{app['id']}  {name:<14} {state:<20} (no AM status yet)")
+        owner = str(app.get("user", ""))
+        none = (f"(no AM status: it is {owner}'s to read - YARN's VIEW_APP ACL, HDFS "
+                "permissions)" if me and owner and owner != me else "(no AM status yet)")
+        lines.append(f"{app['id']}  {name:<14} {state:<20} {none}")
         return lines + ([f"    {why[:2000]}"] if failed else [])
     gpus = st.get("gpus", {})
     jobs = st.get("jobs", [])
@@ -351,6 +356,7 @@ def _watch(args: argparse.Namespace, app_id: str | None, until_done: bool = Fals
     c = _cluster(args)
     interval = getattr(args, "watch", None) or 2.0
     every = bool(getattr(args, "all", False)) and not app_id
+    me = ""  # who the cluster sees (asked once, when an app's AM status is unreadable)
     while True:
         try:
             apps = [c.app(app_id)] if app_id else c.apps("" if every else ACTIVE_STATES)
@@ -360,6 +366,9 @@ def _watch(args: argparse.Namespace, app_id: str | None, until_done: bool = Fals
         out: list[dict[str, Any]] = []
         for a in apps:
             out.append({"app": a, "status": c.am_status(a["id"], a.get("user"))})
+        if not me and any(e["status"] is None for e in out):
+            with contextlib.suppress(ClientError):
+                me = c.whoami()
         lines = [time.strftime("%H:%M:%S")]
         state: dict[str, Any] = {}
         if every:
@@ -370,7 +379,7 @@ def _watch(args: argparse.Namespace, app_id: str | None, until_done: bool = Fals
                 return 1
         for e in out:
             if e["status"] is not None or not every:
-                lines += _render(e["app"], e["status"], detail=bool(app_id))
+                lines += _render(e["app"], e["status"], detail=bool(app_id), me=me)
             if every:
                 lines += _render_gpus(e, float(state.get("now_ms", time.time() * 1000)))
         if args.json:

@@ -15,6 +15,7 @@ the job runners and TensorBoard reach HDFS and the RM as that user (docs/install
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import posixpath
@@ -207,7 +208,12 @@ class Cluster:
             },
             "resource": {"memory": spec.am.memory_mb, "vCores": spec.am.vcores},
         }
-        self._req("POST", "/ws/v1/cluster/apps", body)
+        try:
+            self._req("POST", "/ws/v1/cluster/apps", body)
+        except ClientError:
+            with contextlib.suppress(WebHdfsError):  # refused: leave nothing staged behind
+                fs.delete(d, recursive=True)
+            raise
         return app_id
 
     def delegation_tokens(self, conf: Mapping[str, str]) -> dict[str, str]:
