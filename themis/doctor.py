@@ -43,7 +43,7 @@ EXTRAS: dict[str, tuple[tuple[str, str | None], ...]] = {
             ("hypothesis", "hypothesis"), ("mypy", "mypy"), ("ruff", "ruff"),
             ("import-linter", "importlinter"),
             ("types-PyYAML", None), ("ortools", "ortools"), ("grpcio-tools", "grpc_tools"),
-            ("requests-gssapi", "requests_gssapi")),
+            ("requests-gssapi", "requests_gssapi"), ("tensorboardX", "tensorboardX")),
     "kerberos": (("requests-gssapi", "requests_gssapi"),),
 }
 JAR_BUILD = "mvn -B -q package -DskipTests (at the repository root)"

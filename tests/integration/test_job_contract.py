@@ -77,4 +77,5 @@ def test_plain_keras_job_is_stopped_checkpointed_and_resumed(tmp_path: Path) -> 
     assert value is not None and 0.0 <= value <= 1.0
     assert job.serial_iter_time() is not None  # from the event files' wall times
     # the resumed run wrote no step twice before the checkpoint's step
-    assert min(s for s, _ in job.metric_values if s > saved[-1]) > saved[-1]
+    series = job.metric_series[str(job.objective_source())]
+    assert min(s for s, _ in series if s > saved[-1]) > saved[-1]

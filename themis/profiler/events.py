@@ -51,10 +51,18 @@ class ScalarPoint:
     step: int
     value: float
     wall_time: float
-    source: str  # name of the event file (one per run segment of a job)
+    source: str  # the event file, relative to the log directory (one per run segment)
+    #: the writer's run: the event file's directory relative to the log directory ("" for
+    #: files directly in it; Keras' ``train`` and ``validation``, a PyTorch writer's run)
+    run: str = ""
+
+    @property
+    def qualified_tag(self) -> str:
+        """``run/tag`` (``validation/epoch_loss``), the bare tag for the top-level run."""
+        return f"{self.run}/{self.tag}" if self.run else self.tag
 
 
-def scalars_of(event: Any, source: str) -> list[ScalarPoint]:
+def scalars_of(event: Any, source: str, run: str = "") -> list[ScalarPoint]:
     """The scalar values in one ``Event`` (non-scalar values are ignored)."""
     if not event.HasField("summary"):
         return []
@@ -70,7 +78,8 @@ def scalars_of(event: Any, source: str) -> list[ScalarPoint]:
             value = float(arr.reshape(()))
         else:
             continue
-        points.append(ScalarPoint(v.tag, int(event.step), value, float(event.wall_time), source))
+        points.append(ScalarPoint(v.tag, int(event.step), value, float(event.wall_time), source,
+                                  run))
     return points
 
 
@@ -104,8 +113,13 @@ class _FileTail:
 
 
 class LogDirTail:
-    """Follows every event file in a log directory (new files are picked up as they
-    appear, e.g. when a job is restarted from a checkpoint)."""
+    """Follows every event file in a log directory and its subdirectories, each
+    subdirectory being a writer's run (Keras' ``model.fit`` writes ``train/`` and
+    ``validation/``, PyTorch's ``SummaryWriter`` a directory per run); new files are
+    picked up as they appear, e.g. when a job is restarted from a checkpoint. At most
+    ``MAX_DEPTH`` directory levels below the log directory are searched."""
+
+    MAX_DEPTH = 4
 
     def __init__(self, logdir: Path, stall_warn_s: float = 30.0) -> None:
         self.logdir = Path(logdir)
@@ -113,12 +127,33 @@ class LogDirTail:
         self._tails: dict[str, _FileTail] = {}
         _without_tensorflow()
 
+    def _event_files(self) -> list[tuple[str, Path]]:
+        """(run, path) of every event file, by run and then by name (= creation time)."""
+        out: list[tuple[str, Path]] = []
+        dirs = [self.logdir]
+        for _ in range(self.MAX_DEPTH + 1):
+            below: list[Path] = []
+            for d in dirs:
+                try:
+                    entries = list(d.iterdir())
+                except OSError:
+                    continue
+                for p in entries:
+                    if p.is_dir():
+                        below.append(p)
+                    elif p.match(EVENT_FILE_GLOB):
+                        rel = d.relative_to(self.logdir).as_posix()
+                        out.append(("" if rel == "." else rel, p))
+            dirs = below
+        return sorted(out, key=lambda rp: (rp[0], rp[1].name))
+
     def poll(self) -> list[ScalarPoint]:
-        """Scalars written since the previous call, file by file in name (= creation
-        time) order."""
+        """Scalars written since the previous call, file by file: by run, then in name
+        (= creation time) order."""
         points: list[ScalarPoint] = []
-        for path in sorted(self.logdir.glob(EVENT_FILE_GLOB)):
-            tail = self._tails.setdefault(path.name, _FileTail(path))
+        for run, path in self._event_files():
+            source = path.relative_to(self.logdir).as_posix()
+            tail = self._tails.setdefault(source, _FileTail(path))
             try:
                 records = tail.read_new()
             except Exception as e:  # the file vanished or cannot be opened
@@ -126,7 +161,7 @@ class LogDirTail:
                 continue
             for record in records:
                 try:
-                    points.extend(scalars_of(event_pb2.Event.FromString(record), path.name))
+                    points.extend(scalars_of(event_pb2.Event.FromString(record), source, run))
                 except Exception as e:  # a record that passed its CRC but does not decode
                     LOG.warning("%s: undecodable event record: %s", path, e)
             self._check_stall(tail, bool(records))

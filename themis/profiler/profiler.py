@@ -8,6 +8,14 @@ as one GPU, slot-local). From those it derives serial iteration times for the ag
 the objective values for Hyperband's early stopping (the tag named by the app's
 :class:`~themis.am.objective.Objective`; by default ``eval_loss``, falling back to the
 smoothed training ``loss``) and placement slowdowns (:mod:`.slowdown`).
+
+Writers other than the bundled job: Keras' ``model.fit`` (TensorBoard callback) writes the
+runs ``train/`` and ``validation/``, PyTorch's ``SummaryWriter`` (and ``tensorboardX``) a
+directory per run. An objective names a tag qualified by its run (``validation/epoch_loss``)
+or a bare one (``epoch_loss``), which resolves to the validation run where there is one,
+else the top-level files, else the training run (:meth:`JobProfile.objective_source` says
+which). Keras' ``epoch_*`` tags are indexed by epoch, not step: they count for the
+objective, never for the steps done or the step times.
 """
 
 from __future__ import annotations
@@ -27,6 +35,11 @@ TAG_EVAL_LOSS = "eval_loss"
 TAG_ITER_TIME = "iteration_time"
 TAG_NUM_GPUS = "themis/num_gpus"
 TAG_LOCALITY = "themis/locality"
+#: Keras writes its per-epoch scalars as ``epoch_<metric>``, indexed by epoch
+EPOCH_PREFIX = "epoch_"
+#: which run a bare objective tag resolves to, first found first ("" = top-level files)
+RUN_PREFERENCE = ("validation", "val", "eval", "evaluation", "test", "", "train")
+MAX_TAGS_SEEN = 256
 
 
 class ProfilerError(KeyError):
@@ -40,25 +53,26 @@ class JobProfile:
     losses: list[tuple[int, float]] = field(default_factory=list)
     eval_losses: list[tuple[int, float]] = field(default_factory=list)
     iterations: list[IterSample] = field(default_factory=list)
-    metric: str = TAG_EVAL_LOSS  # the objective's tag
-    metric_values: list[tuple[int, float]] = field(default_factory=list)
+    metric: str = TAG_EVAL_LOSS  # the objective's tag, bare or qualified by its run
+    #: the objective's values per series (qualified tag -> (step or epoch, value))
+    metric_series: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
+    #: every qualified scalar tag read (at most MAX_TAGS_SEEN): what a job without the
+    #: objective did write
+    tags_seen: set[str] = field(default_factory=set)
     #: step times from the event files' wall times (jobs that write no ``iteration_time``)
     wall_steps: list[IterSample] = field(default_factory=list)
     _last_wall: dict[str, tuple[int, float]] = field(default_factory=dict, repr=False)
     _placement: dict[str, tuple[int, Locality]] = field(default_factory=dict, repr=False)
 
     def add(self, p: ScalarPoint) -> None:
-        self.steps_done = max(self.steps_done, p.step)
+        qualified = p.qualified_tag
         num_gpus, locality = self._placement.get(p.source, (1, Locality.SLOT))
-        last = self._last_wall.get(p.source)
-        if last is None or p.step > last[0]:
-            if last is not None and p.wall_time > last[1]:
-                self.wall_steps.append(IterSample(p.step, (p.wall_time - last[1])
-                                                  / (p.step - last[0]), num_gpus, locality))
-                del self.wall_steps[:-1000]
-            self._last_wall[p.source] = (p.step, p.wall_time)
-        if p.tag == self.metric and p.tag not in (TAG_LOSS, TAG_EVAL_LOSS):
-            self.metric_values.append((p.step, p.value))
+        if len(self.tags_seen) < MAX_TAGS_SEEN:
+            self.tags_seen.add(qualified)
+        if not p.tag.startswith(EPOCH_PREFIX):  # epoch-indexed values are no steps
+            self._step(p)
+        if self.metric not in (TAG_LOSS, TAG_EVAL_LOSS) and self.metric in (qualified, p.tag):
+            self.metric_series.setdefault(qualified, []).append((p.step, p.value))
         elif p.tag == TAG_LOSS:
             self.losses.append((p.step, p.value))
         elif p.tag == TAG_EVAL_LOSS:
@@ -70,6 +84,37 @@ class JobProfile:
         elif p.tag == TAG_LOCALITY:
             level = Locality(min(max(round(p.value), 0), int(Locality.CLUSTER)))
             self._placement[p.source] = (num_gpus, level)
+
+    def _step(self, p: ScalarPoint) -> None:
+        """Steps done, and step times from wall times (not from a validation run, whose
+        points come at the end of evaluations)."""
+        self.steps_done = max(self.steps_done, p.step)
+        if p.run in RUN_PREFERENCE[:5]:
+            return
+        num_gpus, locality = self._placement.get(p.source, (1, Locality.SLOT))
+        last = self._last_wall.get(p.source)
+        if last is None or p.step > last[0]:
+            if last is not None and p.wall_time > last[1]:
+                self.wall_steps.append(IterSample(p.step, (p.wall_time - last[1])
+                                                  / (p.step - last[0]), num_gpus, locality))
+                del self.wall_steps[:-1000]
+            self._last_wall[p.source] = (p.step, p.wall_time)
+
+    def objective_source(self) -> str | None:
+        """The series the objective's value comes from (``validation/epoch_loss``,
+        ``eval_loss``, ``loss (smoothed)``); None while the job has written none."""
+        if self.metric == TAG_EVAL_LOSS:
+            return TAG_EVAL_LOSS if self.eval_losses else (
+                f"{TAG_LOSS} (smoothed)" if self.losses else None)
+        if self.metric == TAG_LOSS:
+            return f"{TAG_LOSS} (smoothed)" if self.losses else None
+        if self.metric in self.metric_series:  # qualified, or top-level
+            return self.metric
+        for run in RUN_PREFERENCE:
+            key = f"{run}/{self.metric}" if run else self.metric
+            if key in self.metric_series:
+                return key
+        return min(self.metric_series) if self.metric_series else None
 
     def latest_loss(self, window: int = 10) -> float | None:
         """The newest eval loss, else the mean of the last ``window`` training losses."""
@@ -88,7 +133,8 @@ class JobProfile:
         if self.metric == TAG_LOSS:
             recent = sorted(self.losses)[-10:]
             return sum(v for _, v in recent) / len(recent) if recent else None
-        return max(self.metric_values)[1] if self.metric_values else None
+        source = self.objective_source()
+        return max(self.metric_series[source])[1] if source is not None else None
 
     def serial_iter_time(
         self, profile: PlacementProfile = DEFAULT, window: int = 200
