@@ -39,6 +39,7 @@ name: {name}
 search_space:
   learning_rate: {{type: double, min: 1.0e-3, max: 3.0e-1, scale: log}}
 hyperband: {{max_resource: 3, eta: 3, steps_per_unit: 10, brackets: [1], seed: {seed}}}
+objective: {{optional: true}}  # the jobs write no event files: nothing to rank
 job:
   command: >-
     {command}

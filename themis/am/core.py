@@ -54,6 +54,8 @@ from themis.mechanism.model import AppModel, ModelError
 from themis.mechanism.placement import DEFAULT, PlacementProfile
 from themis.mechanism.topology import Locality
 
+MAX_TAGS = 50  # tags kept per job for the "no objective" messages
+
 if TYPE_CHECKING:
     from themis.am.spec import AppSpec
 
@@ -129,6 +131,13 @@ class JobRecord:
     restored_steps: list[int] = field(default_factory=list)
     not_before: float = 0.0  # no relaunch before (back-off after a failure)
     gave_up: bool = False  # failed more than max_restarts times: ranked last
+    #: the series the objective's value came from (``validation/epoch_loss``; the
+    #: profiler's ``objective_source``), "" while none
+    objective_source: str = ""
+    #: the scalar tags the job's event files held while they had no objective value
+    tags: list[str] = field(default_factory=list)
+    #: a rung ended for this job without any value of the objective: it ranked last
+    missing_objective: bool = False
 
 
 class LiveBidder(ModelBidder):
@@ -205,6 +214,8 @@ class AmCore:
         self.hb: Hyperband = spec.make_hyperband(app_id, default_iter_time)
         self.jobs: dict[str, JobRecord] = {}
         self.on_outcome = on_outcome or (lambda outcome: None)
+        #: lines for the AM's log that no launcher event carries (:meth:`take_notes`)
+        self.notes: list[str] = []
 
     def record(self, job_id: str) -> JobRecord:
         return self.jobs.setdefault(job_id, JobRecord())
@@ -248,13 +259,57 @@ class AmCore:
                 self.progress(j.id, j.target_steps, math.inf)
 
     def progress(self, job_id: str, steps: int, value: float | None = None,
-                 iter_time: float | None = None) -> RungOutcome | None:
-        """A job's steps, objective value and serial iteration time -> Hyperband."""
+                 iter_time: float | None = None, *, source: str | None = None,
+                 tags: Sequence[str] = ()) -> RungOutcome | None:
+        """A job's steps, objective value and serial iteration time -> Hyperband;
+        ``source``: which series the value came from, ``tags``: what the job's event files
+        hold while they have no value (both from the profiler)."""
+        rec = self.record(job_id)
+        if source:
+            rec.objective_source = source
+        if tags and not source:
+            rec.tags = sorted(tags)[:MAX_TAGS]
         outcome = self.hb.report(job_id, steps, value, iter_time)
         if outcome is not None:
+            self._flag_missing_objective(outcome)
             self.on_outcome(outcome)
             self._rank_given_up_last()
         return outcome
+
+    def _flag_missing_objective(self, outcome: RungOutcome) -> None:
+        """No silent search: a trial that ends a rung without a value of the objective is
+        ranked last, and the AM's log and status say so, with the tags it did write."""
+        metric = self.spec.objective.metric
+        for job_id in (*outcome.promoted, *outcome.stopped, *outcome.finished):
+            job, rec = self.hb.jobs.get(job_id), self.record(job_id)
+            if job is None or job.loss is not None or rec.gave_up or rec.missing_objective:
+                continue
+            rec.missing_objective = True
+            seen = ", ".join(rec.tags[:20]) or "no scalar at all"
+            self.notes.append(
+                f"{job_id}: no value of the objective {metric!r} in its event files after "
+                f"{job.steps_done} steps: ranked last (its event files hold: {seen})")
+
+    def take_notes(self) -> list[str]:
+        out, self.notes = self.notes, []
+        return out
+
+    @property
+    def objective_never_seen(self) -> bool:
+        """The search ended and no trial ever had a value of the objective: it ranked
+        nothing. The app fails (docs/am.md, "Objective") unless the spec's objective is
+        ``optional``; an app of one trial (``job run``) has nothing to rank."""
+        jobs = self.hb.jobs.values()
+        return (not self.spec.objective.optional and self.done and len(self.hb.jobs) > 1
+                and all(j.loss is None for j in jobs))
+
+    def objective_failure(self) -> str:
+        """Why the app failed when :attr:`objective_never_seen` (one line)."""
+        tags = sorted({t for r in self.jobs.values() for t in r.tags})
+        seen = ", ".join(tags[:20]) + (" ..." if len(tags) > 20 else "") or "none"
+        return (f"no trial wrote the objective {self.spec.objective.metric!r} to its event "
+                f"files, so the search ranked nothing (scalar tags written: {seen}); set "
+                "objective.metric to one of them (run/tag or tag), or objective.optional: true")
 
     @property
     def gang(self) -> int:
@@ -299,8 +354,10 @@ class AmCore:
 
     @property
     def failed(self) -> bool:
-        """Every trial failed past its restarts (nothing left to rank)."""
-        return bool(self.hb.jobs) and all(self.record(j).gave_up for j in self.hb.jobs)
+        """Every trial failed past its restarts (nothing left to rank), or the search ended
+        without any value of its objective (:attr:`objective_never_seen`)."""
+        return (bool(self.hb.jobs) and all(self.record(j).gave_up for j in self.hb.jobs)) \
+            or self.objective_never_seen
 
     @property
     def done(self) -> bool:

@@ -204,6 +204,8 @@ class AppMasterBase:
         if self.ended:
             self.publish(now)
             return
+        for line in self.core.take_notes():
+            self.note(line)
         if self.search_over:
             self.wind_down(now)
             if self.core.failed or not self.launcher.live():

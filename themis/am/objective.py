@@ -13,6 +13,14 @@ Spec section (both spec formats, docs/am.md "Objective")::
       metric: eval_accuracy    # default eval_loss (falls back to the smoothed training loss)
       goal: maximize           # default minimize
       target: 0.97             # optional: stop the search when a trial reaches it
+      optional: false          # default: an app whose trials never write the metric fails
+
+The metric is a scalar tag as the jobs' event files name it, bare (``epoch_loss``) or
+qualified by the writer's run (``validation/epoch_loss``: Keras' ``model.fit`` writes the
+runs ``train`` and ``validation``); a bare tag found in several runs is the validation
+run's (:mod:`themis.profiler.profiler`). A trial that ends a rung without any value is
+flagged in the AM's log and status; a search in which no trial wrote it fails, naming the
+tags the trials did write, unless ``optional`` is true.
 """
 
 from __future__ import annotations
@@ -29,7 +37,7 @@ GOALS = ("minimize", "maximize")
 DEFAULT_METRIC = "eval_loss"
 #: a TensorFlow summary tag: letters, digits and ``_ . - /`` (TensorFlow's own rule)
 _TAG_RE = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_./-]{0,255}")
-_FIELDS = ("metric", "goal", "target")
+_FIELDS = ("metric", "goal", "target", "optional")
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +45,7 @@ class Objective:
     metric: str = DEFAULT_METRIC
     goal: str = "minimize"
     target: float | None = None
+    optional: bool = False  # a search whose trials never write the metric still succeeds
 
     @property
     def maximize(self) -> bool:
@@ -58,6 +67,8 @@ class Objective:
         d: dict[str, Any] = {"metric": self.metric, "goal": self.goal}
         if self.target is not None:
             d["target"] = self.target
+        if self.optional:
+            d["optional"] = True
         return d
 
 
@@ -87,7 +98,11 @@ def parse_objective(raw: Any, bad: Callable[[str, str], None]) -> Objective:
                                or not abs(target) <= 1e18):
         bad("objective.target", f"must be a finite number (|x| <= 1e18), got {short(target)}")
         target = None
-    return Objective(metric, goal, None if target is None else float(target))
+    optional = raw.get("optional", False)
+    if not isinstance(optional, bool):
+        bad("objective.optional", f"must be true or false, got {short(optional)}")
+        optional = False
+    return Objective(metric, goal, None if target is None else float(target), optional)
 
 
 def trial_json(job: Any, objective: Objective) -> dict[str, Any]:

@@ -16,6 +16,8 @@ the app held no GPU)::
                      "max_tick_s",
                      "jobs": {job: {"config", "status", "rung", "steps_done",
                                     "target_steps", "loss", "serial_iter_time_s",
+                                    "objective_source", "missing_objective",
+                                    "tags" (only when missing),
                                     "checkpoints", "segments": [
                                         {"index", "gpus", "t_start", "t_stop", "t_end",
                                          "target_steps", "start_step", "restored_from",
@@ -98,6 +100,11 @@ def app_json(am: AppMaster, t0: float) -> dict[str, Any]:
             "target_steps": job.target_steps,
             "loss": _num(job.loss),
             "serial_iter_time_s": _num(job.serial_iter_time, 5),
+            # where the objective's value came from; a trial without one: the tags it wrote
+            "objective_source": am.core.record(job_id).objective_source or None,
+            "missing_objective": am.core.record(job_id).missing_objective,
+            **({"tags": am.core.record(job_id).tags}
+               if am.core.record(job_id).missing_objective else {}),
             "checkpoints": runner.checkpoint_steps() if runner else [],
             "segments": [s.to_json(t0) for s in segs],
         }

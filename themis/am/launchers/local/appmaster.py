@@ -265,6 +265,7 @@ class AppMaster(AppMasterBase):
         job = self.hb.jobs[ev.job_id]
         if ev.code is not LaunchCode.STARTED and ev.step is not None and ev.status == 0 \
                 and job.status is JobStatus.RUNNING:
+            self.profiler.poll()  # the run has ended: its last values (Keras' last epoch)
             prof = self.profiler.jobs.get(ev.job_id)
             self._report(ev.job_id, ev.step, prof.objective_value() if prof else None)
 
@@ -274,7 +275,9 @@ class AppMaster(AppMasterBase):
     def _report(self, job_id: str, steps: int, loss: float | None) -> None:
         prof = self.profiler.jobs.get(job_id)
         it = prof.serial_iter_time(self.profile) if prof else None
-        self.core.progress(job_id, steps, loss, it)
+        source = prof.objective_source() if prof else None
+        self.core.progress(job_id, steps, loss, it, source=source,
+                           tags=sorted(prof.tags_seen) if prof and not source else ())
         self._sync_jobs()
 
     def _on_outcome(self, outcome: RungOutcome) -> None:
@@ -381,8 +384,12 @@ class AppMaster(AppMasterBase):
             return
         self.state = "failed" if outcome == "failed" else "done"
         if outcome == "failed":
-            self.error = "every trial failed; see the jobs' segment-*.err files"
+            self.error = (self.core.objective_failure() if self.core.objective_never_seen
+                          else "every trial failed; see the jobs' segment-*.err files")
         reached = " (target reached)" if self.hb.target_reached else ""
+        if outcome == "failed":
+            self.emit(f"{self.name}: FAILED after {now - self.start_time:.1f}s: {self.error}")
+            return
         self.emit(f"{self.name}: DONE in {now - self.start_time:.1f}s{reached}; "
                   f"{self.summary()}")
 

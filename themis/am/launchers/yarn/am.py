@@ -298,7 +298,8 @@ class AppMaster(AppMasterBase):
         try:
             self.core.progress(run.job_id, run.steps,
                                float(loss) if isinstance(loss, int | float) else None,
-                               float(it) if isinstance(it, int | float) and it > 0 else None)
+                               float(it) if isinstance(it, int | float) and it > 0 else None,
+                               source=r.get("objective_source"), tags=r.get("tags") or ())
         except ValueError as e:
             log.warning("report from %s: %s", run.job_id, e)
 
@@ -432,7 +433,9 @@ class AppMaster(AppMasterBase):
         whether another attempt runs)."""
         self.state = {"done": "FINISHED", "failed": "FAILED", "killed": "KILLED",
                       "crashed": "CRASHED"}[outcome]
-        if outcome == "failed" and not self.message and self.hb.jobs:
+        if outcome == "failed" and not self.message and self.core.objective_never_seen:
+            self.message = self.core.objective_failure()
+        elif outcome == "failed" and not self.message and self.hb.jobs:
             failed = self.core.record(next(iter(self.hb.jobs)))
             self.message = (f"every job failed {failed.failures} times (last exit "
                             f"{failed.last_exit}); see their container logs")

@@ -79,6 +79,11 @@ def parse_report(data: bytes, container: str) -> dict[str, Any]:
          lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0),
         ("loss", "a number or null", lambda v: v is None or _number(v)),
         ("serial_iter_time", "a number or null", lambda v: v is None or _number(v)),
+        # where the objective's value came from, else the scalar tags seen (the profiler)
+        ("objective_source", "a string or null",
+         lambda v: v is None or (isinstance(v, str) and len(v) <= 512)),
+        ("tags", "a list of at most 256 strings", lambda v: isinstance(v, list)
+         and len(v) <= 256 and all(isinstance(t, str) and len(t) <= 512 for t in v)),
         # a distributed job's task announcing its port (rendezvous, themis.am.taskgroup)
         ("port", "a TCP port (1-65535)",
          lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 < v < 65536),

@@ -199,6 +199,9 @@ class Runner:
                 prof = self._profiler.job(self.job_id)
                 out["steps"] = prof.steps_done
                 out["loss"] = prof.objective_value()  # the objective's value
+                out["objective_source"] = prof.objective_source()
+                if out["objective_source"] is None:  # what the job writes instead
+                    out["tags"] = sorted(prof.tags_seen)[:256]
                 out["serial_iter_time"] = prof.serial_iter_time()
             except Exception as e:
                 log.warning("profiler: %s", e)

@@ -38,6 +38,9 @@ def snapshot(am: AppMaster) -> dict[str, Any]:
                 "restored_step": r.restored_step, "stop_reason": r.stop_reason},
             "runs": info.runs, "failures": info.failures, "gave_up": info.gave_up,
             "restored_steps": info.restored_steps,
+            "objective_source": info.objective_source or None,
+            "missing_objective": info.missing_objective,
+            **({"tags": info.tags} if info.missing_objective else {}),
         })
     agent = am.agent
     return {

@@ -1,0 +1,98 @@
+"""A plain Keras ``model.fit`` program (examples/jobs/keras_fit.py: Keras' TensorBoard and
+BackupAndRestore callbacks, no Themis import) searched by Hyperband under ``themis
+standalone`` with real TensorFlow processes (docs/jobs.md, "Keras model.fit").
+
+* With the objective ``epoch_loss`` (Keras writes it in ``validation/``): every trial has a
+  finite value read from the validation run, the rung promotes the trial its values rank
+  best, no run trains past its step target by more than one epoch, and the promoted trial
+  resumes from its backup instead of starting over.
+* With ``val_loss`` (the name Keras' History uses, not a tag): the app fails, exit 1, with
+  one message naming the tags the trials did write; no silent search.
+
+About 45 s per run on the project's 2-core VM.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+if importlib.util.find_spec("tensorflow") is None:
+    pytest.skip("needs TensorFlow (the 'train' extra)", allow_module_level=True)
+
+pytestmark = [pytest.mark.slow, pytest.mark.integration]
+
+REPO = Path(__file__).resolve().parents[2]
+SPEC = REPO / "examples" / "jobs" / "keras-fit-hyperband.yaml"
+STEPS_PER_EPOCH = 29  # 1843 training examples / batch 64 (keras_fit.py)
+
+
+def _run(tmp_path: Path, spec_text: str) -> tuple[subprocess.CompletedProcess[str], Any]:
+    spec = tmp_path / "app.yaml"
+    spec.write_text(spec_text)
+    out = tmp_path / "out"
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2",
+           "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    p = subprocess.run([sys.executable, "-m", "themis.cli", "standalone", "--out", str(out),
+                        "--display", "lines", "--refresh-s", "30", "--machines", "1",
+                        "--gpus-per-machine", "2", "--app", str(spec)],
+                       cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    report = json.loads((out / "report.json").read_text()) if (out / "report.json").exists() \
+        else None
+    return p, report
+
+
+def test_model_fit_trials_are_ranked_by_their_validation_epoch_loss(tmp_path: Path) -> None:
+    p, report = _run(tmp_path, SPEC.read_text())
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    app = report["apps"][0] if isinstance(report["apps"], list) else \
+        next(iter(report["apps"].values()))
+    jobs = app["jobs"]
+    assert len(jobs) == 3
+    for job_id, j in jobs.items():
+        assert j["loss"] is not None and math.isfinite(j["loss"]), (job_id, j)
+        assert j["objective_source"] == "validation/epoch_loss" and not j["missing_objective"]
+        for s in j["segments"]:  # never more than one epoch past the run's target
+            if s["end_step"] is not None:
+                assert s["end_step"] <= s["target_steps"] + STEPS_PER_EPOCH, (job_id, s)
+    promoted = [k for k, j in jobs.items() if j["rung"] == 1]
+    assert len(promoted) == 1, jobs
+    # the promoted trial's second run resumed from its backup: at epoch 3 of 6 (58 steps
+    # are 2 epochs), not at epoch 1
+    assert len(jobs[promoted[0]]["segments"]) >= 2
+    out = (tmp_path / "out" / "apps" / "keras-fit" / "jobs" / promoted[0] / "segment-1.out")
+    first = re.search(r"Epoch (\d+)/(\d+)", out.read_text())
+    assert first and (first[1], first[2]) == ("3", "6"), out.read_text()[-2000:]
+    assert app["best"]["job"] == promoted[0]
+    # rung 0 promoted the best: the promoted trial's value after its first 58 steps (epoch
+    # index 1, validation run) is below the final values of the trials it stopped
+    from themis.profiler import Profiler
+
+    prof = Profiler(metric="epoch_loss")
+    prof.add_job("p", tmp_path / "out" / "apps" / "keras-fit" / "jobs" / promoted[0] / "logs")
+    prof.poll()
+    at_rung0 = dict(prof.job("p").metric_series["validation/epoch_loss"])[1]
+    assert at_rung0 <= min(j["loss"] for k, j in jobs.items() if k != promoted[0]), jobs
+
+
+def test_a_search_whose_objective_no_trial_writes_fails_and_says_which_tags_exist(
+        tmp_path: Path) -> None:
+    p, report = _run(tmp_path, SPEC.read_text().replace("metric: epoch_loss",
+                                                        "metric: val_loss"))
+    assert p.returncode == 1, p.stdout[-3000:] + p.stderr[-3000:]
+    text = p.stdout + p.stderr
+    assert "FAILED" in text and "no trial wrote the objective 'val_loss'" in text, text[-3000:]
+    assert "validation/epoch_loss" in text
+    app = report["apps"][0] if isinstance(report["apps"], list) else \
+        next(iter(report["apps"].values()))
+    assert app["state"] == "failed" and "val_loss" in app["error"]
+    assert all(j["missing_objective"] for j in app["jobs"].values())
