@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -132,3 +133,48 @@ def test_runner_reports_a_job_without_json_events(
     assert final["steps"] == 10 and final["loss"] == pytest.approx(1.0)  # eval_accuracy
     assert final["serial_iter_time"] == pytest.approx(1.0)  # the events' wall times
     assert sorted(fake.files) == ["/app/ckpt-dir/j0/checkpoint", "/app/ckpt-dir/j0/ckpt-10.index"]
+
+
+# a job that never reads its step target: it writes a step every 50 ms, in a run directory
+# as Keras does, until it is told to stop (it dies of the SIGTERM)
+ENDLESS = """
+import itertools, sys, time
+from pathlib import Path
+from tensorboard.compat.proto import event_pb2, summary_pb2
+from tensorboard.summary.writer.record_writer import RecordWriter
+logdir = Path(sys.argv[1]) / "train"
+logdir.mkdir(parents=True, exist_ok=True)
+with open(logdir / "events.out.tfevents.1.job", "wb") as f:
+    w = RecordWriter(f)
+    for step in itertools.count(1):
+        v = summary_pb2.Summary.Value(tag="batch_loss", simple_value=1.0 / step)
+        w.write(event_pb2.Event(wall_time=time.time(), step=step,
+                                summary=summary_pb2.Summary(value=[v])).SerializeToString())
+        f.flush()
+        time.sleep(0.05)
+"""
+
+
+def test_runner_stops_a_job_that_passes_its_step_target(
+        am: tuple[str, list[dict[str, Any]]], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    url, reports = am
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("THEMIS_MAX_STEPS", "20")
+    monkeypatch.setattr("themis.am.launchers.yarn.runner.PAST_TARGET_GRACE_S", 1.0)
+    script = tmp_path / "job.py"
+    script.write_text(ENDLESS)
+    logdir = Path("tflogs")
+    runner = Runner(url, "j0", 1, logdir, [sys.executable, str(script), str(logdir)],
+                    report_every=0.1, metric="train/batch_loss")
+    t0 = time.monotonic()
+    assert runner.run() == 0  # stopped at its target: the run reached it
+    assert time.monotonic() - t0 < 30
+    events = [e for r in reports for e in r["events"]]
+    stop = next(e for e in events if e["event"] == "stop-requested")
+    assert "reached its step target 20" in stop["reason"]
+    exit_ = next(e for e in events if e["event"] == "exit")
+    assert exit_["reason"] == "max-steps" and exit_["step"] >= 20
+    # never more than the grace period's steps (1 s at 20 steps/s, plus report lag) past it
+    assert exit_["step"] <= 20 + 40
+    assert next(r for r in reports if r.get("steps", 0) >= 20)["loss"] is not None

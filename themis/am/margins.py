@@ -32,6 +32,10 @@ from dataclasses import dataclass, field
 
 #: stop-duration samples the stop lead is measured from
 STOP_SAMPLES = 5
+#: a run whose job's event files show its step target reached and that has not exited this
+#: long after is stopped (SIGTERM, then the grace period): the step budget of programs that
+#: do not read $THEMIS_MAX_STEPS, such as Keras' model.fit (docs/jobs.md)
+PAST_TARGET_GRACE_S = 5.0
 
 
 @dataclass

@@ -47,7 +47,7 @@ from themis.am.core import LaunchCode, LaunchEvent
 from themis.am.hyperband import JobStatus, RungOutcome
 from themis.am.launchers.local.jobs import GpuRegistry, GpusBusy, JobRunner, LocalProcessLauncher
 from themis.am.launchers.local.spec import AppSpec
-from themis.am.margins import LeaseMargins
+from themis.am.margins import PAST_TARGET_GRACE_S, LeaseMargins
 from themis.am.master import AppMasterBase
 from themis.am.packing import JobNeed, place
 from themis.mechanism.bidder import AllocationInfo
@@ -104,6 +104,7 @@ class AppMaster(AppMasterBase):
         self.t0 = t0
         self.tick_s = tick_s
         self.kill_after_s = kill_after_s
+        self._past_target_since: dict[str, float] = {}  # job -> first seen past its target
         self.registry = registry or GpuRegistry()
         self.emit = emit or (lambda msg: None)
         self.state = "waiting"  # waiting -> running -> done | failed | stopped
@@ -322,6 +323,8 @@ class AppMaster(AppMasterBase):
                 self.launcher.stop(r.job_id, "lease")
             elif moved:
                 self.launcher.stop(r.job_id, "reassign")
+            elif self._past_target(r, now):
+                self.launcher.stop(r.job_id, "max-steps")
         for r in self.runners.values():  # a job that ignores SIGTERM: SIGKILL
             if r.live and r.stop_sent is not None and now - r.stop_sent > self.kill_after_s:
                 log.warning("job %s still running %.0fs after SIGTERM: SIGKILL", r.job_id,
@@ -340,6 +343,22 @@ class AppMaster(AppMasterBase):
                 continue  # the GPU's previous job is still checkpointing
             resume = f" (resume from step {job.steps_done})" if job.steps_done else ""
             self.emit(f"{self.name}: {job_id} started on {','.join(gpus)}{resume}")
+
+    def _past_target(self, r: Any, now: float) -> bool:
+        """A run whose job is done with its rung (its event files show the run's step
+        target) and that has not exited :data:`PAST_TARGET_GRACE_S` after: to be stopped."""
+        job = self.hb.jobs[r.job_id]
+        if job.status is JobStatus.RUNNING or not r.segments \
+                or job.steps_done < r.segments[-1].target_steps:
+            self._past_target_since.pop(r.job_id, None)
+            return False
+        since = self._past_target_since.setdefault(r.job_id, now)
+        if now - since < PAST_TARGET_GRACE_S:
+            return False
+        self.emit(f"{self.name}: {r.job_id} reached its step target "
+                  f"{r.segments[-1].target_steps} (step {job.steps_done}) and still runs: "
+                  "stopped")
+        return True
 
     def _assign(self, gpu_ids: list[str]) -> dict[str, tuple[str, ...]]:
         """Sticky split of the GPUs among the running jobs (see module docstring), in the
@@ -369,9 +388,11 @@ class AppMaster(AppMasterBase):
         return out
 
     def wind_down(self, now: float) -> None:
-        for r in self.runners.values():  # jobs stopped when a trial reached the target
-            if r.live and r.stop_sent is None and self.hb.target_reached:
+        for r in self.runners.values():  # jobs stopped when a trial reached the target,
+            if r.live and r.stop_sent is None and self.hb.target_reached:  # or past theirs
                 r.stop("target reached")
+            elif r.live and r.stop_sent is None and self._past_target(r, now):
+                self.launcher.stop(r.job_id, "max-steps")
 
     def on_finished(self, now: float, outcome: str) -> None:
         self.agent = None

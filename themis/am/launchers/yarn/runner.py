@@ -69,6 +69,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from themis.am.launchers.yarn.report import MAX_REPORT_BYTES
+from themis.am.margins import PAST_TARGET_GRACE_S
 from themis.hadoop.security import (
     REPORT_CONTAINER_HEADER,
     REPORT_TOKEN_ENV,
@@ -137,6 +138,12 @@ class Runner:
         self.chief = task is None or task == ("worker", 0)
         self.rendezvous_wait = rendezvous_wait
         self._env: dict[str, str] = {}  # the job's extra environment (TF_CONFIG)
+        # the run's step target (the job contract's $THEMIS_MAX_STEPS; 0: unknown) and the
+        # steps its event files show: a job past it that has not exited is stopped
+        self.max_steps = _int_env("THEMIS_MAX_STEPS")
+        self._steps = 0
+        self._past_target_since: float | None = None
+        self._stopped_at_target = False
 
     # ---------------------------------------------------------------- job process
     def _signal_child(self, why: str) -> None:
@@ -148,6 +155,22 @@ class Runner:
         self._add_event({"event": "stop-requested", "reason": why})
         with contextlib.suppress(ProcessLookupError):
             os.killpg(child.pid, signal.SIGTERM)
+
+    def _stop_past_target(self) -> None:
+        """The step budget of a job that does not read ``$THEMIS_MAX_STEPS`` (Keras'
+        ``model.fit``): past its target for PAST_TARGET_GRACE_S and still running, it is
+        stopped as at a lease end (SIGTERM; it exits, or YARN kills it)."""
+        if not self.max_steps or self._steps < self.max_steps or self._signalled:
+            self._past_target_since = None if self._steps < self.max_steps else \
+                self._past_target_since
+            return
+        now = time.monotonic()
+        if self._past_target_since is None:
+            self._past_target_since = now
+        elif now - self._past_target_since >= PAST_TARGET_GRACE_S:
+            self._stopped_at_target = True
+            self._signal_child(f"reached its step target {self.max_steps} (step "
+                               f"{self._steps}) and still runs")
 
     def _add_event(self, e: dict[str, Any]) -> None:
         e.setdefault("time", time.time())
@@ -197,7 +220,7 @@ class Runner:
             try:
                 self._profiler.poll()
                 prof = self._profiler.job(self.job_id)
-                out["steps"] = prof.steps_done
+                out["steps"] = self._steps = prof.steps_done
                 out["loss"] = prof.objective_value()  # the objective's value
                 out["objective_source"] = prof.objective_source()
                 if out["objective_source"] is None:  # what the job writes instead
@@ -399,7 +422,12 @@ class Runner:
             self._check_started()
             if self.report():
                 self._signal_child("asked by the AM")
+            self._stop_past_target()
         pump.join(timeout=5)
+        if self._stopped_at_target and rc in (0, -signal.SIGTERM, 128 + signal.SIGTERM):
+            # stopped here at its step target: the run reached it (docs/jobs.md)
+            self._add_event({"event": "exit", "step": self._steps, "reason": "max-steps"})
+            rc = 0
         self._check_started()
         self._release_slot()
         if self.store is not None and self.chief:
@@ -419,6 +447,13 @@ class Runner:
                     break
             time.sleep(0.5)
         return rc
+
+
+def _int_env(name: str) -> int:
+    try:
+        return max(0, int(os.environ.get(name, "0")))
+    except ValueError:
+        return 0
 
 
 def encode_command(command: str) -> str:
