@@ -90,3 +90,20 @@ def test_the_yarn_report_carries_the_source_or_the_tags_and_refuses_bad_ones() -
                 {"objective_source": 3}):
         with pytest.raises(ReportRefused, match=next(iter(bad))):
             parse_report(json.dumps({"job_id": "j", **bad}).encode(), "c1")
+
+
+def test_themis_status_names_the_trials_without_the_objective_and_their_tags() -> None:
+    from themis.client.cli import _render
+
+    app = {"id": "application_1_0001", "name": "k", "state": "RUNNING",
+           "finalStatus": "UNDEFINED", "user": "alice"}
+    st = {"objective": {"metric": "val_loss"}, "jobs": [
+        {"id": "k-s1-c0", "status": "rung-done", "steps": 58, "target_steps": 58,
+         "loss": None, "missing_objective": True,
+         "tags": ["train/batch_loss", "validation/epoch_loss"]},
+        {"id": "k-s1-c1", "status": "running", "steps": 10, "target_steps": 58,
+         "loss": 0.5, "objective_source": "validation/val_loss", "missing_objective": False}]}
+    text = "\n".join(_render(app, st, detail=True))
+    assert "1 trial(s) without any val_loss value" in text
+    assert "validation/epoch_loss" in text
+    assert "val_loss=0.5000 (validation/val_loss)" in text

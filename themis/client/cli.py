@@ -261,13 +261,19 @@ def _render(app: dict[str, Any], st: dict[str, Any] | None, detail: bool,
     best = _best_line(st, metric)
     if best:
         lines.append(best)
+    missing = [j for j in jobs if j.get("missing_objective")]
+    if missing:  # no silent search: what those trials wrote instead
+        tags = sorted({t for j in missing for t in j.get("tags", [])})
+        lines.append(f"    {len(missing)} trial(s) without any {metric} value (ranked last); "
+                     f"their event files hold: {', '.join(tags[:12]) or 'no scalar'}")
     if detail:
         for j in jobs:
             run = j.get("run") or {}
             loss = j.get("loss")
             lines.append(
                 f"    {j['id']:<28} {j['status']:<9} step {j['steps']:>5}/{j['target_steps']:<5} "
-                f"{metric}={'-' if loss is None else f'{loss:.4f}'} "
+                f"{metric}={'-' if loss is None else f'{loss:.4f}'}"
+                f"{f' ({src})' if (src := j.get('objective_source')) and src != metric else ''} "
                 f"run={run.get('state', '-')}@{run.get('node', '-')} "
                 f"restored={j.get('restored_steps', [])}")
         for r in st.get("reallocations", [])[-5:]:
