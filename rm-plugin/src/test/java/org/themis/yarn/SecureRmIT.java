@@ -17,7 +17,6 @@ import java.security.PrivilegedExceptionAction;
 import java.util.ArrayList;
 import java.util.Comparator;
 import java.util.List;
-import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.TimeUnit;
 import java.util.stream.Stream;
@@ -29,9 +28,7 @@ import org.apache.hadoop.security.UserGroupInformation;
 import org.apache.hadoop.security.UserGroupInformation.AuthenticationMethod;
 import org.apache.hadoop.security.token.Token;
 import org.apache.hadoop.yarn.api.records.ApplicationId;
-import org.apache.hadoop.yarn.api.records.ApplicationSubmissionContext;
 import org.apache.hadoop.yarn.api.records.Container;
-import org.apache.hadoop.yarn.api.records.ContainerLaunchContext;
 import org.apache.hadoop.yarn.api.records.FinalApplicationStatus;
 import org.apache.hadoop.yarn.api.records.Priority;
 import org.apache.hadoop.yarn.api.records.Resource;
@@ -40,7 +37,6 @@ import org.apache.hadoop.yarn.client.ClientRMProxy;
 import org.apache.hadoop.yarn.client.api.AMRMClient;
 import org.apache.hadoop.yarn.client.api.AMRMClient.ContainerRequest;
 import org.apache.hadoop.yarn.client.api.YarnClient;
-import org.apache.hadoop.yarn.client.api.YarnClientApplication;
 import org.apache.hadoop.yarn.conf.YarnConfiguration;
 import org.apache.hadoop.yarn.security.AMRMTokenIdentifier;
 import org.apache.hadoop.yarn.server.resourcemanager.rmapp.RMApp;
@@ -343,21 +339,11 @@ class SecureRmIT {
     });
   }
 
-  /** Submits an unmanaged AM as {@code ugi} to {@code queue} (as TestAm does). */
+  /** Submits an unmanaged AM as {@code ugi} to {@code queue} (TestAm's context). */
   private static ApplicationId submit(UserGroupInformation ugi, YarnClient yc, String name,
       String queue) throws Exception {
-    return ugi.doAs((PrivilegedExceptionAction<ApplicationId>) () -> {
-      YarnClientApplication app = yc.createApplication();
-      ApplicationSubmissionContext ctx = app.getApplicationSubmissionContext();
-      ctx.setApplicationName(name);
-      ctx.setQueue(queue);
-      ctx.setPriority(Priority.newInstance(0));
-      ctx.setAMContainerSpec(ContainerLaunchContext.newInstance(
-          Map.of(), Map.of(), List.of(), Map.of(), null, Map.of()));
-      ctx.setResource(Resource.newInstance(128, 1));
-      ctx.setUnmanagedAM(true);
-      return yc.submitApplication(ctx);
-    });
+    return ugi.doAs((PrivilegedExceptionAction<ApplicationId>) () ->
+        yc.submitApplication(TestAm.unmanaged(yc.createApplication(), name, queue)));
   }
 
   private static void awaitState(ApplicationId id, RMAppState state) throws InterruptedException {

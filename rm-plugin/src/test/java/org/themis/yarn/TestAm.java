@@ -47,15 +47,10 @@ final class TestAm {
     this.amrm = amrm;
   }
 
-  static TestAm start(ThemisMiniCluster c, String name) throws Exception {
-    return start(c, name, "default");
-  }
-
-  /** Submits an unmanaged AM named {@code name} (also its user) to {@code queue}. */
-  static TestAm start(ThemisMiniCluster c, String name, String queue) throws Exception {
-    YarnClientApplication app = c.client.createApplication();
+  /** {@code app}'s submission context for an unmanaged AM named {@code name} in {@code queue}. */
+  static ApplicationSubmissionContext unmanaged(YarnClientApplication app, String name,
+      String queue) {
     ApplicationSubmissionContext ctx = app.getApplicationSubmissionContext();
-    ApplicationId id = ctx.getApplicationId();
     ctx.setApplicationName(name);
     ctx.setQueue(queue);
     ctx.setPriority(Priority.newInstance(0));
@@ -63,6 +58,18 @@ final class TestAm {
         Map.of(), Map.of(), List.of(), Map.of(), null, Map.of()));
     ctx.setResource(Resource.newInstance(128, 1));
     ctx.setUnmanagedAM(true);
+    return ctx;
+  }
+
+  static TestAm start(ThemisMiniCluster c, String name) throws Exception {
+    return start(c, name, "default");
+  }
+
+  /** Submits an unmanaged AM named {@code name} (also its user) to {@code queue}. */
+  static TestAm start(ThemisMiniCluster c, String name, String queue) throws Exception {
+    YarnClientApplication app = c.client.createApplication();
+    ApplicationSubmissionContext ctx = unmanaged(app, name, queue);
+    ApplicationId id = ctx.getApplicationId();
     c.client.submitApplication(ctx);
     RMApp rmApp = c.cluster.getResourceManager().getRMContext().getRMApps().get(id);
     ThemisMiniCluster.waitFor("AM attempt of " + id + " launched", 30_000, () -> {
