@@ -23,7 +23,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from themis.identity.http import AuthError, HadoopSession, login_user
+from themis.identity.http import AuthError, HadoopSession, container_session, login_user
 from themis.identity.tokens import (
     HDFS_KIND,
     Token,
@@ -92,6 +92,9 @@ def test_a_file_that_is_not_token_storage_is_refused(tmp_path: Path) -> None:
 def test_a_container_uses_its_hdfs_token_and_never_the_amrm_token() -> None:
     env = {"HADOOP_TOKEN_FILE_LOCATION": str(DATA / "hadoop-credentials.writable")}
     assert webhdfs_token(container_tokens(env)) == HADOOP_URL
+    assert container_session(env).delegation == HADOOP_URL
+    plain = container_session({"HADOOP_USER_NAME": "alice"})
+    assert (plain.delegation, plain.user) == (None, "alice")
     assert container_tokens({}) == {}
     assert webhdfs_token({"x": Token(b"a", b"b", "YARN_AM_RM_TOKEN", "")}) is None
 

@@ -13,7 +13,6 @@ containers whose image may hold only the base package (``docker/yarn/Dockerfile`
 from __future__ import annotations
 
 import logging
-import os
 import posixpath
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
@@ -21,8 +20,7 @@ from typing import Any, TypeVar
 import hdfs
 import requests
 
-from themis.identity.http import HadoopSession, login_user
-from themis.identity.tokens import container_tokens, webhdfs_token
+from themis.identity.http import HadoopSession, container_session, login_user
 
 # The hdfs package logs every call at INFO; the AM logs at INFO.
 logging.getLogger("hdfs").setLevel(logging.WARNING)
@@ -50,49 +48,37 @@ class WebHdfs:
     @classmethod
     def in_container(cls, url: str, env: Mapping[str, str] | None = None,
                      timeout: float = 30.0) -> WebHdfs:
-        """WebHDFS as the app's user from inside its containers: the app's delegation token
-        when YARN gave the container one (a secure cluster), else the submitting user's
-        name (``$HADOOP_USER_NAME``, set by ``themis submit``)."""
-        env = os.environ if env is None else env
-        token = webhdfs_token(container_tokens(env))
-        if token:
-            return cls(url, timeout=timeout,
-                       session=HadoopSession(user=env.get("HADOOP_USER_NAME"),
-                                             delegation=token))
-        return cls(url, user=login_user(env), timeout=timeout)
+        """WebHDFS as the app's user from inside its containers
+        (:func:`~themis.identity.http.container_session`)."""
+        return cls(url, timeout=timeout, session=container_session(env))
 
     def home(self) -> str:
         """The user's home directory as the NameNode names it (``GETHOMEDIRECTORY``): with
         Kerberos, the home of the ticket's principal after the cluster's auth_to_local."""
-        def call() -> str:
-            r = self.session.get(f"{self.url}/webhdfs/v1/", params={"op": "GETHOMEDIRECTORY"},
-                                 timeout=30)
-            if r.status_code >= 400:
-                raise WebHdfsError(f"WebHDFS GETHOMEDIRECTORY: HTTP {r.status_code}: "
-                                   f"{r.text[:300]}")
-            return str(r.json()["Path"])
-
-        try:
-            return self._call("GETHOMEDIRECTORY", "/", call)
-        except (KeyError, ValueError) as e:
-            raise WebHdfsError(f"WebHDFS GETHOMEDIRECTORY: unexpected answer: {e}") from None
+        return str(self._root_op("GETHOMEDIRECTORY", "Path"))
 
     def delegation_token(self, renewer: str) -> str:
         """A WebHDFS delegation token of the session's user that ``renewer`` (a principal)
         may renew, as Hadoop's URL string."""
-        def call() -> str:
-            r = self.session.get(f"{self.url}/webhdfs/v1/",
-                                 params={"op": "GETDELEGATIONTOKEN", "renewer": renewer},
+        return str(self._root_op("GETDELEGATIONTOKEN", "Token", "urlString", renewer=renewer))
+
+    def _root_op(self, op: str, *keys: str, **params: str) -> Any:
+        """A GET operation on ``/`` that the ``hdfs`` package has no call for: the value at
+        ``keys`` of its JSON answer."""
+        def call() -> Any:
+            r = self.session.get(f"{self.url}/webhdfs/v1/", params={"op": op, **params},
                                  timeout=30)
             if r.status_code >= 400:
-                raise WebHdfsError(f"WebHDFS GETDELEGATIONTOKEN: HTTP {r.status_code}: "
-                                   f"{r.text[:300]}")
-            return str(r.json()["Token"]["urlString"])
+                raise WebHdfsError(f"WebHDFS {op}: HTTP {r.status_code}: {r.text[:300]}")
+            doc = r.json()
+            for k in keys:
+                doc = doc[k]
+            return doc
 
         try:
-            return self._call("GETDELEGATIONTOKEN", "/", call)
+            return self._call(op, "/", call)
         except (KeyError, TypeError, ValueError) as e:
-            raise WebHdfsError(f"WebHDFS GETDELEGATIONTOKEN: unexpected answer: {e}") from None
+            raise WebHdfsError(f"WebHDFS {op}: unexpected answer: {e}") from None
 
     def _call(self, op: str, path: str, fn: Callable[[], T]) -> T:
         try:

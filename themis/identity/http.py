@@ -27,6 +27,8 @@ from typing import Any
 
 import requests
 
+from themis.identity.tokens import container_tokens, webhdfs_token
+
 USER_ENV = "HADOOP_USER_NAME"
 # requests-gssapi logs a failed exchange with its traceback at ERROR; AuthError says it once
 logging.getLogger("requests_gssapi").setLevel(logging.CRITICAL)
@@ -40,6 +42,14 @@ def login_user(env: Mapping[str, str] | None = None) -> str:
     """The user of pseudo authentication: ``$HADOOP_USER_NAME``, else the login name."""
     env = os.environ if env is None else env
     return env.get(USER_ENV) or getpass.getuser()
+
+
+def container_session(env: Mapping[str, str] | None = None) -> HadoopSession:
+    """The app's user from inside its containers: the app's delegation token when YARN gave
+    the container one (a secure cluster), else the submitting user's name
+    (``$HADOOP_USER_NAME``, set by ``themis submit``; else the login name)."""
+    env = os.environ if env is None else env
+    return HadoopSession(user=login_user(env), delegation=webhdfs_token(container_tokens(env)))
 
 
 def negotiates(r: requests.Response) -> bool:

@@ -161,16 +161,14 @@ class WebHdfsStore(CheckpointStore):
     def __init__(self, http_url: str, root: str, user: str | None = None) -> None:
         from hdfs import Client  # imported lazily: only needed for HDFS stores
 
-        from themis.identity.http import HadoopSession, login_user
-        from themis.identity.tokens import container_tokens, webhdfs_token
+        from themis.identity.http import HadoopSession, container_session
 
         self.http_url = http_url.rstrip("/")
         self.root = root.rstrip("/") or "/"
-        # as the app's user: the container's delegation token on a secure cluster (YARN
-        # wrote it to $HADOOP_TOKEN_FILE_LOCATION), else the user's name
-        token = None if user else webhdfs_token(container_tokens())
-        self.user = user or login_user()
-        session = HadoopSession(user=self.user, delegation=token)
+        # as the app's user: the container's delegation token on a secure cluster, else
+        # the user's name
+        session = HadoopSession(user=user) if user else container_session()
+        self.user = session.user or ""
         # timeout: per connect and per read; without one a NameNode that stops answering
         # would hang the checkpoint a job writes when it is told to stop
         self._client: Any = Client(self.http_url, timeout=60, session=session)
