@@ -39,6 +39,23 @@ PAST_TARGET_GRACE_S = 5.0
 
 
 @dataclass
+class PastTarget:
+    """When a run was first seen past its step target: :meth:`due` once it has stayed past
+    it ``grace_s`` without exiting (the YARN runner and the local launcher stop it then)."""
+
+    grace_s: float = PAST_TARGET_GRACE_S
+    since: float | None = None
+
+    def due(self, past: bool, now: float) -> bool:
+        if not past:
+            self.since = None
+            return False
+        if self.since is None:
+            self.since = now
+        return now - self.since >= self.grace_s
+
+
+@dataclass
 class LeaseMargins:
     stop_lead_s: float = 0.0
     start_margin_s: float = 0.0

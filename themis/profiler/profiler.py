@@ -37,8 +37,10 @@ TAG_NUM_GPUS = "themis/num_gpus"
 TAG_LOCALITY = "themis/locality"
 #: Keras writes its per-epoch scalars as ``epoch_<metric>``, indexed by epoch
 EPOCH_PREFIX = "epoch_"
+#: runs of evaluations (their points come at an evaluation's end: no step times from them)
+VALIDATION_RUNS = ("validation", "val", "eval", "evaluation", "test")
 #: which run a bare objective tag resolves to, first found first ("" = top-level files)
-RUN_PREFERENCE = ("validation", "val", "eval", "evaluation", "test", "", "train")
+RUN_PREFERENCE = (*VALIDATION_RUNS, "", "train")
 MAX_TAGS_SEEN = 256
 
 
@@ -89,7 +91,7 @@ class JobProfile:
         """Steps done, and step times from wall times (not from a validation run, whose
         points come at the end of evaluations)."""
         self.steps_done = max(self.steps_done, p.step)
-        if p.run in RUN_PREFERENCE[:5]:
+        if p.run in VALIDATION_RUNS:
             return
         num_gpus, locality = self._placement.get(p.source, (1, Locality.SLOT))
         last = self._last_wall.get(p.source)

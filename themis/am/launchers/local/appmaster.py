@@ -47,7 +47,7 @@ from themis.am.core import LaunchCode, LaunchEvent
 from themis.am.hyperband import JobStatus, RungOutcome
 from themis.am.launchers.local.jobs import GpuRegistry, GpusBusy, JobRunner, LocalProcessLauncher
 from themis.am.launchers.local.spec import AppSpec
-from themis.am.margins import PAST_TARGET_GRACE_S, LeaseMargins
+from themis.am.margins import LeaseMargins, PastTarget
 from themis.am.master import AppMasterBase
 from themis.am.packing import JobNeed, place
 from themis.mechanism.bidder import AllocationInfo
@@ -104,7 +104,7 @@ class AppMaster(AppMasterBase):
         self.t0 = t0
         self.tick_s = tick_s
         self.kill_after_s = kill_after_s
-        self._past_target_since: dict[str, float] = {}  # job -> first seen past its target
+        self._past_targets: dict[str, PastTarget] = {}  # job -> since when past its target
         self.registry = registry or GpuRegistry()
         self.emit = emit or (lambda msg: None)
         self.state = "waiting"  # waiting -> running -> done | failed | stopped
@@ -348,12 +348,9 @@ class AppMaster(AppMasterBase):
         """A run whose job is done with its rung (its event files show the run's step
         target) and that has not exited :data:`PAST_TARGET_GRACE_S` after: to be stopped."""
         job = self.hb.jobs[r.job_id]
-        if job.status is JobStatus.RUNNING or not r.segments \
-                or job.steps_done < r.segments[-1].target_steps:
-            self._past_target_since.pop(r.job_id, None)
-            return False
-        since = self._past_target_since.setdefault(r.job_id, now)
-        if now - since < PAST_TARGET_GRACE_S:
+        past = job.status is not JobStatus.RUNNING and bool(r.segments) \
+            and job.steps_done >= r.segments[-1].target_steps
+        if not self._past_targets.setdefault(r.job_id, PastTarget()).due(past, now):
             return False
         self.emit(f"{self.name}: {r.job_id} reached its step target "
                   f"{r.segments[-1].target_steps} (step {job.steps_done}) and still runs: "

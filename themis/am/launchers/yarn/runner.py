@@ -69,7 +69,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from themis.am.launchers.yarn.report import MAX_REPORT_BYTES
-from themis.am.margins import PAST_TARGET_GRACE_S
+from themis.am.margins import PAST_TARGET_GRACE_S, PastTarget
 from themis.hadoop.security import (
     REPORT_CONTAINER_HEADER,
     REPORT_TOKEN_ENV,
@@ -142,7 +142,7 @@ class Runner:
         # steps its event files show: a job past it that has not exited is stopped
         self.max_steps = _int_env("THEMIS_MAX_STEPS")
         self._steps = 0
-        self._past_target_since: float | None = None
+        self._past_target = PastTarget(PAST_TARGET_GRACE_S)
         self._stopped_at_target = False
 
     # ---------------------------------------------------------------- job process
@@ -160,14 +160,8 @@ class Runner:
         """The step budget of a job that does not read ``$THEMIS_MAX_STEPS`` (Keras'
         ``model.fit``): past its target for PAST_TARGET_GRACE_S and still running, it is
         stopped as at a lease end (SIGTERM; it exits, or YARN kills it)."""
-        if not self.max_steps or self._steps < self.max_steps or self._signalled:
-            self._past_target_since = None if self._steps < self.max_steps else \
-                self._past_target_since
-            return
-        now = time.monotonic()
-        if self._past_target_since is None:
-            self._past_target_since = now
-        elif now - self._past_target_since >= PAST_TARGET_GRACE_S:
+        past = bool(self.max_steps) and self._steps >= self.max_steps
+        if self._past_target.due(past, time.monotonic()) and not self._signalled:
             self._stopped_at_target = True
             self._signal_child(f"reached its step target {self.max_steps} (step "
                                f"{self._steps}) and still runs")
