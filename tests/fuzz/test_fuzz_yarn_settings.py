@@ -92,6 +92,15 @@ def test_engine_command_refuses_bad_settings(variable: str, value: str) -> None:
     assert "Traceback" not in err.getvalue()
 
 
+@pytest.mark.parametrize(("value", "want"), [(None, "served-now"), ("inf", "inf"),
+                                             (" INF ", "inf"), ("Served-Now", "served-now")])
+def test_starvation_default_and_both_options(value: str | None, want: str) -> None:
+    """Unset: the default, served-now; ``inf`` (the paper's reading) is read as set."""
+    env = {} if value is None else {"THEMIS_STARVATION": value}
+    assert from_env(env).starvation == want
+    assert VARIABLES["THEMIS_STARVATION"][:2] == ("starvation", "served-now")
+
+
 @pytest.mark.parametrize("argv", [["--lease-s", "nan"], ["--agent-port", "70000"],
                                   ["--bid-timeout-s", "-1"], ["--port", "x"]])
 def test_engine_options_are_bounded_too(argv: list[str]) -> None:

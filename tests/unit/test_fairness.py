@@ -231,9 +231,18 @@ def test_served_now_rho_is_rho_at_full_demand_best_placed() -> None:
 
 
 def test_parse_starvation() -> None:
-    from themis.mechanism.fairness import Starvation, parse_starvation
+    from themis.mechanism.fairness import (
+        DEFAULT_STARVATION,
+        STARVATION_NAMES,
+        Starvation,
+        parse_starvation,
+    )
 
     assert parse_starvation(" Served-Now ") is Starvation.SERVED_NOW
     assert parse_starvation("inf") is Starvation.INF
+    assert parse_starvation(" INF ") is Starvation.INF  # the paper's reading, by name
+    # served-now is the default; inf stays a named option
+    assert DEFAULT_STARVATION is Starvation.SERVED_NOW
+    assert STARVATION_NAMES == ("inf", "served-now")
     with pytest.raises(ModelError, match="starvation 'never': must be one of inf, served-now"):
         parse_starvation("never")

@@ -61,7 +61,7 @@ def test_priority_orders_ties_only() -> None:
         assert got == ["b", "c", "a", "d", "e"] and rest == []
     assert select_bidders(rhos, 0.5, random.Random(1), pri)[0] == ["b", "c", "a"]
     assert select_bidders({"x": inf, "y": inf}, 0.5, random.Random(0), {"y": 0.5})[0] == ["y"]
-    # without priorities the seeded draw is unchanged (the default reads no key)
+    # without priorities (starvation = inf, the paper's reading) the seeded draw is the same
     assert select_bidders(rhos, 0.5, random.Random(3)) == select_bidders(
         rhos, 0.5, random.Random(3), {})
     with pytest.raises(RoundError, match="filter priority"):

@@ -56,6 +56,9 @@ def test_alone_successive_halving_rho_is_one_exact_but_not_paper(policy: str) ->
     assert s["max_excess_rho_paper"] == pytest.approx(1.0, rel=1e-12)
     assert s["max_excess_rho_exact"] == pytest.approx(1.0, rel=1e-12)
     assert s["frac_rho_paper_gt_1"] == 1.0 and s["frac_rho_exact_gt_1"] == 0.0
+    # Eq. 2's floor puts the app above 1.05 too, but not its excess rho
+    assert s["frac_rho_paper_gt_105"] == 1.0 and s["frac_excess_rho_paper_gt_105"] == 0.0
+    assert s["max_stretch"] == pytest.approx(1.0, rel=1e-12)
 
 
 def test_alone_spread_over_machines_rho_is_the_slowdown() -> None:
@@ -110,3 +113,25 @@ def test_percentile_interpolates() -> None:
     assert percentile([1.0, 2.0, 3.0, 4.0, 5.0], 50) == 3.0
     assert percentile([1.0, 2.0], 99) == pytest.approx(1.99)
     assert percentile([1.0, float("inf")], 100) == float("inf")
+
+
+def test_margin_shares_separate_overhead_from_unfairness() -> None:
+    """An app alone with a restart pause is above rho 1 (the pause) but not by 5% when
+    the pause is small against its run, and its excess rho is 1: "rho > 1" counts it,
+    "rho > 1.05" and "excess rho > 1.05" do not. A second app arriving at once and
+    waiting a whole run is above both."""
+    big = single_phase_app("a", 0.0, [(JobSpec("a-j", 1.0, 4), 4 * 3600.0)], "compute")
+    topo = build_cluster([(1, [4])], racks=1)
+    r = Simulator(topo, Workload([big]), make_policy("fifo"), SimConfig(restart_s=35.0)).run()
+    s = summarize(r)
+    assert s["frac_rho_exact_gt_1"] == 1.0
+    assert s["frac_rho_exact_gt_105"] == 0.0 and s["frac_excess_rho_exact_gt_105"] == 0.0
+    other = single_phase_app("b", 0.0, [(JobSpec("b-j", 1.0, 4), 4 * 3600.0)], "compute")
+    r = Simulator(topo, Workload([big, other]), make_policy("fifo"),
+                  SimConfig(restart_s=35.0)).run()
+    s = summarize(r)
+    # with the exact T_id the app that waited (2 h for a 1-h job, N_avg 1.5) is above;
+    # Gavel's isolated share (1/2 of the cluster: 2 h each) deems FIFO's order fair
+    assert s["frac_excess_rho_exact_gt_105"] == 0.5
+    assert s["frac_excess_rho_gavel_gt_105"] == 0.0
+    assert s["max_stretch"] == pytest.approx(2.0, rel=0.02)

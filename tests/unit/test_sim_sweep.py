@@ -51,6 +51,9 @@ def test_sweep_table_schema_and_resume(tmp_path: Path) -> None:
     assert {r["ideal_time"] for r in runs if r["policy"] == "themis@paper"} == {"paper"}
     for r in runs:
         assert int(r["apps"]) == 3
+        # no policy beats the lower bound of its run (themis.sim.bound)
+        assert float(r["max_stretch"]) >= float(r["bound_max_stretch"]) * (1 - 1e-6)
+        assert float(r["max_stretch_over_bound"]) >= 1 - 1e-6
         for k in sweep.RUN_METRICS:
             assert r[k] != "", k
         assert float(r["max_rho_exact"]) >= float(r["p99_rho_exact"]) >= float(
@@ -66,6 +69,9 @@ def test_sweep_table_schema_and_resume(tmp_path: Path) -> None:
             if how == "ratio":
                 assert float(t[f"{col} mean"]) >= 1.0
         assert 0.0 <= float(t["apps rho>1 mean"]) <= 1.0
+        # Shockwave's margin: fewer apps above 1.05 than above 1, excess no more than rho
+        assert float(t["apps rho>1.05 mean"]) <= float(t["apps rho>1 mean"])
+        assert float(t["max stretch / bound mean"]) >= 1.0
     md = (out / "table.md").read_text()
     assert "### Contention 4x" in md and "| themis@paper |" in md
     for png in ("sweep_p99_excess_rho_exact.png", "sweep_frac_rho_gavel_gt_1.png",
@@ -75,11 +81,31 @@ def test_sweep_table_schema_and_resume(tmp_path: Path) -> None:
     assert meta["runs"] == 24 and meta["simulated"] == 24 and len(meta["traces"]) == 2
     # resume: every run is cached, a second sweep simulates nothing
     cached = sorted((out / "runs").rglob("*.json"))
-    assert len(cached) == 24
+    assert len(cached) == 24 + 1  # the runs and their bounds (one per trace and setting)
+    assert len(json.loads(next((out / "runs").rglob("bounds.json")).read_text())) == 2 * 2 * 2
     stamps = [p.stat().st_mtime_ns for p in cached]
     assert _run(tmp_path, traces) == 0
     assert [p.stat().st_mtime_ns for p in cached] == stamps
     assert json.loads((out / "sweep.json").read_text())["cached"] == 24
+
+
+def test_default_policies_and_traces_per_seed(tmp_path: Path) -> None:
+    """A default sweep runs the contenders on the first VCs of each seed; 'all' every
+    registered policy."""
+    refs = [sweep.TraceRef(f"seed={s}/{vc}", "x", vc) for s in (0, 1) for vc in "abc"]
+    picked, where = sweep.per_seed(refs, 2, "found")
+    assert [r.name for r in picked] == ["seed=0/a", "seed=0/b", "seed=1/a", "seed=1/b"]
+    assert "first 2 of each seed directory: 4 traces" in where
+    traces = _traces(tmp_path)
+    args = ["sweep", "--traces", str(traces), "--out", str(tmp_path / "o"), "--apps", "2",
+            "--contentions", "4", "--workloads", "1", "--jobs", "1", "--no-progress",
+            "--vcs-per-seed", "1"]
+    assert experiments_main(args) == 0
+    meta = json.loads((tmp_path / "o" / "sweep.json").read_text())
+    assert meta["policies"] == list(sweep.DEFAULT_POLICIES) and meta["traces"] == ["seed=0/aaa"]
+    assert experiments_main([*args, "--policies", "all"]) == 0
+    meta = json.loads((tmp_path / "o" / "sweep.json").read_text())
+    assert set(meta["policies"]) >= {"themis", "themis-inf", "fifo", "themis@paper"}
 
 
 def test_sized_cluster_and_base_size() -> None:
@@ -99,3 +125,5 @@ def test_sweep_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert experiments_main(["sweep", "--traces", str(traces), "--out", str(tmp_path / "o"),
                              "--apps", "50", "--no-progress"]) == 2
     assert "no VC trace has >= 50 apps" in capsys.readouterr().err
+    assert _run(tmp_path, traces, "--vcs-per-seed", "-1") == 2
+    assert "--vcs-per-seed" in capsys.readouterr().err

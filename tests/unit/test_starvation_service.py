@@ -1,7 +1,8 @@
-"""Starvation-aware filtering (``starvation = served-now``) through the arbiter service, as
-standalone mode and the YARN engine run it: agents report their served-now key with
-rho = +inf (``ReportRhoRequest.starving``), the arbiter ages it and passes it to
-``run_round`` as the filter's ``priority`` (docs/mechanism.md, "Starvation")."""
+"""The filter's order of starving apps through the arbiter service, as standalone mode and
+the YARN engine run it. Under ``starvation = served-now`` (the default) agents report their
+served-now key with rho = +inf (``ReportRhoRequest.starving``), the arbiter ages it and
+passes it to ``run_round`` as the filter's ``priority``; under ``inf`` (the paper's
+reading) agents send no key and a draw decides (docs/mechanism.md, "Starvation")."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import math
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import grpc
@@ -21,9 +23,10 @@ from themis.arbiter.config import ArbiterConfig
 from themis.arbiter.errors import CallError
 from themis.arbiter.service import ArbiterServer
 from themis.arbiter.state import ArbiterCore
-from themis.arbiter.testing import creds, settle, stub
+from themis.arbiter.testing import creds, settle, stub, wait_for
 from themis.mechanism.bidder import ModelBidder
 from themis.mechanism.fairness import (
+    DEFAULT_STARVATION,
     ClusterShape,
     FairnessContext,
     Starvation,
@@ -65,24 +68,29 @@ def _long_fresh(name: str, now: float) -> AppModel:
     return AppModel(name, now, [Job("j", 1.0, 10_000.0, 1)])
 
 
-def _first_round(starvation: str, worse: str) -> tuple[Any, dict[str, Any]]:
+def _first_round(starvation: str | None, worse: str) -> tuple[Any, dict[str, Any]]:
     """Apps "a" and "b", both holding no GPU, one free GPU, f = 0.5 (one bidder); ``worse``
-    is the app with the larger served-now key. Returns (first round's outcome, the apps'
-    snapshot before it)."""
+    is the app with the larger served-now key; ``starvation`` None = the config's default.
+    Returns (first round's outcome, the apps' snapshot before it, with each agent's
+    starvation option under "options")."""
     cluster = GatedCluster([Gpu("m0-g0", "m0", "r0")])
     cfg = ArbiterConfig(lease_s=30.0, bid_timeout_s=3.0, fairness_knob=0.5, heartbeat_s=0.5,
-                        round_delay_s=0.01, solver="bnb", seed=7, starvation=starvation)
+                        round_delay_s=0.01, solver="bnb", seed=7)
+    if starvation is not None:
+        cfg = replace(cfg, starvation=starvation)
     srv = ArbiterServer(cluster, cfg, max_workers=16)
     srv.start(0)
     now = time.time()
     models = {n: (_short_waited(n, now) if n == worse else _long_fresh(n, now))
               for n in ("a", "b")}
-    clients = [AgentClient(srv.address, n, ModelBidder(m, time.time), backoff=(0.02, 0.3))
-               .start() for n, m in models.items()]
+    bidders = {n: ModelBidder(m, time.time) for n, m in models.items()}
+    clients = [AgentClient(srv.address, n, b, backoff=(0.02, 0.3)).start()
+               for n, b in bidders.items()]
     channel, s = stub(srv.address)
     try:
         assert all(c.connected.wait(10) for c in clients)
         snap = settle(srv.core)["apps"]
+        snap["options"] = {n: b.starvation for n, b in bidders.items()}
         cluster.gate.set()
         s.RegisterApp(pb.RegisterAppRequest(app_id="kick", rho=1.0, max_gpus=1))  # a round
         assert srv.core.wait_rounds(1, timeout=15)
@@ -94,12 +102,16 @@ def _first_round(starvation: str, worse: str) -> tuple[Any, dict[str, Any]]:
         srv.stop(0)
 
 
+@pytest.mark.parametrize("starvation", [None, "served-now"])
 @pytest.mark.parametrize("worse", ["a", "b"])
-def test_served_now_gives_the_free_gpu_to_the_larger_key(worse: str) -> None:
-    outcome, snap = _first_round("served-now", worse)
+def test_served_now_gives_the_free_gpu_to_the_larger_key(worse: str,
+                                                         starvation: str | None) -> None:
+    """Set explicitly or by default, served-now: the worse-off app is the one bidder."""
+    outcome, snap = _first_round(starvation, worse)
+    assert snap["options"] == {"a": Starvation.SERVED_NOW, "b": Starvation.SERVED_NOW}
     keys = {a: snap[a][4] for a in ("a", "b")}
     assert all(k is not None for k in keys.values()), keys  # both agents reported a key
-    assert max(keys, key=lambda a: keys[a][0]) == worse  # type: ignore[index]
+    assert max(keys, key=lambda a: keys[a][0]) == worse
     assert outcome.bidders == (worse,)
     assert [(g.app_id, g.gpus) for g in outcome.grants] == [(worse, ("m0-g0",))]
 
@@ -110,6 +122,7 @@ def test_inf_ignores_the_keys() -> None:
     winners = set()
     for worse in ("a", "b"):
         outcome, snap = _first_round("inf", worse)
+        assert snap["options"] == {"a": Starvation.INF, "b": Starvation.INF}
         assert snap["a"][4] is None and snap["b"][4] is None
         assert len(outcome.bidders) == 1
         winners.add(tuple(g.app_id for g in outcome.grants))
@@ -206,6 +219,53 @@ def test_config_refuses_unknown_starvation() -> None:
     with pytest.raises(ValueError, match="starvation 'served'"):
         ArbiterConfig(starvation="served")
     assert ArbiterConfig(starvation=" Served-Now ").starvation == "served-now"
+    assert ArbiterConfig(starvation=" INF ").starvation == "inf"
+
+
+def test_config_default_is_served_now() -> None:
+    assert DEFAULT_STARVATION is Starvation.SERVED_NOW
+    assert ArbiterConfig().starvation == "served-now"
+
+
+@pytest.mark.parametrize(("starvation", "announced", "option"), [
+    (None, "served-now", Starvation.SERVED_NOW),  # the default
+    ("served-now", "served-now", Starvation.SERVED_NOW),
+    ("inf", "inf", Starvation.INF),  # the paper's reading
+    ("", "", Starvation.INF),  # an older arbiter announces nothing: the agent uses inf
+])
+def test_agent_learns_the_option_at_registration(starvation: str | None, announced: str,
+                                                 option: Starvation) -> None:
+    """A starving app's agent takes the announced option: it reports its key right after
+    registering under served-now, and none under inf or from an arbiter that announces
+    no option (where the arbiter keeps no key either)."""
+    cfg = ArbiterConfig(lease_s=30.0, bid_timeout_s=3.0, heartbeat_s=0.5, solver="bnb")
+    if starvation:
+        cfg = replace(cfg, starvation=starvation)
+    elif starvation == "":
+        object.__setattr__(cfg, "starvation", "")  # as an arbiter without the field
+    # no free GPU: the app stays starving (rho = +inf)
+    srv = ArbiterServer(GatedCluster([Gpu("m0-g0", "m0", "r0")]), cfg, max_workers=8)
+    srv.start(0)
+    channel, s = stub(srv.address)
+    bidder = ModelBidder(_short_waited("a", time.time()), time.time)
+    before = bidder.starvation
+    assert before is Starvation.INF  # until an arbiter says otherwise
+    c = AgentClient(srv.address, "a", bidder, backoff=(0.02, 0.3)).start()
+    try:
+        assert s.RegisterApp(pb.RegisterAppRequest(app_id="x", rho=1.0, max_gpus=1)
+                             ).starvation == announced
+        assert c.connected.wait(10)
+        assert bidder.starvation is option
+        if option is Starvation.SERVED_NOW:
+            assert wait_for(lambda: srv.core.snapshot()["apps"]["a"][4] is not None, 10)
+            assert bidder.starving_key() is not None
+        else:
+            assert bidder.starving_key() is None
+            assert settle(srv.core)["apps"]["a"][4] is None
+    finally:
+        channel.close()
+        c.stop()
+        srv.stop(0)
 
 
 def test_core_refuses_key_with_finite_rho() -> None:

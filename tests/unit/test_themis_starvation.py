@@ -1,5 +1,6 @@
-"""Starvation-aware filtering (``ThemisPolicy(starvation="served-now")``, policy
-``themis-starve``): the filter's secondary key for apps holding no GPU."""
+"""The filter's order of apps holding no GPU in the simulator's Themis policy: the default
+``served-now`` (policy ``themis``) keys them by ``served_now_rho``; ``inf`` (policy
+``themis-inf``, the paper's reading) passes no key and draws among them."""
 
 from __future__ import annotations
 
@@ -10,9 +11,14 @@ from typing import Any
 import pytest
 
 from themis.mechanism import round as round_mod
-from themis.mechanism.fairness import best_locality, served_now_rho
+from themis.mechanism.fairness import (
+    DEFAULT_STARVATION,
+    Starvation,
+    best_locality,
+    served_now_rho,
+)
 from themis.sim.cluster import default_cluster
-from themis.sim.policies import RoundContext, make_policy
+from themis.sim.policies import POLICY_NAMES, RoundContext, make_policy
 from themis.sim.policies import themis as themis_mod
 from themis.sim.policies.base import check_allocation
 from themis.sim.policies.themis import ThemisPolicy
@@ -47,13 +53,17 @@ def _spy(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     return calls
 
 
+@pytest.mark.parametrize("policy", ["themis", "served-now"])
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_served_now_keys_starving_apps_and_they_bid_first(
-    monkeypatch: pytest.MonkeyPatch, seed: int
+    monkeypatch: pytest.MonkeyPatch, seed: int, policy: str
 ) -> None:
+    """The default policy ``themis`` and ``ThemisPolicy(starvation="served-now")`` alike."""
     calls = _spy(monkeypatch)
     ctx = _ctx(seed)
-    alloc = make_policy("themis-starve").allocate(ctx)
+    pol = make_policy(policy) if policy == "themis" else ThemisPolicy(starvation=policy)
+    assert isinstance(pol, ThemisPolicy) and pol.starvation is Starvation.SERVED_NOW
+    alloc = pol.allocate(ctx)
     check_allocation(ctx, alloc)
     (call,) = calls
     starving = {a for a, r in call["rho"].items() if math.isinf(r)}
@@ -67,10 +77,25 @@ def test_served_now_keys_starving_apps_and_they_bid_first(
     assert list(call["bidders"]) == ranked[: len(call["bidders"])]
 
 
-def test_inf_passes_no_key_and_is_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("policy", ["themis-inf", "inf"])
+def test_inf_passes_no_key(monkeypatch: pytest.MonkeyPatch, policy: str) -> None:
+    """The paper's reading, as the registered policy ``themis-inf`` and as the option."""
     calls = _spy(monkeypatch)
-    ThemisPolicy().allocate(_ctx(0))
+    ctx = _ctx(0)
+    pol = make_policy(policy) if policy == "themis-inf" else ThemisPolicy(starvation=policy)
+    assert isinstance(pol, ThemisPolicy) and pol.starvation is Starvation.INF
+    check_allocation(ctx, pol.allocate(ctx))
     assert calls[0]["priority"] is None
+    # the bidders are drawn among the starving apps (all tied at +inf)
+    starving = {a for a, r in calls[0]["rho"].items() if math.isinf(r)}
+    assert calls[0]["bidders"] and set(calls[0]["bidders"]) <= starving
+
+
+def test_default_is_served_now_and_bad_names_are_refused() -> None:
+    assert DEFAULT_STARVATION is Starvation.SERVED_NOW
+    assert ThemisPolicy().starvation is Starvation.SERVED_NOW
+    assert ThemisPolicy(starvation=" INF ").starvation is Starvation.INF
+    assert "themis-starve" not in POLICY_NAMES and "themis-inf" in POLICY_NAMES
     with pytest.raises(ValueError, match="starvation 'x'"):
         ThemisPolicy(starvation="x")
 

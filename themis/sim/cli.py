@@ -12,7 +12,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from themis.mechanism.fairness import DEFAULT_IDEAL_TIME, IDEAL_TIME_NAMES, parse_ideal_time
+from themis.mechanism.fairness import (
+    DEFAULT_IDEAL_TIME,
+    DEFAULT_STARVATION,
+    IDEAL_TIME_NAMES,
+    parse_ideal_time,
+)
 from themis.mechanism.round import DEFAULT_FAIRNESS_KNOB
 from themis.mechanism.solvers import DEFAULT_SOLVER, SOLVER_NAMES, SolverError
 from themis.mechanism.topology import Topology
@@ -41,7 +46,8 @@ with the trace options below, each stated with its default; nothing else is chan
 unless asked (--workload 2, --max-apps). The 'builtin' trace is a converted workload
 (Philly seed 0, first 14 days, jobs capped at 48 h, 24-h groups; recorded in it).
 
-Exit status: 0 done; 2 bad options, unknown policy, malformed trace or cluster spec."""
+Exit status: 0 done; 1 a policy beat the --bound (a defect); 2 bad options, unknown
+policy, malformed trace or cluster spec."""
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -145,7 +151,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--solver",
         default=DEFAULT_SOLVER,
-        help="the themis policy's auction solver (default %(default)s: the fast exact chain, "
+        help="the auction solver of the themis and themis-inf policies (default "
+        "%(default)s: the fast exact chain, "
         f"Gurobi when licensed; one of {', '.join(SOLVER_NAMES)}; docs/mechanism.md)",
     )
     p.add_argument("--lease-minutes", type=float, default=10.0, metavar="M",
@@ -177,6 +184,13 @@ def configure(p: argparse.ArgumentParser) -> None:
         "--check-invariants",
         action="store_true",
         help="check the simulator's invariants after every event (slower; default: off)",
+    )
+    p.add_argument(
+        "--bound",
+        action="store_true",
+        help="also compute the lower bound on the worst app's stretch (JCT / floor) that no "
+        "scheduler can beat on this trace and cluster (themis.sim.bound; docs/evaluation.md, "
+        "'The yardstick'), and each policy's max stretch over it (default: off)",
     )
     p.add_argument(
         "--progress",
@@ -236,8 +250,10 @@ def simulate(
 
 
 def _policy(name: str, args: argparse.Namespace) -> Policy:
-    if name == "themis":
-        return ThemisPolicy(fairness_knob=args.fairness_knob, solver=args.solver)
+    if name in ("themis", "themis-inf"):  # both readings of the filter take --solver
+        starvation = "inf" if name == "themis-inf" else DEFAULT_STARVATION
+        return ThemisPolicy(fairness_knob=args.fairness_knob, solver=args.solver,
+                            starvation=starvation)
     return make_policy(name, args.fairness_knob)
 
 
@@ -287,6 +303,13 @@ def run_cli(args: argparse.Namespace) -> int:
         },
         "policies": {n: summarize(r) for n, r in results.items()},
     }
+    if args.bound:
+        try:
+            summary["bound"] = run_bound(work, topo, args.restart_seconds,
+                                         summary["policies"])
+        except SimError as exc:
+            print(f"themis sim: error: {exc}", file=sys.stderr)
+            return 1
     (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True))
     (out / "apps.json").write_text(json.dumps({n: per_app(r) for n, r in results.items()}))
     from themis.sim.plots import write_plots
@@ -297,11 +320,35 @@ def run_cli(args: argparse.Namespace) -> int:
         print(
             f"{n:18s} max_rho={s['max_rho']:.2f} p99_rho={s['p99_rho']:.2f} "
             f"median_rho={s['median_rho']:.2f} rho>1={s['frac_rho_gt_1']:.1%} "
+            f"rho>1.05={s['frac_rho_gt_105']:.1%} "
+            f"excess>1.05={s[f'frac_excess_rho_{args.ideal_time}_gt_105']:.1%} "
             f"gavel_max_rho={s['max_rho_gavel']:.2f} gpu_h={s['gpu_time_hours']:.0f} "
             f"jct_h={s['avg_jct_hours']:.1f} placement={s['mean_placement_score']:.3f} "
             f"wall={s['wall_s']:.1f}s"
+            + (f" max_stretch/bound={s['max_stretch_over_bound']:.2f}" if args.bound else "")
         )
+    if args.bound:
+        print(f"{'bound':18s} max_stretch={summary['bound']['bound_max_stretch']:.3g} "
+              "(no scheduler's worst app is below it)")
     return 0
+
+
+def run_bound(work: Workload, topo: Topology, restart_s: float,
+              policies: dict[str, dict[str, Any]]) -> dict[str, float]:
+    """The trace's bounds (themis.sim.bound); adds each policy's max stretch over the
+    bound to its summary. A policy below the bound is a defect of the bound or of the
+    simulator: an error, never a result."""
+    from themis.sim.bound import bounds
+    from themis.sim.isolated import isolated_finish_times
+
+    b = bounds(work.apps, topo, restart_s, isolated_finish_times(work.apps, len(topo)))
+    for name, s in policies.items():
+        ratio = s["max_stretch"] / b["bound_max_stretch"]
+        if ratio < 1 - 1e-6:
+            raise SimError(f"policy {name}: max stretch {s['max_stretch']:.6g} is below the "
+                           f"lower bound {b['bound_max_stretch']:.6g} (a defect: please report)")
+        s["max_stretch_over_bound"] = ratio
+    return b
 
 
 def main(argv: list[str] | None = None) -> int:

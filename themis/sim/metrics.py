@@ -7,9 +7,12 @@ isolated 1/N share); rho_floor, the app's rho with the whole cluster to itself f
 arrival (what no scheduler can beat), and excess rho = rho / rho_floor, per definition.
 
 Per run (:func:`summarize`): max, p99, p95 and median of each rho; the fraction of apps
-with rho > 1 (sharing-incentive violations); max and p99 excess rho; total GPU time,
-average JCT, makespan, placement score, restarts and decision times. ``rho`` without a
-suffix is the run's own form (``SimConfig.ideal_time``).
+with rho > 1 (sharing-incentive violations by any margin), with rho > 1.05 and with excess
+rho > 1.05 (Shockwave's threshold: a violation larger than what restarts and placement
+alone cause); max and p99 excess rho; max and p99 stretch (JCT / floor, the quantity
+:mod:`themis.sim.bound` bounds); total GPU time, average JCT, makespan, placement score,
+restarts and decision times. ``rho`` without a suffix is the run's own form
+(``SimConfig.ideal_time``).
 """
 
 from __future__ import annotations
@@ -20,6 +23,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from themis.sim.engine import AppResult, SimResult
+
+#: Shockwave's threshold (Zheng et al., NSDI 2023): rho above 1.05 is a violation
+MARGIN = 1.05
 
 #: rho definitions reported side by side: name -> (rho, rho_floor) of an app
 RHOS: dict[str, tuple[Callable[[AppResult], float], Callable[[AppResult], float]]] = {
@@ -58,6 +64,7 @@ def summarize(r: SimResult) -> dict[str, Any]:
         **_dist("rho", rhos),
         "frac_rho_le_1": sum(1 for x in rhos if x <= 1.0) / len(rhos),
         "frac_rho_gt_1": sum(1 for x in rhos if x > 1.0) / len(rhos),
+        "frac_rho_gt_105": sum(1 for x in rhos if x > MARGIN) / len(rhos),
         "gpu_time_hours": sum(a.gpu_time for a in r.apps) / 3600,
         "avg_jct_hours": statistics.fmean(a.jct for a in r.apps) / 3600,
         "mean_placement_score": statistics.fmean(a.placement_score for a in r.apps),
@@ -69,11 +76,17 @@ def summarize(r: SimResult) -> dict[str, Any]:
         "decision_ms_p95": percentile(r.round_ms, 95),
         "restarts": sum(a.restarts for a in r.apps),
     }
+    stretch = [a.jct / a.t_floor for a in r.apps]
+    out["max_stretch"] = max(stretch)
+    out["p99_stretch"] = percentile(stretch, 99)
     for name, (rho_of, floor_of) in RHOS.items():
         values = [rho_of(a) for a in r.apps]
         excess = [rho_of(a) / floor_of(a) for a in r.apps]
         out.update(_dist(f"rho_{name}", values))
         out[f"frac_rho_{name}_gt_1"] = sum(1 for x in values if x > 1.0) / len(values)
+        out[f"frac_rho_{name}_gt_105"] = sum(1 for x in values if x > MARGIN) / len(values)
+        out[f"frac_excess_rho_{name}_gt_105"] = (
+            sum(1 for x in excess if x > MARGIN) / len(excess))
         out[f"max_excess_rho_{name}"] = max(excess)
         out[f"p99_excess_rho_{name}"] = percentile(excess, 99)
         floors = [floor_of(a) for a in r.apps]

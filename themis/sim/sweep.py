@@ -2,20 +2,24 @@
 
     python -m themis.sim.experiments sweep --traces DIR --out DIR [--quick]
 
-Traces (``--traces DIR``): every philly-gavel ``*.trace`` file (one Philly virtual cluster,
+Traces (``--traces DIR``): the philly-gavel ``*.trace`` files (one Philly virtual cluster,
 VC) in DIR and in its ``seed=N`` subdirectories, with ``simulation_throughputs.json``
-next to them or above. Without ``--traces`` the bundled trace (Philly seed 0, first 14
-days) is split by VC instead, with a message saying so. Each VC's jobs are grouped into
-apps (24-h window, themis.sim.philly), jobs longer than ``--max-job-hours`` are shortened,
-and the first ``--apps`` apps by arrival form the trace; VCs with fewer apps are left out.
+next to them or above; by default the first ``--vcs-per-seed`` (3) of each directory.
+Without ``--traces`` the bundled trace (Philly seed 0, first 14 days) is split by VC
+instead, with a message saying so. Each VC's jobs are grouped into apps (24-h window,
+themis.sim.philly), jobs longer than ``--max-job-hours`` are shortened, and the first
+``--apps`` (48) apps by arrival form the trace; VCs with fewer apps are left out.
 
 Runs: every trace x workload (1: the apps as converted; 2: successive halving,
-themis.sim.hyperband) x contention (1x, 2x, 4x) x policy (every registered one, plus
-Themis with the other form of the ideal time). Contention c runs on a cluster of
+themis.sim.hyperband) x contention (1x, 2x, 4x) x policy (by default Themis, Themis with
+the paper's filter, Gavel's FTF, SRSF and fair share; ``--policies all``: every registered
+one, plus Themis with the other form of the ideal time). Contention c runs on a cluster of
 ``G / c`` GPUs where G (the 1x size, a multiple of 4, at least 8) is twice the trace's
 average load - its serial GPU-hours over its arrival span (at least 24 h) - so that at 1x
 the cluster is on average half busy while apps arrive; machines have the default
 cluster's shapes (8-, 4- and 1-GPU machines in its proportions, themis.sim.cluster).
+Every run also gets the trace's lower bound on the worst app's stretch
+(themis.sim.bound) and its own worst stretch over it; a run below its bound is an error.
 
 Each run's metrics (themis.sim.metrics) are cached as ``OUT/runs/<run>.json`` under a
 fingerprint of the options: an interrupted sweep resumes where it stopped. Runs go to
@@ -46,13 +50,24 @@ from themis.sim.cluster import DEFAULT_SHAPES, build_cluster
 from themis.sim.errors import SimError, SpecError
 from themis.sim.workload import Workload
 
-SWEEP_VERSION = 2  # bump when a run's meaning changes: cached runs are then redone
+#: the policies a default sweep runs at full size: Themis as deployed and as the paper reads
+#: its filter, the two strongest baselines of the 16-app sweep (Gavel's FTF, SRSF) and
+#: instantaneous fair share (what YARN's FairScheduler does); ``--policies all`` runs every
+#: registered policy (docs/evaluation.md, "The evaluation sweep")
+DEFAULT_POLICIES = ("themis", "themis-inf", "gavel", "srsf", "fairshare")
+#: VC traces per seed directory a default sweep takes (the first by name): 3 x 4 seeds at
+#: 48 apps keep a default sweep near 30 minutes on 2 cores
+DEFAULT_VCS_PER_SEED = 3
+SWEEP_VERSION = 3  # bump when a run's meaning changes: cached runs are then redone
 CONTENTIONS = (1, 2, 4)
 WORKLOADS = (1, 2)
 #: per-run metrics kept in runs.csv (themis.sim.metrics.summarize keys)
 RUN_METRICS = tuple(
     [f"{s}_rho_{d}" for d in ("exact", "paper", "gavel") for s in ("max", "p99", "p95", "median")]
     + [f"frac_rho_{d}_gt_1" for d in ("exact", "paper", "gavel")]
+    + [f"frac_rho_{d}_gt_105" for d in ("exact", "paper", "gavel")]
+    + [f"frac_excess_rho_{d}_gt_105" for d in ("exact", "paper", "gavel")]
+    + ["max_stretch", "p99_stretch"]
     + [f"{s}_excess_rho_{d}" for d in ("exact", "paper", "gavel") for s in ("max", "p99")]
     + [f"{s}_floor_{d}" for d in ("exact", "paper") for s in ("median", "max")]
     + ["gpu_time_hours", "avg_jct_hours", "makespan_hours", "mean_placement_score",
@@ -71,7 +86,7 @@ class TraceRef:
 
 @dataclass(frozen=True, slots=True)
 class Options:
-    apps: int = 16
+    apps: int = 48
     max_job_hours: float = 48.0
     contentions: tuple[int, ...] = CONTENTIONS
     workloads: tuple[int, ...] = WORKLOADS
@@ -122,6 +137,19 @@ def find_traces(root: Path | None, opts: Options) -> tuple[list[TraceRef], str]:
     refs = [TraceRef(str(f.relative_to(root).with_suffix("")), str(f), f.stem) for f in files]
     kept = [r for r in refs if len(load_trace(r, opts).apps) >= opts.apps]
     return kept, (f"{len(kept)} of {len(refs)} VC traces in {root} have >= {opts.apps} apps")
+
+
+def per_seed(traces: Sequence[TraceRef], n: int, where: str) -> tuple[list[TraceRef], str]:
+    """The first ``n`` traces of each seed directory (``seed=0/...``; the bundled trace's
+    VCs count as one directory)."""
+    taken: dict[str, int] = {}
+    out = []
+    for t in traces:
+        seed = t.name.rsplit("/", 1)[0] if "/" in t.name else ""
+        if taken.get(seed, 0) < n:
+            taken[seed] = taken.get(seed, 0) + 1
+            out.append(t)
+    return out, f"{where}; the first {n} of each seed directory: {len(out)} traces"
 
 
 def load_trace(ref: TraceRef, opts: Options, workload: int = 1) -> Workload:
@@ -261,6 +289,39 @@ def execute(runs: Sequence[Run], opts: Options, out: Path, jobs: int,
     return [rows[r.key] for r in runs], len(todo)
 
 
+def attach_bounds(rows: Sequence[dict[str, Any]], traces: Sequence[TraceRef], opts: Options,
+                  out: Path) -> None:
+    """Add each run's lower bound on the worst app's stretch (themis.sim.bound) and its
+    max stretch over it, computed once per trace and setting and cached beside the runs.
+    A run below its bound is a defect of the bound or the simulator: SimError."""
+    from themis.sim.bound import bounds
+    from themis.sim.isolated import isolated_finish_times
+
+    cache = out / "runs" / opts.fingerprint() / "bounds.json"
+    known: dict[str, float] = json.loads(cache.read_text()) if cache.is_file() else {}
+    refs = {t.name: t for t in traces}
+    new = False
+    for row in rows:
+        key = f"{row['trace']}|w{row['workload']}|{row['gpus']}"
+        if key not in known:
+            w = load_trace(refs[row["trace"]], opts, row["workload"])
+            topo = sized_cluster(row["gpus"])
+            iso = isolated_finish_times(w.apps, len(topo))
+            known[key] = bounds(w.apps, topo, opts.restart_seconds, iso)["bound_max_stretch"]
+            new = True
+        bound = known[key]
+        row["bound_max_stretch"] = bound
+        row["max_stretch_over_bound"] = float(row["max_stretch"]) / bound
+        if row["max_stretch_over_bound"] < 1 - 1e-6:
+            raise SimError(f"run {row['trace']} workload {row['workload']} {row['gpus']} GPUs "
+                           f"{row['policy']}: max stretch {row['max_stretch']:.6g} is below "
+                           f"the lower bound {bound:.6g} (a defect: please report)")
+    if new:
+        tmp = cache.with_suffix(".tmp")
+        tmp.write_text(json.dumps(known))
+        tmp.replace(cache)
+
+
 def _key_of(row: dict[str, Any]) -> str:
     ref = TraceRef(row["trace"], "", row["vc"])
     return Run(ref, row["workload"], row["contention"], row["gpus"], row["policy"]).key
@@ -274,8 +335,12 @@ TABLE: tuple[tuple[str, str, str], ...] = (
     ("p95 rho", "p95_rho_exact", "value"),
     ("median rho", "median_rho_exact", "value"),
     ("apps rho>1", "frac_rho_exact_gt_1", "value"),
+    ("apps rho>1.05", "frac_rho_exact_gt_105", "value"),
+    ("apps excess>1.05", "frac_excess_rho_exact_gt_105", "value"),
     ("max excess", "max_excess_rho_exact", "value"),
     ("p99 excess", "p99_excess_rho_exact", "value"),
+    ("p99 excess / best", "p99_excess_rho_exact", "ratio"),
+    ("max stretch / bound", "max_stretch_over_bound", "value"),
     ("max rho (paper T_id)", "max_rho_paper", "value"),
     ("p99 rho (paper T_id)", "p99_rho_paper", "value"),
     ("apps rho>1 (paper T_id)", "frac_rho_paper_gt_1", "value"),
@@ -285,15 +350,19 @@ TABLE: tuple[tuple[str, str, str], ...] = (
     ("p95 rho (Gavel)", "p95_rho_gavel", "value"),
     ("median rho (Gavel)", "median_rho_gavel", "value"),
     ("apps rho>1 (Gavel)", "frac_rho_gavel_gt_1", "value"),
+    ("apps rho>1.05 (Gavel)", "frac_rho_gavel_gt_105", "value"),
+    ("apps excess>1.05 (Gavel)", "frac_excess_rho_gavel_gt_105", "value"),
     ("max excess (Gavel)", "max_excess_rho_gavel", "value"),
     ("p99 excess (Gavel)", "p99_excess_rho_gavel", "value"),
+    ("p99 excess (Gavel) / best", "p99_excess_rho_gavel", "ratio"),
     ("GPU time / best", "gpu_time_hours", "ratio"),
     ("avg JCT / best", "avg_jct_hours", "ratio"),
     ("makespan / best", "makespan_hours", "ratio"),
 )
 #: metrics where a policy "wins" a trace by being lowest (the issue's targets)
 WIN_METRICS = ("p99_excess_rho_exact", "p99_excess_rho_gavel", "frac_rho_exact_gt_1",
-               "frac_rho_gavel_gt_1")
+               "frac_rho_gavel_gt_1", "frac_excess_rho_exact_gt_105",
+               "frac_excess_rho_gavel_gt_105")
 
 
 def _setting(row: dict[str, Any]) -> tuple[str, int, int]:
@@ -362,11 +431,12 @@ def _fmt(mean: float, sd: float, pct: bool = False) -> str:
 #: the markdown table's groups of columns (one sub-table each)
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("rho with the exact T_id (section 3.2)",
-     ("max rho", "p99 rho", "p95 rho", "median rho", "apps rho>1", "max excess",
-      "p99 excess")),
+     ("max rho", "p99 rho", "median rho", "apps rho>1", "apps rho>1.05", "apps excess>1.05",
+      "max excess", "p99 excess", "p99 excess / best", "max stretch / bound")),
     ("Gavel's rho (JCT / JCT in an isolated 1/N share)",
-     ("max rho (Gavel)", "p99 rho (Gavel)", "p95 rho (Gavel)", "median rho (Gavel)",
-      "apps rho>1 (Gavel)", "max excess (Gavel)", "p99 excess (Gavel)")),
+     ("max rho (Gavel)", "p99 rho (Gavel)", "median rho (Gavel)", "apps rho>1 (Gavel)",
+      "apps rho>1.05 (Gavel)", "apps excess>1.05 (Gavel)", "max excess (Gavel)",
+      "p99 excess (Gavel)", "p99 excess (Gavel) / best")),
     ("rho with the paper's T_id (Eq. 2) - and efficiency",
      ("max rho (paper T_id)", "p99 rho (paper T_id)", "apps rho>1 (paper T_id)",
       "p99 excess (paper T_id)", "GPU time / best", "avg JCT / best", "makespan / best")),
@@ -384,12 +454,14 @@ def markdown(table: Sequence[dict[str, Any]], header: str) -> str:
             lines += [f"{title}:", "", "| policy | " + " | ".join(cols) + " |",
                       "|---|" + "---|" * len(cols)]
             for r in sel:
-                cells = [_fmt(r[f"{c} mean"], r[f"{c} sd"], pct="rho>1" in c) for c in cols]
+                cells = [_fmt(r[f"{c} mean"], r[f"{c} sd"], pct=c.startswith("apps"))
+                         for c in cols]
                 lines.append(f"| {r['policy']} | " + " | ".join(cells) + " |")
             lines.append("")
         lines += ["Share of runs where the policy is lowest (ties count for all):", "",
                   "| policy | p99 excess rho | p99 excess rho (Gavel) | apps rho>1 | "
-                  "apps rho>1 (Gavel) |", "|---|---|---|---|---|"]
+                  "apps rho>1 (Gavel) | apps excess>1.05 | apps excess>1.05 (Gavel) |",
+                  "|---|---|---|---|---|---|---|"]
         for r in sel:
             cells = [f"{100 * r[f'wins {m}']:.0f}%" for m in WIN_METRICS]
             lines.append(f"| {r['policy']} | " + " | ".join(cells) + " |")
@@ -467,7 +539,7 @@ def configure(p: argparse.ArgumentParser) -> None:
                    "sweep.json and sweep_*.png (required)")
     p.add_argument("--apps", type=int, default=None, metavar="N",
                    help="the first N apps of each VC form its trace; VCs with fewer apps "
-                   "are left out (default: 16; 6 with --quick)")
+                   "are left out (default: 48; 6 with --quick)")
     p.add_argument("--max-job-hours", type=float, default=48.0, metavar="H",
                    help="jobs longer than H hours on their own GPUs are shortened to H "
                    "(as the bundled trace; 0: keep) (default: %(default)s)")
@@ -478,9 +550,13 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="1: apps as converted; 2: successive-halving apps "
                    "(default: %(default)s)")
     p.add_argument("--policies", default=None, metavar="LIST",
-                   help="comma-separated policies; 'themis@paper' / 'themis@exact' run "
-                   "Themis with that form of T_id (default: every registered policy plus "
-                   "Themis with the non-default form)")
+                   help="comma-separated policies, or 'all' (every registered policy plus "
+                   "Themis with the non-default form of T_id); 'themis@paper' / "
+                   "'themis@exact' run Themis with that form of T_id (default: "
+                   f"{','.join(DEFAULT_POLICIES)})")
+    p.add_argument("--vcs-per-seed", type=int, default=DEFAULT_VCS_PER_SEED, metavar="N",
+                   help="the first N VC traces (by name) of each seed directory that have "
+                   "enough apps; 0: all of them (default: %(default)s)")
     p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), metavar="N",
                    help="worker processes (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0,
@@ -511,7 +587,7 @@ def run_cli(args: argparse.Namespace) -> int:
         if args.apps is not None and args.apps < 1:
             raise SpecError("--apps", f"{args.apps} must be >= 1")
         opts = Options(
-            apps=args.apps or (6 if args.quick else 16),
+            apps=args.apps or (6 if args.quick else 48),
             max_job_hours=args.max_job_hours,
             contentions=(1, 4) if args.quick else _ints(args.contentions, "--contentions"),
             workloads=(2,) if args.quick else _ints(args.workloads, "--workloads", WORKLOADS),
@@ -519,12 +595,16 @@ def run_cli(args: argparse.Namespace) -> int:
         )
         from themis.sim.policies import POLICY_NAMES
 
-        if args.policies:
+        if args.policies == "all":
+            policies = policy_names()
+        elif args.policies:
             policies = [p.strip() for p in args.policies.split(",") if p.strip()]
         elif args.quick:
             policies = ["themis", "srtf", "fifo" if "fifo" in POLICY_NAMES else "gandiva"]
         else:
-            policies = policy_names()
+            policies = list(DEFAULT_POLICIES)
+        if args.vcs_per_seed < 0:
+            raise SpecError("--vcs-per-seed", f"{args.vcs_per_seed} must be >= 0")
         for p in policies:
             name, _, form = p.partition("@")
             if name not in POLICY_NAMES or (form and (name != "themis" or form not in
@@ -534,6 +614,8 @@ def run_cli(args: argparse.Namespace) -> int:
         traces, where = find_traces(args.traces, opts)
         if args.quick:
             traces = traces[:2]
+        elif args.vcs_per_seed:
+            traces, where = per_seed(traces, args.vcs_per_seed, where)
         if not traces:
             raise SpecError(str(args.traces or "builtin"),
                             f"no VC trace has >= {opts.apps} apps (lower --apps)")
@@ -548,6 +630,11 @@ def run_cli(args: argparse.Namespace) -> int:
           f"{len(opts.contentions)} contention levels x {len(policies)} policies = "
           f"{len(runs)} runs on {args.jobs} worker(s)", file=sys.stderr)
     rows, simulated = execute(runs, opts, out, args.jobs, args.progress)
+    try:
+        attach_bounds(rows, traces, opts, out)
+    except SimError as exc:
+        print(f"themis sweep: error: {exc}", file=sys.stderr)
+        return 1
     write_csv(out / "runs.csv", rows)
     table = aggregate(rows, policies)
     write_csv(out / "table.csv", table)

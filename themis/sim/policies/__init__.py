@@ -20,9 +20,11 @@ from themis.sim.policies.themis import ThemisPolicy
 from themis.sim.policies.tiresias import TiresiasPolicy
 
 FACTORIES: dict[str, Callable[[float], Policy]] = {
+    # Themis as deployed: the default starvation order (served-now, docs/mechanism.md)
     "themis": lambda f: ThemisPolicy(fairness_knob=f),
-    # Themis with starvation-aware filtering (an option, not the paper's reading)
-    "themis-starve": lambda f: ThemisPolicy(fairness_knob=f, starvation="served-now"),
+    # Themis with the paper's reading of the filter: apps holding no GPU tie at rho = +inf
+    # and a draw decides among them (the option starvation = "inf")
+    "themis-inf": lambda f: ThemisPolicy(fairness_knob=f, starvation="inf"),
     "gandiva": lambda f: GandivaPolicy(),
     "tiresias": lambda f: TiresiasPolicy(gittins=False),
     "tiresias-gittins": lambda f: TiresiasPolicy(gittins=True),

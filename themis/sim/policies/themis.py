@@ -10,10 +10,11 @@ GPUs the leftover step cannot place (no non-bidder has room) go to bidders that 
 have room inside ``run_round`` (work conservation, section 3.3.2), as in YARN and
 standalone mode.
 
-``starvation`` (:class:`~themis.mechanism.fairness.Starvation`, default ``inf``, the paper's
-reading) selects how the filter orders apps holding no GPU; ``served-now`` ranks them,
-still above every app holding GPUs, by :func:`~themis.mechanism.fairness.served_now_rho`
-(registered as the policy ``themis-starve``; docs/mechanism.md, "Starvation").
+``starvation`` (:class:`~themis.mechanism.fairness.Starvation`) selects how the filter
+orders apps holding no GPU: the default ``served-now`` ranks them, still above every app
+holding GPUs, by :func:`~themis.mechanism.fairness.served_now_rho` (the policy ``themis``);
+``inf``, the paper's reading, lets them tie at rho = +inf and draws among them (the policy
+``themis-inf``; docs/mechanism.md, "Starvation").
 """
 
 from __future__ import annotations

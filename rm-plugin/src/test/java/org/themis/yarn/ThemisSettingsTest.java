@@ -19,7 +19,7 @@ class ThemisSettingsTest {
     assertEquals(30_000L, s.gracePeriodMs());
     assertEquals("auto-fast", s.solver());
     assertEquals("exact", s.idealTime());
-    assertEquals("inf", s.starvation());
+    assertEquals("served-now", s.starvation());
     assertEquals("python3", s.pythonExecutable());
     assertEquals("-m themis.yarn.engine", s.engineCommand());
     assertEquals(8642, s.agentPort());
@@ -37,7 +37,7 @@ class ThemisSettingsTest {
     c.set(ThemisSettings.FAIRNESS_KNOB, "0");
     c.set(ThemisSettings.SOLVER, " HiGHS ");
     c.set(ThemisSettings.IDEAL_TIME, " Paper ");
-    c.set(ThemisSettings.STARVATION, " Served-Now ");
+    c.set(ThemisSettings.STARVATION, " Inf ");
     c.set(ThemisSettings.AGENT_PORT, "0");
     c.set(ThemisSettings.GRACE_PERIOD_MS, "0");
     c.set(ThemisSettings.ENGINE_ENABLED, "false");
@@ -49,7 +49,7 @@ class ThemisSettingsTest {
     assertEquals(0.0, s.fairnessKnob());
     assertEquals("highs", s.solver());
     assertEquals("paper", s.idealTime());
-    assertEquals("served-now", s.starvation());
+    assertEquals("inf", s.starvation());
     assertEquals(0, s.agentPort());
     assertEquals(0L, s.gracePeriodMs());
     assertFalse(s.engineEnabled());
@@ -57,6 +57,15 @@ class ThemisSettingsTest {
     assertEquals(60_000L, s.stockAppMaxHoldMs());
     assertEquals(0, s.metricsTopApps());
     assertEquals(1_000_000, s.maxApps());
+  }
+
+  /** Both orders of starving apps are read as set: served-now (the default) and inf. */
+  @ParameterizedTest
+  @CsvSource(delimiter = '|', value = {"served-now|served-now", "' Served-Now '|served-now",
+      "inf|inf", "INF|inf"})
+  void starvationIsReadAsSet(String value, String expected) {
+    assertEquals(expected, ThemisSettings.from(conf(ThemisSettings.STARVATION, value))
+        .starvation());
   }
 
   @ParameterizedTest
