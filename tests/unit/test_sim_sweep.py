@@ -72,9 +72,24 @@ def test_sweep_table_schema_and_resume(tmp_path: Path) -> None:
         # Shockwave's margin: fewer apps above 1.05 than above 1, excess no more than rho
         assert float(t["apps rho>1.05 mean"]) <= float(t["apps rho>1 mean"])
         assert float(t["max stretch / bound mean"]) >= 1.0
+    # each column from its own values: the mean of the runs' metric, and of the ratios
+    for t in table:
+        mine = [r for r in runs if r["policy"] == t["policy"]
+                and t["contention"] in ("all", f"{r['contention']}x")]
+        values = [float(r["p99_excess_rho_exact"]) for r in mine]
+        assert float(t["p99 excess mean"]) == pytest.approx(sum(values) / len(values),
+                                                            rel=1e-5)
+        best = {k: min(float(r["p99_excess_rho_exact"]) for r in runs
+                       if (r["trace"], r["workload"], r["contention"]) == k)
+                for k in {(r["trace"], r["workload"], r["contention"]) for r in mine}}
+        ratios = [float(r["p99_excess_rho_exact"]) / best[(r["trace"], r["workload"],
+                                                            r["contention"])] for r in mine]
+        assert float(t["p99 excess / best mean"]) == pytest.approx(
+            sum(ratios) / len(ratios), rel=1e-5)
     md = (out / "table.md").read_text()
     assert "### Contention 4x" in md and "| themis@paper |" in md
-    for png in ("sweep_p99_excess_rho_exact.png", "sweep_frac_rho_gavel_gt_1.png",
+    for png in ("sweep_p99_excess_rho_exact.png", "sweep_frac_excess_rho_exact_gt_105.png",
+                "sweep_max_stretch_over_bound.png",
                 "sweep_gpu_time.png"):
         assert (out / png).stat().st_size > 5000
     meta = json.loads((out / "sweep.json").read_text())

@@ -383,23 +383,23 @@ def aggregate(rows: Sequence[dict[str, Any]], policies: Sequence[str]
         for p in policies:
             agg: dict[str, Any] = {"contention": "all" if level is None else f"{level}x",
                                    "policy": p, "runs": 0}
-            values: dict[str, list[float]] = {m: [] for _, m, _ in TABLE}
+            values: dict[str, list[float]] = {col: [] for col, _, _ in TABLE}
             wins = {m: 0 for m in WIN_METRICS}
             for per in settings.values():
                 if p not in per:
                     continue
                 agg["runs"] += 1
-                for _, m, how in TABLE:
+                for col, m, how in TABLE:
                     v = float(per[p][m])
                     if how == "ratio":
                         best = min(float(x[m]) for x in per.values())
                         v = v / best if best > 0 else 1.0
-                    values[m].append(v)
+                    values[col].append(v)
                 for m in WIN_METRICS:
                     best = min(float(x[m]) for x in per.values())
                     wins[m] += float(per[p][m]) <= best * (1 + 1e-9)
-            for col, m, _ in TABLE:
-                vs = [v for v in values[m] if math.isfinite(v)]
+            for col, _, _ in TABLE:
+                vs = [v for v in values[col] if math.isfinite(v)]
                 agg[f"{col} mean"] = statistics.fmean(vs) if vs else math.nan
                 agg[f"{col} sd"] = statistics.pstdev(vs) if len(vs) > 1 else 0.0
                 agg[f"{col} median"] = statistics.median(vs) if vs else math.nan
@@ -482,8 +482,8 @@ def write_plots(rows: Sequence[dict[str, Any]], policies: Sequence[str], out: Pa
     panels = (
         ("p99_excess_rho_exact", "p99 excess rho (rho / rho_floor, exact T_id)", True),
         ("p99_excess_rho_gavel", "p99 excess rho, Gavel's rho", True),
-        ("frac_rho_exact_gt_1", "fraction of apps with rho > 1 (exact T_id)", False),
-        ("frac_rho_gavel_gt_1", "fraction of apps with Gavel's rho > 1", False),
+        ("frac_excess_rho_exact_gt_105", "fraction of apps with excess rho > 1.05", False),
+        ("max_stretch_over_bound", "worst app's stretch / lower bound (ratio)", True),
     )
     for metric, label, log in panels:
         fig, axes = plt.subplots(1, len(levels), figsize=(4 * len(levels), 4.2), sharey=True,
