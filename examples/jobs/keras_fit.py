@@ -11,8 +11,9 @@ its backup. What it adds for Themis, two lines:
   run trains no further than Hyperband asked;
 * ``BackupAndRestore(..., delete_checkpoint=False)``: Keras deletes the backup when ``fit``
   returns, so a promoted trial would start over; kept, its next run resumes at the last
-  epoch. A run stopped at a lease end (SIGTERM, then SIGKILL) resumes at its last complete
-  epoch: Keras writes the backup at each epoch's end (``save_freq="epoch"``).
+  epoch. A run stopped at a lease end dies of the SIGTERM at once (Keras installs no
+  handler) and resumes at the start of the epoch it was in: Keras writes the backup at each
+  epoch's end (``save_freq="epoch"``).
 
     python3 examples/jobs/keras_fit.py --learning-rate 0.01
 """

@@ -96,3 +96,77 @@ def test_a_search_whose_objective_no_trial_writes_fails_and_says_which_tags_exis
         next(iter(report["apps"].values()))
     assert app["state"] == "failed" and "val_loss" in app["error"]
     assert all(j["missing_objective"] for j in app["jobs"].values())
+
+
+def test_model_fit_stopped_mid_epoch_resumes_from_its_backup(tmp_path: Path) -> None:
+    """What docs/jobs.md says of ``BackupAndRestore`` (the example's, ``save_freq="epoch"``,
+    ``delete_checkpoint=False``): a SIGTERM mid-epoch ends the program at once (no handler:
+    nothing written, the backup of the last complete epoch kept); the next run resumes at
+    that epoch, not at epoch 1; the backup stays when ``fit`` returns, and Keras' default
+    (``delete_checkpoint=True``) deletes it then. About 40 s."""
+    import signal
+    import threading
+    import time
+
+    backup = tmp_path / "ckpt" / "backup"
+    # batch 8: 231 steps per epoch, long enough to stop one in its middle
+    epochs, steps = 4, 4 * 231
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1",
+           "THEMIS_LOGDIR": str(tmp_path / "logs"), "THEMIS_MAX_STEPS": str(steps),
+           "THEMIS_CHECKPOINT_DIR": str(tmp_path / "ckpt")}
+    cmd = [sys.executable, str(REPO / "examples" / "jobs" / "keras_fit.py"),
+           "--batch-size", "8"]
+    epoch = re.compile(r"^Epoch (\d+)/(\d+)")
+
+    # run 1: SIGTERM half-way through its third epoch
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    timer = threading.Timer(120.0, proc.kill)  # a hung run fails the test, not the suite
+    timer.start()
+    lines: list[str] = []
+    began: dict[int, float] = {}
+    assert proc.stdout is not None
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            m = epoch.match(line)
+            if m:
+                began[int(m[1])] = time.monotonic()
+            if 3 in began:
+                time.sleep((began[3] - began[2]) / 2)  # half an epoch's time
+                t_term = time.monotonic()
+                proc.send_signal(signal.SIGTERM)
+                break
+        rest = proc.stdout.read()
+        status = proc.wait(30)
+        took = time.monotonic() - t_term
+    finally:
+        timer.cancel()
+    text = "".join(lines) + rest
+    assert 3 in began, text[-3000:]
+    # died of the signal at once, in epoch 3: no epoch end printed after "Epoch 3/4"
+    assert status == -signal.SIGTERM and took < 5, (status, took)
+    after = text[text.index("Epoch 3/"):]
+    assert "Epoch 4/" not in text and not re.search(r"^\d+/\d+ - ", after, re.M), text[-2000:]
+    assert re.search(r"^\d+/\d+ - ", text[:text.index("Epoch 3/")], re.M)  # (the format)
+    meta = json.loads((backup / "training_metadata.json").read_text())
+    assert meta["epoch"] == 2, meta  # two complete epochs, nothing written at the SIGTERM
+
+    # run 2: resumes at epoch 3 and keeps its backup when fit returns
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    started = [m[1] for m in (epoch.match(x) for x in p.stdout.splitlines()) if m]
+    assert started == ["3", "4"], p.stdout[-3000:]
+    assert json.loads((backup / "training_metadata.json").read_text())["epoch"] == epochs
+
+    # run 3: Keras' default deletes the backup when fit returns (after resuming from it)
+    default = tmp_path / "keras_fit_default.py"
+    default.write_text((REPO / "examples" / "jobs" / "keras_fit.py").read_text()
+                       .replace("delete_checkpoint=False", "delete_checkpoint=True"))
+    p = subprocess.run([sys.executable, str(default), "--batch-size", "8"],
+                       env={**env, "THEMIS_MAX_STEPS": str(steps + 231)},
+                       capture_output=True, text=True, timeout=180)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    started = [m[1] for m in (epoch.match(x) for x in p.stdout.splitlines()) if m]
+    assert started == ["5"], p.stdout[-3000:]
+    assert not backup.exists()

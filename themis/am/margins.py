@@ -36,6 +36,12 @@ STOP_SAMPLES = 5
 #: long after is stopped (SIGTERM, then the grace period): the step budget of programs that
 #: do not read $THEMIS_MAX_STEPS, such as Keras' model.fit (docs/jobs.md)
 PAST_TARGET_GRACE_S = 5.0
+#: a run told to stop (SIGTERM: a lease end, a move, its step target) that still runs this
+#: long after is killed (SIGKILL) by its launcher: the local launcher's default
+#: (``themis standalone --shutdown-timeout-s``) and the YARN runner's (``--stop-grace``),
+#: well inside the YARN launcher's ``stop_timeout_s`` (60 s, after which the AM releases
+#: the container), so that the runner still saves the checkpoints the job wrote before
+STOP_GRACE_S = 30.0
 
 
 @dataclass

@@ -23,7 +23,9 @@ Binding rules (see docs/standalone.md):
 * a job whose GPUs are no longer usable (:mod:`themis.am.margins`: no stop lead, a grace
   of ``grace_s``) gets SIGTERM (it checkpoints and exits): as soon as an allocation shows
   the lease was not renewed, or ``grace_s`` after the lease expired if no allocation comes
-  (arbiter gone);
+  (arbiter gone); so does a run past its step target (docs/jobs.md, "Step target");
+* a job still running ``kill_after_s`` after its SIGTERM, whatever the stop, gets SIGKILL
+  (:meth:`AppMaster._kill_unstopped`, during the search and after it);
 * a stopped job resumes from its newest checkpoint when the app has GPUs for it again;
 * no process is started on a GPU that is not placeable (a lease with less than
   ``min_lease_left_s``, the margins' start margin, to run: the job would spend it loading
@@ -47,7 +49,7 @@ from themis.am.core import LaunchCode, LaunchEvent
 from themis.am.hyperband import JobStatus, RungOutcome
 from themis.am.launchers.local.jobs import GpuRegistry, GpusBusy, JobRunner, LocalProcessLauncher
 from themis.am.launchers.local.spec import AppSpec
-from themis.am.margins import LeaseMargins, PastTarget
+from themis.am.margins import STOP_GRACE_S, LeaseMargins, PastTarget
 from themis.am.master import AppMasterBase
 from themis.am.packing import JobNeed, place
 from themis.mechanism.bidder import AllocationInfo
@@ -87,7 +89,7 @@ class AppMaster(AppMasterBase):
         tick_s: float = 0.5,
         report_s: float = 2.0,
         min_lease_left_s: float = 0.0,
-        kill_after_s: float = 30.0,
+        kill_after_s: float = STOP_GRACE_S,
         registry: GpuRegistry | None = None,
         emit: Callable[[str], None] | None = None,
         clock: Callable[[], float] = time.time,
@@ -325,11 +327,7 @@ class AppMaster(AppMasterBase):
                 self.launcher.stop(r.job_id, "reassign")
             elif self._past_target(r, now):
                 self.launcher.stop(r.job_id, "max-steps")
-        for r in self.runners.values():  # a job that ignores SIGTERM: SIGKILL
-            if r.live and r.stop_sent is not None and now - r.stop_sent > self.kill_after_s:
-                log.warning("job %s still running %.0fs after SIGTERM: SIGKILL", r.job_id,
-                            now - r.stop_sent)
-                self.launcher.kill_tasks(r.job_id)
+        self._kill_unstopped(now)
         runnable = {j.id for j in self.core.runnable()}
         live = self.launcher.live()  # (a distributed job's: until all of its tasks ended)
         for job_id, gpus in sorted(desired.items()):
@@ -343,6 +341,21 @@ class AppMaster(AppMasterBase):
                 continue  # the GPU's previous job is still checkpointing
             resume = f" (resume from step {job.steps_done})" if job.steps_done else ""
             self.emit(f"{self.name}: {job_id} started on {','.join(gpus)}{resume}")
+
+    def _kill_unstopped(self, now: float) -> None:
+        """Every stop's escalation (a lease end, a move, a step target, the search's end):
+        a job still running ``kill_after_s`` after its SIGTERM gets SIGKILL. What it
+        checkpointed before stays in its checkpoint directory for its next run."""
+        for r in self.runners.values():
+            if not (r.live and r.stop_sent is not None and now - r.stop_sent > self.kill_after_s):
+                continue
+            why = r.segments[-1].stopped_by if r.segments else ""
+            line = (f"{r.job_id} still running {now - r.stop_sent:.0f} s after its SIGTERM "
+                    + ("at its step target" if why == "max-steps" else f"({why or 'stop'})")
+                    + ": killed (SIGKILL), its checkpoints kept")
+            log.warning("app %s: %s", self.name, line)
+            self.emit(f"{self.name}: {line}")
+            self.launcher.kill_tasks(r.job_id)
 
     def _past_target(self, r: Any, now: float) -> bool:
         """A run whose job is done with its rung (its event files show the run's step
@@ -390,6 +403,7 @@ class AppMaster(AppMasterBase):
                 r.stop("target reached")
             elif r.live and r.stop_sent is None and self._past_target(r, now):
                 self.launcher.stop(r.job_id, "max-steps")
+        self._kill_unstopped(now)
 
     def on_finished(self, now: float, outcome: str) -> None:
         self.agent = None

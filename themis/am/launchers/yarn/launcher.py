@@ -357,6 +357,9 @@ class YarnContainerLauncher:
                 run.checkpoint_step = int(e.get("step", 0))
             elif ev == "exit":
                 run.steps = max(run.steps, int(e.get("step", 0)))
+            elif ev == "stop-killed":  # the runner's SIGKILL after its stop grace
+                log.warning("%s in %s on %s %s", run.job_id, run.container, run.node,
+                            e.get("reason", "killed after its stop grace"))
         steps = r.get("steps")
         if isinstance(steps, int):
             run.steps = max(run.steps, steps)

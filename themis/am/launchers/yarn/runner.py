@@ -8,7 +8,10 @@ host than the job's, with the container's token from ``$THEMIS_REPORT_TOKEN``,
 themis.hadoop.security) every ``--report-every`` seconds. When the AM's answer says
 ``stop`` (the app lost the GPUs: lease expiry, preemption) it sends the job SIGTERM, so the
 job checkpoints to HDFS and exits; the container then ends and the GPUs are free. SIGTERM
-to the runner itself (NM stopping the container) is forwarded the same way.
+to the runner itself (NM stopping the container) is forwarded the same way. A job still
+running ``--stop-grace`` seconds after its SIGTERM (it ignores the signal, or hangs in its
+handler) gets SIGKILL; the runner then saves what the job checkpointed before (below) and
+reports the exit, before the AM's own stop timeout releases the container.
 
 Start-up slots: a job's start (Python, TensorFlow import, restore) is CPU-bound and
 single-threaded, and jobs moved at a lease end start together. Running more start-ups at
@@ -69,7 +72,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from themis.am.launchers.yarn.report import MAX_REPORT_BYTES
-from themis.am.margins import PAST_TARGET_GRACE_S, PastTarget
+from themis.am.margins import PAST_TARGET_GRACE_S, STOP_GRACE_S, PastTarget
 from themis.hadoop.security import (
     REPORT_CONTAINER_HEADER,
     REPORT_TOKEN_ENV,
@@ -106,7 +109,7 @@ class Runner:
                  upload: EventLogUpload | None = None, upload_every: float = 10.0,
                  metric: str = "eval_loss", checkpoint_dir: Path | None = None,
                  store: CheckpointMirror | None = None, task: tuple[str, int] | None = None,
-                 rendezvous_wait: float = 600.0) -> None:
+                 rendezvous_wait: float = 600.0, stop_grace: float = STOP_GRACE_S) -> None:
         self.am_url = am_url.rstrip("/")
         self.job_id = job_id
         self.run_id = run_id
@@ -120,6 +123,10 @@ class Runner:
         self._lock = threading.Lock()
         self._child: subprocess.Popen[str] | None = None
         self._signalled = False
+        self._term_at: float | None = None  # monotonic time of the job's SIGTERM
+        self._term_why = ""
+        self._killed = False  # SIGKILL after stop_grace
+        self.stop_grace = stop_grace
         self._profiler: Any = None
         self._job_started = False  # the job's "start" event was seen
         self._restorable_step = 0  # newest checkpoint in checkpoint_dir at the job's start
@@ -151,15 +158,37 @@ class Runner:
         if child is None or child.poll() is not None or self._signalled:
             return
         self._signalled = True
+        self._term_at, self._term_why = time.monotonic(), why
         log.info("stopping job %s (%s): SIGTERM to process group %d", self.job_id, why, child.pid)
         self._add_event({"event": "stop-requested", "reason": why})
         with contextlib.suppress(ProcessLookupError):
             os.killpg(child.pid, signal.SIGTERM)
 
+    def _kill_unstopped(self) -> None:
+        """Every stop's escalation (asked by the AM, the runner's own SIGTERM, the step
+        target): a job still running ``stop_grace`` seconds after its SIGTERM gets SIGKILL
+        (its process group). The checkpoints it wrote before are saved after it is gone."""
+        child = self._child
+        if child is None or self._term_at is None or self._killed or child.poll() is not None:
+            return
+        after = time.monotonic() - self._term_at
+        if after < self.stop_grace:
+            return
+        self._killed = True
+        what = ("at its step target" if self._stopped_at_target
+                else f"({self._term_why})")
+        log.warning("job %s still running %.0f s after its SIGTERM %s: SIGKILL to process "
+                    "group %d", self.job_id, after, what, child.pid)
+        self._add_event({"event": "stop-killed", "after_s": round(after, 1),
+                         "reason": f"still running {after:.0f} s after its SIGTERM {what}: "
+                                   "killed (SIGKILL)"})
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signal.SIGKILL)
+
     def _stop_past_target(self) -> None:
         """The step budget of a job that does not read ``$THEMIS_MAX_STEPS`` (Keras'
         ``model.fit``): past its target for PAST_TARGET_GRACE_S and still running, it is
-        stopped as at a lease end (SIGTERM; it exits, or YARN kills it)."""
+        stopped as at a lease end (SIGTERM, then SIGKILL after ``stop_grace``)."""
         past = bool(self.max_steps) and self._steps >= self.max_steps
         if self._past_target.due(past, time.monotonic()) and not self._signalled:
             self._stopped_at_target = True
@@ -417,8 +446,9 @@ class Runner:
             if self.report():
                 self._signal_child("asked by the AM")
             self._stop_past_target()
+            self._kill_unstopped()
         pump.join(timeout=5)
-        if self._stopped_at_target and rc in (0, -signal.SIGTERM, 128 + signal.SIGTERM):
+        if self._stopped_at_target and rc in STOPPED_STATUSES:
             # stopped here at its step target: the run reached it (docs/jobs.md)
             self._add_event({"event": "exit", "step": self._steps, "reason": "max-steps"})
             rc = 0
@@ -441,6 +471,12 @@ class Runner:
                     break
             time.sleep(0.5)
         return rc
+
+
+#: a job's exit status when it ended at its SIGTERM or the SIGKILL after (``bash -c`` that
+#: did not exec its command: 128 + the signal)
+STOPPED_STATUSES = (0, -signal.SIGTERM, 128 + signal.SIGTERM, -signal.SIGKILL,
+                    128 + signal.SIGKILL)
 
 
 def _int_env(name: str) -> int:
@@ -509,6 +545,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "(default: none, a single-process job)")
     p.add_argument("--rendezvous-wait", type=float, default=600.0,
                    help="seconds to wait for the job's other tasks (default 600)")
+    p.add_argument("--stop-grace", type=float, default=STOP_GRACE_S,
+                   help="seconds a job may take to exit after its SIGTERM before it gets "
+                        f"SIGKILL (default {STOP_GRACE_S:.0f})")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- the job command")
     args = p.parse_args(argv)
     task = parse_task(args.task, p) if args.task else None
@@ -545,7 +584,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                   start_slots=slots, slot_dir=args.slot_dir, slot_wait=args.slot_wait,
                   upload=upload, upload_every=args.tensorboard_every,
                   metric=args.metric, checkpoint_dir=args.checkpoint_dir, store=store,
-                  task=task, rendezvous_wait=args.rendezvous_wait).run()
+                  task=task, rendezvous_wait=args.rendezvous_wait,
+                  stop_grace=args.stop_grace).run()
 
 
 def parse_task(value: str, p: argparse.ArgumentParser) -> tuple[str, int]:
