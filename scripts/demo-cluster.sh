@@ -8,6 +8,15 @@
 #   5. a short report: per-app rho over time, GPU time, reallocations, a plot (PNG).
 #
 #   scripts/demo-cluster.sh [--keep] [--out DIR]
+#   scripts/demo-cluster.sh --compare [--out DIR]   (default out/cluster-compare)
+#
+# --compare: after step 1, one app mix (three Hyperband apps of three sizes, submitted 0 s,
+#   60 s and 120 s apart) twice, each on a fresh mini-cluster: under the stock
+#   CapacityScheduler (no Themis plugin, the AMs without an arbiter) and under Themis
+#   (bench/bench_cluster_compare.py; per app rho = JCT / T_id, JCT, GPU time; a plot).
+#   THEMIS_COMPARE_RUNS (default stock,themis; add themis-served-now or themis-inf for the
+#   other orders of starving apps),
+#   THEMIS_COMPARE_LEASE_MS (default 120000).
 #
 # Environment: THEMIS_DEMO_LEASE_MS (default 20000), THEMIS_DEMO_KNOB (f, default 0.8),
 #   THEMIS_DEMO_SKIP_BUILD=1 (use existing images/jar).
@@ -16,15 +25,20 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 PY=${PYTHON:-python3}
 KEEP=0
-OUT=$ROOT/out/demo-cluster
+COMPARE=0
+OUT=
 while [[ $# -gt 0 ]]; do
   case $1 in
     --keep) KEEP=1 ;;
+    --compare) COMPARE=1 ;;
     --out) OUT=$2; shift ;;
-    *) sed -n '2,15p' "$0"; exit 2 ;;
+    *) sed -n '2,22p' "$0"; exit 2 ;;
   esac
   shift
 done
+if [[ -z $OUT ]]; then
+  if [[ $COMPARE == 1 ]]; then OUT=$ROOT/out/cluster-compare; else OUT=$ROOT/out/demo-cluster; fi
+fi
 LEASE_MS=${THEMIS_DEMO_LEASE_MS:-20000}
 KNOB=${THEMIS_DEMO_KNOB:-0.8}
 say() { echo; echo "==== $* ===="; }
@@ -35,6 +49,13 @@ if [[ ${THEMIS_DEMO_SKIP_BUILD:-0} != 1 ]]; then
   scripts/docker-setup.sh
   mvn -q -B -DskipTests package   # the RM plugin and AM jars, before the images take them
   docker/build.sh --with-tf
+fi
+
+if [[ $COMPARE == 1 ]]; then
+  say "one app mix under the stock CapacityScheduler and under Themis"
+  # each run brings its own mini-cluster up and takes it down (bench_cluster_compare.py)
+  exec "$PY" bench/bench_cluster_compare.py --out "$OUT" \
+    --runs "${THEMIS_COMPARE_RUNS:-stock,themis}" --lease-ms "${THEMIS_COMPARE_LEASE_MS:-120000}"
 fi
 
 say "mini-cluster (lease ${LEASE_MS} ms, f = ${KNOB})"

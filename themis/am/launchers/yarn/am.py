@@ -35,18 +35,16 @@ from __future__ import annotations
 import json
 import logging
 import os
-import signal
-import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from http.server import ThreadingHTTPServer
 from typing import Any
 
 from themis.am.command import contract_env, render_command
 from themis.am.hyperband import RungOutcome
 from themis.am.launchers.yarn import persist
-from themis.am.launchers.yarn.commands import container_command, default_arbiter
+from themis.am.launchers.yarn.commands import container_command
 from themis.am.launchers.yarn.http import start_http
 from themis.am.launchers.yarn.launcher import YarnContainerLauncher
 from themis.am.launchers.yarn.placement import reconcile
@@ -68,7 +66,6 @@ from themis.hadoop.dockerrt import check_nodes, container_env
 from themis.hadoop.security import (
     REPORT_TOKEN_ENV,
     ReportTokens,
-    agent_options,
 )
 from themis.hadoop.tblogs import tensorboard_dir
 from themis.hadoop.webhdfs import WebHdfs, WebHdfsError
@@ -83,7 +80,7 @@ log = logging.getLogger("themis.am.launchers.yarn.am")
 RHO_REPORT_S = 10.0
 
 # parse_container_id, node_of, JvmShell and Shell are re-exported for existing callers.
-__all__ = ["AppMaster", "JvmShell", "Shell", "main", "node_of", "parse_container_id"]
+__all__ = ["AppMaster", "JvmShell", "Shell", "node_of", "parse_container_id"]
 
 
 # ------------------------------------------------------------------------------ the AM
@@ -140,6 +137,7 @@ class AppMaster(AppMasterBase):
         self.start_time = self.counted_at = clock()  # GPU-seconds are counted from here
         self.busy_gpu_seconds = 0.0  # GPU-seconds of running job containers
         self.history: list[tuple[float, int, float | None]] = []  # (t, GPUs held, rho)
+        self.final_rho: float | None = None  # JCT / T_id once the search is done
         self.state = "STARTING"
         self.message = ""
         self.tracking_url = ""
@@ -184,9 +182,24 @@ class AppMaster(AppMasterBase):
         return self.agent is not None and self.agent.connected.is_set()
 
     def current_rho(self, held: int) -> float | None:
-        if self.bidder is None or self.hb.done:
+        """The app's rho now; once the search is done, its final rho, JCT / T_id (Eq. 1 of
+        the finished plan: no work left), frozen at the first look after the end."""
+        if self.bidder is None:
             return None
+        if self.hb.done:
+            if self.final_rho is None:
+                self.final_rho = self._final_rho()
+            return self.final_rho
         value = self.bidder.live_rho(held, Locality.MACHINE, self.spec.max_gpus())
+        return None if value is None else finite_or_none(value)
+
+    def _final_rho(self) -> float | None:
+        """JCT / T_id of the finished app: the bidder's rho of the app's final model (the
+        bidder's copy is refreshed only while the search runs) with no GPU and no work
+        left."""
+        assert self.bidder is not None
+        self.bidder.app = self.model()
+        value = self.bidder.live_rho(0, Locality.MACHINE, self.spec.max_gpus())
         return None if value is None else finite_or_none(value)
 
     @property
@@ -501,51 +514,3 @@ class AppMaster(AppMasterBase):
             self.hdfs.write(f"{self.app_dir}/am.json", json.dumps(info).encode())
         except WebHdfsError as e:
             log.warning("cannot publish am.json: %s", e)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    del argv
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    port = int(os.environ.get("THEMIS_GATEWAY_PORT", "0"))
-    token = os.environ.get("THEMIS_GATEWAY_TOKEN", "")
-    if port <= 0 or not token:
-        print("themis.am.launchers.yarn.am: started by org.themis.am.AppMaster (needs "
-              "THEMIS_GATEWAY_PORT and THEMIS_GATEWAY_TOKEN)", file=sys.stderr)
-        return 2
-    from py4j.java_gateway import GatewayParameters, JavaGateway
-
-    gateway = JavaGateway(gateway_parameters=GatewayParameters(
-        address="127.0.0.1", port=port, auth_token=token, auto_convert=True))
-    shell = JvmShell(gateway.entry_point)
-    env = os.environ
-    app_id, attempt = parse_container_id(env["CONTAINER_ID"])
-    webhdfs_url = env.get("THEMIS_WEBHDFS_URL", "http://127.0.0.1:9870")
-    # as the app's user: its delegation token on a secure cluster, else its name
-    hdfs = WebHdfs.in_container(webhdfs_url, env)
-    app_dir = env.get("THEMIS_APP_DIR") or f"/user/{hdfs.user}/.themis/{app_id}"
-    raw = hdfs.read(env.get("THEMIS_SPEC_PATH") or f"{app_dir}/spec.json")
-    spec = AppSpec.from_json(raw.decode())
-    arbiter = env.get("THEMIS_ARBITER", "") or default_arbiter(
-        lambda k, d: str(gateway.entry_point.conf(k, d) or ""))
-    try:  # the AMRMToken registers, TLS as the cluster says (docs/yarn.md, "Security")
-        options = agent_options(env, gateway.entry_point)
-    except ValueError as e:
-        print(f"themis.am.launchers.yarn.am: {e}", file=sys.stderr)
-        gateway.close()
-        return 2
-    am = AppMaster(spec, app_id, shell, arbiter=arbiter, hdfs=hdfs, app_dir=app_dir,
-                   webhdfs_url=webhdfs_url, attempt=attempt,
-                   python=env.get("THEMIS_JOB_PYTHON") or sys.executable)
-    am.agent_options = options
-    signal.signal(signal.SIGTERM, lambda s, f: am.kill())
-    try:
-        rc = am.run()
-    finally:
-        gateway.close()
-    return rc
-
-
-if __name__ == "__main__":
-    sys.exit(main())
-

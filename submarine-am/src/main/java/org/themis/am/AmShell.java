@@ -49,7 +49,9 @@ import org.apache.hadoop.yarn.security.AMRMTokenIdentifier;
  *
  * <p>GPU asks are node-local: {@code ContainerRequest(resource, {host}, null, priority,
  * relaxLocality=false)}, each with its own allocation-request id, removed as soon as it is
- * satisfied or cancelled.
+ * satisfied or cancelled. The host {@code "*"} asks anywhere instead ({@code relaxLocality=true},
+ * no node or rack): the AM on a cluster without a Themis arbiter, where YARN's scheduler picks
+ * the node (themis/am/launchers/yarn/stock.py).
  */
 public final class AmShell {
   public static final String GPU = "yarn.io/gpu";
@@ -152,20 +154,29 @@ public final class AmShell {
     }
   }
 
-  /** A node-local container ask; returns its allocation-request id. */
+  /** The host of an ask anywhere (YARN's ResourceRequest.ANY). */
+  public static final String ANY_HOST = "*";
+
+  /**
+   * A node-local container ask on {@code host}, or an ask anywhere for {@link #ANY_HOST};
+   * returns its allocation-request id.
+   */
   public long request(String host, int memoryMb, int vcores, int gpus, int priority) {
     Resource res = Resource.newInstance(memoryMb, vcores);
     if (gpus > 0) {
       res.setResourceValue(GPU, gpus);
     }
     long id = nextRequestId.getAndIncrement();
-    ContainerRequest req = ContainerRequest.newBuilder()
+    boolean anywhere = ANY_HOST.equals(host);
+    ContainerRequest.ContainerRequestBuilder b = ContainerRequest.newBuilder()
         .capability(res)
-        .nodes(new String[] {host})
         .priority(Priority.newInstance(priority))
-        .relaxLocality(false)
-        .allocationRequestId(id)
-        .build();
+        .relaxLocality(anywhere)
+        .allocationRequestId(id);
+    if (!anywhere) {
+      b.nodes(new String[] {host});
+    }
+    ContainerRequest req = b.build();
     requests.put(id, req);
     amrm.addContainerRequest(req);
     return id;

@@ -17,7 +17,7 @@ import py4j.GatewayServer;
  *
  * <p>A thin shell: it opens a Py4J gateway on 127.0.0.1 (ephemeral port, random auth token)
  * whose entry point is an {@link AmShell} (AMRMClientAsync + NMClientAsync), then runs the
- * Python side ({@code $THEMIS_AM_PYTHON -m themis.am.launchers.yarn.am}, default {@code python3})
+ * Python side ({@code $THEMIS_AM_PYTHON -m themis.am.launchers.yarn}, default {@code python3})
  * with {@code THEMIS_GATEWAY_PORT} / {@code THEMIS_GATEWAY_TOKEN} in its environment. All
  * scheduling logic (Hyperband, agent, profiler, checkpoint/resume) is in Python; it drives
  * the shell. The JVM exits with the Python process's status: a Python crash before
@@ -49,7 +49,7 @@ public final class AppMaster {
 
     String python = System.getenv().getOrDefault("THEMIS_AM_PYTHON", "python3");
     List<String> cmd = new ArrayList<>(Arrays.asList(python.split("\\s+")));
-    cmd.addAll(Arrays.asList("-m", "themis.am.launchers.yarn.am"));
+    cmd.addAll(Arrays.asList("-m", "themis.am.launchers.yarn"));
     cmd.addAll(Arrays.asList(args));
     ProcessBuilder pb = new ProcessBuilder(cmd).inheritIO().directory(new File("."));
     pb.environment().put("THEMIS_GATEWAY_PORT", Integer.toString(port));
