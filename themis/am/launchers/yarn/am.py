@@ -514,3 +514,11 @@ class AppMaster(AppMasterBase):
             self.hdfs.write(f"{self.app_dir}/am.json", json.dumps(info).encode())
         except WebHdfsError as e:
             log.warning("cannot publish am.json: %s", e)
+
+
+if __name__ == "__main__":
+    # ``python -m themis.am.launchers.yarn.am``, as AM jars of earlier releases start it:
+    # the package's entry point (run by name, so that this module does not import it)
+    import runpy
+
+    runpy.run_module("themis.am.launchers.yarn", run_name="__main__", alter_sys=True)
