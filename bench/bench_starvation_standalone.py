@@ -1,8 +1,10 @@
 """The filter's order of starving apps in real ``themis standalone`` runs: the same app mix
-run twice on the same emulated GPUs, once with ``--starvation inf`` (the paper's reading:
-apps holding no GPU tie at rho = +inf and a draw decides) and once with ``--starvation
-served-now`` (the default: the worst off first, at most one starving bidder per free GPU;
-docs/mechanism.md, "Starvation").
+run once per order on the same emulated GPUs (``--modes``, default all three):
+``--starvation inf`` (the paper's reading: apps holding no GPU tie at rho = +inf and a
+draw decides), ``served-now`` (they rank above every app holding GPUs, the worst off
+first) and ``ranked`` (the default: each ranks among all apps by the rho it would have if
+served now); the last two keep at most one starving bidder per free GPU
+(docs/mechanism.md, "Starvation").
 
 The mix: six Hyperband apps of the bundled job (``python -m themis.jobs.train``, real
 TensorFlow processes, emulated GPU speed) of different sizes - one bracket each, R = 2 / eta
@@ -10,9 +12,9 @@ TensorFlow processes, emulated GPU speed) of different sizes - one bracket each,
 R = 3 / eta = 3 (three, the best continued to 3x) - with 15 to 72 s of GPU time each at
 ``--scale 1``, submitted at 0, 0, 15, 30, 45 and 60 s (the spec's ``standalone.submit_at_s``)
 on ``--machines`` x ``--gpus-per-machine`` GPUs (default 2 x 2) with ``--lease-s`` leases.
-Both runs get the same spec files, cluster, lease, fairness knob and arbiter seed; they
+All runs get the same spec files, cluster, lease, fairness knob and arbiter seed; they
 differ only in ``--starvation``. Real runs are not repeatable to the second (TensorFlow
-start-up, the other load on the machine), so one pair is one sample.
+start-up, the other load on the machine), so one set of runs is one sample.
 
 Per app: the final rho (the agent's live rho in its last sample before completion, i.e.
 Eq. 1/2 with almost nothing left to run: the app's finish-time fairness as the mechanism
@@ -20,8 +22,8 @@ computes it), JCT, GPU time (leased GPU-seconds and GPU-seconds of job processes
 time it held no GPU after its submission. Per run: max, p99 (linear interpolation over the
 apps: with six apps close to the max) and mean of the final rho, the share of apps with
 rho > 1.05, makespan, rounds, GPU moves, rounds at which 2+ apps held no GPU, and the
-1-minute load average before and after. Then served-now / inf for each. Tables and
-progress go to stderr; one JSON document to stdout.
+1-minute load average before and after. Then each order over the first (the baseline).
+Tables and progress go to stderr; one JSON document to stdout.
 
     python bench/bench_starvation_standalone.py
     python bench/bench_starvation_standalone.py --scale 2 --lease-s 60 --out /tmp/starve
@@ -49,7 +51,7 @@ from themis.am.launchers.local.spec import DEFAULT_SPACE  # noqa: E402
 from themis.sim.metrics import percentile  # noqa: E402
 from themis.standalone.report import held_at  # noqa: E402
 
-MODES = ("inf", "served-now")
+MODES = ("inf", "served-now", "ranked")  # every starvation order; the first is the baseline
 UNFAIR = 1.05  # an app is counted unfair above this final rho
 
 
@@ -272,7 +274,8 @@ def _f(x: Any, nd: int = 2) -> str:
     return str(x)
 
 
-def tables(runs: Mapping[str, Mapping[str, Any]], ratio: Mapping[str, float | None]) -> str:
+def tables(runs: Mapping[str, Mapping[str, Any]],
+           ratio: Mapping[str, Mapping[str, float | None]]) -> str:
     lines = ["", "per app (final rho = the agent's live rho at completion)", ""]
     head = f"{'app':<9}" + "".join(
         f" | {m + ' rho':>14} {'JCT s':>6} {'GPU-s':>6} {'no-GPU s':>8}" for m in runs)
@@ -291,13 +294,14 @@ def tables(runs: Mapping[str, Mapping[str, Any]], ratio: Mapping[str, float | No
             "gpu_seconds_leased", "gpu_seconds_jobs", "rounds", "rounds_2plus_starving",
             "gpu_moves", "gpu_moves_at_lease_expiry", "resumes", "wall_s", "load_before",
             "load_after")
-    head = f"{'':<26}" + "".join(f" {m:>12}" for m in runs) + f" {'ratio':>8}"
+    base = next(iter(runs))
+    head = f"{'':<26}" + "".join(f" {m:>12}" for m in runs) + "".join(
+        f" {m + '/' + base:>18}" for m in ratio)
     lines += [head, "-" * len(head)]
     for k in keys:
         row = f"{k:<26}" + "".join(f" {_f(s.get(k), 3):>12}" for s in runs.values())
-        row += f" {_f(ratio.get(k), 3):>8}" if k in ratio else ""
+        row += "".join(f" {_f(r.get(k), 3):>18}" for r in ratio.values() if k in r)
         lines.append(row)
-    lines.append("ratio = served-now / inf")
     return "\n".join(lines)
 
 
@@ -328,7 +332,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="multiplies every app's steps per unit (the work)")
     ap.add_argument("--stagger-scale", type=float, default=1.0,
                     help="multiplies every app's submission time (0: all at once)")
-    ap.add_argument("--first", choices=MODES, default="inf", help="which run goes first")
+    ap.add_argument("--modes", default=",".join(MODES),
+                    help="comma-separated starvation orders to run, in this order; the "
+                    "first is the baseline of the ratios")
     ap.add_argument("--timeout-s", type=float, default=600.0,
                     help="per run: the driver stops cleanly after this long (exit 1)")
     ap.add_argument("--progress-s", type=float, default=30.0,
@@ -341,7 +347,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             or args.scale <= 0 or args.stagger_scale < 0 or not 0 <= args.fairness_knob < 1:
         ap.error("sizes, --lease-s and --scale must be > 0, --stagger-scale >= 0, "
                  "--fairness-knob in [0, 1)")
-    order = (args.first, *(m for m in MODES if m != args.first))
+    order = tuple(m.strip() for m in args.modes.split(",") if m.strip())
+    if len(order) < 2 or len(set(order)) != len(order) or not set(order) <= set(MODES):
+        ap.error(f"--modes: two or more distinct orders of {', '.join(MODES)}")
     with tempfile.TemporaryDirectory(prefix="starve-bench-") as tmp:
         root = args.out if args.out is not None else Path(tmp)
         if (root / "specs").exists() or any((root / m).exists() for m in MODES):
@@ -367,8 +375,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             s = runs[mode]
             log(f"  [{mode}] {s['status']} in {s['wall_s']:.0f} s: max rho {_f(s['rho_max'], 3)},"
                 f" mean {_f(s['rho_mean'], 3)}, {s['rounds']} rounds, {s['gpu_moves']} moves")
-        summaries = {m: runs[m] for m in MODES}
-        ratio = ratios(summaries["served-now"], summaries["inf"])
+        summaries = {m: runs[m] for m in order}
+        ratio = {m: ratios(summaries[m], summaries[order[0]]) for m in order[1:]}
         log(tables(summaries, ratio))
         doc = {
             "bench": "starvation_standalone",
@@ -381,7 +389,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                        "apps": [spec_of(a, args.scale, args.stagger_scale, args.app_seed)
                                 for a in MIX]},
             "runs": summaries,
-            "ratio_served_now_over_inf": ratio,
+            "ratios_over_baseline": ratio,
         }
         print(json.dumps(doc, indent=1))
     return 0 if all(s["status"] == "completed" for s in summaries.values()) else 1

@@ -30,7 +30,7 @@ from themis.yarn.settings import (
 
 PLAUSIBLE = st.sampled_from([
     "0", "1", "-1", "0.8", "0.999", "1.0", "1.0E-4", "5", "600000", "8642", "65535", "65536",
-    "auto", "auto-fast", "highs", "exact", "paper", "inf", "served-now", "EXACT", " paper ",
+    "auto", "auto-fast", "highs", "exact", "paper", "inf", "served-now", "ranked", "EXACT", " paper ",
     "127.0.0.1", "::1", "[::1]", "rm.example.com", "tok-123", "1e400", "nan", "-0", " 5 ",
     "0x10", "\uff11\uff12", "1_000", "+7", "9" * 30, "1" * 19, "31622400000",
     "31622400001", "3600", "3600.0001",
@@ -46,7 +46,7 @@ def check(s: EngineSettings) -> None:
     assert 0 < s.bid_timeout_s <= MAX_BID_TIMEOUT_S and math.isfinite(s.bid_timeout_s)
     assert 0 < s.lease_s <= MAX_LEASE_MS / 1000
     assert 0 <= s.fairness_knob < 1
-    assert s.ideal_time in ("exact", "paper") and s.starvation in ("inf", "served-now")
+    assert s.ideal_time in ("exact", "paper") and s.starvation in ("inf", "served-now", "ranked")
     assert s.solver and s.solver.isprintable()
     assert 1 <= s.max_apps <= MAX_APPS
 
@@ -92,13 +92,15 @@ def test_engine_command_refuses_bad_settings(variable: str, value: str) -> None:
     assert "Traceback" not in err.getvalue()
 
 
-@pytest.mark.parametrize(("value", "want"), [(None, "served-now"), ("inf", "inf"),
-                                             (" INF ", "inf"), ("Served-Now", "served-now")])
-def test_starvation_default_and_both_options(value: str | None, want: str) -> None:
-    """Unset: the default, served-now; ``inf`` (the paper's reading) is read as set."""
+@pytest.mark.parametrize(("value", "want"), [(None, "ranked"), ("inf", "inf"),
+                                             (" INF ", "inf"), ("Served-Now", "served-now"),
+                                             ("RANKED", "ranked")])
+def test_starvation_default_and_every_option(value: str | None, want: str) -> None:
+    """Unset: the default, ranked; ``served-now`` and ``inf`` (the paper's reading) are
+    read as set."""
     env = {} if value is None else {"THEMIS_STARVATION": value}
     assert from_env(env).starvation == want
-    assert VARIABLES["THEMIS_STARVATION"][:2] == ("starvation", "served-now")
+    assert VARIABLES["THEMIS_STARVATION"][:2] == ("starvation", "ranked")
 
 
 @pytest.mark.parametrize("argv", [["--lease-s", "nan"], ["--agent-port", "70000"],

@@ -241,8 +241,12 @@ def test_parse_starvation() -> None:
     assert parse_starvation(" Served-Now ") is Starvation.SERVED_NOW
     assert parse_starvation("inf") is Starvation.INF
     assert parse_starvation(" INF ") is Starvation.INF  # the paper's reading, by name
-    # served-now is the default; inf stays a named option
-    assert DEFAULT_STARVATION is Starvation.SERVED_NOW
-    assert STARVATION_NAMES == ("inf", "served-now")
-    with pytest.raises(ModelError, match="starvation 'never': must be one of inf, served-now"):
+    assert parse_starvation("Ranked") is Starvation.RANKED
+    # ranked is the default; served-now and inf (the paper's reading) stay named options
+    assert DEFAULT_STARVATION is Starvation.RANKED
+    assert STARVATION_NAMES == ("inf", "served-now", "ranked")
+    assert [s.keyed for s in Starvation] == [False, True, True]
+    assert [s.merges for s in Starvation] == [False, False, True]
+    with pytest.raises(ModelError,
+                       match="starvation 'never': must be one of inf, served-now, ranked"):
         parse_starvation("never")

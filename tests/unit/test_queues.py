@@ -292,3 +292,22 @@ def test_a_queue_with_demand_reaches_its_guarantee_once_leases_expire(
         held[q] += n
     for q in names:
         assert held[q] >= min(guaranteed[q], want[q]), (q, held, guaranteed, want)
+
+
+def test_offer_ids_never_repeat_across_rounds() -> None:
+    """An AM keys its leases by GPU id: a GPU granted in a later round on the same node must
+    not take the id of one the app still holds (it would hide that lease, and its GPU would
+    idle). Ids are unique within an offer, differ between rounds (and between two engines
+    numbering rounds from 1 again, by the round's time), and keep their node."""
+    from themis.yarn.view import node_of
+
+    one = [g.id for g in offer_of(parse_view(json.dumps(_view([(4, 2)], [], round_id=1))))]
+    two = [g.id for g in offer_of(parse_view(json.dumps(_view([(4, 2)], [], round_id=2))))]
+    assert len(set(one)) == 2 and not set(one) & set(two)
+    again = _view([(4, 2)], [], round_id=1)
+    again["now_ms"] += 1
+    assert not set(one) & {g.id for g in offer_of(parse_view(json.dumps(again)))}
+    assert {node_of(g) for g in one + two} == {"n0:1"}
+    # the RM still gets per-node counts
+    reply = json.loads(grants_json([("a", one), ("a", two[:1])], {}))
+    assert reply["grants"] == [{"app_id": "a", "node_id": "n0:1", "gpus": 3}]

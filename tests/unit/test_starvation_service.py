@@ -102,13 +102,15 @@ def _first_round(starvation: str | None, worse: str) -> tuple[Any, dict[str, Any
         srv.stop(0)
 
 
-@pytest.mark.parametrize("starvation", [None, "served-now"])
+@pytest.mark.parametrize("starvation", [None, "served-now", "ranked"])
 @pytest.mark.parametrize("worse", ["a", "b"])
 def test_served_now_gives_the_free_gpu_to_the_larger_key(worse: str,
                                                          starvation: str | None) -> None:
-    """Set explicitly or by default, served-now: the worse-off app is the one bidder."""
+    """served-now, and ranked (set explicitly or by default): with only starving apps both
+    put the worse-off app first, the one bidder."""
     outcome, snap = _first_round(starvation, worse)
-    assert snap["options"] == {"a": Starvation.SERVED_NOW, "b": Starvation.SERVED_NOW}
+    option = Starvation(starvation or "ranked")
+    assert snap["options"] == {"a": option, "b": option}
     keys = {a: snap[a][4] for a in ("a", "b")}
     assert all(k is not None for k in keys.values()), keys  # both agents reported a key
     assert max(keys, key=lambda a: keys[a][0]) == worse
@@ -222,13 +224,14 @@ def test_config_refuses_unknown_starvation() -> None:
     assert ArbiterConfig(starvation=" INF ").starvation == "inf"
 
 
-def test_config_default_is_served_now() -> None:
-    assert DEFAULT_STARVATION is Starvation.SERVED_NOW
-    assert ArbiterConfig().starvation == "served-now"
+def test_config_default_is_ranked() -> None:
+    assert DEFAULT_STARVATION is Starvation.RANKED
+    assert ArbiterConfig().starvation == "ranked"
+    assert ArbiterConfig(starvation=" Ranked ").starvation == "ranked"
 
 
 @pytest.mark.parametrize(("starvation", "announced", "option"), [
-    (None, "served-now", Starvation.SERVED_NOW),  # the default
+    (None, "ranked", Starvation.RANKED),  # the default
     ("served-now", "served-now", Starvation.SERVED_NOW),
     ("inf", "inf", Starvation.INF),  # the paper's reading
     ("", "", Starvation.INF),  # an older arbiter announces nothing: the agent uses inf
@@ -256,7 +259,7 @@ def test_agent_learns_the_option_at_registration(starvation: str | None, announc
                              ).starvation == announced
         assert c.connected.wait(10)
         assert bidder.starvation is option
-        if option is Starvation.SERVED_NOW:
+        if option.keyed:
             assert wait_for(lambda: srv.core.snapshot()["apps"]["a"][4] is not None, 10)
             assert bidder.starving_key() is not None
         else:
@@ -341,13 +344,17 @@ def _yarn_view(apps: list[str], free: int) -> str:
         "apps": [{"app_id": a, "pending_gpus": 1} for a in apps], "leases": []})
 
 
+@pytest.mark.parametrize("starvation", ["served-now", "ranked"])
 @pytest.mark.parametrize("worse", ["application_1_0001", "application_1_0002"])
-def test_yarn_engine_serves_the_larger_key(worse: str) -> None:
+def test_yarn_engine_serves_the_larger_key(worse: str, starvation: str) -> None:
     """The YARN engine's round (RoundEngine over the agents' endpoint) passes the reported
-    keys to run_round: the one free GPU goes to the app with the larger served-now key."""
+    keys to run_round (and, under ranked, ranks them with the other apps' rho): the one
+    free GPU goes to the app with the larger served-now key."""
     cfg = ArbiterConfig(bid_timeout_s=3.0, heartbeat_s=0.5, solver="bnb",
-                        starvation="served-now")
+                        starvation=starvation)
     endpoint = AgentEndpoint(cfg)
+    assert endpoint.merges_keys() is (starvation == "ranked")
+    assert ReportedBids().merges_keys() is False
     engine = RoundEngine(endpoint)
     endpoint.start(0)
     now = time.time()

@@ -46,22 +46,24 @@ def _spy(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     def spy(*args: Any, **kw: Any) -> round_mod.RoundOutcome:
         out = real(*args, **kw)
         calls.append({"rho": dict(args[1]), "priority": kw.get("priority"),
-                      "bidders": out.bidders})
+                      "bidders": out.bidders, "merge": kw.get("merge"),
+                      "free": len(args[0])})
         return out
 
     monkeypatch.setattr(themis_mod, "run_round", spy)
     return calls
 
 
-@pytest.mark.parametrize("policy", ["themis", "served-now"])
+@pytest.mark.parametrize("policy", ["themis-served-now", "served-now"])
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_served_now_keys_starving_apps_and_they_bid_first(
     monkeypatch: pytest.MonkeyPatch, seed: int, policy: str
 ) -> None:
-    """The default policy ``themis`` and ``ThemisPolicy(starvation="served-now")`` alike."""
+    """The policy ``themis-served-now`` and ``ThemisPolicy(starvation="served-now")``
+    alike: starving apps rank above every app holding GPUs, by their keys."""
     calls = _spy(monkeypatch)
     ctx = _ctx(seed)
-    pol = make_policy(policy) if policy == "themis" else ThemisPolicy(starvation=policy)
+    pol = make_policy(policy) if policy.startswith("themis") else ThemisPolicy(starvation=policy)
     assert isinstance(pol, ThemisPolicy) and pol.starvation is Starvation.SERVED_NOW
     alloc = pol.allocate(ctx)
     check_allocation(ctx, alloc)
@@ -75,6 +77,35 @@ def test_served_now_keys_starving_apps_and_they_bid_first(
     # the bidders are the starving apps with the largest keys, in that order
     ranked = sorted(starving, key=lambda a: -want[a])
     assert list(call["bidders"]) == ranked[: len(call["bidders"])]
+    assert call["merge"] is False
+
+
+@pytest.mark.parametrize("policy", ["themis", "ranked"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_ranked_ranks_starving_apps_among_all_by_their_keys(
+    monkeypatch: pytest.MonkeyPatch, seed: int, policy: str
+) -> None:
+    """The default policy ``themis`` and ``ThemisPolicy(starvation="ranked")`` alike: a
+    starving app's key stands for its rho in one ranking with the apps holding GPUs."""
+    calls = _spy(monkeypatch)
+    ctx = _ctx(seed)
+    pol = make_policy(policy) if policy == "themis" else ThemisPolicy(starvation=policy)
+    assert isinstance(pol, ThemisPolicy) and pol.starvation is Starvation.RANKED
+    check_allocation(ctx, pol.allocate(ctx))
+    (call,) = calls
+    assert call["merge"] is True
+    starving = {a for a, r in call["rho"].items() if math.isinf(r)}
+    by_id = {a.spec.id: a for a in ctx.apps}
+    place = lambda n: best_locality(list(ctx.topology.values()), n)  # noqa: E731
+    want = {a: served_now_rho(by_id[a].model(), ctx.fairness(a), place) for a in starving}
+    assert call["priority"] == pytest.approx(want)
+    # one ranking: a starving app's key in place of its +inf, the worst (1-f) kept, then
+    # at most one starving bidder per free GPU
+    value = {a: want.get(a, r) for a, r in call["rho"].items()}
+    ranked = sorted(value, key=lambda a: -value[a])
+    keep = ranked[: max(1, math.ceil(0.2 * len(ranked) - 1e-9))]
+    over = [a for a in keep if a in starving][call["free"]:]
+    assert list(call["bidders"]) == [a for a in keep if a not in over]
 
 
 @pytest.mark.parametrize("policy", ["themis-inf", "inf"])
@@ -91,9 +122,10 @@ def test_inf_passes_no_key(monkeypatch: pytest.MonkeyPatch, policy: str) -> None
     assert calls[0]["bidders"] and set(calls[0]["bidders"]) <= starving
 
 
-def test_default_is_served_now_and_bad_names_are_refused() -> None:
-    assert DEFAULT_STARVATION is Starvation.SERVED_NOW
-    assert ThemisPolicy().starvation is Starvation.SERVED_NOW
+def test_default_is_ranked_and_bad_names_are_refused() -> None:
+    assert DEFAULT_STARVATION is Starvation.RANKED
+    assert ThemisPolicy().starvation is Starvation.RANKED
+    assert make_policy("themis-served-now").starvation is Starvation.SERVED_NOW  # type: ignore[attr-defined]
     assert ThemisPolicy(starvation=" INF ").starvation is Starvation.INF
     assert "themis-starve" not in POLICY_NAMES and "themis-inf" in POLICY_NAMES
     with pytest.raises(ValueError, match="starvation 'x'"):

@@ -27,7 +27,7 @@ from themis.arbiter.errors import CallError, Code
 from themis.mechanism.auction import validate_tables
 from themis.mechanism.bids import BidTable
 from themis.mechanism.errors import InvalidBid, InvalidOffer
-from themis.mechanism.fairness import Starvation
+from themis.mechanism.fairness import parse_starvation
 from themis.mechanism.topology import Gpu
 from themis.rpc.convert import gpus_to_pb, shape_to_pb, table_from_pb
 from themis.rpc.v1 import arbiter_pb2 as pb
@@ -85,7 +85,7 @@ class BidIntake(CoreBase):
             rec.key = None if value is None else (*value, self.clock())
 
     def _served_now(self) -> bool:
-        return self.config.starvation == str(Starvation.SERVED_NOW)
+        return parse_starvation(self.config.starvation).keyed
 
     def _priority(self, app_ids: Sequence[str], now: float) -> dict[str, float] | None:
         """The filter's secondary key for ``run_round`` (caller holds the lock): None unless

@@ -33,6 +33,7 @@ from themis.arbiter.errors import CallError, Code
 from themis.arbiter.intake import BidIntake
 from themis.arbiter.leaselog import LeaseLog, LeaseLogError
 from themis.mechanism.bids import BidTable
+from themis.mechanism.fairness import parse_starvation
 from themis.mechanism.round import LeaseGrant, RoundOutcome, run_round
 from themis.mechanism.solvers import make_solver
 from themis.mechanism.topology import Gpu
@@ -291,6 +292,11 @@ class RoundLoop(BidIntake):
         with self._cond:
             return {a: self._apps[a].rho if a in self._apps else default for a in app_ids}
 
+    def merges_keys(self) -> bool:
+        """Whether the filter ranks starving apps' keys among the others' rho
+        (starvation = ranked; ``run_round``'s ``merge``)."""
+        return parse_starvation(self.config.starvation).merges
+
     def priority_of(self, app_ids: Sequence[str]) -> dict[str, float] | None:
         """The filter's secondary key of ``app_ids`` now (see :meth:`_priority`): None
         unless the arbiter's starvation is served-now."""
@@ -338,7 +344,8 @@ class RoundLoop(BidIntake):
 
         outcome = run_round(free, rho, collect, fairness_knob=cfg.fairness_knob,
                             lease_s=cfg.lease_s, now=now, solver=self._solver,
-                            rng=self._rng, room=room, previous=previous, priority=priority)
+                            rng=self._rng, room=room, previous=previous, priority=priority,
+                            merge=self.merges_keys())
         with self._cond:
             offered = self._close_round(rid)
             # Apps that left during the round get nothing; their GPUs stay free.

@@ -70,7 +70,7 @@ class Bidder(Protocol):
         ...
 
     def set_starvation(self, form: str, shape: ClusterShape | None) -> None:
-        """The cluster's starvation option ("inf"/"served-now") and shape, announced at
+        """The cluster's starvation option ("inf"/"served-now"/"ranked") and shape, announced at
         registration."""
         ...
 
@@ -165,7 +165,7 @@ class ModelBidder:
         are known."""
         with self._lock:
             shape = self._shape
-            if (self.starvation is not Starvation.SERVED_NOW or shape is None
+            if (not self.starvation.keyed or shape is None
                     or self._cluster_gpus < 1):
                 return None
             ctx = FairnessContext(self.clock(), self._cluster_gpus, self._n_avg.value,

@@ -232,24 +232,40 @@ def rho(app: AppModel, gpus: int, locality: Locality, ctx: FairnessContext) -> f
 class Starvation(StrEnum):
     """How the (1-f) filter orders apps holding no GPU (docs/mechanism.md, "Starvation").
 
-    ``served-now`` (the default): they rank above every app holding GPUs, among
-    themselves by :func:`served_now_rho`, the worst first, at most one starving bidder per
-    free GPU. ``inf`` (the paper's reading, a named option): they all report rho = +inf
-    and tie; the filter draws among them at random. Only the filter's order changes: rho,
-    the bid tables and the auction are the paper's."""
+    ``ranked`` (the default): each is ranked among *all* apps by :func:`served_now_rho`
+    (the rho it would have if served its full demand now) against the others' current
+    rho, so an app that just lost GPUs it was well served with ranks below an app stuck
+    on too few; at most one starving bidder per free GPU. ``served-now``: they rank above
+    every app holding GPUs, among themselves by :func:`served_now_rho`, the worst first,
+    with the same cap. ``inf`` (the paper's reading): they all report rho = +inf and tie;
+    the filter draws among them at random. Only who bids changes: rho, the bid tables and
+    the auction are the paper's."""
 
     INF = "inf"
     SERVED_NOW = "served-now"
+    RANKED = "ranked"
+
+    @property
+    def keyed(self) -> bool:
+        """Whether starving apps report a :func:`served_now_rho` key beside rho = +inf."""
+        return self is not Starvation.INF
+
+    @property
+    def merges(self) -> bool:
+        """Whether the key ranks starving apps among the apps holding GPUs (``ranked``)
+        rather than above all of them."""
+        return self is Starvation.RANKED
 
 
 #: The default order, chosen by measurement on the evaluation sweep (docs/evaluation.md,
-#: "Starvation-aware filtering"); ``inf`` keeps the paper's reading.
-DEFAULT_STARVATION = Starvation.SERVED_NOW
+#: "The evaluation sweep"); ``served-now`` and ``inf`` (the paper's reading) are options.
+DEFAULT_STARVATION = Starvation.RANKED
 STARVATION_NAMES = tuple(str(m) for m in Starvation)
 
 
 def parse_starvation(value: str | Starvation) -> Starvation:
-    """``"inf"``/``"served-now"`` (any case, blanks ignored) -> :class:`Starvation`."""
+    """``"inf"``/``"served-now"``/``"ranked"`` (any case, blanks ignored) ->
+    :class:`Starvation`."""
     if isinstance(value, Starvation):
         return value
     try:

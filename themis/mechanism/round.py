@@ -64,6 +64,7 @@ def select_bidders(
     fairness_knob: float,
     rng: random.Random | None = None,
     priority: Mapping[str, float] | None = None,
+    merge: bool = False,
 ) -> tuple[list[str], list[str]]:
     """Keep ceil((1-f) N) apps with the worst (largest) rho, at least one (line 17).
 
@@ -71,7 +72,9 @@ def select_bidders(
     apps of equal rho - in particular the apps holding no GPU, all at rho = +inf - the
     larger priority ranks first (starvation-aware filtering, docs/mechanism.md); an app
     missing from it ranks after those present. It never overrides rho: an app of larger
-    rho ranks first whatever the priorities. Remaining ties are broken at random with
+    rho ranks first whatever the priorities - unless ``merge`` (starvation = ``ranked``):
+    then an app at rho = +inf with a priority ranks by that priority among all apps, as if
+    it were its rho. Remaining ties are broken at random with
     ``rng`` (seeded: reproducible; a fixed order would always favour the same one of
     several equally badly off apps), else by app id."""
     check_knob(fairness_knob)
@@ -85,7 +88,11 @@ def select_bidders(
         pri[app] = float(v)
     apps = sorted(rho_current)
     tie = {a: rng.random() for a in apps} if rng is not None else {a: 0.0 for a in apps}
-    ranked = sorted(apps, key=lambda a: (-rho_current[a], -pri.get(a, -math.inf), tie[a], a))
+    def value(a: str) -> float:
+        r = rho_current[a]
+        return pri[a] if merge and math.isinf(r) and a in pri else r
+
+    ranked = sorted(apps, key=lambda a: (-value(a), -pri.get(a, -math.inf), tie[a], a))
     if not ranked:
         return [], []
     keep = max(1, math.ceil((1.0 - fairness_knob) * len(ranked) - 1e-9))
@@ -313,6 +320,7 @@ def run_round(
     previous: Mapping[str, str] | None = None,
     shape: Shape | None = None,
     priority: Mapping[str, float] | None = None,
+    merge: bool = False,
 ) -> RoundOutcome:
     """One round: filter, auction, leftover, lease grants. ``collect_bids`` receives the
     bidders and returns the tables that arrived in time; missing ones count as
@@ -320,11 +328,12 @@ def run_round(
     just expired) makes the leftover step renew those GPUs to their holders first;
     ``shape`` (app -> ``{GPUs per container: containers}``) makes it deal such apps whole
     containers on one machine (:func:`distribute_leftover`); ``priority`` is the filter's
-    secondary key (:func:`select_bidders`) and, when given, caps the starving bidders
-    (:func:`cap_starving_bidders`). Bidders' bundles are theirs."""
+    secondary key (:func:`select_bidders`; with ``merge`` the starving apps' rank) and,
+    when given, caps the starving bidders (:func:`cap_starving_bidders`). Bidders'
+    bundles are theirs."""
     if not math.isfinite(lease_s) or lease_s <= 0:
         raise RoundError(f"lease length {lease_s!r} s must be a positive number")
-    bidders, nonbidders = select_bidders(rho_current, fairness_knob, rng, priority)
+    bidders, nonbidders = select_bidders(rho_current, fairness_knob, rng, priority, merge)
     free = list(offer)
     if priority is not None:
         bidders, nonbidders = cap_starving_bidders(bidders, nonbidders, rho_current, len(free))

@@ -151,7 +151,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--solver",
         default=DEFAULT_SOLVER,
-        help="the auction solver of the themis and themis-inf policies (default "
+        help="the auction solver of the themis, themis-served-now and themis-inf policies "
+        "(default "
         "%(default)s: the fast exact chain, "
         f"Gurobi when licensed; one of {', '.join(SOLVER_NAMES)}; docs/mechanism.md)",
     )
@@ -249,9 +250,14 @@ def simulate(
     return results, work, topo
 
 
+#: the Themis policies of the registry and the starvation order of each
+THEMIS_STARVATION = {"themis": str(DEFAULT_STARVATION), "themis-served-now": "served-now",
+                     "themis-inf": "inf"}
+
+
 def _policy(name: str, args: argparse.Namespace) -> Policy:
-    if name in ("themis", "themis-inf"):  # both readings of the filter take --solver
-        starvation = "inf" if name == "themis-inf" else DEFAULT_STARVATION
+    if name in THEMIS_STARVATION:  # every reading of the filter takes --solver
+        starvation = THEMIS_STARVATION[name]
         return ThemisPolicy(fairness_knob=args.fairness_knob, solver=args.solver,
                             starvation=starvation)
     return make_policy(name, args.fairness_knob)

@@ -11,8 +11,8 @@ themis.sim.philly), jobs longer than ``--max-job-hours`` are shortened, and the 
 ``--apps`` (48) apps by arrival form the trace; VCs with fewer apps are left out.
 
 Runs: every trace x workload (1: the apps as converted; 2: successive halving,
-themis.sim.hyperband) x contention (1x, 2x, 4x) x policy (by default Themis, Themis with
-the paper's filter, Gavel's FTF, SRSF and fair share; ``--policies all``: every registered
+themis.sim.hyperband) x contention (1x, 2x, 4x) x policy (by default Themis with each of
+its three filter orders, Gavel's FTF, SRSF and fair share; ``--policies all``: every registered
 one, plus Themis with the other form of the ideal time). Contention c runs on a cluster of
 ``G / c`` GPUs where G (the 1x size, a multiple of 4, at least 8) is twice the trace's
 average load - its serial GPU-hours over its arrival span (at least 24 h) - so that at 1x
@@ -50,15 +50,16 @@ from themis.sim.cluster import DEFAULT_SHAPES, build_cluster
 from themis.sim.errors import SimError, SpecError
 from themis.sim.workload import Workload
 
-#: the policies a default sweep runs at full size: Themis as deployed and as the paper reads
-#: its filter, the two strongest baselines of the 16-app sweep (Gavel's FTF, SRSF) and
+#: the policies a default sweep runs at full size: Themis as deployed, with the previous
+#: default filter and as the paper reads its filter, the two strongest baselines of the
+#: 16-app sweep (Gavel's FTF, SRSF) and
 #: instantaneous fair share (what YARN's FairScheduler does); ``--policies all`` runs every
 #: registered policy (docs/evaluation.md, "The evaluation sweep")
-DEFAULT_POLICIES = ("themis", "themis-inf", "gavel", "srsf", "fairshare")
+DEFAULT_POLICIES = ("themis", "themis-served-now", "themis-inf", "gavel", "srsf", "fairshare")
 #: VC traces per seed directory a default sweep takes (the first by name): 3 x 4 seeds at
 #: 48 apps keep a default sweep near 30 minutes on 2 cores
 DEFAULT_VCS_PER_SEED = 3
-SWEEP_VERSION = 3  # bump when a run's meaning changes: cached runs are then redone
+SWEEP_VERSION = 4  # bump when a run's meaning changes: cached runs are then redone
 CONTENTIONS = (1, 2, 4)
 WORKLOADS = (1, 2)
 #: per-run metrics kept in runs.csv (themis.sim.metrics.summarize keys)

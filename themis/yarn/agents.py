@@ -209,6 +209,9 @@ class AgentEndpoint:
         self.view.set_cluster(cluster)
         return self.server.core.priority_of(app_ids)
 
+    def merges_keys(self) -> bool:
+        return self.server.core.merges_keys()
+
     def collect(self, bidders: Sequence[str], offer: Sequence[Gpu]) -> Mapping[str, BidTable]:
         self.view.set_offer(offer)
         rid, tables = self.server.core.collect_external(offer, bidders)

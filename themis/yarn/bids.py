@@ -26,8 +26,13 @@ class BidSource(Protocol):
     def priority(self, app_ids: Sequence[str], cluster: Sequence[Gpu]
                  ) -> Mapping[str, float] | None:
         """The (1-f) filter's secondary key of the starving apps (``run_round``'s
-        ``priority``), None unless starvation = served-now; ``cluster`` is every GPU of the
-        cluster this round (for the shape announced to agents)."""
+        ``priority``), None unless starvation is served-now or ranked; ``cluster`` is
+        every GPU of the cluster this round (for the shape announced to agents)."""
+        ...
+
+    def merges_keys(self) -> bool:
+        """Whether those keys rank starving apps among all apps (starvation = ranked,
+        ``run_round``'s ``merge``) rather than above the apps holding GPUs."""
         ...
 
     def collect(self, bidders: Sequence[str], offer: Sequence[Gpu]) -> Mapping[str, BidTable]:
@@ -75,6 +80,9 @@ class ReportedBids:
     def priority(self, app_ids: Sequence[str], cluster: Sequence[Gpu]
                  ) -> Mapping[str, float] | None:
         return None  # no filter keys are reported out of band: starvation = inf
+
+    def merges_keys(self) -> bool:
+        return False
 
     def rho(self, app_ids: Sequence[str]) -> Mapping[str, float]:
         with self._lock:

@@ -45,9 +45,10 @@ class RoundEngine:
             wanting = {a: sum(k * n for k, n in s.items()) for a, s in shape.items()}
             offer = offer_of(view)
             source = self.source
-            # starvation = served-now: the starving apps' filter keys (else None); the
-            # source also learns the whole cluster, announced to agents, in every round
+            # starvation = served-now or ranked: the starving apps' filter keys (else
+            # None); the source also learns the whole cluster, announced to agents
             priority = source.priority(sorted(wanting), cluster_of(view))
+            merge = source.merges_keys()
             if not wanting or not offer:
                 return grants_json([], {"round": view.round_id, "skipped": True,
                                         "bids_rejected": dict(self.source.rejected_bids())})
@@ -80,6 +81,7 @@ class RoundEngine:
                     room=r.room,
                     shape={a: shape[a] for a in r.apps},
                     priority=priority,
+                    merge=merge,
                 )
                 source.announce(gpus, outcome)
                 bidders.extend(a for a in outcome.bidders if a not in bidders)

@@ -215,8 +215,14 @@ def _queue(q: Mapping[str, Any]) -> QueueView:
     return QueueView(name, guaranteed, limit)
 
 
-def gpu_id(node_id: str, k: int) -> str:
-    return f"{node_id}/{k}"
+def gpu_id(node_id: str, k: int, round_tag: str = "") -> str:
+    """The id of a node's k-th GPU (free, in an offer, or of the cluster): ``node/k``, or
+    ``node/<round tag>.k`` in a round's offer. An AM keys its leases by these ids, so a
+    GPU granted in one round must not take the id of one the same app still holds from an
+    earlier round on that node (else the later lease hides the earlier one and that GPU
+    idles): offers tag their ids with the round (``r<round id>-<now ms>``, unique across
+    engine and RM restarts too)."""
+    return f"{node_id}/{round_tag}.{k}" if round_tag else f"{node_id}/{k}"
 
 
 def node_of(gpu: str) -> str:
@@ -227,16 +233,19 @@ def node_of(gpu: str) -> str:
 
 
 def offer_of(view: ClusterView) -> list[Gpu]:
-    """The free GPUs of the view as topology GPUs (machine = YARN node id)."""
+    """The free GPUs of the view as topology GPUs (machine = YARN node id), with ids unique
+    to this round (:func:`gpu_id`)."""
+    tag = f"r{view.round_id}-{view.now_ms}"
     return [
-        Gpu(gpu_id(n.node_id, k), n.node_id, n.rack)
+        Gpu(gpu_id(n.node_id, k, tag), n.node_id, n.rack)
         for n in view.nodes
         for k in range(max(0, n.free_gpus))
     ]
 
 
 def cluster_of(view: ClusterView) -> list[Gpu]:
-    """Every GPU of the view's nodes, free or not (ids as :func:`offer_of`'s)."""
+    """Every GPU of the view's nodes, free or not (``node/k``: for the cluster's size and
+    shape only, never leased by these ids)."""
     return [
         Gpu(gpu_id(n.node_id, k), n.node_id, n.rack)
         for n in view.nodes

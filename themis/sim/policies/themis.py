@@ -93,9 +93,10 @@ class ThemisPolicy(Policy):
         if not rho_now:
             return {}
         priority: dict[str, float] | None = None
-        if self.starvation is Starvation.SERVED_NOW:
+        if self.starvation.keyed:
             starving = [a for a in rho_now if math.isinf(rho_now[a])]
-            if len(starving) > 1:  # the key only orders apps tied at +inf
+            # served-now: the key only orders apps tied at +inf; ranked: it ranks them all
+            if len(starving) > 1 or (self.starvation.merges and starving):
                 place = self._place(topo)
                 priority = {a: served_now_rho(models[a], fairness[a], place) for a in starving}
         room = {a: by_id[a].room() for a in rho_now}
@@ -130,6 +131,7 @@ class ThemisPolicy(Policy):
             room=room,
             previous=ctx.previous,
             priority=priority,
+            merge=self.starvation.merges,
         )
         if outcome.auction is not None:
             self.auction_ms.append(outcome.auction.solve_ms)

@@ -51,11 +51,11 @@ public final class EngineDefaults {
    * {@code yarn.resourcemanager.themis.starvation} (engine: {@code THEMIS_STARVATION}): how the
    * (1-f) filter orders apps holding no GPU (themis.mechanism.fairness.DEFAULT_STARVATION).
    */
-  public static final String DEFAULT_STARVATION = "served-now";
+  public static final String DEFAULT_STARVATION = "ranked";
 
   /** The accepted starvation orders (themis.mechanism.fairness.STARVATION_NAMES). */
   public static final List<String> STARVATIONS =
-      Collections.unmodifiableList(Arrays.asList("inf", "served-now"));
+      Collections.unmodifiableList(Arrays.asList("inf", "served-now", "ranked"));
 
   /**
    * {@code yarn.resourcemanager.themis.lease-duration-ms} (engine: {@code THEMIS_LEASE_MS}): the

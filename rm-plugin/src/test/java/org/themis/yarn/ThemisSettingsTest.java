@@ -19,7 +19,7 @@ class ThemisSettingsTest {
     assertEquals(30_000L, s.gracePeriodMs());
     assertEquals("auto-fast", s.solver());
     assertEquals("exact", s.idealTime());
-    assertEquals("served-now", s.starvation());
+    assertEquals("ranked", s.starvation());
     assertEquals("python3", s.pythonExecutable());
     assertEquals("-m themis.yarn.engine", s.engineCommand());
     assertEquals(8642, s.agentPort());
@@ -59,10 +59,10 @@ class ThemisSettingsTest {
     assertEquals(1_000_000, s.maxApps());
   }
 
-  /** Both orders of starving apps are read as set: served-now (the default) and inf. */
+  /** Every order of starving apps is read as set: ranked (the default), served-now, inf. */
   @ParameterizedTest
   @CsvSource(delimiter = '|', value = {"served-now|served-now", "' Served-Now '|served-now",
-      "inf|inf", "INF|inf"})
+      "inf|inf", "INF|inf", "Ranked|ranked"})
   void starvationIsReadAsSet(String value, String expected) {
     assertEquals(expected, ThemisSettings.from(conf(ThemisSettings.STARVATION, value))
         .starvation());
@@ -118,7 +118,7 @@ class ThemisSettingsTest {
     assertEquals("Themis: invalid value 'gavel' for " + ThemisSettings.IDEAL_TIME
         + ": must be exact or paper", refusal(ThemisSettings.IDEAL_TIME, "gavel"));
     assertEquals("Themis: invalid value 'served' for " + ThemisSettings.STARVATION
-        + ": must be inf or served-now", refusal(ThemisSettings.STARVATION, "served"));
+        + ": must be inf, served-now or ranked", refusal(ThemisSettings.STARVATION, "served"));
     String tooLong = Long.toString(EngineDefaults.MAX_LEASE_DURATION_MS + 1);
     assertEquals("Themis: invalid value '" + tooLong + "' for " + ThemisSettings.LEASE_DURATION_MS
         + ": must be <= " + EngineDefaults.MAX_LEASE_DURATION_MS,
