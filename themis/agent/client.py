@@ -223,7 +223,8 @@ class AgentClient:
         self._report_key()
 
     def _report_key(self) -> None:
-        """Under ``served-now``, a starving app sends its filter key right after registering
+        """Under ``ranked`` or ``served-now``, a starving app sends its filter key right after
+        registering
         (the registration carries rho only)."""
         if not math.isinf(self.bidder.current_rho()) or self.bidder.starving_key() is None:
             return

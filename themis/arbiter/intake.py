@@ -2,8 +2,8 @@
 
 * ``ReportRho`` (the paper's visibility phase, section 4.2.2): the app's current finish-time
   fairness rho (section 3.2) is kept as its last report; the round's (1-f) filter picks the
-  bidders by it (section 3.3.2). With rho = +inf and ``starvation = served-now`` a report may
-  carry the app's starving key (served-now rho and T_id seconds), which ages by 1 / T_id
+  bidders by it (section 3.3.2). With rho = +inf and ``starvation`` served-now or ranked a
+  report may carry the app's starving key (served-now rho and T_id seconds), which ages by 1 / T_id
   per second waited (Eq. 1) and orders the apps that hold no GPU (:meth:`_priority`;
   docs/mechanism.md, "Starvation").
 * Offers: a round opened over some free GPUs (:class:`~themis.arbiter.base.OpenRound`)
@@ -75,8 +75,8 @@ class BidIntake(CoreBase):
     def report_rho(self, app_id: str, secret: str, rho: float,
                    key: pb.StarvingKey | None = None) -> None:
         """The app's rho and, with rho = +inf, optionally its ``served-now`` filter key
-        (kept only when the arbiter's starvation is served-now); a report without a key
-        clears the previous one."""
+        (kept only when the arbiter's starvation is served-now or ranked); a report without a
+        key clears the previous one."""
         with self._cond:
             rec = self._auth(app_id, secret)
             check_rho(rho, f"app {app_id!r}")
@@ -84,15 +84,16 @@ class BidIntake(CoreBase):
             rec.rho = rho
             rec.key = None if value is None else (*value, self.clock())
 
-    def _served_now(self) -> bool:
+    def _keyed(self) -> bool:
         return parse_starvation(self.config.starvation).keyed
 
     def _priority(self, app_ids: Sequence[str], now: float) -> dict[str, float] | None:
         """The filter's secondary key for ``run_round`` (caller holds the lock): None unless
-        starvation = served-now; else each starving app's reported key aged to ``now``
-        (served-now rho grows by 1 / T_id per second waited, Eq. 1), apps without a key
-        left out (they rank after those with one)."""
-        if not self._served_now():
+        starvation is served-now or ranked; else each starving app's reported key aged to
+        ``now`` (served-now rho grows by 1 / T_id per second waited, Eq. 1), apps without a
+        key left out (under served-now they rank after those with one, under ranked first,
+        at +inf)."""
+        if not self._keyed():
             return None
         out: dict[str, float] = {}
         for a in app_ids:

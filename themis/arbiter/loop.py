@@ -299,7 +299,7 @@ class RoundLoop(BidIntake):
 
     def priority_of(self, app_ids: Sequence[str]) -> dict[str, float] | None:
         """The filter's secondary key of ``app_ids`` now (see :meth:`_priority`): None
-        unless the arbiter's starvation is served-now."""
+        unless the arbiter's starvation is served-now or ranked."""
         with self._cond:
             return self._priority(app_ids, self.clock())
 

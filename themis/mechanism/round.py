@@ -88,6 +88,7 @@ def select_bidders(
         pri[app] = float(v)
     apps = sorted(rho_current)
     tie = {a: rng.random() for a in apps} if rng is not None else {a: 0.0 for a in apps}
+
     def value(a: str) -> float:
         r = rho_current[a]
         return pri[a] if merge and math.isinf(r) and a in pri else r
