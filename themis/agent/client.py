@@ -224,8 +224,7 @@ class AgentClient:
 
     def _report_key(self) -> None:
         """Under ``ranked`` or ``served-now``, a starving app sends its filter key right after
-        registering
-        (the registration carries rho only)."""
+        registering (the registration carries rho only)."""
         if not math.isinf(self.bidder.current_rho()) or self.bidder.starving_key() is None:
             return
         try:
