@@ -92,15 +92,15 @@ def test_engine_command_refuses_bad_settings(variable: str, value: str) -> None:
     assert "Traceback" not in err.getvalue()
 
 
-@pytest.mark.parametrize(("value", "want"), [(None, "ranked"), ("inf", "inf"),
+@pytest.mark.parametrize(("value", "want"), [(None, "served-now"), ("inf", "inf"),
                                              (" INF ", "inf"), ("Served-Now", "served-now"),
                                              ("RANKED", "ranked")])
 def test_starvation_default_and_every_option(value: str | None, want: str) -> None:
-    """Unset: the default, ranked; ``served-now`` and ``inf`` (the paper's reading) are
+    """Unset: the default, served-now; ``ranked`` and ``inf`` (the paper's reading) are
     read as set."""
     env = {} if value is None else {"THEMIS_STARVATION": value}
     assert from_env(env).starvation == want
-    assert VARIABLES["THEMIS_STARVATION"][:2] == ("starvation", "ranked")
+    assert VARIABLES["THEMIS_STARVATION"][:2] == ("starvation", "served-now")
 
 
 @pytest.mark.parametrize("argv", [["--lease-s", "nan"], ["--agent-port", "70000"],

@@ -15,7 +15,7 @@ from themis.hadoop.jars import ENV_VAR, PluginJarNotFound, find_plugin_jar
 from themis.mechanism.bids import Bid, BidTable
 from themis.yarn.bids import ReportedBids
 from themis.yarn.rounds import RoundEngine
-from themis.yarn.view import ViewError, parse_view
+from themis.yarn.view import ViewError, offer_of, parse_view
 
 
 def _view(apps: list[dict[str, object]], free: tuple[int, int] = (4, 2)) -> str:
@@ -71,13 +71,14 @@ def test_leftover_respects_pending_and_free_gpus() -> None:
 
 def test_bidder_with_cached_table_wins_its_bundle() -> None:
     bids = ReportedBids()
+    view = _view([{"app_id": "a", "pending_gpus": 2}, {"app_id": "b", "pending_gpus": 2}])
+    # a table for this round's offer (GPU ids are unique per round: themis.yarn.view.gpu_id):
     # 'a' has the worst rho, so with f=0.8 and 2 apps it is the only bidder.
-    bids.report_table(BidTable("a", 5.0, (Bid(("h1:1/0", "h1:1/1"), 1.5),)))
+    h1 = [g.id for g in offer_of(parse_view(view)) if g.machine == "h1:1"]
+    bids.report_table(BidTable("a", 5.0, (Bid((h1[0], h1[1]), 1.5),)))
     bids.report_rho("b", 1.0)
     engine = RoundEngine(bids)
-    reply = json.loads(
-        engine.run(_view([{"app_id": "a", "pending_gpus": 2}, {"app_id": "b", "pending_gpus": 2}]))
-    )
+    reply = json.loads(engine.run(view))
     assert reply["info"]["bidders"] == ["a"]
     granted_a = sum(g["gpus"] for g in reply["grants"] if g["app_id"] == "a")
     assert 1 <= granted_a <= 2

@@ -242,8 +242,8 @@ def test_parse_starvation() -> None:
     assert parse_starvation("inf") is Starvation.INF
     assert parse_starvation(" INF ") is Starvation.INF  # the paper's reading, by name
     assert parse_starvation("Ranked") is Starvation.RANKED
-    # ranked is the default; served-now and inf (the paper's reading) stay named options
-    assert DEFAULT_STARVATION is Starvation.RANKED
+    # served-now is the default; ranked and inf (the paper's reading) are named options
+    assert DEFAULT_STARVATION is Starvation.SERVED_NOW
     assert STARVATION_NAMES == ("inf", "served-now", "ranked")
     assert [s.keyed for s in Starvation] == [False, True, True]
     assert [s.merges for s in Starvation] == [False, False, True]

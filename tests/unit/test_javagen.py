@@ -48,7 +48,7 @@ def test_generated_values_are_the_python_ones() -> None:
     assert re.findall(r'"([^"]+)"', c["SOLVERS"]) == list(SERVICE_SOLVERS)
     assert c["DEFAULT_IDEAL_TIME"] == f'"{DEFAULT_IDEAL_TIME}"'
     assert re.findall(r'"([^"]+)"', c["IDEAL_TIMES"]) == list(IDEAL_TIME_NAMES)
-    assert c["DEFAULT_STARVATION"] == f'"{DEFAULT_STARVATION}"' == '"ranked"'
+    assert c["DEFAULT_STARVATION"] == f'"{DEFAULT_STARVATION}"' == '"served-now"'
     assert re.findall(r'"([^"]+)"', c["STARVATIONS"]) == list(STARVATION_NAMES)
     assert c["MAX_APPS_LIMIT"] == f"{MAX_APPS}L"
     assert c["MAX_LEASE_DURATION_MS"] == f"{MAX_LEASE_MS}L"

@@ -106,10 +106,10 @@ def _first_round(starvation: str | None, worse: str) -> tuple[Any, dict[str, Any
 @pytest.mark.parametrize("worse", ["a", "b"])
 def test_served_now_gives_the_free_gpu_to_the_larger_key(worse: str,
                                                          starvation: str | None) -> None:
-    """served-now, and ranked (set explicitly or by default): with only starving apps both
+    """served-now (set explicitly or by default), and ranked: with only starving apps both
     put the worse-off app first, the one bidder."""
     outcome, snap = _first_round(starvation, worse)
-    option = Starvation(starvation or "ranked")
+    option = Starvation(starvation or "served-now")
     assert snap["options"] == {"a": option, "b": option}
     keys = {a: snap[a][4] for a in ("a", "b")}
     assert all(k is not None for k in keys.values()), keys  # both agents reported a key
@@ -224,15 +224,15 @@ def test_config_refuses_unknown_starvation() -> None:
     assert ArbiterConfig(starvation=" INF ").starvation == "inf"
 
 
-def test_config_default_is_ranked() -> None:
-    assert DEFAULT_STARVATION is Starvation.RANKED
-    assert ArbiterConfig().starvation == "ranked"
+def test_config_default_is_served_now() -> None:
+    assert DEFAULT_STARVATION is Starvation.SERVED_NOW
+    assert ArbiterConfig().starvation == "served-now"
     assert ArbiterConfig(starvation=" Ranked ").starvation == "ranked"
 
 
 @pytest.mark.parametrize(("starvation", "announced", "option"), [
-    (None, "ranked", Starvation.RANKED),  # the default
-    ("served-now", "served-now", Starvation.SERVED_NOW),
+    (None, "served-now", Starvation.SERVED_NOW),  # the default
+    ("ranked", "ranked", Starvation.RANKED),
     ("inf", "inf", Starvation.INF),  # the paper's reading
     ("", "", Starvation.INF),  # an older arbiter announces nothing: the agent uses inf
 ])

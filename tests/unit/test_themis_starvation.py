@@ -54,16 +54,16 @@ def _spy(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     return calls
 
 
-@pytest.mark.parametrize("policy", ["themis-served-now", "served-now"])
+@pytest.mark.parametrize("policy", ["themis", "served-now"])
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_served_now_keys_starving_apps_and_they_bid_first(
     monkeypatch: pytest.MonkeyPatch, seed: int, policy: str
 ) -> None:
-    """The policy ``themis-served-now`` and ``ThemisPolicy(starvation="served-now")``
-    alike: starving apps rank above every app holding GPUs, by their keys."""
+    """The default policy ``themis`` and ``ThemisPolicy(starvation="served-now")`` alike:
+    starving apps rank above every app holding GPUs, by their keys."""
     calls = _spy(monkeypatch)
     ctx = _ctx(seed)
-    pol = make_policy(policy) if policy.startswith("themis") else ThemisPolicy(starvation=policy)
+    pol = make_policy(policy) if policy == "themis" else ThemisPolicy(starvation=policy)
     assert isinstance(pol, ThemisPolicy) and pol.starvation is Starvation.SERVED_NOW
     alloc = pol.allocate(ctx)
     check_allocation(ctx, alloc)
@@ -80,16 +80,16 @@ def test_served_now_keys_starving_apps_and_they_bid_first(
     assert call["merge"] is False
 
 
-@pytest.mark.parametrize("policy", ["themis", "ranked"])
+@pytest.mark.parametrize("policy", ["themis-ranked", "ranked"])
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_ranked_ranks_starving_apps_among_all_by_their_keys(
     monkeypatch: pytest.MonkeyPatch, seed: int, policy: str
 ) -> None:
-    """The default policy ``themis`` and ``ThemisPolicy(starvation="ranked")`` alike: a
+    """The policy ``themis-ranked`` and ``ThemisPolicy(starvation="ranked")`` alike: a
     starving app's key stands for its rho in one ranking with the apps holding GPUs."""
     calls = _spy(monkeypatch)
     ctx = _ctx(seed)
-    pol = make_policy(policy) if policy == "themis" else ThemisPolicy(starvation=policy)
+    pol = make_policy(policy) if policy.startswith("themis") else ThemisPolicy(starvation=policy)
     assert isinstance(pol, ThemisPolicy) and pol.starvation is Starvation.RANKED
     check_allocation(ctx, pol.allocate(ctx))
     (call,) = calls
@@ -122,10 +122,10 @@ def test_inf_passes_no_key(monkeypatch: pytest.MonkeyPatch, policy: str) -> None
     assert calls[0]["bidders"] and set(calls[0]["bidders"]) <= starving
 
 
-def test_default_is_ranked_and_bad_names_are_refused() -> None:
-    assert DEFAULT_STARVATION is Starvation.RANKED
-    assert ThemisPolicy().starvation is Starvation.RANKED
-    assert make_policy("themis-served-now").starvation is Starvation.SERVED_NOW  # type: ignore[attr-defined]
+def test_default_is_served_now_and_bad_names_are_refused() -> None:
+    assert DEFAULT_STARVATION is Starvation.SERVED_NOW
+    assert ThemisPolicy().starvation is Starvation.SERVED_NOW
+    assert make_policy("themis-ranked").starvation is Starvation.RANKED  # type: ignore[attr-defined]
     assert ThemisPolicy(starvation=" INF ").starvation is Starvation.INF
     assert "themis-starve" not in POLICY_NAMES and "themis-inf" in POLICY_NAMES
     with pytest.raises(ValueError, match="starvation 'x'"):

@@ -232,12 +232,13 @@ def rho(app: AppModel, gpus: int, locality: Locality, ctx: FairnessContext) -> f
 class Starvation(StrEnum):
     """How the (1-f) filter orders apps holding no GPU (docs/mechanism.md, "Starvation").
 
-    ``ranked`` (the default): each is ranked among *all* apps by :func:`served_now_rho`
-    (the rho it would have if served its full demand now) against the others' current
-    rho, so an app that just lost GPUs it was well served with ranks below an app stuck
-    on too few; at most one starving bidder per free GPU. ``served-now``: they rank above
-    every app holding GPUs, among themselves by :func:`served_now_rho`, the worst first,
-    with the same cap. ``inf`` (the paper's reading): they all report rho = +inf and tie;
+    ``served-now`` (the default): they rank above every app holding GPUs, among themselves
+    by :func:`served_now_rho` (the rho each would have if served its full demand now), the
+    worst first; at most one starving bidder per free GPU. ``ranked``: each is ranked among
+    *all* apps by that key against the others' current rho, with the same cap, so an app
+    that just lost GPUs it was well served with ranks below an app stuck on too few - but
+    so does a newcomer whose key is still small (docs/mechanism.md, "Starvation"). ``inf``
+    (the paper's reading): they all report rho = +inf and tie;
     the filter draws among them at random. Only who bids changes: rho, the bid tables and
     the auction are the paper's."""
 
@@ -257,9 +258,10 @@ class Starvation(StrEnum):
         return self is Starvation.RANKED
 
 
-#: The default order, chosen by measurement on the evaluation sweep (docs/evaluation.md,
-#: "The evaluation sweep"); ``served-now`` and ``inf`` (the paper's reading) are options.
-DEFAULT_STARVATION = Starvation.RANKED
+#: The default order, chosen by measurement (docs/evaluation.md, "The evaluation sweep",
+#: and docs/mechanism.md, "Starvation"); ``ranked`` and ``inf`` (the paper's reading) are
+#: options.
+DEFAULT_STARVATION = Starvation.SERVED_NOW
 STARVATION_NAMES = tuple(str(m) for m in Starvation)
 
 

@@ -3,8 +3,11 @@
 In the RM, :class:`themis.yarn.agents.AgentEndpoint` (the gRPC arbiter service that AMs
 reach on ``yarn.resourcemanager.themis.agent-port``) is the source. :class:`ReportedBids`
 serves the last rho and bid table each app reported out of band (cached tables, as the
-paper's truthfulness proof assumes; used by tests and the engine's ``--no-agents`` mode);
-apps that never reported get ``default_rho`` and take part as non-bidders.
+paper's truthfulness proof assumes; used by tests and the engine without agents,
+``agent-port`` -1); apps that never reported get ``default_rho`` and take part as
+non-bidders. A cached table counts only for the GPUs of the offer it names, and offers name
+GPUs anew every round (:func:`themis.yarn.view.gpu_id`): a table serves the round whose
+offer it was built from.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ THEMIS_LEASE_MS        lease-duration-ms                               1 ms - 36
 THEMIS_FAIRNESS_KNOB   fairness-knob                                   [0, 1)
 THEMIS_SOLVER          solver                                          a solver name
 THEMIS_IDEAL_TIME      ideal-time                                      exact, paper
-THEMIS_STARVATION      starvation                                      ranked, served-now, inf
+THEMIS_STARVATION      starvation                                      served-now, ranked, inf
 =====================  ==============================================  ================
 """
 

@@ -20,14 +20,14 @@ from themis.sim.policies.themis import ThemisPolicy
 from themis.sim.policies.tiresias import TiresiasPolicy
 
 FACTORIES: dict[str, Callable[[float], Policy]] = {
-    # Themis as deployed: the default starvation order (ranked, docs/mechanism.md)
+    # Themis as deployed: the default starvation order (served-now, docs/mechanism.md)
     "themis": lambda f: ThemisPolicy(fairness_knob=f),
     # Themis with the paper's reading of the filter: apps holding no GPU tie at rho = +inf
     # and a draw decides among them (the option starvation = "inf")
     "themis-inf": lambda f: ThemisPolicy(fairness_knob=f, starvation="inf"),
-    # starving apps above every app holding GPUs, ordered by served-now rho among
-    # themselves (the option starvation = "served-now", the default before "ranked")
-    "themis-served-now": lambda f: ThemisPolicy(fairness_knob=f, starvation="served-now"),
+    # starving apps ranked among all apps by their served-now rho (the option
+    # starvation = "ranked")
+    "themis-ranked": lambda f: ThemisPolicy(fairness_knob=f, starvation="ranked"),
     "gandiva": lambda f: GandivaPolicy(),
     "tiresias": lambda f: TiresiasPolicy(gittins=False),
     "tiresias-gittins": lambda f: TiresiasPolicy(gittins=True),

@@ -11,9 +11,9 @@ have room inside ``run_round`` (work conservation, section 3.3.2), as in YARN an
 standalone mode.
 
 ``starvation`` (:class:`~themis.mechanism.fairness.Starvation`) selects how the filter
-orders apps holding no GPU: the default ``ranked`` ranks each among all apps by
-:func:`~themis.mechanism.fairness.served_now_rho` (the policy ``themis``); ``served-now``
-ranks them by it above every app holding GPUs (``themis-served-now``); ``inf``, the
+orders apps holding no GPU: the default ``served-now`` ranks them by
+:func:`~themis.mechanism.fairness.served_now_rho` above every app holding GPUs (the policy
+``themis``); ``ranked`` ranks each among all apps by it (``themis-ranked``); ``inf``, the
 paper's reading, lets them tie at rho = +inf and draws among them (``themis-inf``;
 docs/mechanism.md, "Starvation").
 """
