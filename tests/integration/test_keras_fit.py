@@ -109,16 +109,18 @@ def test_model_fit_stopped_mid_epoch_resumes_from_its_backup(tmp_path: Path) -> 
     import time
 
     backup = tmp_path / "ckpt" / "backup"
-    # batch 8: 231 steps per epoch, long enough to stop one in its middle
-    epochs, steps = 4, 4 * 231
+    # batch 4: 461 steps per epoch (1843 examples), 2-4 s here: long enough to stop one in
+    # its middle even when the pipe delivers the "Epoch 3/4" line late
+    per_epoch = -(-1843 // 4)
+    epochs, steps = 4, 4 * per_epoch
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1",
            "THEMIS_LOGDIR": str(tmp_path / "logs"), "THEMIS_MAX_STEPS": str(steps),
            "THEMIS_CHECKPOINT_DIR": str(tmp_path / "ckpt")}
     cmd = [sys.executable, str(REPO / "examples" / "jobs" / "keras_fit.py"),
-           "--batch-size", "8"]
+           "--batch-size", "4"]
     epoch = re.compile(r"^Epoch (\d+)/(\d+)")
 
-    # run 1: SIGTERM half-way through its third epoch
+    # run 1: SIGTERM early in its third epoch
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
     timer = threading.Timer(120.0, proc.kill)  # a hung run fails the test, not the suite
@@ -133,7 +135,7 @@ def test_model_fit_stopped_mid_epoch_resumes_from_its_backup(tmp_path: Path) -> 
             if m:
                 began[int(m[1])] = time.monotonic()
             if 3 in began:
-                time.sleep((began[3] - began[2]) / 2)  # half an epoch's time
+                time.sleep(min(0.2, (began[3] - began[2]) / 4))  # just into epoch 3
                 t_term = time.monotonic()
                 proc.send_signal(signal.SIGTERM)
                 break
@@ -163,8 +165,8 @@ def test_model_fit_stopped_mid_epoch_resumes_from_its_backup(tmp_path: Path) -> 
     default = tmp_path / "keras_fit_default.py"
     default.write_text((REPO / "examples" / "jobs" / "keras_fit.py").read_text()
                        .replace("delete_checkpoint=False", "delete_checkpoint=True"))
-    p = subprocess.run([sys.executable, str(default), "--batch-size", "8"],
-                       env={**env, "THEMIS_MAX_STEPS": str(steps + 231)},
+    p = subprocess.run([sys.executable, str(default), "--batch-size", "4"],
+                       env={**env, "THEMIS_MAX_STEPS": str(steps + per_epoch)},
                        capture_output=True, text=True, timeout=180)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     started = [m[1] for m in (epoch.match(x) for x in p.stdout.splitlines()) if m]
