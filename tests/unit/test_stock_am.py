@@ -37,21 +37,9 @@ class SchedulerShell(FakeShell):
             for node, (_, total) in NODES.items():
                 inuse = sum(c["gpus"] for c in self.containers.values() if c["node"] == node)
                 if total - inuse >= gpus:
-                    del self.asks[rid]
-                    cid = f"container_1700000000000_0001_01_{self.next_id:06d}"
-                    self.next_id += 1
-                    self.containers[cid] = {"node": node, "gpus": gpus, "running": False}
-                    self.events.append({"type": "allocated", "container": cid, "node": node,
-                                        "host": node.split(":")[0], "gpus": gpus,
-                                        "request_id": rid})
+                    self._allocate(rid, node, gpus)
                     break
-        for cid, c in list(self.containers.items()):
-            if not c.get("running"):
-                continue
-            c["step"] = min(c["max_steps"], c["step"] + self.steps_per_poll)
-            self._report(cid, [])
-            if c["step"] >= c["max_steps"]:
-                self._complete(cid)
+        self._run_containers()
         out, self.events = self.events, []
         return json.dumps(out)
 

@@ -117,22 +117,20 @@ class FakeShell:
     def finish(self, status: str, message: str, tracking_url: str) -> None:
         self.finished = (status, message)
 
-    def poll_events(self, timeout_ms: int) -> str:
+    def _allocate(self, rid: int, node: str, gpus: int) -> None:
+        """The RM satisfies ask ``rid`` with a container of ``gpus`` GPUs on ``node``."""
+        del self.asks[rid]
+        cid = f"container_1700000000000_0001_01_{self.next_id:06d}"
+        self.next_id += 1
+        self.containers[cid] = {"node": node, "gpus": gpus, "running": False}
+        self.events.append({"type": "allocated", "container": cid, "node": node,
+                            "host": node.split(":")[0], "gpus": gpus, "request_id": rid})
+
+    def _run_containers(self) -> None:
+        """One poll of the running containers: a stopped one checkpoints and ends, the
+        others advance ``steps_per_poll`` steps and end at their step target."""
         am = self.am
         assert am is not None
-        time.sleep(self.poll_sleep)
-        usable = am.usable_leases(time.time())
-        for rid, (node, gpus) in list(self.asks.items()):
-            held = sum(1 for g in usable if g.startswith(node + "/"))
-            inuse = sum(c["gpus"] for c in self.containers.values() if c["node"] == node)
-            if held - inuse >= gpus:
-                del self.asks[rid]
-                cid = f"container_1700000000000_0001_01_{self.next_id:06d}"
-                self.next_id += 1
-                self.containers[cid] = {"node": node, "gpus": gpus, "running": False}
-                self.events.append({"type": "allocated", "container": cid, "node": node,
-                                    "host": node.split(":")[0], "gpus": gpus,
-                                    "request_id": rid})
         for cid, c in list(self.containers.items()):
             if not c.get("running"):
                 continue
@@ -147,6 +145,18 @@ class FakeShell:
             self._report(cid, [])
             if c["step"] >= c["max_steps"]:
                 self._complete(cid)
+
+    def poll_events(self, timeout_ms: int) -> str:
+        am = self.am
+        assert am is not None
+        time.sleep(self.poll_sleep)
+        usable = am.usable_leases(time.time())
+        for rid, (node, gpus) in list(self.asks.items()):
+            held = sum(1 for g in usable if g.startswith(node + "/"))
+            inuse = sum(c["gpus"] for c in self.containers.values() if c["node"] == node)
+            if held - inuse >= gpus:
+                self._allocate(rid, node, gpus)
+        self._run_containers()
         out, self.events = self.events, []
         return json.dumps(out)
 

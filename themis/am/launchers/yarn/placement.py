@@ -30,6 +30,17 @@ if TYPE_CHECKING:
 log = logging.getLogger("themis.am.launchers.yarn.am")
 
 
+def stop_unrun(am: AppMaster) -> None:
+    """Runs of jobs Hyperband no longer runs: stop early-stopped ones, withdraw asks (with
+    an arbiter or without one, themis.am.launchers.yarn.stock)."""
+    for r in am.runs:
+        job = am.hb.jobs.get(r.job_id)
+        if job is None or job.status is JobStatus.RUNNING:
+            continue
+        if r.state == "requested" or (r.live and job.status is JobStatus.STOPPED):
+            am._stop(r, f"job is {job.status.value}")
+
+
 def reconcile(am: AppMaster, now: float, usable: dict[str, float],
               placeable: dict[str, float]) -> None:
     """One placement pass of ``am`` (module docstring)."""
@@ -50,12 +61,7 @@ def reconcile(am: AppMaster, now: float, usable: dict[str, float],
             am._stop(r, f"lease on {node} ends", lease_expiry=am._lease_end(node, now))
             excess -= sum(x.gpus for x in am.launcher.group_runs(r) if x.node == node)
     # 2. runs of jobs Hyperband no longer runs: stop early-stopped ones, withdraw asks
-    for r in am.runs:
-        job = am.hb.jobs.get(r.job_id)
-        if job is None or job.status is JobStatus.RUNNING:
-            continue
-        if r.state == "requested" or (r.live and job.status is JobStatus.STOPPED):
-            am._stop(r, f"job is {job.status.value}")
+    stop_unrun(am)
     # 3. every waiting job has one node-local ask: on a node with free leased GPUs when
     #    there is one, else parked on the demand node (the RM commits nothing there
     #    without a lease; the pending ask is what makes the app take part in rounds)

@@ -26,9 +26,9 @@ import logging
 from typing import Any
 
 from themis.am.core import LiveBidder
-from themis.am.hyperband import JobStatus
 from themis.am.launchers.yarn.am import AppMaster
 from themis.am.launchers.yarn.launcher import HOLDING
+from themis.am.launchers.yarn.placement import stop_unrun
 from themis.am.launchers.yarn.records import Run
 
 log = logging.getLogger("themis.am.launchers.yarn.am")
@@ -80,13 +80,7 @@ class StockAppMaster(AppMaster):
         """One ask anywhere per waiting job; no lease stops anything."""
         del now, usable, placeable
         g = self.spec.job_gpus()
-        # runs of jobs Hyperband no longer runs: stop early-stopped ones, withdraw asks
-        for r in self.runs:
-            job = self.hb.jobs.get(r.job_id)
-            if job is None or job.status is JobStatus.RUNNING:
-                continue
-            if r.state == "requested" or (r.live and job.status is JobStatus.STOPPED):
-                self._stop(r, f"job is {job.status.value}")
+        stop_unrun(self)  # runs of jobs Hyperband no longer runs
         busy = {r.job_id for r in self.runs if r.live or r.state == "stopping"}
         waiting = self.core.by_remaining_work(j for j in self.core.runnable()
                                               if j.id not in busy)
