@@ -69,19 +69,23 @@ def test_priority_orders_ties_only() -> None:
 
 
 def test_merged_keys_rank_starving_apps_among_all() -> None:
-    """starvation = ranked (``merge``): a starving app's key stands for its rho, so an app
-    stuck at rho 5 on too few GPUs ranks above a starving app whose key (its rho if served
-    now) is 3; a starving app without a key stays at +inf, first."""
+    """starvation = ranked (``merge``): a merged starving app's key stands for its rho, so
+    an app stuck at rho 5 on too few GPUs ranks above a starving app whose key (its rho if
+    served now) is 3; a starving app without a key stays at +inf, first, and so does a
+    starving app left out of ``merge`` (a newcomer), ordered by its key."""
     inf = math.inf
     rhos = {"a": inf, "b": inf, "c": inf, "d": 5.0, "e": 1.0}
     pri = {"a": 1.0, "b": 7.0, "c": 3.0}
     for seed in range(10):
-        got, _ = select_bidders(rhos, 0.0, random.Random(seed), pri, merge=True)
+        got, _ = select_bidders(rhos, 0.0, random.Random(seed), pri, merge={"a", "b", "c"})
         assert got == ["b", "d", "c", "a", "e"]  # a (key 1) before e (rho 1): the key breaks it
+        # c never held GPUs (a newcomer, not merged): it stays at +inf, first
+        got, _ = select_bidders(rhos, 0.0, random.Random(seed), pri, merge={"a", "b"})
+        assert got == ["c", "b", "d", "a", "e"]
         assert select_bidders(rhos, 0.0, random.Random(seed), pri)[0] == ["b", "c", "a", "d",
                                                                           "e"]
     got, _ = select_bidders({"x": inf, "y": inf, "z": 2.0}, 0.0, random.Random(0), {"y": 0.5},
-                            merge=True)
+                            merge={"x", "y"})
     assert got == ["x", "z", "y"]
 
 

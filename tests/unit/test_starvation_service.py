@@ -72,7 +72,8 @@ def _first_round(starvation: str | None, worse: str) -> tuple[Any, dict[str, Any
     """Apps "a" and "b", both holding no GPU, one free GPU, f = 0.5 (one bidder); ``worse``
     is the app with the larger served-now key; ``starvation`` None = the config's default.
     Returns (first round's outcome, the apps' snapshot before it, with each agent's
-    starvation option under "options")."""
+    starvation option under "options" and, under "merged", the apps whose keys the
+    filter ranks among all apps after the round)."""
     cluster = GatedCluster([Gpu("m0-g0", "m0", "r0")])
     cfg = ArbiterConfig(lease_s=30.0, bid_timeout_s=3.0, fairness_knob=0.5, heartbeat_s=0.5,
                         round_delay_s=0.01, solver="bnb", seed=7)
@@ -94,6 +95,7 @@ def _first_round(starvation: str | None, worse: str) -> tuple[Any, dict[str, Any
         cluster.gate.set()
         s.RegisterApp(pb.RegisterAppRequest(app_id="kick", rho=1.0, max_gpus=1))  # a round
         assert srv.core.wait_rounds(1, timeout=15)
+        snap["merged"] = srv.core.merged_keys(["a", "b", "kick"])
         return srv.core.outcomes[0], snap
     finally:
         channel.close()
@@ -116,6 +118,10 @@ def test_served_now_gives_the_free_gpu_to_the_larger_key(worse: str,
     assert max(keys, key=lambda a: keys[a][0]) == worse
     assert outcome.bidders == (worse,)
     assert [(g.app_id, g.gpus) for g in outcome.grants] == [(worse, ("m0-g0",))]
+    # ranked: once served, the winner's key would rank it among all apps; the other app
+    # and "kick" never held GPUs (newcomers, above the apps holding GPUs)
+    assert snap["merged"] == (frozenset({worse}) if option is Starvation.RANKED
+                              else frozenset())
 
 
 def test_inf_ignores_the_keys() -> None:
@@ -353,8 +359,7 @@ def test_yarn_engine_serves_the_larger_key(worse: str, starvation: str) -> None:
     cfg = ArbiterConfig(bid_timeout_s=3.0, heartbeat_s=0.5, solver="bnb",
                         starvation=starvation)
     endpoint = AgentEndpoint(cfg)
-    assert endpoint.merges_keys() is (starvation == "ranked")
-    assert ReportedBids().merges_keys() is False
+    assert ReportedBids().merged_keys(["a"]) == ()
     engine = RoundEngine(endpoint)
     endpoint.start(0)
     now = time.time()

@@ -27,13 +27,16 @@ from themis.sim.synthetic import synthetic
 
 
 def _ctx(seed: int) -> RoundContext:
-    """8 apps, the first 3 holding 2 GPUs each, the others none; 3 GPUs free."""
+    """8 apps, the first 3 holding 2 GPUs each, the others none (apps 3 and 4 held GPUs
+    before: returning; 5-7 never did: newcomers); 3 GPUs free."""
     topo = default_cluster(0.125)
     apps = [AppState(a) for a in synthetic(8, seed=seed, max_jobs=3).apps]
     gpus = sorted(topo, key=topo.index)
     for a in apps[:3]:
         for _ in range(min(a.room(), 2)):
             a.held[gpus.pop(0)] = 600.0
+    for a in apps[3:5]:
+        a.gpu_time = 1200.0
     now = max(a.spec.arrival for a in apps) + 100
     return RoundContext(now, [topo[g] for g in gpus[:3]], topo, apps, random.Random(seed),
                         lambda _a: 2.0, 600.0)
@@ -77,7 +80,7 @@ def test_served_now_keys_starving_apps_and_they_bid_first(
     # the bidders are the starving apps with the largest keys, in that order
     ranked = sorted(starving, key=lambda a: -want[a])
     assert list(call["bidders"]) == ranked[: len(call["bidders"])]
-    assert call["merge"] is False
+    assert not call["merge"]
 
 
 @pytest.mark.parametrize("policy", ["themis-ranked", "ranked"])
@@ -86,23 +89,26 @@ def test_ranked_ranks_starving_apps_among_all_by_their_keys(
     monkeypatch: pytest.MonkeyPatch, seed: int, policy: str
 ) -> None:
     """The policy ``themis-ranked`` and ``ThemisPolicy(starvation="ranked")`` alike: a
-    starving app's key stands for its rho in one ranking with the apps holding GPUs."""
+    starving app that held GPUs before has its key stand for its rho in one ranking with
+    the apps holding GPUs; newcomers stay above them all, by their keys."""
     calls = _spy(monkeypatch)
     ctx = _ctx(seed)
     pol = make_policy(policy) if policy.startswith("themis") else ThemisPolicy(starvation=policy)
     assert isinstance(pol, ThemisPolicy) and pol.starvation is Starvation.RANKED
     check_allocation(ctx, pol.allocate(ctx))
     (call,) = calls
-    assert call["merge"] is True
     starving = {a for a, r in call["rho"].items() if math.isinf(r)}
     by_id = {a.spec.id: a for a in ctx.apps}
+    returning = {a for a in starving if by_id[a].gpu_time > 0}
+    assert returning and starving - returning
+    assert set(call["merge"]) == returning
     place = lambda n: best_locality(list(ctx.topology.values()), n)  # noqa: E731
     want = {a: served_now_rho(by_id[a].model(), ctx.fairness(a), place) for a in starving}
     assert call["priority"] == pytest.approx(want)
     # one ranking: a starving app's key in place of its +inf, the worst (1-f) kept, then
     # at most one starving bidder per free GPU
-    value = {a: want.get(a, r) for a, r in call["rho"].items()}
-    ranked = sorted(value, key=lambda a: -value[a])
+    value = {a: want[a] if a in returning else r for a, r in call["rho"].items()}
+    ranked = sorted(value, key=lambda a: (-value[a], -want.get(a, -math.inf)))
     keep = ranked[: max(1, math.ceil(0.2 * len(ranked) - 1e-9))]
     over = [a for a in keep if a in starving][call["free"]:]
     assert list(call["bidders"]) == [a for a in keep if a not in over]

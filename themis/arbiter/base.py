@@ -46,6 +46,9 @@ class AppRecord:
     # starvation = served-now: the reported key (served-now rho, T_id seconds, clock() of
     # the report), or None
     key: tuple[float, float, float] | None = None
+    # granted GPUs since it registered (or holding a restored lease then): under
+    # starvation = ranked its key ranks it among all apps once it starves again
+    served: bool = False
     events: queue.SimpleQueue[pb.Event | None] | None = None
 
 

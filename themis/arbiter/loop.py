@@ -275,6 +275,8 @@ class RoundLoop(BidIntake):
             by_app.setdefault(g.app_id, []).append(g)
         for a in sorted((offered | by_app.keys()) & self._apps.keys()):
             mine = by_app.get(a, [])
+            if mine:
+                self._apps[a].served = True
             self._send(a, pb.Event(allocation=pb.Allocation(
                 round_id=rid,
                 leases=[lease_to_pb(g) for g in mine],
@@ -292,10 +294,17 @@ class RoundLoop(BidIntake):
         with self._cond:
             return {a: self._apps[a].rho if a in self._apps else default for a in app_ids}
 
-    def merges_keys(self) -> bool:
-        """Whether the filter ranks starving apps' keys among the others' rho
-        (starvation = ranked; ``run_round``'s ``merge``)."""
-        return parse_starvation(self.config.starvation).merges
+    def merged_keys(self, app_ids: Sequence[str]) -> frozenset[str]:
+        """The apps of ``app_ids`` whose starving key the filter ranks among the others'
+        rho (``run_round``'s ``merge``): under starvation = ranked, the registered apps
+        that have been granted GPUs before; none otherwise."""
+        with self._cond:
+            return self._merged(app_ids)
+
+    def _merged(self, app_ids: Sequence[str]) -> frozenset[str]:
+        if not parse_starvation(self.config.starvation).merges:
+            return frozenset()
+        return frozenset(a for a in app_ids if a in self._apps and self._apps[a].served)
 
     def priority_of(self, app_ids: Sequence[str]) -> dict[str, float] | None:
         """The filter's secondary key of ``app_ids`` now (see :meth:`_priority`): None
@@ -334,6 +343,7 @@ class RoundLoop(BidIntake):
             rid = self._round_id
             rho = {a: self._apps[a].rho for a in apps}
             priority = self._priority(apps, self.clock())
+            merged = self._merged(apps)
             room = {a: max(0, self._apps[a].max_gpus - len(self._leases.held_by(a)))
                     for a in apps}
             previous = {g.id: expired[g.id] for g in free if g.id in expired}
@@ -345,7 +355,7 @@ class RoundLoop(BidIntake):
         outcome = run_round(free, rho, collect, fairness_knob=cfg.fairness_knob,
                             lease_s=cfg.lease_s, now=now, solver=self._solver,
                             rng=self._rng, room=room, previous=previous, priority=priority,
-                            merge=self.merges_keys())
+                            merge=merged)
         with self._cond:
             offered = self._close_round(rid)
             # Apps that left during the round get nothing; their GPUs stay free.

@@ -109,7 +109,8 @@ class Registry(CoreBase):
                 self._registered = {a: t for a, t in self._registered.items()
                                     if t[-1] > now - window}
             secret = secrets.token_urlsafe(24)
-            self._apps[app_id] = AppRecord(app_id, secret, rho, max_gpus)
+            self._apps[app_id] = AppRecord(app_id, secret, rho, max_gpus,
+                                           served=bool(self._leases.held_by(app_id)))
             self._kick()
             return pb.RegisterAppResponse(
                 secret=secret,

@@ -234,10 +234,12 @@ class Starvation(StrEnum):
 
     ``served-now`` (the default): they rank above every app holding GPUs, among themselves
     by :func:`served_now_rho` (the rho each would have if served its full demand now), the
-    worst first; at most one starving bidder per free GPU. ``ranked``: each is ranked among
-    *all* apps by that key against the others' current rho, with the same cap, so an app
-    that just lost GPUs it was well served with ranks below an app stuck on too few - but
-    so does a newcomer whose key is still small (docs/mechanism.md, "Starvation"). ``inf``
+    worst first; at most one starving bidder per free GPU. ``ranked``: a starving app that
+    has held GPUs before ranks among *all* apps by that key against the others' current
+    rho, with the same cap, so an app that just lost GPUs it was well served with ranks
+    below an app stuck on too few; a newcomer (never served) still ranks above every app
+    holding GPUs, as under ``served-now``, since its key assumes a service it has not had
+    (docs/mechanism.md, "Starvation"). ``inf``
     (the paper's reading): they all report rho = +inf and tie;
     the filter draws among them at random. Only who bids changes: rho, the bid tables and
     the auction are the paper's."""
@@ -253,8 +255,8 @@ class Starvation(StrEnum):
 
     @property
     def merges(self) -> bool:
-        """Whether the key ranks starving apps among the apps holding GPUs (``ranked``)
-        rather than above all of them."""
+        """Whether the key ranks starving apps that have held GPUs before among the apps
+        holding GPUs (``ranked``) rather than above all of them."""
         return self is Starvation.RANKED
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import random
 from collections import Counter, deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 
@@ -64,7 +64,7 @@ def select_bidders(
     fairness_knob: float,
     rng: random.Random | None = None,
     priority: Mapping[str, float] | None = None,
-    merge: bool = False,
+    merge: Collection[str] = (),
 ) -> tuple[list[str], list[str]]:
     """Keep ceil((1-f) N) apps with the worst (largest) rho, at least one (line 17).
 
@@ -72,11 +72,11 @@ def select_bidders(
     apps of equal rho - in particular the apps holding no GPU, all at rho = +inf - the
     larger priority ranks first (starvation-aware filtering, docs/mechanism.md); an app
     missing from it ranks after those present. It never overrides rho: an app of larger
-    rho ranks first whatever the priorities - unless ``merge`` (starvation = ``ranked``):
-    then an app at rho = +inf with a priority ranks by that priority among all apps, as if
-    it were its rho. Remaining ties are broken at random with
-    ``rng`` (seeded: reproducible; a fixed order would always favour the same one of
-    several equally badly off apps), else by app id."""
+    rho ranks first whatever the priorities - except for the apps in ``merge`` (starvation =
+    ``ranked``: the starving apps that have held GPUs before): such an app at rho = +inf
+    with a priority ranks by that priority among all apps, as if it were its rho. Remaining
+    ties are broken at random with ``rng`` (seeded: reproducible; a fixed order would
+    always favour the same one of several equally badly off apps), else by app id."""
     check_knob(fairness_knob)
     for app, r in rho_current.items():
         if not isinstance(r, int | float) or math.isnan(r) or r < 0:
@@ -87,11 +87,12 @@ def select_bidders(
             raise RoundError(f"app {app!r}: filter priority {v!r} must be a number")
         pri[app] = float(v)
     apps = sorted(rho_current)
+    merged = frozenset(merge)
     tie = {a: rng.random() for a in apps} if rng is not None else {a: 0.0 for a in apps}
 
     def value(a: str) -> float:
         r = rho_current[a]
-        return pri[a] if merge and math.isinf(r) and a in pri else r
+        return pri[a] if math.isinf(r) and a in pri and a in merged else r
 
     ranked = sorted(apps, key=lambda a: (-value(a), -pri.get(a, -math.inf), tie[a], a))
     if not ranked:
@@ -321,7 +322,7 @@ def run_round(
     previous: Mapping[str, str] | None = None,
     shape: Shape | None = None,
     priority: Mapping[str, float] | None = None,
-    merge: bool = False,
+    merge: Collection[str] = (),
 ) -> RoundOutcome:
     """One round: filter, auction, leftover, lease grants. ``collect_bids`` receives the
     bidders and returns the tables that arrived in time; missing ones count as
@@ -329,7 +330,7 @@ def run_round(
     just expired) makes the leftover step renew those GPUs to their holders first;
     ``shape`` (app -> ``{GPUs per container: containers}``) makes it deal such apps whole
     containers on one machine (:func:`distribute_leftover`); ``priority`` is the filter's
-    secondary key (:func:`select_bidders`; with ``merge`` the starving apps' rank) and,
+    secondary key (:func:`select_bidders`; for the apps in ``merge`` their rank) and,
     when given, caps the starving bidders (:func:`cap_starving_bidders`). Bidders'
     bundles are theirs."""
     if not math.isfinite(lease_s) or lease_s <= 0:

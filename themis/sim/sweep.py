@@ -59,7 +59,7 @@ DEFAULT_POLICIES = ("themis", "themis-ranked", "themis-inf", "gavel", "srsf", "f
 #: VC traces per seed directory a default sweep takes (the first by name): 3 x 4 seeds at
 #: 48 apps keep a default sweep near 30 minutes on 2 cores
 DEFAULT_VCS_PER_SEED = 3
-SWEEP_VERSION = 5  # bump when a run's meaning changes: cached runs are then redone
+SWEEP_VERSION = 6  # bump when a run's meaning changes: cached runs are then redone
 CONTENTIONS = (1, 2, 4)
 WORKLOADS = (1, 2)
 #: per-run metrics kept in runs.csv (themis.sim.metrics.summarize keys)

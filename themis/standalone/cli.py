@@ -163,8 +163,10 @@ def configure(p: argparse.ArgumentParser) -> None:
     m.add_argument("--starvation", choices=STARVATION_NAMES, default=str(DEFAULT_STARVATION),
                    help="how the filter orders apps holding no GPU: 'inf' = they tie at "
                         "rho = +inf (the paper), 'served-now' = the worst off first, by the "
-                        "rho each would have if served now, at most as many as free GPUs "
-                        "(docs/mechanism.md, \"Starvation\") (default: %(default)s)")
+                        "rho each would have if served now, at most as many as free GPUs; "
+                        "'ranked' = like served-now, but an app that held GPUs before ranks "
+                        "by that rho among all apps (docs/mechanism.md, \"Starvation\") "
+                        "(default: %(default)s)")
     m.add_argument("--bid-timeout-s", type=_positive_float, default=2.0, metavar="SECONDS",
                    help="bid deadline after an offer; late agents count as non-bidders")
     m.add_argument("--warning-s", type=_nonneg_float, default=10.0, metavar="SECONDS",

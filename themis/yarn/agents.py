@@ -27,7 +27,7 @@ import logging
 import queue
 import threading
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Protocol
 
 from themis.arbiter.cluster_backend import ClusterBackend
@@ -209,8 +209,8 @@ class AgentEndpoint:
         self.view.set_cluster(cluster)
         return self.server.core.priority_of(app_ids)
 
-    def merges_keys(self) -> bool:
-        return self.server.core.merges_keys()
+    def merged_keys(self, app_ids: Sequence[str]) -> Collection[str]:
+        return self.server.core.merged_keys(app_ids)
 
     def collect(self, bidders: Sequence[str], offer: Sequence[Gpu]) -> Mapping[str, BidTable]:
         self.view.set_offer(offer)

@@ -13,7 +13,7 @@ offer it was built from.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Protocol
 
 from themis.mechanism.bids import BidTable
@@ -33,9 +33,10 @@ class BidSource(Protocol):
         every GPU of the cluster this round (for the shape announced to agents)."""
         ...
 
-    def merges_keys(self) -> bool:
-        """Whether those keys rank starving apps among all apps (starvation = ranked,
-        ``run_round``'s ``merge``) rather than above the apps holding GPUs."""
+    def merged_keys(self, app_ids: Sequence[str]) -> Collection[str]:
+        """The apps of ``app_ids`` whose keys rank them among all apps rather than above
+        the apps holding GPUs (``run_round``'s ``merge``): under starvation = ranked, the
+        apps granted GPUs before; none otherwise."""
         ...
 
     def collect(self, bidders: Sequence[str], offer: Sequence[Gpu]) -> Mapping[str, BidTable]:
@@ -84,8 +85,8 @@ class ReportedBids:
                  ) -> Mapping[str, float] | None:
         return None  # no filter keys are reported out of band: starvation = inf
 
-    def merges_keys(self) -> bool:
-        return False
+    def merged_keys(self, app_ids: Sequence[str]) -> Collection[str]:
+        return ()
 
     def rho(self, app_ids: Sequence[str]) -> Mapping[str, float]:
         with self._lock:

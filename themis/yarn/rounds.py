@@ -48,7 +48,7 @@ class RoundEngine:
             # starvation = served-now or ranked: the starving apps' filter keys (else
             # None); the source also learns the whole cluster, announced to agents
             priority = source.priority(sorted(wanting), cluster_of(view))
-            merge = source.merges_keys()
+            merge = source.merged_keys(sorted(wanting))
             if not wanting or not offer:
                 return grants_json([], {"round": view.round_id, "skipped": True,
                                         "bids_rejected": dict(self.source.rejected_bids())})

@@ -13,7 +13,8 @@ standalone mode.
 ``starvation`` (:class:`~themis.mechanism.fairness.Starvation`) selects how the filter
 orders apps holding no GPU: the default ``served-now`` ranks them by
 :func:`~themis.mechanism.fairness.served_now_rho` above every app holding GPUs (the policy
-``themis``); ``ranked`` ranks each among all apps by it (``themis-ranked``); ``inf``, the
+``themis``); ``ranked`` ranks each that has held GPUs before among all apps by it, and
+newcomers above them all (``themis-ranked``); ``inf``, the
 paper's reading, lets them tie at rho = +inf and draws among them (``themis-inf``;
 docs/mechanism.md, "Starvation").
 """
@@ -94,10 +95,14 @@ class ThemisPolicy(Policy):
         if not rho_now:
             return {}
         priority: dict[str, float] | None = None
+        merge: list[str] = []
         if self.starvation.keyed:
             starving = [a for a in rho_now if math.isinf(rho_now[a])]
-            # served-now: the key only orders apps tied at +inf; ranked: it ranks them all
-            if len(starving) > 1 or (self.starvation.merges and starving):
+            if self.starvation.merges:  # ranked: the starving apps that have held GPUs
+                merge = [a for a in starving if by_id[a].gpu_time > 0]
+            # served-now: the key only orders apps tied at +inf; ranked: it also ranks
+            # the apps in ``merge`` among all apps
+            if len(starving) > 1 or merge:
                 place = self._place(topo)
                 priority = {a: served_now_rho(models[a], fairness[a], place) for a in starving}
         room = {a: by_id[a].room() for a in rho_now}
@@ -132,7 +137,7 @@ class ThemisPolicy(Policy):
             room=room,
             previous=ctx.previous,
             priority=priority,
-            merge=self.starvation.merges,
+            merge=merge,
         )
         if outcome.auction is not None:
             self.auction_ms.append(outcome.auction.solve_ms)
