@@ -42,6 +42,8 @@ from themis.mechanism.bids import BidTable
 from themis.mechanism.errors import InvalidBid, InvalidOffer
 from themis.mechanism.solvers.base import Bundle, PackingProblem, Solution, Solver
 from themis.mechanism.solvers.components import split
+from themis.mechanism.solvers.split import SplitSolver
+from themis.mechanism.split import plan_split, restrict_problem
 from themis.mechanism.topology import Gpu
 
 _EPS = 1e-12
@@ -215,7 +217,14 @@ def run_auction(
     id order, before any solve. ``exact_payments``: compute every c_i exactly; by default
     each solve without a winner stops once it has settled how many GPUs the winner keeps
     (the allocation is the exact one; ``kept_fraction`` is then a c_i giving that same
-    count - the exact c_i when the solve proved it, see :func:`rounding_thresholds`)."""
+    count - the exact c_i when the solve proved it, see :func:`rounding_thresholds`).
+
+    A :class:`SplitSolver` splits a round above its policy's size into independent
+    sub-auctions (:mod:`themis.mechanism.split`; ``rng`` then draws the partition after
+    the u_i) and solves with its inner solver; below that size the auction is unchanged."""
+    policy = None
+    if isinstance(solver, SplitSolver):
+        policy, solver = solver.policy, solver.inner
     offer_ids = [g.id for g in offer]
     validate_tables(offer_ids, tables)
     # The solver breaks ties between equally good allocations by app order: shuffle it
@@ -226,6 +235,9 @@ def run_auction(
     by_id = {g.id: g for g in offer}
     index = {gid: i for i, gid in enumerate(offer_ids)}
     problem, origin = _gains(tables, index)
+    plan = None if policy is None else plan_split(offer, tables, policy, rng)
+    if plan is not None:  # each bidder keeps its bundles inside its part
+        problem, origin = restrict_problem(problem, origin, tables, index, plan)
     started = time.perf_counter()
     draws = None if exact_payments else [draw[t.app_id] for t in tables]
     choice, objective, log_kept = _solve_parts(problem, solver, draws)
@@ -257,7 +269,7 @@ def run_auction(
         proportional_fair=proportional_fair,
         kept_fraction=kept_fraction,
         leftover=leftover,
-        solver=solver.name,
+        solver=solver.name if plan is None else f"{solver.name} (split: {plan.n_parts} parts)",
         solve_ms=solve_ms,
         objective=objective,
     )

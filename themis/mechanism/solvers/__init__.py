@@ -1,4 +1,7 @@
-"""Solver back-ends for the proportional-fair MILP (one interface, many back-ends)."""
+"""Solver back-ends for the proportional-fair MILP (one interface, many back-ends).
+
+``make_solver`` takes the names of :mod:`~themis.mechanism.solvers.auto` and
+``split:<name>`` (the split auction, :mod:`~themis.mechanism.solvers.split`)."""
 
 from themis.mechanism.solvers.auto import (
     BACKENDS,
@@ -6,7 +9,6 @@ from themis.mechanism.solvers.auto import (
     SERVICE_SOLVERS,
     SOLVER_NAMES,
     FallbackSolver,
-    make_solver,
 )
 from themis.mechanism.solvers.base import (
     Bundle,
@@ -17,12 +19,14 @@ from themis.mechanism.solvers.base import (
     SolverUnavailable,
     evaluate,
 )
+from themis.mechanism.solvers.split import SPLIT_PREFIX, SplitPolicy, SplitSolver, make_solver
 
 __all__ = [
     "BACKENDS",
     "DEFAULT_SOLVER",
     "SERVICE_SOLVERS",
     "SOLVER_NAMES",
+    "SPLIT_PREFIX",
     "Bundle",
     "FallbackSolver",
     "PackingProblem",
@@ -30,6 +34,8 @@ __all__ = [
     "Solver",
     "SolverError",
     "SolverUnavailable",
+    "SplitPolicy",
+    "SplitSolver",
     "evaluate",
     "make_solver",
 ]
