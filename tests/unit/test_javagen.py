@@ -61,7 +61,7 @@ def test_a_changed_python_default_changes_the_java(monkeypatch: pytest.MonkeyPat
     before = javagen.render()
     monkeypatch.setattr(javagen, "SERVICE_SOLVERS", (*SERVICE_SOLVERS, "cpsat"))
     after = javagen.render()
-    assert after != before and '"lpbb", "cpsat"' in after
+    assert after != before and '"split:open-fast", "cpsat"' in after
 
 
 def test_settings_table_and_mechanism_must_agree(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -42,7 +42,7 @@ CLASS = "EngineDefaults"
 #: The committed file, relative to the repository root.
 JAVA_FILE = Path("rm-plugin/src/main/java/org/themis/yarn") / f"{CLASS}.java"
 _WIDTH = 100  # the Java sources' line length
-_NAME = re.compile(r"[A-Za-z0-9_.+-]*")  # what a generated string may hold (no escaping)
+_NAME = re.compile(r"[A-Za-z0-9_.+:-]*")  # what a generated string may hold (no escaping)
 
 Value = str | int | float | tuple[str, ...]
 
@@ -114,7 +114,7 @@ def constants() -> list[Constant]:
 
 def _string(text: str) -> str:
     if not _NAME.fullmatch(text):
-        raise ValueError(f"{text!r}: not a plain name (letters, digits, '_', '.', '+', '-')")
+        raise ValueError(f"{text!r}: not a plain name (letters, digits, '_', '.', '+', '-', ':')")
     return f'"{text}"'
 
 

@@ -54,7 +54,7 @@ MAX_BID_TIMEOUT_S = 3600.0
 MAX_APPS = 1_000_000  # largest accepted THEMIS_MAX_APPS
 _HOST = re.compile(r"[A-Za-z0-9_.:\[\]%-]{1,253}")  # names, IPv4, IPv6 (maybe bracketed)
 _INT = re.compile(r"[+-]?[0-9]{1,19}")  # no underscores, no other digits than 0-9
-_NAME = re.compile(r"[A-Za-z0-9_.+-]{1,64}")
+_NAME = re.compile(r"[A-Za-z0-9_.+:-]{1,64}")
 
 
 class SettingError(ValueError):
@@ -120,7 +120,7 @@ def _knob(text: str) -> float:
 
 def _solver(text: str) -> str:
     if not _NAME.fullmatch(text.strip()):
-        raise ValueError("must be a solver name (letters, digits, '-', '_', '.', '+')")
+        raise ValueError("must be a solver name (letters, digits, '-', '_', '.', '+', ':')")
     return text.strip()
 
 

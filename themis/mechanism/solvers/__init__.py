@@ -6,7 +6,6 @@
 from themis.mechanism.solvers.auto import (
     BACKENDS,
     DEFAULT_SOLVER,
-    SERVICE_SOLVERS,
     SOLVER_NAMES,
     FallbackSolver,
 )
@@ -19,7 +18,13 @@ from themis.mechanism.solvers.base import (
     SolverUnavailable,
     evaluate,
 )
-from themis.mechanism.solvers.split import SPLIT_PREFIX, SplitPolicy, SplitSolver, make_solver
+from themis.mechanism.solvers.split import (
+    SERVICE_SOLVERS,
+    SPLIT_PREFIX,
+    SplitPolicy,
+    SplitSolver,
+    make_solver,
+)
 
 __all__ = [
     "BACKENDS",

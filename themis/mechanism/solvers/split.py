@@ -18,6 +18,10 @@ from themis.mechanism.solvers import auto
 from themis.mechanism.solvers.base import PackingProblem, Solution, Solver, SolverError
 
 SPLIT_PREFIX = "split:"
+#: The names a long-running service (the RM's engine) accepts: the exact ones and the split
+#: auction over the two fast chains (the split bounds the large rounds' solves).
+SERVICE_SOLVERS = (*auto.SERVICE_SOLVERS, *(SPLIT_PREFIX + n for n in ("auto-fast",
+                                                                      "open-fast")))
 
 
 @dataclass(frozen=True, slots=True)

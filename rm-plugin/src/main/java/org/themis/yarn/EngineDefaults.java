@@ -35,7 +35,8 @@ public final class EngineDefaults {
    */
   public static final List<String> SOLVERS =
       Collections.unmodifiableList(Arrays.asList(
-          "auto-fast", "open-fast", "auto", "highs", "gurobi", "lpbb"));
+          "auto-fast", "open-fast", "auto", "highs", "gurobi", "lpbb", "split:auto-fast",
+          "split:open-fast"));
 
   /**
    * {@code yarn.resourcemanager.themis.ideal-time} (engine: {@code THEMIS_IDEAL_TIME}): the form
