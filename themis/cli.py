@@ -18,6 +18,7 @@ from themis import __version__
 SUBCOMMANDS = (
     "themis.arbiter.cli_auction",
     "themis.sim.cli",
+    "themis.preview.cli",
     "themis.client.cli",
     "themis.client.logs",
     "themis.standalone",
