@@ -16,8 +16,8 @@ takes the cluster down. Runs (``--runs``, in this order):
   (:mod:`themis.am.launchers.yarn.stock`), its jobs get whatever containers YARN gives and
   keep them to their step target;
 * ``themis``: the Themis plugin with its defaults (f = 0.8, grace 30 s, exact T_id,
-  ``starvation=served-now``) but ``--lease-ms`` leases;
-* ``themis-ranked`` and ``themis-inf``: the same with ``starvation=ranked`` and
+  ``starvation=ranked``) but ``--lease-ms`` leases;
+* ``themis-served-now`` and ``themis-inf``: the same with ``starvation=served-now`` and
   ``starvation=inf`` set explicitly.
 
 Per app and run: JCT (the RM's finishedTime - startedTime: submission to end), GPU time (the
@@ -66,9 +66,9 @@ CLUSTER_GPUS = 8  # docker/minicluster.sh's default NodeManagers: 4 + 2 + 2
 #: the mix: (name, arrival s after the first, seconds of training per Hyperband unit)
 MIX = (("hb-large", 0.0, 50.0), ("hb-medium", 60.0, 40.0), ("hb-small", 120.0, 30.0))
 STEPS_PER_UNIT = 30
-RUNS = ("stock", "themis", "themis-ranked", "themis-inf")
-LABELS = {"stock": "stock CapacityScheduler (FIFO)", "themis": "Themis (default: served-now)",
-          "themis-ranked": "Themis (starvation=ranked)",
+RUNS = ("stock", "themis", "themis-served-now", "themis-inf")
+LABELS = {"stock": "stock CapacityScheduler (FIFO)", "themis": "Themis (default: ranked)",
+          "themis-served-now": "Themis (starvation=served-now)",
           "themis-inf": "Themis (starvation=inf)"}
 
 

@@ -1,9 +1,10 @@
 """The filter's order of starving apps in real ``themis standalone`` runs: the same app mix
 run once per order on the same emulated GPUs (``--modes``, default all three):
 ``--starvation inf`` (the paper's reading: apps holding no GPU tie at rho = +inf and a
-draw decides), ``served-now`` (the default: they rank above every app holding GPUs, the
-worst off first) and ``ranked`` (each ranks among all apps by the rho it would have if
-served now); the last two keep at most one starving bidder per free GPU
+draw decides), ``served-now`` (they rank above every app holding GPUs, the worst off
+first) and ``ranked`` (the default: each that held GPUs before ranks among all apps by the
+rho it would have if served now, newcomers first); the last two keep at most one starving
+bidder per free GPU
 (docs/mechanism.md, "Starvation").
 
 The mix: six Hyperband apps of the bundled job (``python -m themis.jobs.train``, real

@@ -14,7 +14,7 @@
 #   60 s and 120 s apart) twice, each on a fresh mini-cluster: under the stock
 #   CapacityScheduler (no Themis plugin, the AMs without an arbiter) and under Themis
 #   (bench/bench_cluster_compare.py; per app rho = JCT / T_id, JCT, GPU time; a plot).
-#   THEMIS_COMPARE_RUNS (default stock,themis; add themis-ranked or themis-inf for the
+#   THEMIS_COMPARE_RUNS (default stock,themis; add themis-served-now or themis-inf for the
 #   other orders of starving apps),
 #   THEMIS_COMPARE_LEASE_MS (default 120000).
 #

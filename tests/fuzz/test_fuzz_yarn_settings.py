@@ -92,7 +92,7 @@ def test_engine_command_refuses_bad_settings(variable: str, value: str) -> None:
     assert "Traceback" not in err.getvalue()
 
 
-@pytest.mark.parametrize(("value", "want"), [(None, "served-now"), ("inf", "inf"),
+@pytest.mark.parametrize(("value", "want"), [(None, "ranked"), ("inf", "inf"),
                                              (" INF ", "inf"), ("Served-Now", "served-now"),
                                              ("RANKED", "ranked")])
 def test_starvation_default_and_every_option(value: str | None, want: str) -> None:
@@ -100,7 +100,7 @@ def test_starvation_default_and_every_option(value: str | None, want: str) -> No
     read as set."""
     env = {} if value is None else {"THEMIS_STARVATION": value}
     assert from_env(env).starvation == want
-    assert VARIABLES["THEMIS_STARVATION"][:2] == ("starvation", "served-now")
+    assert VARIABLES["THEMIS_STARVATION"][:2] == ("starvation", "ranked")
 
 
 @pytest.mark.parametrize("argv", [["--lease-s", "nan"], ["--agent-port", "70000"],

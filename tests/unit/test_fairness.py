@@ -243,7 +243,7 @@ def test_parse_starvation() -> None:
     assert parse_starvation(" INF ") is Starvation.INF  # the paper's reading, by name
     assert parse_starvation("Ranked") is Starvation.RANKED
     # served-now is the default; ranked and inf (the paper's reading) are named options
-    assert DEFAULT_STARVATION is Starvation.SERVED_NOW
+    assert DEFAULT_STARVATION is Starvation.RANKED
     assert STARVATION_NAMES == ("inf", "served-now", "ranked")
     assert [s.keyed for s in Starvation] == [False, True, True]
     assert [s.merges for s in Starvation] == [False, False, True]

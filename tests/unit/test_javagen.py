@@ -48,7 +48,7 @@ def test_generated_values_are_the_python_ones() -> None:
     assert re.findall(r'"([^"]+)"', c["SOLVERS"]) == list(SERVICE_SOLVERS)
     assert c["DEFAULT_IDEAL_TIME"] == f'"{DEFAULT_IDEAL_TIME}"'
     assert re.findall(r'"([^"]+)"', c["IDEAL_TIMES"]) == list(IDEAL_TIME_NAMES)
-    assert c["DEFAULT_STARVATION"] == f'"{DEFAULT_STARVATION}"' == '"served-now"'
+    assert c["DEFAULT_STARVATION"] == f'"{DEFAULT_STARVATION}"' == '"ranked"'
     assert re.findall(r'"([^"]+)"', c["STARVATIONS"]) == list(STARVATION_NAMES)
     assert c["MAX_APPS_LIMIT"] == f"{MAX_APPS}L"
     assert c["MAX_LEASE_DURATION_MS"] == f"{MAX_LEASE_MS}L"
@@ -87,7 +87,7 @@ def test_settings_read_the_shared_defaults_from_the_generated_class() -> None:
                  "STARVATIONS", "DEFAULT_MAX_APPS", "MAX_APPS_LIMIT", "MAX_LEASE_DURATION_MS"):
         assert f"EngineDefaults.{name}" in src, name
     # no hand-kept copy left: the solver names and choices appear in the generated file only
-    for literal in (r'"open-fast"', r'"lpbb"', r'"paper"', r'"served-now"', r"\b0\.8\b",
+    for literal in (r'"open-fast"', r'"lpbb"', r'"paper"', r'"ranked"', r"\b0\.8\b",
                     r"\b600_?000L"):
         assert not re.search(literal, src), literal
 

@@ -111,7 +111,7 @@ def test_served_now_gives_the_free_gpu_to_the_larger_key(worse: str,
     """served-now (set explicitly or by default), and ranked: with only starving apps both
     put the worse-off app first, the one bidder."""
     outcome, snap = _first_round(starvation, worse)
-    option = Starvation(starvation or "served-now")
+    option = Starvation(starvation or "ranked")
     assert snap["options"] == {"a": option, "b": option}
     keys = {a: snap[a][4] for a in ("a", "b")}
     assert all(k is not None for k in keys.values()), keys  # both agents reported a key
@@ -230,14 +230,14 @@ def test_config_refuses_unknown_starvation() -> None:
     assert ArbiterConfig(starvation=" INF ").starvation == "inf"
 
 
-def test_config_default_is_served_now() -> None:
-    assert DEFAULT_STARVATION is Starvation.SERVED_NOW
-    assert ArbiterConfig().starvation == "served-now"
+def test_config_default_is_ranked() -> None:
+    assert DEFAULT_STARVATION is Starvation.RANKED
+    assert ArbiterConfig().starvation == "ranked"
     assert ArbiterConfig(starvation=" Ranked ").starvation == "ranked"
 
 
 @pytest.mark.parametrize(("starvation", "announced", "option"), [
-    (None, "served-now", Starvation.SERVED_NOW),  # the default
+    (None, "ranked", Starvation.RANKED),  # the default
     ("ranked", "ranked", Starvation.RANKED),
     ("inf", "inf", Starvation.INF),  # the paper's reading
     ("", "", Starvation.INF),  # an older arbiter announces nothing: the agent uses inf

@@ -1,6 +1,7 @@
 """The filter's order of apps holding no GPU in the simulator's Themis policy: the default
-``served-now`` (policy ``themis``) keys them by ``served_now_rho``; ``inf`` (policy
-``themis-inf``, the paper's reading) passes no key and draws among them."""
+``ranked`` (policy ``themis``) and ``served-now`` (policy ``themis-served-now``) key them
+by ``served_now_rho``; ``inf`` (policy ``themis-inf``, the paper's reading) passes no key
+and draws among them."""
 
 from __future__ import annotations
 
@@ -57,16 +58,17 @@ def _spy(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     return calls
 
 
-@pytest.mark.parametrize("policy", ["themis", "served-now"])
+@pytest.mark.parametrize("policy", ["themis-served-now", "served-now"])
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_served_now_keys_starving_apps_and_they_bid_first(
     monkeypatch: pytest.MonkeyPatch, seed: int, policy: str
 ) -> None:
-    """The default policy ``themis`` and ``ThemisPolicy(starvation="served-now")`` alike:
+    """The policy ``themis-served-now`` and ``ThemisPolicy(starvation="served-now")`` alike:
     starving apps rank above every app holding GPUs, by their keys."""
     calls = _spy(monkeypatch)
     ctx = _ctx(seed)
-    pol = make_policy(policy) if policy == "themis" else ThemisPolicy(starvation=policy)
+    pol = make_policy(policy) if policy.startswith("themis") else ThemisPolicy(
+        starvation=policy)
     assert isinstance(pol, ThemisPolicy) and pol.starvation is Starvation.SERVED_NOW
     alloc = pol.allocate(ctx)
     check_allocation(ctx, alloc)
@@ -83,12 +85,12 @@ def test_served_now_keys_starving_apps_and_they_bid_first(
     assert not call["merge"]
 
 
-@pytest.mark.parametrize("policy", ["themis-ranked", "ranked"])
+@pytest.mark.parametrize("policy", ["themis", "ranked"])
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_ranked_ranks_starving_apps_among_all_by_their_keys(
     monkeypatch: pytest.MonkeyPatch, seed: int, policy: str
 ) -> None:
-    """The policy ``themis-ranked`` and ``ThemisPolicy(starvation="ranked")`` alike: a
+    """The default policy ``themis`` and ``ThemisPolicy(starvation="ranked")`` alike: a
     starving app that held GPUs before has its key stand for its rho in one ranking with
     the apps holding GPUs; newcomers stay above them all, by their keys."""
     calls = _spy(monkeypatch)
@@ -129,9 +131,10 @@ def test_inf_passes_no_key(monkeypatch: pytest.MonkeyPatch, policy: str) -> None
 
 
 def test_default_is_served_now_and_bad_names_are_refused() -> None:
-    assert DEFAULT_STARVATION is Starvation.SERVED_NOW
-    assert ThemisPolicy().starvation is Starvation.SERVED_NOW
-    assert make_policy("themis-ranked").starvation is Starvation.RANKED  # type: ignore[attr-defined]
+    assert DEFAULT_STARVATION is Starvation.RANKED
+    assert ThemisPolicy().starvation is Starvation.RANKED
+    assert make_policy("themis").starvation is Starvation.RANKED  # type: ignore[attr-defined]
+    assert make_policy("themis-served-now").starvation is Starvation.SERVED_NOW  # type: ignore[attr-defined]
     assert ThemisPolicy(starvation=" INF ").starvation is Starvation.INF
     assert "themis-starve" not in POLICY_NAMES and "themis-inf" in POLICY_NAMES
     with pytest.raises(ValueError, match="starvation 'x'"):

@@ -232,17 +232,16 @@ def rho(app: AppModel, gpus: int, locality: Locality, ctx: FairnessContext) -> f
 class Starvation(StrEnum):
     """How the (1-f) filter orders apps holding no GPU (docs/mechanism.md, "Starvation").
 
-    ``served-now`` (the default): they rank above every app holding GPUs, among themselves
-    by :func:`served_now_rho` (the rho each would have if served its full demand now), the
-    worst first; at most one starving bidder per free GPU. ``ranked``: a starving app that
-    has held GPUs before ranks among *all* apps by that key against the others' current
-    rho, with the same cap, so an app that just lost GPUs it was well served with ranks
-    below an app stuck on too few; a newcomer (never served) still ranks above every app
-    holding GPUs, as under ``served-now``, since its key assumes a service it has not had
-    (docs/mechanism.md, "Starvation"). ``inf``
-    (the paper's reading): they all report rho = +inf and tie;
-    the filter draws among them at random. Only who bids changes: rho, the bid tables and
-    the auction are the paper's."""
+    ``served-now``: they rank above every app holding GPUs, among themselves by
+    :func:`served_now_rho` (the rho each would have if served its full demand now), the
+    worst first; at most one starving bidder per free GPU. ``ranked`` (the default): the
+    same, except that a starving app that has held GPUs before ranks among *all* apps by
+    that key against the others' current rho, so an app that just lost GPUs it was well
+    served with ranks below an app stuck on too few; a newcomer (never served) still ranks
+    above every app holding GPUs, since its key assumes a service it has not had
+    (docs/mechanism.md, "Starvation"). ``inf`` (the paper's reading): they all report
+    rho = +inf and tie; the filter draws among them at random. Only who bids changes: rho,
+    the bid tables and the auction are the paper's."""
 
     INF = "inf"
     SERVED_NOW = "served-now"
@@ -261,9 +260,9 @@ class Starvation(StrEnum):
 
 
 #: The default order, chosen by measurement (docs/evaluation.md, "The evaluation sweep",
-#: and docs/mechanism.md, "Starvation"); ``ranked`` and ``inf`` (the paper's reading) are
-#: options.
-DEFAULT_STARVATION = Starvation.SERVED_NOW
+#: and docs/mechanism.md, "Starvation"); ``served-now`` and ``inf`` (the paper's reading)
+#: are options.
+DEFAULT_STARVATION = Starvation.RANKED
 STARVATION_NAMES = tuple(str(m) for m in Starvation)
 
 

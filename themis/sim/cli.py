@@ -151,7 +151,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--solver",
         default=DEFAULT_SOLVER,
-        help="the auction solver of the themis, themis-ranked and themis-inf policies "
+        help="the auction solver of the themis, themis-served-now and themis-inf policies "
         "(default "
         "%(default)s: the fast exact chain, "
         f"Gurobi when licensed; one of {', '.join(SOLVER_NAMES)}; docs/mechanism.md)",
@@ -251,7 +251,7 @@ def simulate(
 
 
 #: the Themis policies of the registry and the starvation order of each
-THEMIS_STARVATION = {"themis": str(DEFAULT_STARVATION), "themis-ranked": "ranked",
+THEMIS_STARVATION = {"themis": str(DEFAULT_STARVATION), "themis-served-now": "served-now",
                      "themis-inf": "inf"}
 
 

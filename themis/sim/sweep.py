@@ -55,7 +55,8 @@ from themis.sim.workload import Workload
 #: 16-app sweep (Gavel's FTF, SRSF) and
 #: instantaneous fair share (what YARN's FairScheduler does); ``--policies all`` runs every
 #: registered policy (docs/evaluation.md, "The evaluation sweep")
-DEFAULT_POLICIES = ("themis", "themis-ranked", "themis-inf", "gavel", "srsf", "fairshare")
+DEFAULT_POLICIES = ("themis", "themis-served-now", "themis-inf", "gavel", "srsf",
+                    "fairshare")
 #: VC traces per seed directory a default sweep takes (the first by name): 3 x 4 seeds at
 #: 48 apps keep a default sweep near 30 minutes on 2 cores
 DEFAULT_VCS_PER_SEED = 3

@@ -25,9 +25,9 @@ FACTORIES: dict[str, Callable[[float], Policy]] = {
     # Themis with the paper's reading of the filter: apps holding no GPU tie at rho = +inf
     # and a draw decides among them (the option starvation = "inf")
     "themis-inf": lambda f: ThemisPolicy(fairness_knob=f, starvation="inf"),
-    # starving apps that held GPUs before ranked among all apps by their served-now rho,
-    # newcomers first (the option starvation = "ranked")
-    "themis-ranked": lambda f: ThemisPolicy(fairness_knob=f, starvation="ranked"),
+    # Themis with every starving app above the apps holding GPUs, by its served-now rho
+    # (the option starvation = "served-now")
+    "themis-served-now": lambda f: ThemisPolicy(fairness_knob=f, starvation="served-now"),
     "gandiva": lambda f: GandivaPolicy(),
     "tiresias": lambda f: TiresiasPolicy(gittins=False),
     "tiresias-gittins": lambda f: TiresiasPolicy(gittins=True),

@@ -11,10 +11,10 @@ have room inside ``run_round`` (work conservation, section 3.3.2), as in YARN an
 standalone mode.
 
 ``starvation`` (:class:`~themis.mechanism.fairness.Starvation`) selects how the filter
-orders apps holding no GPU: the default ``served-now`` ranks them by
+orders apps holding no GPU: ``served-now`` ranks them by
 :func:`~themis.mechanism.fairness.served_now_rho` above every app holding GPUs (the policy
-``themis``); ``ranked`` ranks each that has held GPUs before among all apps by it, and
-newcomers above them all (``themis-ranked``); ``inf``, the
+``themis-served-now``); the default ``ranked`` ranks each that has held GPUs before among
+all apps by it, and newcomers above them all (the policy ``themis``); ``inf``, the
 paper's reading, lets them tie at rho = +inf and draws among them (``themis-inf``;
 docs/mechanism.md, "Starvation").
 """

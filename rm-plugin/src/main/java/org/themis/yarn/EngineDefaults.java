@@ -52,7 +52,7 @@ public final class EngineDefaults {
    * {@code yarn.resourcemanager.themis.starvation} (engine: {@code THEMIS_STARVATION}): how the
    * (1-f) filter orders apps holding no GPU (themis.mechanism.fairness.DEFAULT_STARVATION).
    */
-  public static final String DEFAULT_STARVATION = "served-now";
+  public static final String DEFAULT_STARVATION = "ranked";
 
   /** The accepted starvation orders (themis.mechanism.fairness.STARVATION_NAMES). */
   public static final List<String> STARVATIONS =

@@ -19,7 +19,7 @@ class ThemisSettingsTest {
     assertEquals(30_000L, s.gracePeriodMs());
     assertEquals("auto-fast", s.solver());
     assertEquals("exact", s.idealTime());
-    assertEquals("served-now", s.starvation());
+    assertEquals("ranked", s.starvation());
     assertEquals("python3", s.pythonExecutable());
     assertEquals("-m themis.yarn.engine", s.engineCommand());
     assertEquals(8642, s.agentPort());
@@ -59,7 +59,7 @@ class ThemisSettingsTest {
     assertEquals(1_000_000, s.maxApps());
   }
 
-  /** Every order of starving apps is read as set: served-now (the default), ranked, inf. */
+  /** Every order of starving apps is read as set: served-now, ranked (the default), inf. */
   @ParameterizedTest
   @CsvSource(delimiter = '|', value = {"served-now|served-now", "' Served-Now '|served-now",
       "inf|inf", "INF|inf", "Ranked|ranked"})
