@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass
 
 from themis.mechanism.round import DEFAULT_FAIRNESS_KNOB
 from themis.mechanism.topology import Topology
-from themis.sim.engine import SimConfig, SimResult, Simulator
+from themis.sim.engine import SimConfig, SimResult, Simulator, run_with_progress
 from themis.sim.policies import make_policy
 from themis.sim.workload import Workload
 
@@ -39,21 +39,4 @@ def replay(policy: str, topology: Topology, workload: Workload, config: ReplayCo
     ``progress``: a bar on stderr advancing with the GPU-hours of finished apps."""
     sim = Simulator(topology, workload, make_policy(policy, config.fairness_knob),
                     config.sim_config())
-    if not progress:
-        return sim.run()
-    from tqdm import tqdm
-
-    total_h = sum(a.total_work for a in workload.apps) / 3600
-    bar = tqdm(total=round(total_h, 1), desc=f"replay {policy:>9}", unit="GPU-h",
-               bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} GPU-h "
-               "[{elapsed}<{remaining}]")
-
-    def tick(done_s: float) -> None:
-        h = min(bar.total or 0.0, round(done_s / 3600, 1))
-        if h > bar.n:
-            bar.update(h - bar.n)
-
-    try:
-        return sim.run(tick)
-    finally:
-        bar.close()
+    return run_with_progress(sim, f"replay {policy:>9}", progress)

@@ -22,7 +22,7 @@ from themis.mechanism.round import DEFAULT_FAIRNESS_KNOB
 from themis.mechanism.solvers import DEFAULT_SOLVER, SOLVER_NAMES, SolverError
 from themis.mechanism.topology import Topology
 from themis.sim.cluster import load_cluster
-from themis.sim.engine import SimConfig, SimResult, Simulator
+from themis.sim.engine import SimConfig, SimResult, Simulator, run_with_progress
 from themis.sim.errors import SimError
 from themis.sim.loader import TraceOptions, load_any
 from themis.sim.metrics import per_app, summarize
@@ -264,26 +264,7 @@ def _policy(name: str, args: argparse.Namespace) -> Policy:
 
 
 def _run(sim: Simulator, name: str, progress: bool) -> SimResult:
-    """Run one simulation; the bar shows serial GPU-hours of finished jobs over the
-    workload's total (simulated work, not simulated time: arrivals end long before)."""
-    if not progress:
-        return sim.run()
-    from tqdm import tqdm
-
-    total = sum(a.total_work for a in sim.workload.apps) / 3600
-    bar = tqdm(total=round(total, 1), desc=f"{name:>16}", unit="GPU-h", leave=True,
-               bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} GPU-h "
-               "[{elapsed}<{remaining}]")
-
-    def tick(done_s: float) -> None:
-        h = min(bar.total or 0.0, round(done_s / 3600, 1))
-        if h > bar.n:
-            bar.update(h - bar.n)
-
-    try:
-        return sim.run(tick)
-    finally:
-        bar.close()
+    return run_with_progress(sim, f"{name:>16}", progress)
 
 
 def run_cli(args: argparse.Namespace) -> int:

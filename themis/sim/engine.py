@@ -374,3 +374,27 @@ class Simulator:
             if done + 1e-6 < self._done_iters.get(a.spec.id, 0.0):
                 raise InvariantError(f"app {a.spec.id!r}: completed work went backwards")
             self._done_iters[a.spec.id] = done
+
+
+def run_with_progress(sim: Simulator, label: str, progress: bool = True) -> SimResult:
+    """Run one simulation; with ``progress`` a bar on stderr shows serial GPU-hours of
+    finished jobs over the workload's total (simulated work, not simulated time: arrivals
+    end long before)."""
+    if not progress:
+        return sim.run()
+    from tqdm import tqdm
+
+    total = sum(a.total_work for a in sim.workload.apps) / 3600
+    bar = tqdm(total=round(total, 1), desc=label, unit="GPU-h", leave=True,
+               bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} GPU-h "
+               "[{elapsed}<{remaining}]")
+
+    def tick(done_s: float) -> None:
+        h = min(bar.total or 0.0, round(done_s / 3600, 1))
+        if h > bar.n:
+            bar.update(h - bar.n)
+
+    try:
+        return sim.run(tick)
+    finally:
+        bar.close()
