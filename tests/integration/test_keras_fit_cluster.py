@@ -38,7 +38,9 @@ logs --tensorboard``), the test checks that
   backup and the epoch's printed line), never epoch 1 again; in the event files no epoch
   is logged twice and the optimizer's step (``evaluation_loss_vs_iterations``) only grows;
 * no run trained past its step target (``THEMIS_MAX_STEPS`` of its container) by more than
-  one epoch, and every trial ended exactly at its last target.
+  one epoch, and every trial ended exactly at its last target;
+* every trial's objective is the value of its last epoch, and the rung promoted the trial
+  whose value at the rung's end ranks best.
 
 4-5 minutes on the 2-core development VM, the cluster's start included.
 
@@ -259,6 +261,7 @@ def test_model_fit_app_moves_and_resumes_from_its_backups(cluster: dict[str, Any
     r = themis("logs", app, "--tensorboard", "--dest", str(dest))
     assert r.returncode == 0, r.stderr
     logged: dict[str, list[float]] = {}
+    by_epoch: dict[str, dict[int, float]] = {}  # validation/epoch_loss by epoch (0-based)
     for job_id, j in jobs.items():
         points = LogDirTail(dest / job_id).poll()
         logged[job_id] = [p.value for p in points if p.qualified_tag == "validation/epoch_loss"]
@@ -271,15 +274,22 @@ def test_model_fit_app_moves_and_resumes_from_its_backups(cluster: dict[str, Any
         assert iters[-1] <= j["target_steps"] + STEPS_PER_EPOCH, (job_id, iters)
         losses = logged[job_id]
         assert losses and all(math.isfinite(v) for v in losses), (job_id, losses)
-        # the trial's objective is one of them (the newest the AM had seen when the trial's
-        # rung ended: the last one, or one epoch earlier for the trial whose report ended
-        # the rung, when it arrived between Keras' evaluation and its epoch_loss)
-        assert any(math.isclose(j["loss"], v, rel_tol=1e-6) for v in losses), (job_id, losses)
+        # the trial's objective is its last epoch's value (a rung is decided when a run
+        # has ended, never on the value of the epoch before: themis/am/core.py)
+        by_epoch[job_id] = {p.step: p.value for p in points
+                            if p.qualified_tag == "validation/epoch_loss"}
+        assert math.isclose(j["loss"], by_epoch[job_id][max(by_epoch[job_id])],
+                            rel_tol=1e-6), (job_id, by_epoch[job_id], j["loss"])
         # one event file per run that trained (a run killed before its first flush may
         # leave none with a value)
         segments = {p.source for p in points if p.run == "train"}
         assert len(segments) <= len([r for r in trained if r.job == job_id]), (job_id, why)
         assert len(segments) >= (2 if job_id in promoted else 1), (job_id, segments, why)
+
+    # --- the rung promoted the trial whose value at the rung's end ranks best
+    at_rung_end = by_epoch[promoted[0]][unit_epochs - 1]
+    assert all(at_rung_end <= j["loss"] for k, j in jobs.items() if k != promoted[0]), \
+        (at_rung_end, {k: j["loss"] for k, j in jobs.items()})
 
     print(json.dumps({
         "app": app, "took_s": round(took, 1),

@@ -12,7 +12,12 @@ Lifecycle of one job (a Hyperband trial):
   and calls :meth:`Launcher.launch`; the launcher reports :attr:`LaunchCode.STARTED` with
   the step the job resumed from (its newest checkpoint, 0 for a fresh start);
 * progress (steps, the objective's value, serial iteration time) goes to
-  :meth:`AmCore.progress`, which feeds Hyperband and completes rungs;
+  :meth:`AmCore.progress`, which feeds Hyperband and completes rungs. While a run is live
+  its steps count at most to one short of its rung's target: a rung is decided on a
+  trial's values only once its run has ended (:meth:`AmCore.apply`), because a writer
+  may show the target step before the value that belongs to it (Keras writes its
+  ``evaluation_*_vs_iterations`` series before the epoch's ``epoch_loss``), and a rung
+  ranked on the previous epoch's value would promote the wrong trial;
 * when the app loses the GPUs (lease end) or Hyperband stops the trial, the AM calls
   :meth:`Launcher.stop`: the job checkpoints and exits (:attr:`LaunchCode.STOPPED`); the
   next launch, on whatever GPUs the app holds then, resumes from that checkpoint;
@@ -138,6 +143,10 @@ class JobRecord:
     tags: list[str] = field(default_factory=list)
     #: a rung ended for this job without any value of the objective: it ranked last
     missing_objective: bool = False
+    #: a run of the job has started and not ended (its steps are capped, module doc)
+    live: bool = False
+    #: the most steps reported for the job, uncapped (the past-target stop reads it)
+    seen_steps: int = 0
 
 
 class LiveBidder(ModelBidder):
@@ -227,15 +236,16 @@ class AmCore:
         job = self.hb.jobs.get(ev.job_id)
         if ev.code is LaunchCode.STARTED:
             rec.runs += 1
+            rec.live = True
             if ev.step:
                 rec.restored_steps.append(ev.step)
             return ""
-        if ev.code is LaunchCode.REACHED:
-            # the run's own target (``step``): the job may have been promoted meanwhile
-            if ev.step is not None and job is not None and job.status is JobStatus.RUNNING:
-                self.progress(ev.job_id, ev.step)
-            return ""
-        if ev.code is LaunchCode.STOPPED:
+        rec.live = False  # the run ended: its last values are final, its steps count
+        if job is not None and job.status is JobStatus.RUNNING:
+            # (REACHED's ``step`` is the run's own target: the job may have been promoted
+            # meanwhile, and a stopped run may have written steps up to its target)
+            self.progress(ev.job_id, max(rec.seen_steps, ev.step or 0))
+        if ev.code in (LaunchCode.REACHED, LaunchCode.STOPPED):
             return ""
         rec.failures += 1
         rec.last_exit = ev.status
@@ -269,6 +279,10 @@ class AmCore:
             rec.objective_source = source
         if tags and not source:
             rec.tags = sorted(tags)[:MAX_TAGS]
+        rec.seen_steps = max(rec.seen_steps, steps)
+        job = self.hb.jobs.get(job_id)
+        if rec.live and not rec.gave_up and job is not None and steps >= job.target_steps:
+            steps = job.target_steps - 1  # decided when the run ends (module docstring)
         outcome = self.hb.report(job_id, steps, value, iter_time)
         if outcome is not None:
             self._flag_missing_objective(outcome)
@@ -396,7 +410,8 @@ class AmCore:
 
     def to_state(self) -> dict[str, Any]:
         return {"format": STATE_FORMAT, "hyperband": hyperband_to_dict(self.hb),
-                "jobs": {k: asdict(v) for k, v in self.jobs.items()}}
+                "jobs": {k: {f: x for f, x in asdict(v).items() if f != "live"}
+                         for k, v in self.jobs.items()}}  # (a new attempt has no live run)
 
     def restore(self, d: dict[str, Any]) -> None:
         """Resume from :meth:`to_state` (a new AM attempt); ValueError if unusable."""

@@ -266,11 +266,13 @@ class AppMaster(AppMasterBase):
                   else "before its first step")
             self.emit(f"{self.name}: {ev.job_id} stopped ({seg.stopped_by}) {at} on {where}")
         job = self.hb.jobs[ev.job_id]
-        if ev.code is not LaunchCode.STARTED and ev.step is not None and ev.status == 0 \
-                and job.status is JobStatus.RUNNING:
-            self.profiler.poll()  # the run has ended: its last values (Keras' last epoch)
+        if ev.code is not LaunchCode.STARTED and job.status is JobStatus.RUNNING:
+            # the run has ended: its last values (Keras' last epoch), read before the core
+            # counts its steps in full (AmCore.apply)
+            self.profiler.poll()
             prof = self.profiler.jobs.get(ev.job_id)
-            self._report(ev.job_id, ev.step, prof.objective_value() if prof else None)
+            steps = max(ev.step or 0, prof.steps_done if prof else 0)
+            self._report(ev.job_id, steps, prof.objective_value() if prof else None)
 
     def note(self, line: str) -> None:
         self.emit(f"{self.name}: {line}")
@@ -360,14 +362,15 @@ class AppMaster(AppMasterBase):
     def _past_target(self, r: Any, now: float) -> bool:
         """A run whose job is done with its rung (its event files show the run's step
         target) and that has not exited :data:`PAST_TARGET_GRACE_S` after: to be stopped."""
-        job = self.hb.jobs[r.job_id]
-        past = job.status is not JobStatus.RUNNING and bool(r.segments) \
-            and job.steps_done >= r.segments[-1].target_steps
+        job, seen = self.hb.jobs[r.job_id], self.core.record(r.job_id).seen_steps
+        target = r.segments[-1].target_steps if r.segments else 0
+        if job.status is JobStatus.RUNNING:  # (promoted meanwhile: the next rung's target)
+            target = max(target, job.target_steps)
+        past = bool(r.segments) and seen >= target
         if not self._past_targets.setdefault(r.job_id, PastTarget()).due(past, now):
             return False
-        self.emit(f"{self.name}: {r.job_id} reached its step target "
-                  f"{r.segments[-1].target_steps} (step {job.steps_done}) and still runs: "
-                  "stopped")
+        self.emit(f"{self.name}: {r.job_id} reached its step target {target} (step {seen}) "
+                  "and still runs: stopped")
         return True
 
     def _assign(self, gpu_ids: list[str]) -> dict[str, tuple[str, ...]]:
