@@ -2,7 +2,8 @@
 
 This only adapts data; the mechanism (filtering by f, partial-allocation auction,
 leftover) is :func:`themis.mechanism.round.run_round`, run once per CapacityScheduler queue
-that gets GPUs this round (:mod:`themis.yarn.queues`; once over every app without queues).
+that gets GPUs this round (:mod:`themis.yarn.queues`; once over every app without queues),
+in each partition (YARN node label) over that partition's GPUs (:mod:`themis.yarn.partitions`).
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ from themis.mechanism.bids import BidTable
 from themis.mechanism.round import run_round
 from themis.mechanism.solvers import Solver, make_solver
 from themis.yarn.bids import BidSource, ReportedBids
-from themis.yarn.queues import QueueRound, plan_rounds
-from themis.yarn.view import cluster_of, grants_json, offer_of, parse_view
+from themis.yarn.partitions import plan_partitions
+from themis.yarn.queues import QueueRound
+from themis.yarn.view import DEFAULT_PARTITION, cluster_of, grants_json, offer_of, parse_view
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +90,7 @@ class RoundEngine:
                 nonbidders.extend(a for a in outcome.nonbidders if a not in nonbidders)
                 return outcome.allocation
 
-            plan = plan_rounds(view, offer, wanting, run)
+            plan = plan_partitions(view, offer, wanting, run)
             self.rounds += 1
             granted = sum(len(gs) for gs in plan.allocation.values())
             info: dict[str, object] = {
@@ -107,7 +109,15 @@ class RoundEngine:
                 "rho": {a: (r if math.isfinite(r) else None) for a, r in rho.items()},
                 "bids_rejected": dict(source.rejected_bids()),
             }
-            if plan.reports:
-                info["queues"] = {q: r.info() for q, r in sorted(plan.reports.items())}
+            default = plan.reports.get(DEFAULT_PARTITION, {})
+            if default:  # the default partition's queues, as before node labels
+                info["queues"] = {q: r.info() for q, r in sorted(default.items())}
+            labeled = sorted({p for p in plan.reports if p != DEFAULT_PARTITION} | set(plan.lent))
+            if labeled:  # per node label: its queues' round, its idle GPUs lent to default apps
+                info["partitions"] = {
+                    p: {"queues": {q: r.info()
+                                   for q, r in sorted(plan.reports.get(p, {}).items())},
+                        "lent_to_default": plan.lent.get(p, {})}
+                    for p in labeled}
             log.info("round %d: %s", view.round_id, info)
             return grants_json(sorted(plan.allocation.items()), info)

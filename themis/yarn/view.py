@@ -5,13 +5,16 @@ Request (JSON, built by ``ClusterView.build`` in Java)::
     {"round": 3, "now_ms": ..., "fairness_knob": 0.8, "lease_duration_ms": 600000,
      "solver": "auto-fast",
      "nodes": [{"node_id": "h:45454", "host": "h", "rack": "/default-rack",
-                "total_gpus": 4, "free_gpus": 2}],
+                "total_gpus": 4, "free_gpus": 2, "partition": ""}],
+     "partitions": [{"partition": "gpu", "exclusive": true}],
      "apps": [{"app_id": "application_1_0001", "queue": "default", "user": "u",
                "pending_gpus": 2, "running_gpus": {"h:45454": 2},
-               "asks": [{"gpus_per_container": 2, "containers": 1}]}],
-     "queues": [{"queue": "root.default", "guaranteed_gpus": 4, "max_gpus": 4}],
+               "asks": [{"gpus_per_container": 2, "containers": 1}],
+               "partition": "", "accessible_partitions": ["gpu"]}],
+     "queues": [{"queue": "root.default", "guaranteed_gpus": 4, "max_gpus": 4,
+                 "partitions": {"gpu": {"guaranteed_gpus": 2, "max_gpus": 4}}}],
      "leases": [{"lease_id": 1, "app_id": ..., "node_id": ..., "gpus": 2,
-                 "expiry_ms": ..., "state": "ACTIVE"}]}
+                 "expiry_ms": ..., "state": "ACTIVE", "partition": ""}]}
 
 ``asks`` are the app's pending GPU container asks (one entry per container size, the
 RM's pending asks summed over priorities and allocation ids); an app without ``asks`` asks
@@ -23,6 +26,16 @@ entitlement of each leaf queue with apps: ``guaranteed_gpus`` from the queue's (
 capacity, ``max_gpus`` from its maximum capacity (:mod:`themis.yarn.queues` shares the free
 GPUs between queues with them). Both are optional: a view without ``queues`` is one round
 over every app, as is a view whose apps all wait in one queue that may take every free GPU.
+Partitions (YARN node labels; docs/yarn.md, "Partitions"): a node's ``partition`` is its
+node label, ``""`` for the default partition; ``partitions`` lists the cluster's labels with
+their exclusivity (a label missing there counts as exclusive, YARN's default). An app's
+``partition`` is the one its GPU asks name (their node-label expression, which YARN fills
+in from the queue's ``default-node-label-expression``), ``""`` for the default partition;
+``accessible_partitions`` the labels its queue may access (``"*"``: any; absent: not
+checked). A queue's ``guaranteed_gpus`` and ``max_gpus`` are its default partition's, and
+``partitions`` maps a label to its entitlement there (from the per-label capacities; a
+label missing there: none). All optional: a view without them is the default partition only
+(:mod:`themis.yarn.partitions` runs one round per partition).
 ``leases`` tell which GPUs an app holds beyond its running containers (live: ``ACTIVE``
 and ``expiry_ms`` after ``now_ms``).
 
@@ -45,12 +58,18 @@ class ViewError(ValueError):
     """The RM sent a malformed cluster view (names the field)."""
 
 
+#: the default partition (nodes without a node label, apps whose asks name none)
+DEFAULT_PARTITION = ""
+
+
 @dataclass(frozen=True, slots=True)
 class NodeView:
     node_id: str
     rack: str
     total_gpus: int
     free_gpus: int
+    #: the node's node label (YARN partition), "" for the default partition
+    partition: str = DEFAULT_PARTITION
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +81,10 @@ class AppView:
     asks: dict[int, int] = field(default_factory=dict)
     #: CapacityScheduler leaf queue (path); "" when the view names none
     queue: str = ""
+    #: the partition its GPU asks name, "" for the default partition
+    partition: str = DEFAULT_PARTITION
+    #: the labels its queue may access ("*": any); None when the view does not say
+    accessible: frozenset[str] | None = None
 
     def shape(self) -> dict[int, int]:
         """The container asks the leftover step deals whole (see :mod:`themis.mechanism.round`)."""
@@ -81,6 +104,25 @@ class QueueView:
     queue: str
     guaranteed_gpus: int
     max_gpus: int
+    #: label -> (guaranteed, max) GPUs in that partition; the fields above are the default's
+    partitions: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+    def in_partition(self, partition: str) -> QueueView:
+        """The queue's entitlement in ``partition`` (none in a label the view does not
+        list for it: the queue has no capacity there)."""
+        if partition == DEFAULT_PARTITION:
+            return QueueView(self.queue, self.guaranteed_gpus, self.max_gpus)
+        g, m = self.partitions.get(partition, (0, 0))
+        return QueueView(self.queue, g, m)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionView:
+    """A YARN node label: exclusive (only apps asking it use its nodes) or not (its idle
+    resources may also serve default-partition asks)."""
+
+    partition: str
+    exclusive: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +132,8 @@ class LeaseView:
     gpus: int
     expiry_ms: int
     state: str
+    #: the partition of its node when it was granted
+    partition: str = DEFAULT_PARTITION
 
     def live(self, now_ms: int) -> bool:
         """As the RM's ``Lease.isLive``: active and not past its expiry."""
@@ -107,6 +151,7 @@ class ClusterView:
     apps: tuple[AppView, ...]
     queues: tuple[QueueView, ...] = ()
     leases: tuple[LeaseView, ...] = ()
+    partitions: tuple[PartitionView, ...] = ()
 
 
 def _get(obj: Mapping[str, Any], key: str, kind: type, where: str) -> Any:
@@ -152,6 +197,7 @@ def parse_view(text: str) -> ClusterView:
             rack=_get(n, "rack", str, "nodes[]") or "/default-rack",
             total_gpus=_get(n, "total_gpus", int, "nodes[]"),
             free_gpus=_get(n, "free_gpus", int, "nodes[]"),
+            partition=_opt_str(n, "partition", "nodes[]"),
         )
         for n in _get(raw, "nodes", list, "view")
     )
@@ -162,6 +208,8 @@ def parse_view(text: str) -> ClusterView:
             running_gpus={str(k): int(v) for k, v in a.get("running_gpus", {}).items()},
             asks=_asks(a),
             queue=_get(a, "queue", str, "apps[]") if "queue" in a else "",
+            partition=_opt_str(a, "partition", "apps[]"),
+            accessible=_accessible(a),
         )
         for a in _get(raw, "apps", list, "view")
     )
@@ -180,8 +228,14 @@ def parse_view(text: str) -> ClusterView:
             gpus=_get(x, "gpus", int, "leases[]"),
             expiry_ms=_get(x, "expiry_ms", int, "leases[]"),
             state=_get(x, "state", str, "leases[]"),
+            partition=_opt_str(x, "partition", "leases[]"),
         )
         for x in _list(raw, "leases")
+    )
+    partitions = tuple(
+        PartitionView(_get(p, "partition", str, "partitions[]"),
+                      _get(p, "exclusive", bool, "partitions[]"))
+        for p in _list(raw, "partitions")
     )
     return ClusterView(
         round_id=_get(raw, "round", int, "view"),
@@ -193,6 +247,7 @@ def parse_view(text: str) -> ClusterView:
         apps=apps,
         queues=queues,
         leases=leases,
+        partitions=partitions,
     )
 
 
@@ -204,15 +259,40 @@ def _list(raw: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
     return items
 
 
-def _queue(q: Mapping[str, Any]) -> QueueView:
-    name = _get(q, "queue", str, "queues[]")
-    where = f"queues[{name!r}]"
+def _opt_str(obj: Mapping[str, Any], key: str, where: str) -> str:
+    """An optional string field ("" when absent: the default partition)."""
+    return _get(obj, key, str, where) if key in obj else DEFAULT_PARTITION
+
+
+def _accessible(app: Mapping[str, Any]) -> frozenset[str] | None:
+    if "accessible_partitions" not in app:
+        return None
+    where = f"apps[{app.get('app_id')!r}]"
+    raw = _get(app, "accessible_partitions", list, where)
+    if not all(isinstance(x, str) for x in raw):
+        raise ViewError(f"{where}: accessible_partitions must be a list of strings, got {raw!r}")
+    return frozenset(raw)
+
+
+def _entitlement(q: Mapping[str, Any], where: str) -> tuple[int, int]:
     guaranteed = _get(q, "guaranteed_gpus", int, where)
     limit = _get(q, "max_gpus", int, where)
     if not 0 <= guaranteed <= limit:
         raise ViewError(f"{where}: need 0 <= guaranteed_gpus <= max_gpus, got {guaranteed} and "
                         f"{limit}")
-    return QueueView(name, guaranteed, limit)
+    return guaranteed, limit
+
+
+def _queue(q: Mapping[str, Any]) -> QueueView:
+    name = _get(q, "queue", str, "queues[]")
+    where = f"queues[{name!r}]"
+    guaranteed, limit = _entitlement(q, where)
+    labels = q.get("partitions", {})
+    if not isinstance(labels, dict) or not all(isinstance(v, dict) for v in labels.values()):
+        raise ViewError(f"{where}: field 'partitions' must map labels to objects, got {labels!r}")
+    per = {str(label): _entitlement(e, f"{where}.partitions[{label!r}]")
+           for label, e in labels.items()}
+    return QueueView(name, guaranteed, limit, per)
 
 
 def gpu_id(node_id: str, k: int, round_tag: str = "") -> str:

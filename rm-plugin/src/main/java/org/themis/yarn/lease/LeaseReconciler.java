@@ -54,7 +54,7 @@ final class LeaseReconciler {
   static Lease restored(Lease l) {
     if (l.state() == Lease.State.EXPIRING) {
       return new Lease(l.id(), l.app(), l.node(), l.gpus(), l.grantedAtMs(), l.expiryMs(),
-          Lease.State.ACTIVE, 0L);
+          Lease.State.ACTIVE, 0L, l.partition());
     }
     return l;
   }

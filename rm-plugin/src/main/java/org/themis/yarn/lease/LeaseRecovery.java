@@ -238,7 +238,8 @@ public final class LeaseRecovery {
     int n0 = 0;
     for (LeaseReconciler.Adoption a : LeaseReconciler.uncovered(node, running,
         leases.snapshot(), leases.now(), settings.leaseDurationMs())) {
-      Lease l = leases.adopt(a.app, a.node, a.gpus, a.expiryMs);
+      // the node's partition now (it re-registered with its labels; docs/yarn.md, "Partitions")
+      Lease l = leases.adopt(a.app, a.node, n.getPartition(), a.gpus, a.expiryMs);
       n0++;
       adopted++;
       LOG.info("Themis recovery: lease {} for {} GPU(s) of {} on {} until {}: its running "

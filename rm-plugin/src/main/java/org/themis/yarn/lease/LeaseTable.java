@@ -39,8 +39,17 @@ public final class LeaseTable {
     return clock.getAsLong();
   }
 
-  /** Adds a lease of {@code gpus} GPUs valid for {@code durationMs} from now. */
-  public synchronized Lease grant(ApplicationId app, NodeId node, int gpus, long durationMs) {
+  /** Adds a lease of {@code gpus} GPUs in the default partition, valid {@code durationMs}. */
+  public Lease grant(ApplicationId app, NodeId node, int gpus, long durationMs) {
+    return grant(app, node, "", gpus, durationMs);
+  }
+
+  /**
+   * Adds a lease of {@code gpus} GPUs valid for {@code durationMs} from now, on a node of
+   * {@code partition} (its node label, "" for the default partition).
+   */
+  public synchronized Lease grant(ApplicationId app, NodeId node, String partition, int gpus,
+      long durationMs) {
     if (gpus <= 0) {
       throw new IllegalArgumentException("lease must cover at least one GPU, got " + gpus);
     }
@@ -48,7 +57,8 @@ public final class LeaseTable {
       throw new IllegalArgumentException("lease duration must be > 0 ms, got " + durationMs);
     }
     long now = now();
-    Lease l = new Lease(nextId++, app, node, gpus, now, now + durationMs, Lease.State.ACTIVE, 0L);
+    Lease l = new Lease(nextId++, app, node, gpus, now, now + durationMs, Lease.State.ACTIVE, 0L,
+        partition);
     leases.put(l.id(), l);
     changed();
     return l;
@@ -59,11 +69,18 @@ public final class LeaseTable {
    * enforcement pass), for GPUs that running containers use without a lease record after a
    * restart ({@link LeaseRecovery}).
    */
-  public synchronized Lease adopt(ApplicationId app, NodeId node, int gpus, long expiryMs) {
+  public Lease adopt(ApplicationId app, NodeId node, int gpus, long expiryMs) {
+    return adopt(app, node, "", gpus, expiryMs);
+  }
+
+  /** {@link #adopt(ApplicationId, NodeId, int, long)} on a node of {@code partition}. */
+  public synchronized Lease adopt(ApplicationId app, NodeId node, String partition, int gpus,
+      long expiryMs) {
     if (gpus <= 0) {
       throw new IllegalArgumentException("lease must cover at least one GPU, got " + gpus);
     }
-    Lease l = new Lease(nextId++, app, node, gpus, now(), expiryMs, Lease.State.ACTIVE, 0L);
+    Lease l = new Lease(nextId++, app, node, gpus, now(), expiryMs, Lease.State.ACTIVE, 0L,
+        partition);
     leases.put(l.id(), l);
     changed();
     return l;
@@ -231,7 +248,7 @@ public final class LeaseTable {
           + l.gpus() + " GPU(s), got " + gpus);
     }
     Lease x = new Lease(l.id(), l.app(), l.node(), gpus, l.grantedAtMs(), expiryMs,
-        Lease.State.ACTIVE, 0L);
+        Lease.State.ACTIVE, 0L, l.partition());
     leases.put(l.id(), x);
     changed();
     return x;

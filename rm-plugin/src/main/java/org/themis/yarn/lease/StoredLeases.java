@@ -22,8 +22,15 @@ import org.apache.hadoop.yarn.api.records.NodeId;
  * <pre>
  * {"version":1, "written_ms":..., "next_id":7, "agent_apps":["application_..."],
  *  "leases":[{"id":3, "app":"application_...", "node":"host:port", "gpus":2,
- *             "granted_ms":..., "expiry_ms":..., "state":"ACTIVE", "grace_deadline_ms":0}]}
+ *             "granted_ms":..., "expiry_ms":..., "state":"ACTIVE", "grace_deadline_ms":0,
+ *             "partition":"gpu"}]}
  * </pre>
+ *
+ * <p>{@code partition} (the node label of the lease's node at the grant, docs/yarn.md,
+ * "Partitions") is written only for a lease outside the default partition; a record without
+ * it, as every record written before node labels, is a default-partition lease. So the
+ * version stays 1: older plugins read the new records (they ignore the field) and this one
+ * reads theirs.
  */
 public final class StoredLeases {
   static final int VERSION = 1;
@@ -67,6 +74,9 @@ public final class StoredLeases {
       o.put("expiry_ms", l.expiryMs());
       o.put("state", l.state().name());
       o.put("grace_deadline_ms", l.graceDeadlineMs());
+      if (!l.partition().isEmpty()) {
+        o.put("partition", l.partition());
+      }
     }
     return root.toString().getBytes(StandardCharsets.UTF_8);
   }
@@ -98,7 +108,7 @@ public final class StoredLeases {
         leases.add(new Lease(o.path("id").asLong(), ApplicationId.fromString(text(o, "app")),
             NodeId.fromString(text(o, "node")), gpus, o.path("granted_ms").asLong(),
             o.path("expiry_ms").asLong(), Lease.State.valueOf(text(o, "state")),
-            o.path("grace_deadline_ms").asLong()));
+            o.path("grace_deadline_ms").asLong(), o.path("partition").asText("")));
       }
       Set<ApplicationId> agents = new TreeSet<ApplicationId>();
       for (JsonNode a : root.path("agent_apps")) {

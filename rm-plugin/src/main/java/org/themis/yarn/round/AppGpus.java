@@ -10,20 +10,28 @@ import org.apache.hadoop.yarn.api.records.NodeId;
 /**
  * An app's GPU situation as one pass of the round driver sees it ({@link ClusterView#appGpus}):
  * whether its AM has a Themis agent, its pending GPU asks by container size (GPUs per container
- * -> containers) and the GPUs of its live containers per node.
+ * -> containers) in the partition they name, that partition (node label, "" for the default
+ * partition; docs/yarn.md, "Partitions") and the GPUs of its live containers per node.
  */
 public final class AppGpus {
   private final ApplicationId app;
   private final boolean agent;
   private final NavigableMap<Long, Long> asks;
   private final Map<NodeId, Long> running;
+  private final String partition;
 
   public AppGpus(ApplicationId app, boolean agent, NavigableMap<Long, Long> asks,
-      Map<NodeId, Long> running) {
+      Map<NodeId, Long> running, String partition) {
     this.app = app;
     this.agent = agent;
     this.asks = asks;
     this.running = running;
+    this.partition = partition;
+  }
+
+  /** The partition its GPU asks name (else its app's or queue's default), "" the default. */
+  public String partition() {
+    return partition;
   }
 
   public ApplicationId app() {

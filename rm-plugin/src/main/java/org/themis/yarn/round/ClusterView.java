@@ -12,6 +12,8 @@ import java.util.TreeMap;
 import java.util.function.Predicate;
 import org.apache.hadoop.yarn.api.records.ApplicationId;
 import org.apache.hadoop.yarn.api.records.NodeId;
+import org.apache.hadoop.yarn.api.records.NodeLabel;
+import org.apache.hadoop.yarn.server.resourcemanager.rmapp.RMApp;
 import org.apache.hadoop.yarn.server.resourcemanager.rmcontainer.RMContainer;
 import org.apache.hadoop.yarn.server.resourcemanager.scheduler.AppSchedulingInfo;
 import org.apache.hadoop.yarn.server.resourcemanager.scheduler.SchedulerApplication;
@@ -19,6 +21,7 @@ import org.apache.hadoop.yarn.server.resourcemanager.scheduler.capacity.CSQueue;
 import org.apache.hadoop.yarn.server.resourcemanager.scheduler.common.PendingAsk;
 import org.apache.hadoop.yarn.server.resourcemanager.scheduler.common.fica.FiCaSchedulerApp;
 import org.apache.hadoop.yarn.server.resourcemanager.scheduler.common.fica.FiCaSchedulerNode;
+import org.apache.hadoop.yarn.server.resourcemanager.scheduler.placement.AppPlacementAllocator;
 import org.apache.hadoop.yarn.server.scheduler.SchedulerRequestKey;
 import org.themis.yarn.Gpus;
 import org.themis.yarn.ThemisCapacityScheduler;
@@ -30,7 +33,8 @@ import org.themis.yarn.lease.LeaseTable;
  * The cluster's GPUs as the ResourceManager sees them now, read from the scheduler and the
  * lease table: per node, the GPUs no live lease and no running container holds (the GPUs a
  * round may offer, paper section 3.3.2); per app, its GPU asks and its GPUs in use; and the JSON
- * cluster view the round driver sends to the engine.
+ * cluster view the round driver sends to the engine, with each node's, app's and lease's
+ * partition (node label; docs/yarn.md, "Partitions").
  */
 public final class ClusterView {
   private static final ObjectMapper JSON = new ObjectMapper();
@@ -117,15 +121,24 @@ public final class ClusterView {
       if (attempt == null || attempt.isStopped()) {
         continue;
       }
-      TreeMap<Long, Long> asks = new TreeMap<>();
+      // per partition its asks name (YARN already filled in the app's or queue's default
+      // node-label expression): GPUs per container -> containers
+      Map<String, TreeMap<Long, Long>> byPartition = new TreeMap<>();
       AppSchedulingInfo info = attempt.getAppSchedulingInfo();
       for (SchedulerRequestKey key : info.getSchedulerKeys()) {
         PendingAsk pa = info.getPendingAsk(key);
         long k = Gpus.of(pa.getPerAllocationResource());
         if (k > 0 && pa.getCount() > 0) {
-          asks.merge(k, (long) pa.getCount(), Long::sum);
+          AppPlacementAllocator<FiCaSchedulerNode> placement = info.getAppPlacementAllocator(key);
+          String p = Partitions.ofExpression(
+              placement == null ? null : placement.getPrimaryRequestedNodePartition());
+          byPartition.computeIfAbsent(p, x -> new TreeMap<>())
+              .merge(k, (long) pa.getCount(), Long::sum);
         }
       }
+      String partition = askedPartition(e.getKey(), e.getValue(), byPartition);
+      TreeMap<Long, Long> asks = byPartition.containsKey(partition)
+          ? byPartition.get(partition) : new TreeMap<Long, Long>();
       Map<NodeId, Long> running = new TreeMap<>();
       for (RMContainer c : attempt.getLiveContainersMap().values()) {
         long g = Gpus.of(c.getAllocatedResource());
@@ -133,9 +146,40 @@ public final class ClusterView {
           running.merge(c.getAllocatedNode(), g, Long::sum);
         }
       }
-      out.add(new AppGpus(e.getKey(), hasAgent.test(e.getKey()), asks, running));
+      out.add(new AppGpus(e.getKey(), hasAgent.test(e.getKey()), asks, running, partition));
     }
     return out;
+  }
+
+  /**
+   * The partition an app's GPUs are for (docs/yarn.md, "Partitions"): the one its GPU asks
+   * name (of several, the one asking the most GPUs, then the first by name: a round leases an
+   * app GPUs of one partition, and its asks elsewhere wait for a later round); an app without
+   * GPU asks: its own default node-label expression, else its queue's, else "".
+   */
+  private String askedPartition(ApplicationId app, SchedulerApplication<FiCaSchedulerApp> sa,
+      Map<String, TreeMap<Long, Long>> byPartition) {
+    String best = null;
+    long bestGpus = -1;
+    for (Map.Entry<String, TreeMap<Long, Long>> p : byPartition.entrySet()) {
+      long g = 0;
+      for (Map.Entry<Long, Long> k : p.getValue().entrySet()) {
+        g += k.getKey() * k.getValue();
+      }
+      if (g > bestGpus) {
+        best = p.getKey();
+        bestGpus = g;
+      }
+    }
+    if (best != null) {
+      return best;
+    }
+    RMApp rmApp = scheduler.getRMContext().getRMApps().get(app);
+    String expr = rmApp == null ? null : rmApp.getAppNodeLabelExpression();
+    if ((expr == null || expr.trim().isEmpty()) && sa.getQueue() instanceof CSQueue) {
+      expr = ((CSQueue) sa.getQueue()).getDefaultNodeLabelExpression();
+    }
+    return Partitions.ofExpression(expr);
   }
 
   /** GPUs of the cluster's nodes. */
@@ -149,7 +193,8 @@ public final class ClusterView {
 
   /**
    * The JSON cluster view sent to the engine for round {@code roundId}: settings, nodes with
-   * their free GPUs, apps with their asks, queues' GPU entitlements, leases. Null when there is
+   * their free GPUs and partition, the cluster's node labels, apps with their asks and
+   * partition, queues' GPU entitlements (per partition), leases. Null when there is
    * nothing to decide (no free GPU, or no app asks for one).
    */
   ObjectNode build(long roundId) {
@@ -162,6 +207,8 @@ public final class ClusterView {
     root.put("lease_duration_ms", settings.leaseDurationMs());
     root.put("solver", settings.solver());
     ArrayNode nodes = root.putArray("nodes");
+    Map<String, Long> partitionGpus = new TreeMap<>(); // partition -> GPUs of its nodes
+    partitionGpus.put(Partitions.DEFAULT, 0L);
     for (FiCaSchedulerNode n : scheduler.getNodeTracker().getAllNodes()) {
       ObjectNode o = nodes.addObject();
       o.put("node_id", n.getNodeID().toString());
@@ -169,7 +216,13 @@ public final class ClusterView {
       o.put("rack", n.getRackName());
       o.put("total_gpus", Gpus.of(n.getTotalResource()));
       o.put("free_gpus", free.getOrDefault(n.getNodeID(), 0L));
+      String p = Partitions.of(n);
+      o.put("partition", p); // its node label: the engine runs a round per partition
+      partitionGpus.merge(p, Gpus.of(n.getTotalResource()), Long::sum);
     }
+    List<NodeLabel> labels =
+        Partitions.clusterLabels(scheduler.getRMContext().getNodeLabelManager());
+    Partitions.put(root, labels);
     ArrayNode apps = root.putArray("apps");
     long pendingTotal = 0;
     Map<String, CSQueue> queues = new TreeMap<>();
@@ -180,13 +233,15 @@ public final class ClusterView {
       if (queue != null) {
         o.put("queue", queue); // the engine shares GPUs between leaf queues (docs/yarn.md)
       }
+      o.put("partition", a.partition());
+      Partitions.putAccessible(o, queue == null ? null : queues.get(queue));
       long pending = a.askedGpus();
       pendingTotal += pending;
       o.put("pending_gpus", pending);
       // container shape: the leftover step deals whole containers on one node
       a.putGpuUse(o);
     }
-    QueueGpus.put(root, queues, clusterGpus());
+    QueueGpus.put(root, queues, partitionGpus, labels);
     ArrayNode ls = root.putArray("leases");
     for (Lease l : leases.snapshot()) {
       ObjectNode o = ls.addObject();
@@ -196,6 +251,7 @@ public final class ClusterView {
       o.put("gpus", l.gpus());
       o.put("expiry_ms", l.expiryMs());
       o.put("state", l.state().name());
+      o.put("partition", l.partition());
     }
     lastView = root.toString();
     if (totalFree == 0 || pendingTotal == 0) {

@@ -2,12 +2,15 @@ package org.themis.yarn.round;
 
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import java.util.List;
 import java.util.Map;
 import org.apache.hadoop.yarn.api.records.ApplicationId;
+import org.apache.hadoop.yarn.api.records.NodeLabel;
 import org.apache.hadoop.yarn.server.resourcemanager.scheduler.Queue;
 import org.apache.hadoop.yarn.server.resourcemanager.scheduler.SchedulerApplication;
 import org.apache.hadoop.yarn.server.resourcemanager.scheduler.capacity.AbstractCSQueue;
 import org.apache.hadoop.yarn.server.resourcemanager.scheduler.capacity.CSQueue;
+import org.apache.hadoop.yarn.server.resourcemanager.scheduler.capacity.QueueCapacities;
 import org.apache.hadoop.yarn.server.resourcemanager.scheduler.common.fica.FiCaSchedulerApp;
 import org.themis.yarn.Gpus;
 import org.themis.yarn.ThemisCapacityScheduler;
@@ -15,11 +18,13 @@ import org.themis.yarn.ThemisCapacityScheduler;
 /**
  * The CapacityScheduler leaf queues' GPU entitlements in the engine's cluster view
  * (docs/yarn.md, "Queues"; the engine shares each round's free GPUs between queues with them:
- * themis/yarn/queues.py). For a queue configured in percentages (or weights), the guaranteed
- * GPUs are {@code floor(absolute capacity x cluster GPUs)} and the maximum
- * {@code floor(absolute maximum capacity x cluster GPUs)}; for a queue configured in absolute
- * resources ({@code [memory=...,vcores=...,yarn.io/gpu=n]}), the GPU part of its effective
- * minimum and maximum resources. The default partition only (node labels are not considered).
+ * themis/yarn/queues.py), per partition (docs/yarn.md, "Partitions"). For a queue configured
+ * in percentages (or weights), the guaranteed GPUs in a partition are
+ * {@code floor(absolute capacity there x the partition's GPUs)} and the maximum
+ * {@code floor(absolute maximum capacity there x the partition's GPUs)} (the per-label
+ * {@code capacity} and {@code maximum-capacity}; nothing in a label the queue has none of);
+ * for a queue configured in absolute resources ({@code [memory=...,vcores=...,yarn.io/gpu=n]}),
+ * the GPU part of its effective minimum and maximum resources in the partition.
  */
 final class QueueGpus {
   private QueueGpus() {}
@@ -41,30 +46,53 @@ final class QueueGpus {
     return path;
   }
 
-  /** Adds {@code "queues": [{"queue", "guaranteed_gpus", "max_gpus"}]} for {@code queues}. */
-  static void put(ObjectNode view, Map<String, CSQueue> queues, long clusterGpus) {
+  /**
+   * Adds {@code "queues": [{"queue", "guaranteed_gpus", "max_gpus", "partitions"}]} for
+   * {@code queues}: the default partition's entitlement, and with node labels
+   * {@code "partitions": {label: {"guaranteed_gpus", "max_gpus"}}} for every label of the
+   * cluster. {@code partitionGpus}: partition -> GPUs of its nodes.
+   */
+  static void put(ObjectNode view, Map<String, CSQueue> queues, Map<String, Long> partitionGpus,
+      List<NodeLabel> labels) {
     ArrayNode out = view.putArray("queues");
     for (Map.Entry<String, CSQueue> e : queues.entrySet()) {
-      long[] gpus = entitlement(e.getValue(), clusterGpus);
       ObjectNode o = out.addObject();
       o.put("queue", e.getKey());
-      o.put("guaranteed_gpus", gpus[0]);
-      o.put("max_gpus", gpus[1]);
+      put(o, entitlement(e.getValue(), Partitions.DEFAULT, gpus(partitionGpus,
+          Partitions.DEFAULT)));
+      if (!labels.isEmpty()) {
+        ObjectNode per = o.putObject("partitions");
+        for (NodeLabel l : labels) {
+          put(per.putObject(l.getName()),
+              entitlement(e.getValue(), l.getName(), gpus(partitionGpus, l.getName())));
+        }
+      }
     }
   }
 
-  /** {guaranteed, maximum} GPUs of the queue on a cluster of {@code clusterGpus} GPUs. */
-  static long[] entitlement(CSQueue q, long clusterGpus) {
+  private static void put(ObjectNode o, long[] gpus) {
+    o.put("guaranteed_gpus", gpus[0]);
+    o.put("max_gpus", gpus[1]);
+  }
+
+  private static long gpus(Map<String, Long> partitionGpus, String partition) {
+    Long g = partitionGpus.get(partition);
+    return g == null ? 0 : g;
+  }
+
+  /** {guaranteed, maximum} GPUs of the queue in {@code partition}, which has {@code gpus}. */
+  static long[] entitlement(CSQueue q, String partition, long gpus) {
     long min;
     long max;
     if (q.getCapacityConfigType() == AbstractCSQueue.CapacityConfigType.ABSOLUTE_RESOURCE) {
-      min = Gpus.of(q.getQueueResourceQuotas().getEffectiveMinResource());
-      max = Gpus.of(q.getQueueResourceQuotas().getEffectiveMaxResource());
+      min = Gpus.of(q.getQueueResourceQuotas().getEffectiveMinResource(partition));
+      max = Gpus.of(q.getQueueResourceQuotas().getEffectiveMaxResource(partition));
     } else {
-      min = share(q.getAbsoluteCapacity(), clusterGpus);
-      max = share(q.getAbsoluteMaximumCapacity(), clusterGpus);
+      QueueCapacities c = q.getQueueCapacities();
+      min = share(c.getAbsoluteCapacity(partition), gpus);
+      max = share(c.getAbsoluteMaximumCapacity(partition), gpus);
     }
-    max = Math.max(0, Math.min(max, clusterGpus));
+    max = Math.max(0, Math.min(max, gpus));
     return new long[] {Math.max(0, Math.min(min, max)), max};
   }
 

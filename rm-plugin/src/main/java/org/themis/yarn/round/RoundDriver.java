@@ -232,7 +232,9 @@ public final class RoundDriver {
           continue;
         }
         free.put(node, free.get(node) - gpus);
-        Lease l = leases.grant(app, node, (int) gpus, settings.leaseDurationMs());
+        // the lease records its node's partition (docs/yarn.md, "Partitions")
+        String partition = Partitions.of(scheduler.getNodeTracker().getNode(node));
+        Lease l = leases.grant(app, node, partition, (int) gpus, settings.leaseDurationMs());
         grantsApplied.incrementAndGet();
         applied++;
         LOG.info("Themis lease {}: {} GPU(s) on {} to {} until {}", l.id(), gpus, node, app,

@@ -68,6 +68,41 @@ class LeaseStoreTest {
   }
 
   @Test
+  void aLeaseKeepsItsPartitionAndOldRecordsLoadInTheDefaultPartition() throws IOException {
+    // docs/yarn.md, "Partitions": a lease records its node's label; records written before
+    // node labels (no "partition" field) are default-partition leases, in the same version 1
+    StoredLeases s = new StoredLeases(Arrays.asList(
+        new Lease(3, a, n1, 2, 100, 700, Lease.State.ACTIVE, 0, "gpu"),
+        new Lease(5, b, n2, 1, 200, 400, Lease.State.ACTIVE, 0)), 9,
+        Collections.<ApplicationId>emptySet(), 4242);
+    String json = new String(s.toJson(), StandardCharsets.UTF_8);
+    assertTrue(json.contains("\"partition\":\"gpu\""), json);
+    assertTrue(json.contains("\"version\":1"), json);
+    List<Lease> back = StoredLeases.fromJson(s.toJson(), "test").leases();
+    assertEquals("gpu", back.get(0).partition());
+    assertEquals("", back.get(1).partition());
+    assertEquals(s.leases(), back);
+    String old = "{\"version\":1,\"written_ms\":1,\"next_id\":4,\"agent_apps\":[],"
+        + "\"leases\":[{\"id\":3,\"app\":\"" + a + "\",\"node\":\"h1:8041\",\"gpus\":2,"
+        + "\"granted_ms\":100,\"expiry_ms\":700,\"state\":\"ACTIVE\","
+        + "\"grace_deadline_ms\":0}]}";
+    Lease l = StoredLeases.fromJson(old.getBytes(StandardCharsets.UTF_8), "old").leases().get(0);
+    assertEquals("", l.partition());
+    assertEquals(new Lease(3, a, n1, 2, 100, 700, Lease.State.ACTIVE, 0), l);
+    // the partition survives the table's changes of a lease (renewal, expiry)
+    LeaseTable t = new LeaseTable(now::get);
+    Lease g = t.grant(a, n1, "gpu", 2, 500);
+    assertEquals("gpu", t.renew(g.id(), 1, 2_000).partition());
+    assertEquals("gpu", t.adopt(b, n2, "gpu", 1, 50).partition());
+    now.set(3_000);
+    List<Lease> expired = t.expireDue(100);
+    assertEquals(2, expired.size());
+    for (Lease x : expired) {
+      assertEquals("gpu", x.partition());
+    }
+  }
+
+  @Test
   void aBadDocumentNamesWhereAndWhy() {
     IOException e = assertThrows(IOException.class,
         () -> StoredLeases.fromJson("{\"version\":2}".getBytes(StandardCharsets.UTF_8), "X"));

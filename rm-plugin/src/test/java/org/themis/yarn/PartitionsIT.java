@@ -1,0 +1,171 @@
+package org.themis.yarn;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import java.io.File;
+import java.nio.file.Files;
+import java.util.Collections;
+import java.util.HashMap;
+import java.util.Map;
+import org.apache.hadoop.yarn.api.records.ApplicationId;
+import org.apache.hadoop.yarn.api.records.Container;
+import org.apache.hadoop.yarn.api.records.NodeId;
+import org.apache.hadoop.yarn.api.records.NodeLabel;
+import org.apache.hadoop.yarn.conf.YarnConfiguration;
+import org.apache.hadoop.yarn.server.resourcemanager.nodelabels.RMNodeLabelsManager;
+import org.apache.hadoop.yarn.server.resourcemanager.scheduler.common.fica.FiCaSchedulerNode;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+import org.themis.yarn.lease.Lease;
+import org.themis.yarn.round.AppGpus;
+
+/**
+ * YARN node labels (docs/yarn.md, "Partitions"): real RM + 2 NMs with 4 GPUs each + the real
+ * Python engine; one NM carries the exclusive label {@code gpu}, the other is in the default
+ * partition. Queues root.a (default partition 50 %, {@code gpu} 75 %, default node-label
+ * expression {@code gpu}) and root.b (50 %, {@code gpu} 25 %), maximum 100 % everywhere.
+ *
+ * <p>The cluster view reports each node's partition, the label's exclusivity, each app's
+ * partition (a's asks name none: its queue's default expression applies) and accessible
+ * labels, and the queues' guarantees and maxima per partition; a round leases a's app GPUs of
+ * the {@code gpu} node only and b's default-partition app GPUs of the other node only.
+ */
+class PartitionsIT {
+  private static final ObjectMapper JSON = new ObjectMapper();
+  private static ThemisMiniCluster mc;
+  private static NodeId labeled;
+  private static NodeId plain;
+
+  @BeforeAll
+  static void up() throws Exception {
+    YarnConfiguration conf = ThemisMiniCluster.baseConf(4);
+    conf.set(ThemisSettings.PYTHON_EXECUTABLE, ThemisMiniCluster.testPython());
+    conf.setLong(ThemisSettings.LEASE_DURATION_MS, 600_000);
+    conf.setLong(ThemisSettings.ROUND_INTERVAL_MS, 60_000);
+    conf.setBoolean(YarnConfiguration.NODE_LABELS_ENABLED, true);
+    File store = Files.createTempDirectory("themis-node-labels").toFile();
+    store.deleteOnExit();
+    conf.set(YarnConfiguration.FS_NODE_LABELS_STORE_ROOT_DIR, store.toURI().toString());
+    String q = "yarn.scheduler.capacity.root.";
+    conf.set(q + "queues", "a,b");
+    conf.set(q + "accessible-node-labels.gpu.capacity", "100");
+    conf.set(q + "a.capacity", "50");
+    conf.set(q + "b.capacity", "50");
+    conf.set(q + "a.accessible-node-labels.gpu.capacity", "75");
+    conf.set(q + "b.accessible-node-labels.gpu.capacity", "25");
+    conf.set(q + "a.default-node-label-expression", "gpu");
+    for (String leaf : new String[] {"a", "b"}) {
+      conf.set(q + leaf + ".maximum-capacity", "100");
+      conf.set(q + leaf + ".accessible-node-labels", "gpu");
+      conf.set(q + leaf + ".accessible-node-labels.gpu.maximum-capacity", "100");
+      conf.set(q + leaf + ".user-limit-factor", "4");
+    }
+    mc = new ThemisMiniCluster("themis-partitions", 2, conf);
+    // the exclusive label "gpu" on the first NM (centralized node labels, as `yarn rmadmin
+    // -addToClusterNodeLabels gpu(exclusive=true)` and `-replaceLabelsOnNode` do)
+    RMNodeLabelsManager labels = mc.scheduler().getRMContext().getNodeLabelManager();
+    labels.addToCluserNodeLabels(Collections.singletonList(NodeLabel.newInstance("gpu", true)));
+    labeled = mc.nodes().get(0).getNodeID();
+    plain = mc.nodes().get(1).getNodeID();
+    Map<NodeId, java.util.Set<String>> on = new HashMap<>();
+    on.put(labeled, Collections.singleton("gpu"));
+    labels.replaceLabelsOnNode(on);
+    ThemisMiniCluster.waitFor("the scheduler's node in partition gpu", 20_000, () -> {
+      for (FiCaSchedulerNode n : mc.nodes()) {
+        if (n.getNodeID().equals(labeled)) {
+          return "gpu".equals(n.getPartition());
+        }
+      }
+      return false;
+    });
+    mc.awaitEngine();
+  }
+
+  @AfterAll
+  static void down() {
+    if (mc != null) {
+      mc.close();
+    }
+  }
+
+  @Test
+  void viewReportsPartitionsAndRoundsKeepToThem() throws Exception {
+    ThemisRuntime rt = mc.scheduler().runtime();
+    TestAm a = TestAm.start(mc, "user-a", "a");
+    TestAm b = TestAm.start(mc, "user-b", "b");
+    a.ask(8, 1); // no label expression: queue a's default, gpu
+    b.ask(8, 1); // the default partition
+    awaitAsked(a, 8);
+    awaitAsked(b, 8);
+    rt.driver().signal();
+    a.awaitGpuContainers(4, 20_000);
+    b.awaitGpuContainers(4, 20_000);
+    a.pollFor(1000);
+    b.pollFor(1000);
+
+    JsonNode view = JSON.readTree(rt.cluster().lastView());
+    assertEquals("[{\"partition\":\"gpu\",\"exclusive\":true}]",
+        view.path("partitions").toString());
+    for (JsonNode n : view.path("nodes")) {
+      String id = n.path("node_id").asText();
+      assertEquals(id.equals(labeled.toString()) ? "gpu" : "", n.path("partition").asText(),
+          "partition of " + id);
+    }
+    JsonNode appA = app(view, a.appId);
+    JsonNode appB = app(view, b.appId);
+    assertEquals("gpu", appA.path("partition").asText());
+    assertEquals("", appB.path("partition").asText());
+    assertEquals("[\"gpu\"]", appA.path("accessible_partitions").toString());
+    // default partition: 4 GPUs, 50 % each; label gpu: 4 GPUs, 75 % and 25 %
+    assertEquals("[{\"queue\":\"root.a\",\"guaranteed_gpus\":2,\"max_gpus\":4,"
+        + "\"partitions\":{\"gpu\":{\"guaranteed_gpus\":3,\"max_gpus\":4}}},"
+        + "{\"queue\":\"root.b\",\"guaranteed_gpus\":2,\"max_gpus\":4,"
+        + "\"partitions\":{\"gpu\":{\"guaranteed_gpus\":1,\"max_gpus\":4}}}]",
+        view.path("queues").toString());
+
+    // the round: a's app only on the gpu node, b's only on the default node
+    for (Container c : a.gpuContainers()) {
+      assertEquals(labeled, c.getNodeId(), "queue a's container outside partition gpu");
+    }
+    for (Container c : b.gpuContainers()) {
+      assertEquals(plain, c.getNodeId(), "a default-partition container on the exclusive node");
+    }
+    assertEquals(4, a.gpuContainers().size());
+    assertEquals(4, b.gpuContainers().size());
+    int seen = 0;
+    for (Lease l : mc.scheduler().leases().snapshot()) {
+      assertEquals(l.node().equals(labeled) ? "gpu" : "", l.partition(), l.toString());
+      assertTrue(l.app().equals(a.appId) == l.node().equals(labeled), l.toString());
+      seen++;
+    }
+    assertTrue(seen >= 2, "leases in both partitions");
+    a.finish();
+    b.finish();
+  }
+
+  private static JsonNode app(JsonNode view, ApplicationId id) {
+    for (JsonNode x : view.path("apps")) {
+      if (x.path("app_id").asText().equals(id.toString())) {
+        return x;
+      }
+    }
+    throw new AssertionError(id + " not in the view " + view);
+  }
+
+  /** Waits until the RM sees {@code n} GPUs asked by the AM (its asks went out with a poll). */
+  private static void awaitAsked(TestAm am, long n) throws InterruptedException {
+    ThemisMiniCluster.waitFor(am.appId + " asking " + n + " GPUs", 15_000, () -> {
+      am.pollUnchecked();
+      for (AppGpus g : mc.scheduler().runtime().cluster().appGpus()) {
+        if (g.app().equals(am.appId)) {
+          return g.askedGpus() >= n;
+        }
+      }
+      return false;
+    });
+  }
+}
