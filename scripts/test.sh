@@ -29,7 +29,8 @@ ANY_FAILED=0
 # tests are named.
 stage() {
   local name="$1" limit="${THEMIS_STAGE_TIMEOUT_MIN:-$2}" kind="$3"; shift 3
-  local log="$LOGS/${name//[^A-Za-z0-9]/-}.log" current="$LOGS/.current-test" t=$SECONDS rc status
+  local log="$LOGS/${name//[^A-Za-z0-9]/-}.log" current="$LOGS/.current-${name//[^A-Za-z0-9]/-}"
+  local t=$SECONDS rc status
   echo; echo "==== $name ($(( (SECONDS - T0) / 60 )) min in) ===="
   rm -f "$current"
   THEMIS_PYTEST_CURRENT="$PWD/$current" timeout --kill-after=30 "${limit}m" "$@" 2>&1 | tee "$log"
@@ -63,6 +64,53 @@ stage() {
 
 skip() { SUMMARY+=("$(printf '%-44s %-34s %4s' "$1" "skipped ($2)" "-")"); }
 
+# in_background FUNCTION: run FUNCTION's stages beside the next ones (their output goes to
+# out/test-logs/background.out and each stage's own log; the console shows the others);
+# join_background adds their summary lines and failures. The stages run at once are a
+# Maven build and pytest: both mostly wait (mini-clusters, job processes), so on two cores
+# together they take far less than one after the other.
+in_background() {
+  ( SUMMARY=(); FAILURES=(); ANY_FAILED=0
+    "$1"
+    BG_SUMMARY=("${SUMMARY[@]}"); BG_FAILURES=("${FAILURES[@]}"); BG_FAILED=$ANY_FAILED
+    declare -p BG_SUMMARY BG_FAILURES BG_FAILED DOCKER_READY 2>/dev/null \
+      | sed -e 's/^declare -- /declare -g /' -e 's/^declare -\([a-z]*\) /declare -g\1 /' \
+      > "$LOGS/.background"
+  ) > "$LOGS/background.out" 2>&1 &
+  BG_PID=$!
+  echo; echo "==== in the background: $1 (output: $LOGS/background.out) ===="
+}
+join_background() {
+  BG_SUMMARY=(); BG_FAILURES=(); BG_FAILED=1  # (unless the background's state says else)
+  echo; echo "==== waiting for the background stages ($(( (SECONDS - T0) / 60 )) min in) ===="
+  wait "$BG_PID"
+  cat "$LOGS/background.out"
+  # shellcheck disable=SC1091
+  [[ -f $LOGS/.background ]] && source "$LOGS/.background"
+  SUMMARY+=("${BG_SUMMARY[@]}"); FAILURES+=("${BG_FAILURES[@]}")
+  [[ $BG_FAILED -ne 0 ]] && ANY_FAILED=1
+}
+
+# Beside pytest: the other Hadoop lines' JUnit, then Docker's engine and the images.
+DOCKER_READY=0
+jvm_lines_and_images() {
+  if [[ -f pom.xml ]]; then
+    # the other Hadoop lines: the same Java 8 classes against 3.3.6 and 3.4.3, the unit tests
+    # and the ITs that reach line-specific code (scripts/hadoop-lines.sh --help; docs/yarn.md)
+    stage "maven: Hadoop 3.3 + 3.4 lines (quick)" 15 maven \
+      scripts/hadoop-lines.sh --lines 3.3,3.4 --quick
+  fi
+  if [[ "${THEMIS_SKIP_DOCKER:-0}" == "1" ]]; then
+    skip "docker mini-cluster" "THEMIS_SKIP_DOCKER=1"
+  elif ! stage "docker engine (scripts/docker-setup.sh)" 8 plain scripts/docker-setup.sh; then
+    skip "docker mini-cluster" "no Docker engine"
+  elif ! stage "docker images (build.sh --with-tf)" 25 plain "${LOCK[@]}" docker/build.sh --with-tf; then
+    skip "docker mini-cluster" "images not built"
+  else
+    DOCKER_READY=1
+  fi
+}
+
 # pytest exits 5 when it collects nothing; stage() counts that as a failure.
 PYTEST=("$PY" -m pytest -q --durations=15 -p no:cacheprovider)
 
@@ -72,26 +120,16 @@ if stage "setup (python, locked versions)" 15 plain scripts/setup.sh dev,train; 
   # the layout's contracts ([tool.importlinter] in pyproject.toml; docs/architecture.md)
   stage "layout (lint-imports)" 5 plain \
     "$("$PY" -c 'import sys, os; print(os.path.dirname(sys.executable))')/lint-imports"
-  if [[ -f pom.xml ]]; then
-    stage "maven build + JUnit" 15 maven mvn -B -ntp verify
-    # the other Hadoop lines: the same Java 8 classes against 3.3.6 and 3.4.3, the unit tests
-    # and the ITs that reach line-specific code (scripts/hadoop-lines.sh --help; docs/yarn.md)
-    stage "maven: Hadoop 3.3 + 3.4 lines (quick)" 15 maven \
-      scripts/hadoop-lines.sh --lines 3.3,3.4 --quick
-  fi
+  [[ -f pom.xml ]] && stage "maven build + JUnit" 15 maven mvn -B -ntp verify
+  LOCK=()
+  [[ -n "${THEMIS_DOCKER_LOCK:-}" ]] && LOCK=(flock "$THEMIS_DOCKER_LOCK")
+  in_background jvm_lines_and_images
   stage "pytest (unit + integration)" 30 pytest \
     "${PYTEST[@]}" -m "not docker and not tensorflow" tests
   stage "pytest (TensorFlow in-process)" 15 pytest \
     "${PYTEST[@]}" -m "tensorflow and not docker" tests
-  LOCK=()
-  [[ -n "${THEMIS_DOCKER_LOCK:-}" ]] && LOCK=(flock "$THEMIS_DOCKER_LOCK")
-  if [[ "${THEMIS_SKIP_DOCKER:-0}" == "1" ]]; then
-    skip "docker mini-cluster" "THEMIS_SKIP_DOCKER=1"
-  elif ! stage "docker engine (scripts/docker-setup.sh)" 8 plain scripts/docker-setup.sh; then
-    skip "docker mini-cluster" "no Docker engine"
-  elif ! stage "docker images (build.sh --with-tf)" 25 plain "${LOCK[@]}" docker/build.sh --with-tf; then
-    skip "docker mini-cluster" "images not built"
-  else
+  join_background
+  if [[ $DOCKER_READY -eq 1 ]]; then
     export THEMIS_REQUIRE_DOCKER=1  # a skipped mini-cluster test fails this stage
     stage "docker mini-cluster" 40 pytest \
       "${LOCK[@]}" "${PYTEST[@]}" -m docker tests/integration
