@@ -44,6 +44,8 @@ Format (docs/am.md)::
         command: ...                 # their own command (default: job.command)
     max_parallel_jobs: 4             # optional cap on concurrently running jobs
     queue: default                   # YARN only
+    node_label: gpu                  # YARN only: the node-label partition (default: the
+                                     # queue's default-node-label-expression)
     am: {memory_mb: 768, vcores: 1, max_attempts: 2}    # YARN only
     standalone:                      # standalone only (ignored by themis submit)
       submit_at_s: 0                 # seconds after start-up when the app arrives
@@ -106,6 +108,9 @@ class AppSpec:
     max_parallel_jobs: int = 0  # 0 = no cap
     am: AmResources = AmResources()  # noqa: RUF009
     queue: str = "default"
+    #: the YARN node label (partition) the app's containers run in; "" for the queue's
+    #: ``default-node-label-expression`` (docs/yarn.md, "Partitions (node labels)")
+    node_label: str = ""
     args: dict[str, Any] = field(default_factory=dict)  # job.args (the bundled job)
     docker_image: str = ""  # job.docker_image: YARN's Docker runtime (YARN only)
     tensorboard: TensorBoardSettings | None = None  # YARN only
@@ -125,6 +130,8 @@ class AppSpec:
             "max_parallel_jobs": self.max_parallel_jobs,
             "objective": self.objective.to_dict(),
         }
+        if self.node_label:
+            d["node_label"] = self.node_label
         if self.submit_at_s:
             d["standalone"] = {"submit_at_s": self.submit_at_s}
         if self.tensorboard is not None:

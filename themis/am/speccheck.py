@@ -31,6 +31,9 @@ from themis.safeinput import InputError, Template, short
 KINDS = ("hyperband", "single-job")
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # matched with fullmatch
 _QUEUE_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
+#: a YARN node label (Hadoop's NodeLabelUtil: a letter or digit, then letters, digits, - and
+#: _, at most 255 characters)
+_LABEL_RE = re.compile(r"[0-9A-Za-z][0-9A-Za-z_-]{0,254}")
 #: a Docker image reference: [registry[:port]/]name[:tag][@digest] (fullmatch)
 _IMAGE_RE = re.compile(r"[a-z0-9][a-z0-9._-]*(:[0-9]{1,5})?(/[a-z0-9][a-z0-9._-]*)*"
                        r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[0-9a-f]{64})?")
@@ -53,8 +56,8 @@ BOUNDS = {
     "tasks.workers": 64, "tasks.ps.count": 64, "tasks.ps.memory_mb": 1 << 20,
     "tasks.ps.vcores": 1024, "tensorboard.memory_mb": 1 << 20, "tensorboard.vcores": 1024,
 }
-_TOP = {"name", "queue", "kind", "search_space", "hyperband", "max_steps", "job", "resources",
-        "tasks", "max_parallel_jobs", "am", "objective", "standalone", "tensorboard"}
+_TOP = {"name", "queue", "node_label", "kind", "search_space", "hyperband", "max_steps", "job",
+        "resources", "tasks", "max_parallel_jobs", "am", "objective", "standalone", "tensorboard"}
 
 
 class SpecError(ValueError):
@@ -313,6 +316,10 @@ def check_spec(raw: Any, source: str = "", default_name: str | None = None
     queue = c.str_(raw, "queue", "", "default")
     if queue and not _QUEUE_RE.fullmatch(queue):
         c.bad("queue", f"must match {_QUEUE_RE.pattern}, got {short(queue)}")
+    node_label = c.str_(raw, "node_label", "", "-") if "node_label" in raw else ""
+    if node_label and not _LABEL_RE.fullmatch(node_label):
+        c.bad("node_label", f"must be a YARN node label ({_LABEL_RE.pattern}), got "
+                            f"{short(node_label)}")
     kind = raw.get("kind", "hyperband")
     if kind not in KINDS:
         c.bad("kind", f"must be one of {', '.join(KINDS)}, got {short(kind)}")
@@ -424,6 +431,6 @@ def check_spec(raw: Any, source: str = "", default_name: str | None = None
     return {"name": name, "kind": kind, "command": command, "search_space": space,
             "hyperband": hbs, "max_steps": max_steps, "env": env, "max_restarts": max_restarts,
             "resources": resources, "workers": workers, "ps": ps, "max_parallel_jobs": mpj,
-            "am": amr, "queue": queue, "args": args, "objective": objective,
-            "docker_image": docker_image, "tensorboard": tensorboard,
+            "am": amr, "queue": queue, "node_label": node_label, "args": args,
+            "objective": objective, "docker_image": docker_image, "tensorboard": tensorboard,
             "submit_at_s": float(submit_at), "source": source or "<built-in>"}

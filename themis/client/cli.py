@@ -171,6 +171,7 @@ def job_run_spec(args: argparse.Namespace) -> dict[str, Any]:
     worker_image = args.worker_docker_image or args.docker_image
     ps_image = args.ps_docker_image or args.docker_image
     spec: dict[str, Any] = {"name": args.name, "queue": args.queue, "kind": "single-job",
+                            **({"node_label": args.node_label} if args.node_label else {}),
                             "max_steps": args.max_steps, "job": {"command": cmd, "env": env},
                             "resources": res}
     if worker_image is not None:
@@ -468,6 +469,10 @@ def add_parser(sub: Any) -> None:
     r.add_argument("--framework", default="tensorflow",
                    help="the job's framework (default %(default)s; only tensorflow)")
     r.add_argument("--queue", default="default", help="YARN queue (default %(default)s)")
+    r.add_argument("--node_label", default="",
+                   help="YARN node label (partition) the job's containers run in, e.g. gpu; "
+                        "refused at submit when the cluster lacks it or the queue may not "
+                        "use it (default: the queue's default-node-label-expression)")
     r.add_argument("--env", action="append", default=[],
                    help="NAME=VALUE in the job's environment (repeatable; default none)")
     r.add_argument("--max_steps", type=int, default=1000,

@@ -1,0 +1,85 @@
+"""The check ``themis submit`` and ``themis job run`` make before asking for a node label
+(the spec's ``node_label``; docs/yarn.md, "Partitions (node labels)"): the label must exist
+in the cluster and the app's queue must be allowed to use it, else the submission is refused
+here with one line that says what to change, before anything is staged in HDFS.
+
+YARN refuses such a submission itself, with a message about resource requests and queue
+labels that does not say which setting to change; this check reads what the RM publishes
+(``GET /ws/v1/cluster/get-node-labels`` and the CapacityScheduler's queues in
+``GET /ws/v1/cluster/scheduler``: each queue's ``nodeLabels``, its accessible labels, ``*``
+for any). Where the RM publishes neither (another scheduler, an older RM), nothing is
+checked here and YARN's own refusal is reported.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+ANY_LABEL = "*"
+
+
+def cluster_labels(doc: Any) -> set[str] | None:
+    """The labels of a ``get-node-labels`` body (``nodeLabelInfo``: objects with ``name``;
+    older RMs: ``nodeLabels``, names); None when the body is neither."""
+    if not isinstance(doc, Mapping):
+        return None
+    items = doc.get("nodeLabelInfo", doc.get("nodeLabels"))
+    if items is None:
+        return None
+    if isinstance(items, Mapping | str):  # one label: a single object or name
+        items = [items]
+    if not isinstance(items, list):
+        return None
+    names = {str(i.get("name", "")) if isinstance(i, Mapping) else str(i) for i in items}
+    return {n for n in names if n}
+
+
+def _queues(q: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:
+    yield q
+    children = (q.get("queues") or {}).get("queue") if isinstance(q.get("queues"), Mapping) \
+        else None
+    if isinstance(children, Mapping):
+        children = [children]
+    for c in children or []:
+        if isinstance(c, Mapping):
+            yield from _queues(c)
+
+
+def queue_labels(doc: Any, queue: str) -> set[str] | None:
+    """The labels leaf queue ``queue`` (a name or a path) may use, from a
+    ``/ws/v1/cluster/scheduler`` body of the CapacityScheduler; None when the body is not
+    one or does not list the queue's labels."""
+    try:
+        root = doc["scheduler"]["schedulerInfo"]
+    except (KeyError, TypeError):
+        return None
+    if not isinstance(root, Mapping) or "capacityScheduler" not in str(root.get("type", "")):
+        return None
+    for q in _queues(root):
+        if queue in (q.get("queueName"), q.get("queuePath")) and "queues" not in q:
+            labels = q.get("nodeLabels")
+            if isinstance(labels, str):
+                labels = [labels]
+            if not isinstance(labels, list):
+                return None
+            return {str(x) for x in labels}
+    return None
+
+
+def label_refusal(label: str, queue: str, known: set[str] | None,
+                  accessible: set[str] | None) -> str:
+    """Why a submission to ``queue`` asking node label ``label`` is refused ("" when it is
+    not, or when the RM did not say enough to tell)."""
+    if not label:
+        return ""
+    if known is not None and label not in known:
+        listed = ", ".join(sorted(known)) or "none"
+        return (f"node_label {label!r}: no such node label in the cluster (its labels: "
+                f"{listed}); ask the cluster's admins or leave node_label out")
+    if accessible is not None and label not in accessible and ANY_LABEL not in accessible:
+        listed = ", ".join(sorted(x for x in accessible if x)) or "none"
+        return (f"node_label {label!r}: queue {queue!r} may not use it (its "
+                f"accessible-node-labels: {listed}); choose a queue that may, or ask the "
+                "cluster's admins")
+    return ""
