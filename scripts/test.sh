@@ -66,9 +66,9 @@ skip() { SUMMARY+=("$(printf '%-44s %-34s %4s' "$1" "skipped ($2)" "-")"); }
 
 # in_background FUNCTION: run FUNCTION's stages beside the next ones (their output goes to
 # out/test-logs/background.out and each stage's own log; the console shows the others);
-# join_background adds their summary lines and failures. The stages run at once are a
-# Maven build and pytest: both mostly wait (mini-clusters, job processes), so on two cores
-# together they take far less than one after the other.
+# join_background adds their summary lines and failures. Only Docker's engine and the image
+# build run so (they time nothing): the JUnit ITs and the pytest integration tests time
+# rounds, restarts and lease ends, and run beside each other on two cores they missed.
 in_background() {
   ( SUMMARY=(); FAILURES=(); ANY_FAILED=0
     "$1"
@@ -91,15 +91,9 @@ join_background() {
   [[ $BG_FAILED -ne 0 ]] && ANY_FAILED=1
 }
 
-# Beside pytest: the other Hadoop lines' JUnit, then Docker's engine and the images.
+# Beside pytest: Docker's engine and the images.
 DOCKER_READY=0
-jvm_lines_and_images() {
-  if [[ -f pom.xml ]]; then
-    # the other Hadoop lines: the same Java 8 classes against 3.3.6 and 3.4.3, the unit tests
-    # and the ITs that reach line-specific code (scripts/hadoop-lines.sh --help; docs/yarn.md)
-    stage "maven: Hadoop 3.3 + 3.4 lines (quick)" 15 maven \
-      scripts/hadoop-lines.sh --lines 3.3,3.4 --quick
-  fi
+docker_engine_and_images() {
   if [[ "${THEMIS_SKIP_DOCKER:-0}" == "1" ]]; then
     skip "docker mini-cluster" "THEMIS_SKIP_DOCKER=1"
   elif ! stage "docker engine (scripts/docker-setup.sh)" 8 plain scripts/docker-setup.sh; then
@@ -120,10 +114,17 @@ if stage "setup (python, locked versions)" 15 plain scripts/setup.sh dev,train; 
   # the layout's contracts ([tool.importlinter] in pyproject.toml; docs/architecture.md)
   stage "layout (lint-imports)" 5 plain \
     "$("$PY" -c 'import sys, os; print(os.path.dirname(sys.executable))')/lint-imports"
-  [[ -f pom.xml ]] && stage "maven build + JUnit" 15 maven mvn -B -ntp verify
+  if [[ -f pom.xml ]]; then
+    stage "maven build + JUnit" 15 maven mvn -B -ntp verify
+    # the other Hadoop lines: the same Java 8 classes against 3.3.6 and 3.4.3, the unit tests
+    # and the ITs that reach line-specific code (scripts/hadoop-lines.sh --help; docs/yarn.md)
+    stage "maven: Hadoop 3.3 + 3.4 lines (quick)" 15 maven \
+      scripts/hadoop-lines.sh --lines 3.3,3.4 --quick
+  fi
   LOCK=()
   [[ -n "${THEMIS_DOCKER_LOCK:-}" ]] && LOCK=(flock "$THEMIS_DOCKER_LOCK")
-  in_background jvm_lines_and_images
+  # (the image build packages the plugin jar that the Maven build left in rm-plugin/target/)
+  in_background docker_engine_and_images
   stage "pytest (unit + integration)" 30 pytest \
     "${PYTEST[@]}" -m "not docker and not tensorflow" tests
   stage "pytest (TensorFlow in-process)" 15 pytest \

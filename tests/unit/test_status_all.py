@@ -49,8 +49,22 @@ STATUS = {
 AM_STATUS = {"app_id": "application_1_0001", "rho": 1.5, "gpus": {"count": 4}, "jobs": []}
 
 
+#: the bean of a cluster with node labels: nm1 in the exclusive partition "gpu", nm2 in the
+#: default partition; the stock app waits in "gpu"
+LABELED = {
+    **STATUS,
+    "nodes": [{"node_id": "nm1:8041", "total_gpus": 4, "grantable_gpus": 0, "partition": "gpu"},
+              {"node_id": "nm2:8041", "total_gpus": 2, "grantable_gpus": 2, "partition": ""}],
+    "leases": [{**STATUS["leases"][0], "partition": "gpu"}],
+    "apps": [{**STATUS["apps"][0], "partition": "gpu"},
+             {**STATUS["apps"][1], "partition": "gpu",
+              "diagnostics": WAIT.replace("GPUs: ", "GPUs in partition gpu: ", 1)}],
+}
+
+
 class _Rm(BaseHTTPRequestHandler):
     plugin = True
+    status: dict[str, Any] = STATUS
 
     def log_message(self, *args: Any) -> None:
         return None
@@ -68,7 +82,7 @@ class _Rm(BaseHTTPRequestHandler):
         q = parse_qs(url.query)
         if url.path == "/jmx":
             assert q["qry"] == ["Hadoop:service=ResourceManager,name=Themis"]
-            beans = [{"name": q["qry"][0], "StatusJson": json.dumps(STATUS)}] \
+            beans = [{"name": q["qry"][0], "StatusJson": json.dumps(self.status)}] \
                 if self.plugin else []
             self._json({"beans": beans})
         elif url.path == "/ws/v1/cluster/apps":
@@ -92,6 +106,7 @@ def rm() -> Iterator[str]:
     finally:
         server.shutdown()
         _Rm.plugin = True
+        _Rm.status = STATUS
 
 
 def _run(*argv: str) -> tuple[int, str, str]:
@@ -140,3 +155,17 @@ def test_all_without_the_plugin_says_so(rm: str) -> None:
     # without --all, nothing of the plugin is needed
     code, out, err = _run("status", "--rm", rm, "--webhdfs", rm)
     assert code == 0 and "application_1_0001" in out and "lease" not in out
+
+
+def test_all_shows_each_partition_of_a_labeled_cluster(rm: str) -> None:
+    code, out, _ = _run("status", "--all", "--rm", rm, "--webhdfs", rm)
+    assert code == 0 and "partition" not in out  # no labels: nothing about partitions
+    _Rm.status = LABELED
+    code, out, err = _run("status", "--all", "--rm", rm, "--webhdfs", rm)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert "partition <default>: 2 GPUs on 1 node, 2 grantable, 0 leased; 0 apps asking" in lines
+    assert "partition gpu: 4 GPUs on 1 node, 0 grantable, 4 leased; 1 app asking" in lines
+    assert any(ln.startswith("    lease 7: 4 GPUs on nm1:8041 (partition gpu) until ")
+               for ln in lines), out
+    assert any("waiting for GPUs in partition gpu: " in ln for ln in lines), out

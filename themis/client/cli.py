@@ -334,6 +334,27 @@ def _add_gpu_apps(c: Any, out: list[dict[str, Any]]) -> dict[str, Any]:
     return state
 
 
+def _partition_summary(state: dict[str, Any]) -> list[str]:
+    """One line per partition (node label) when the cluster has labeled nodes: its GPUs,
+    grantable and leased, and how many apps of it wait for GPUs ("" is the default)."""
+    nodes = state.get("nodes", [])
+    if not any(n.get("partition") for n in nodes):
+        return []
+    lines = []
+    for p in sorted({str(n.get("partition", "")) for n in nodes}):
+        mine = [n for n in nodes if str(n.get("partition", "")) == p]
+        leased = sum(int(x["gpus"]) for x in state.get("leases", [])
+                     if str(x.get("partition", "")) == p)
+        waiting = sum(1 for a in state.get("apps", []) if str(a.get("partition", "")) == p
+                      and int(a.get("asked_gpus", 0)) > 0)
+        lines.append(f"partition {p or '<default>'}: "
+                     f"{_gpus(sum(int(n['total_gpus']) for n in mine))} on {len(mine)} "
+                     f"node{'s' if len(mine) != 1 else ''}, "
+                     f"{sum(int(n['grantable_gpus']) for n in mine)} grantable, {leased} "
+                     f"leased; {waiting} app{'s' if waiting != 1 else ''} asking")
+    return lines
+
+
 def _render_gpus(e: dict[str, Any], now_ms: float) -> list[str]:
     """The GPU lines of an app: header (apps without an AM status), leases, wait reason."""
     lines = []
@@ -349,8 +370,9 @@ def _render_gpus(e: dict[str, Any], now_ms: float) -> list[str]:
             f"asks={asks} running={_gpus(running)} {json.dumps(g.get('running_gpus', {}))}")
     for lease in e.get("leases", []):
         left = (float(lease["expiry_ms"]) - now_ms) / 1000.0
+        part = f" (partition {lease['partition']})" if lease.get("partition") else ""
         lines.append(f"    lease {lease['lease_id']}: {_gpus(int(lease['gpus']))} on "
-                     f"{lease['node_id']} until {_hms(lease['expiry_ms'])} "
+                     f"{lease['node_id']}{part} until {_hms(lease['expiry_ms'])} "
                      f"(in {max(0.0, left):.0f} s) {lease['state']}")
     if g.get("diagnostics"):
         lines.append(f"    {g['diagnostics']}")
@@ -384,6 +406,7 @@ def _watch(args: argparse.Namespace, app_id: str | None, until_done: bool = Fals
             except ClientError as exc:
                 print(f"themis: status --all: {exc}", file=sys.stderr)
                 return 1
+            lines += _partition_summary(state)
         for e in out:
             if e["status"] is not None or not every:
                 lines += _render(e["app"], e["status"], detail=bool(app_id), me=me)

@@ -8,7 +8,9 @@ import java.util.Collections;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
 import java.util.TreeMap;
+import java.util.TreeSet;
 import java.util.function.Predicate;
 import org.apache.hadoop.yarn.api.records.ApplicationId;
 import org.apache.hadoop.yarn.api.records.NodeId;
@@ -180,6 +182,23 @@ public final class ClusterView {
       expr = ((CSQueue) sa.getQueue()).getDefaultNodeLabelExpression();
     }
     return Partitions.ofExpression(expr);
+  }
+
+  /** The nodes' partitions and which labels lend their idle GPUs (non-exclusive). */
+  public NodePartitions nodePartitions() {
+    Map<NodeId, String> of = new TreeMap<>();
+    Map<NodeId, Long> totals = new TreeMap<>();
+    for (FiCaSchedulerNode n : scheduler.getNodeTracker().getAllNodes()) {
+      of.put(n.getNodeID(), Partitions.of(n));
+      totals.put(n.getNodeID(), Gpus.of(n.getTotalResource()));
+    }
+    Set<String> lending = new TreeSet<>();
+    for (NodeLabel l : Partitions.clusterLabels(scheduler.getRMContext().getNodeLabelManager())) {
+      if (!l.isExclusive()) {
+        lending.add(l.getName());
+      }
+    }
+    return new NodePartitions(of, lending, totals);
   }
 
   /** GPUs of the cluster's nodes. */

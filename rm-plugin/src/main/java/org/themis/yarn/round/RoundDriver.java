@@ -179,7 +179,8 @@ public final class RoundDriver {
   private void updateDiagnostics() {
     try {
       runtime.waits().update(scheduler.getRMContext(), cluster.appGpus(), leases.now(),
-          cluster.grantableGpus(), cluster.clusterGpus(), leases.snapshot());
+          cluster.grantableGpus(), cluster.clusterGpus(), leases.snapshot(),
+          cluster.nodePartitions());
     } catch (RuntimeException e) {
       LOG.warn("Themis could not update the apps' wait diagnostics", e);
     }

@@ -18,11 +18,13 @@ import org.themis.yarn.ThemisSettings;
 import org.themis.yarn.lease.Lease;
 import org.themis.yarn.lease.LeaseTable;
 import org.themis.yarn.round.AppGpus;
+import org.themis.yarn.round.NodePartitions;
 
 /**
  * The read-only status bean, {@code Hadoop:service=ResourceManager,name=Themis} in the RM's
  * {@code /jmx} ({@code themis status --all} reads it): settings, nodes, leases, and the apps
- * that hold or ask GPUs with the wait reason shown in their diagnostics.
+ * that hold or ask GPUs with the wait reason shown in their diagnostics; each node, lease and
+ * app with its partition (node label, "" for the default partition).
  */
 public final class ThemisStatus implements ThemisStatusMXBean {
   private static final ObjectMapper JSON = new ObjectMapper();
@@ -64,12 +66,14 @@ public final class ThemisStatus implements ThemisStatusMXBean {
     // where AMs' agents reach this RM's agents' endpoint ("" while the engine is not up)
     root.put("agent_address", runtime.engine().agentAddress());
     Map<NodeId, Long> free = runtime.cluster().grantableGpus();
+    NodePartitions parts = runtime.cluster().nodePartitions();
     ArrayNode nodes = root.putArray("nodes");
     for (FiCaSchedulerNode n : runtime.scheduler().getNodeTracker().getAllNodes()) {
       ObjectNode o = nodes.addObject();
       o.put("node_id", n.getNodeID().toString());
       o.put("total_gpus", Gpus.of(n.getTotalResource()));
       o.put("grantable_gpus", free.getOrDefault(n.getNodeID(), 0L));
+      o.put("partition", parts.of(n.getNodeID())); // node label, "" the default partition
     }
     List<Lease> all = leases.snapshot();
     Set<ApplicationId> leased = new HashSet<>();
@@ -84,6 +88,7 @@ public final class ThemisStatus implements ThemisStatusMXBean {
       o.put("granted_ms", l.grantedAtMs());
       o.put("expiry_ms", l.expiryMs());
       o.put("state", l.state().name());
+      o.put("partition", l.partition());
       if (l.state() == Lease.State.EXPIRING) {
         o.put("grace_deadline_ms", l.graceDeadlineMs());
       }
@@ -98,6 +103,7 @@ public final class ThemisStatus implements ThemisStatusMXBean {
       o.put("app_id", a.app().toString());
       o.put("agent", a.agent());
       o.put("asked_gpus", a.askedGpus());
+      o.put("partition", a.partition());
       a.putGpuUse(o);
       WaitDiagnostics.Reason r = shown.get(a.app());
       o.put("reason", r == null ? "" : r.kind());

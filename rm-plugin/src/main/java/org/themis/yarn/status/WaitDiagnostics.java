@@ -21,6 +21,7 @@ import org.slf4j.LoggerFactory;
 import org.themis.yarn.ThemisSettings;
 import org.themis.yarn.lease.Lease;
 import org.themis.yarn.round.AppGpus;
+import org.themis.yarn.round.NodePartitions;
 
 /**
  * Says why an app waits for GPUs, and what holds its GPUs, in YARN's app diagnostics (REST
@@ -96,6 +97,15 @@ public final class WaitDiagnostics {
    */
   Reason reason(AppGpus a, long now, Map<NodeId, Long> grantable, long clusterGpus,
       List<Lease> leases) {
+    return reason(a, now, grantable, clusterGpus, leases, NodePartitions.none());
+  }
+
+  /**
+   * As above on a cluster with node labels: only GPUs of nodes that serve the app's partition
+   * count as free for it, and the text names a partition other than the default.
+   */
+  Reason reason(AppGpus a, long now, Map<NodeId, Long> grantable, long clusterGpus,
+      List<Lease> leases, NodePartitions parts) {
     List<Lease> mine = new ArrayList<>();
     long nextEnd = Long.MAX_VALUE;
     for (Lease l : leases) {
@@ -112,6 +122,19 @@ public final class WaitDiagnostics {
       return a.agent() || mine.isEmpty() ? null : holding(mine);
     }
     String asked = describeAsks(a.asks());
+    String where = "";
+    if (parts.labeled()) {
+      where = a.partition().isEmpty() ? " in the default partition"
+          : " in partition " + a.partition();
+      Map<NodeId, Long> usable = new TreeMap<>();
+      for (Map.Entry<NodeId, Long> e : grantable.entrySet()) {
+        if (parts.serves(e.getKey(), a.partition())) {
+          usable.put(e.getKey(), e.getValue());
+        }
+      }
+      grantable = usable;
+      clusterGpus = parts.gpusFor(a.partition());
+    }
     // lease room: GPUs leased to it on a node and not used by its containers there
     SortedMap<String, Long> room = new TreeMap<>();
     for (Lease l : mine) {
@@ -143,16 +166,18 @@ public final class WaitDiagnostics {
     String next = nextEnd == Long.MAX_VALUE ? "next round as soon as GPUs are freed"
         : "next round at lease expiry in " + Math.max(0, (nextEnd - now + 999) / 1000) + " s ("
             + time(nextEnd) + ") or as soon as GPUs are freed";
+    String waiting = "Themis: waiting for GPUs" + where + ": ";
     if (free == 0) {
-      return new Reason("all-leased", "Themis: waiting for GPUs: " + asked + ", all "
-          + gpus(clusterGpus) + " of the cluster leased or in use; " + next);
+      return new Reason("all-leased", waiting + asked + ", all " + gpus(clusterGpus)
+          + (where.isEmpty() ? " of the cluster" : " it may use") + " leased or in use; "
+          + next);
     }
     if (bestNode < a.smallestContainer()) {
-      return new Reason("no-fit", "Themis: waiting for GPUs: " + asked + "; " + gpus(free)
+      return new Reason("no-fit", waiting + asked + "; " + gpus(free)
           + " free but no node has " + a.smallestContainer() + " free for one container ("
           + fmtNodes(freeByNode) + "); " + next);
     }
-    return new Reason("next-round", "Themis: waiting for GPUs: " + asked + "; " + gpus(free)
+    return new Reason("next-round", waiting + asked + "; " + gpus(free)
         + " free (" + fmtNodes(freeByNode) + "), offered in the next round (within "
         + settings.roundIntervalMs() + " ms)");
   }
@@ -185,10 +210,10 @@ public final class WaitDiagnostics {
 
   /** Shows each app its reason (clearing ours where there is none now); logs changes. */
   public void update(RMContext rm, List<AppGpus> apps, long now, Map<NodeId, Long> grantable,
-      long clusterGpus, List<Lease> leases) {
+      long clusterGpus, List<Lease> leases, NodePartitions parts) {
     Map<ApplicationId, Reason> current = new java.util.HashMap<>();
     for (AppGpus a : apps) {
-      Reason r = reason(a, now, grantable, clusterGpus, leases);
+      Reason r = reason(a, now, grantable, clusterGpus, leases, parts);
       if (r != null) {
         current.put(a.app(), r);
       }
