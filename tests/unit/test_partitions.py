@@ -149,6 +149,17 @@ def test_held_gpus_count_in_the_partition_they_are_in() -> None:
     assert info["partitions"]["gpu"]["queues"]["root.a"]["held_gpus"] == 0
 
 
+def test_what_apps_asking_nothing_hold_counts_against_their_queues_maximum() -> None:
+    # queue a (maximum 1 GPU in each partition) holds 1 through a0, which asks nothing more:
+    # a1 of the same queue gets none, in the default partition and in "gpu" alike
+    for part in ("", "gpu"):
+        queues = [_queue("root.a", 0, 1, {"gpu": (0, 1)})]
+        apps = [_app("a0", 0, part, "root.a", ["gpu"], running={"n1:1" if part else "n0:1": 1}),
+                _app("a1", 1, part, "root.a", ["gpu"])]
+        grants, _ = _run(_view([("", 2, 1), ("gpu", 2, 1)], apps, {"gpu": True}, queues))
+        assert not grants, (part, grants)
+
+
 def test_a_queue_without_capacity_in_a_label_borrows_only_up_to_its_maximum_there() -> None:
     queues = [_queue("root.a", 2, 2, {"gpu": (8, 8)}), _queue("root.b", 0, 2, {"gpu": (0, 3)})]
     apps = [_app("b1", 8, "gpu", "root.b", ["gpu"])]

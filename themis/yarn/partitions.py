@@ -108,8 +108,11 @@ def plan_partitions(view: ClusterView, offer: Sequence[Gpu], wanting: Mapping[st
         mine = sorted(a for a in wanting if a in apps and may_use(apps[a], p))
         if not mine:
             continue
-        got = plan_rounds(restrict(view, p, mine), by_part[p], {a: wanting[a] for a in mine},
-                          run)
+        # every app of the partition stays in its view: what the ones that ask nothing hold
+        # there counts against their queue's maximum (themis.yarn.queues.held_gpus)
+        members = [a.app_id for a in view.apps if may_use(a, p)]
+        got = plan_rounds(restrict(view, p, members), by_part[p],
+                          {a: wanting[a] for a in mine}, run)
         _merge(plan, got.allocation)
         if got.reports:
             plan.reports[p] = got.reports
@@ -128,7 +131,8 @@ def plan_partitions(view: ClusterView, offer: Sequence[Gpu], wanting: Mapping[st
         # queue without a guarantee, up to every GPU of the partition
         everything = sum(max(0, n.total_gpus) for n in view.nodes if n.partition == p)
         queues = [QueueView(q.queue, 0, everything) for q in view.queues]
-        got = plan_rounds(restrict(view, p, sorted(room), queues), spare, room, run)
+        members = [a.app_id for a in view.apps if may_use(a, DEFAULT_PARTITION)]
+        got = plan_rounds(restrict(view, p, members, queues), spare, room, run)
         _merge(plan, got.allocation)
         plan.lent[p] = {a: len(ids) for a, ids in sorted(got.allocation.items())}
     return plan
