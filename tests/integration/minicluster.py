@@ -287,6 +287,8 @@ def running_minicluster(
     ha: bool = False,
     zk_timeout_ms: int = 4000,
     secure: bool = False,
+    cs_overrides: Mapping[str, str] | None = None,
+    nm_gpus: Mapping[str, int] | None = None,
 ) -> Iterator[dict[str, Any]]:
     """Start the mini-cluster (Docker set up and images built when needed), wait until every
     NodeManager runs and HDFS has left safe mode, yield ``{"containers", "image",
@@ -300,7 +302,9 @@ def running_minicluster(
     session timeout. ``secure``: the Kerberos profile (not with ``ha``): a KDC host ``kdc``
     and every daemon secured, ready once admin sees the nodes over SPNEGO and HDFS is laid
     out for the users; the dict has ``"kerberos": {"realm", "krb5_conf", "keytabs": {user:
-    path}, "dir"}`` in addition (host paths; ``kinit`` and ``negotiate`` use it)."""
+    path}, "dir"}`` in addition (host paths; ``kinit`` and ``negotiate`` use it).
+    ``cs_overrides``: capacity-scheduler.xml settings for the RM (queues, node labels);
+    ``nm_gpus``: GPUs of some NodeManagers instead of ``NMS``' (0: a CPU-only node)."""
     if secure and ha:
         raise ValueError("running_minicluster: secure=True with ha=True is not supported")
     ok, why = _docker_available()  # runs scripts/docker-setup.sh when no daemon answers
@@ -361,6 +365,8 @@ def running_minicluster(
     rm_env = {}
     if conf_overrides:
         rm_env["THEMIS_CONF_OVERRIDES"] = ";".join(f"{k}={v}" for k, v in conf_overrides.items())
+    if cs_overrides:
+        rm_env["THEMIS_CS_OVERRIDES"] = ";".join(f"{k}={v}" for k, v in cs_overrides.items())
     containers: list[DockerContainer] = []
     if secure:  # first: the others wait for the keytabs it publishes; /krb read-write
         containers.append(daemon("kdc", image, "kdc", {krb_dir: "/krb"}, skip=("/krb",)))
@@ -377,6 +383,7 @@ def running_minicluster(
                                  extra_mounts=plugin_mount() if rm_image is None else None,
                                  skip=(IMAGE_SITE,) if rm_image is not None else (), **rm_env))
     for i, (name, (gpus, _rack)) in enumerate(NMS.items(), start=1):
+        gpus = (nm_gpus or {}).get(name, gpus)
         containers.append(
             daemon("nodemanager", nm_image, name, THEMIS_NM_NAME=name,
                    THEMIS_NM_INDEX=str(i), THEMIS_NM_GPUS=str(gpus))

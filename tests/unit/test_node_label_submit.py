@@ -12,21 +12,25 @@ import pytest
 from themis.am.spec import parse_spec
 from themis.am.speccheck import SpecError
 from themis.client.cluster import ClientError, Cluster
-from themis.client.labels import cluster_labels, label_refusal, queue_labels
+from themis.client.labels import (
+    cluster_labels,
+    label_refusal,
+    queue_default_label,
+    queue_labels,
+)
 
 BASE = {"name": "p", "max_steps": 10, "kind": "single-job",
         "job": {"command": "run {max_steps} {checkpoint_uri}"}}
 
 #: GET /ws/v1/cluster/scheduler of a CapacityScheduler with root.a (may use gpu),
-#: root.b (no label: accessible-node-labels " "), root.c.d (any label) and root.e (whose
-#: labels the body leaves out), as Hadoop 3 shapes it
+#: root.b (no label: accessible-node-labels " "; Hadoop 3.5 leaves the field out, as for
+#: root.e) and root.c.d (any label), as Hadoop 3 shapes it
 SCHEDULER = {"scheduler": {"schedulerInfo": {
     "type": "capacityScheduler", "queueName": "root", "nodeLabels": ["*"],
     "queues": {"queue": [
         {"queueName": "a", "queuePath": "root.a", "nodeLabels": ["gpu"],
-         "type": "capacitySchedulerLeafQueueInfo"},
-        {"queueName": "b", "queuePath": "root.b", "nodeLabels": [""],
-         "type": "capacitySchedulerLeafQueueInfo"},
+         "defaultNodeLabelExpression": "gpu", "type": "capacitySchedulerLeafQueueInfo"},
+        {"queueName": "b", "queuePath": "root.b", "type": "capacitySchedulerLeafQueueInfo"},
         {"queueName": "e", "queuePath": "root.e", "type": "capacitySchedulerLeafQueueInfo"},
         {"queueName": "c", "queuePath": "root.c", "nodeLabels": ["*"],
          "queues": {"queue": {"queueName": "d", "queuePath": "root.c.d",
@@ -59,8 +63,11 @@ def test_what_the_rm_publishes_is_read() -> None:
     assert queue_labels(SCHEDULER, "a") == {"gpu"}
     assert queue_labels(SCHEDULER, "root.a") == {"gpu"}
     assert queue_labels(SCHEDULER, "d") == {"*"}
-    assert queue_labels(SCHEDULER, "b") == {""}
-    assert queue_labels(SCHEDULER, "e") is None  # not listed: not checked
+    assert queue_labels(SCHEDULER, "b") == set() and queue_labels(SCHEDULER, "e") == set()
+    # an RM that writes the field for no queue tells nothing: not checked
+    bare = {"scheduler": {"schedulerInfo": {"type": "capacityScheduler", "queues": {
+        "queue": [{"queueName": "b", "type": "capacitySchedulerLeafQueueInfo"}]}}}}
+    assert queue_labels(bare, "b") is None
     assert queue_labels(SCHEDULER, "c") is None  # a parent queue takes no apps
     assert queue_labels({"scheduler": {"schedulerInfo": {"type": "fairScheduler"}}}, "a") \
         is None
@@ -115,5 +122,16 @@ def test_submit_is_refused_before_anything_is_staged(tmp_path: Path, queue: str,
 
 def test_a_label_the_rm_does_not_describe_goes_to_yarn(tmp_path: Path) -> None:
     rm = FakeRm({})  # neither endpoint: YARN's own check at submission applies
-    rm.check_node_label("gpu", "a")
-    assert rm.calls == ["GET /ws/v1/cluster/get-node-labels", "GET /ws/v1/cluster/scheduler"]
+    assert rm.node_label_for("gpu", "a") == "gpu"
+    assert rm.calls == ["GET /ws/v1/cluster/scheduler", "GET /ws/v1/cluster/get-node-labels"]
+
+
+def test_without_a_label_the_queues_default_is_named() -> None:
+    """YARN applies a queue's default label to no ask of an app submitted through REST
+    (Hadoop 3.5): the client names it (seen on the labeled mini-cluster)."""
+    assert queue_default_label(SCHEDULER, "a") == "gpu"
+    assert queue_default_label(SCHEDULER, "root.a") == "gpu"
+    assert queue_default_label(SCHEDULER, "b") == "" and queue_default_label(None, "a") == ""
+    rm = FakeRm({"/ws/v1/cluster/scheduler": SCHEDULER})
+    assert rm.node_label_for("", "a") == "gpu" and rm.node_label_for("", "b") == ""
+    assert FakeRm({}).node_label_for("", "a") == ""

@@ -30,7 +30,12 @@ import requests
 
 from themis.agent.endpoints import agent_addresses, from_mapping
 from themis.am.spec import AppSpec
-from themis.client.labels import cluster_labels, label_refusal, queue_labels
+from themis.client.labels import (
+    cluster_labels,
+    label_refusal,
+    queue_default_label,
+    queue_labels,
+)
 from themis.hadoop.dockerrt import MAX_CONF_BYTES, DaemonConfError, read_conf
 from themis.hadoop.webhdfs import WebHdfs, WebHdfsError
 from themis.identity.http import HadoopSession, login_user
@@ -149,7 +154,7 @@ class Cluster:
         python = python or conf.get(PYTHON_KEY, "") or "python3"
         secure = is_secure(conf)
         self.whoami()
-        self.check_node_label(spec.node_label, spec.queue)
+        label = self.node_label_for(spec.node_label, spec.queue)
         new = self._req("POST", "/ws/v1/cluster/apps/new-application")
         app_id = str(new["application-id"])
         d = self.app_dir(app_id)
@@ -210,7 +215,7 @@ class Cluster:
             },
             "resource": {"memory": spec.am.memory_mb, "vCores": spec.am.vcores},
             # the app's partition: YARN applies it to every ask of the app, its AM's too
-            **({"app-node-label-expression": spec.node_label} if spec.node_label else {}),
+            **({"app-node-label-expression": label} if label else {}),
         }
         try:
             self._req("POST", "/ws/v1/cluster/apps", body)
@@ -220,20 +225,25 @@ class Cluster:
             raise
         return app_id
 
-    def check_node_label(self, label: str, queue: str) -> None:
-        """ClientError when the cluster lacks node label ``label`` or ``queue`` may not use
-        it (:mod:`themis.client.labels`); what the RM does not publish is not checked."""
+    def node_label_for(self, label: str, queue: str) -> str:
+        """The node label an app of ``queue`` is submitted with: ``label``, or without one the
+        queue's ``default-node-label-expression`` ("" for none). ClientError when the cluster
+        lacks the label or the queue may not use it (:mod:`themis.client.labels`); what the
+        RM does not publish is not checked."""
+        try:
+            scheduler = self._req("GET", "/ws/v1/cluster/scheduler")
+        except ClientError:
+            scheduler = None  # (not published here: YARN's own check applies)
         if not label:
-            return
-        docs = []
-        for path in ("/ws/v1/cluster/get-node-labels", "/ws/v1/cluster/scheduler"):
-            try:
-                docs.append(self._req("GET", path))
-            except ClientError:
-                docs.append(None)  # (not published here: YARN's own check applies)
-        why = label_refusal(label, queue, cluster_labels(docs[0]), queue_labels(docs[1], queue))
+            return queue_default_label(scheduler, queue)
+        try:
+            known = cluster_labels(self._req("GET", "/ws/v1/cluster/get-node-labels"))
+        except ClientError:
+            known = None
+        why = label_refusal(label, queue, known, queue_labels(scheduler, queue))
         if why:
             raise ClientError(why)
+        return label
 
     def delegation_tokens(self, conf: Mapping[str, str]) -> dict[str, str]:
         """The tokens a submission carries on a secure cluster, by alias (URL strings), each

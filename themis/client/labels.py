@@ -7,8 +7,8 @@ YARN refuses such a submission itself, with a message about resource requests an
 labels that does not say which setting to change; this check reads what the RM publishes
 (``GET /ws/v1/cluster/get-node-labels`` and the CapacityScheduler's queues in
 ``GET /ws/v1/cluster/scheduler``: each queue's ``nodeLabels``, its accessible labels, ``*``
-for any). Where the RM publishes neither (another scheduler, an older RM), nothing is
-checked here and YARN's own refusal is reported.
+for any, left out for a queue that may use none). Where the RM publishes neither (another
+scheduler, an older RM), nothing is checked here and YARN's own refusal is reported.
 """
 
 from __future__ import annotations
@@ -56,15 +56,39 @@ def queue_labels(doc: Any, queue: str) -> set[str] | None:
         return None
     if not isinstance(root, Mapping) or "capacityScheduler" not in str(root.get("type", "")):
         return None
+    # the RM leaves ``nodeLabels`` out of a queue that may use no label (only the default
+    # partition: accessible-node-labels " "), so its absence means "none" only where the body
+    # shows the field on some queue (an RM that never writes it tells nothing)
+    written = any("nodeLabels" in q for q in _queues(root))
     for q in _queues(root):
         if queue in (q.get("queueName"), q.get("queuePath")) and "queues" not in q:
-            labels = q.get("nodeLabels")
+            labels = q.get("nodeLabels", [] if written else None)
             if isinstance(labels, str):
                 labels = [labels]
             if not isinstance(labels, list):
                 return None
             return {str(x) for x in labels}
     return None
+
+
+def queue_default_label(doc: Any, queue: str) -> str:
+    """Leaf queue ``queue``'s ``default-node-label-expression`` from a CapacityScheduler
+    ``/ws/v1/cluster/scheduler`` body ("" when it has none or the body does not say).
+
+    A submission through the REST API names the app's label even when it is empty, and YARN
+    then applies the queue's default to none of the app's asks (Hadoop 3.5: the app runs in
+    the default partition), so the client names the queue's default itself."""
+    try:
+        root = doc["scheduler"]["schedulerInfo"]
+    except (KeyError, TypeError):
+        return ""
+    if not isinstance(root, Mapping):
+        return ""
+    for q in _queues(root):
+        if queue in (q.get("queueName"), q.get("queuePath")) and "queues" not in q:
+            label = q.get("defaultNodeLabelExpression")
+            return label.strip() if isinstance(label, str) else ""
+    return ""
 
 
 def label_refusal(label: str, queue: str, known: set[str] | None,
