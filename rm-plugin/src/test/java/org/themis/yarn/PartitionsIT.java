@@ -21,7 +21,6 @@ import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 import org.themis.yarn.lease.Lease;
-import org.themis.yarn.round.AppGpus;
 
 /**
  * YARN node labels (docs/yarn.md, "Partitions"): real RM + 2 NMs with 4 GPUs each + the real
@@ -99,8 +98,8 @@ class PartitionsIT {
     TestAm b = TestAm.start(mc, "user-b", "b");
     a.ask(8, 1); // no label expression: queue a's default, gpu
     b.ask(8, 1); // the default partition
-    awaitAsked(a, 8);
-    awaitAsked(b, 8);
+    a.awaitAsked(mc, 8);
+    b.awaitAsked(mc, 8);
     rt.driver().signal();
     a.awaitGpuContainers(4, 20_000);
     b.awaitGpuContainers(4, 20_000);
@@ -154,18 +153,5 @@ class PartitionsIT {
       }
     }
     throw new AssertionError(id + " not in the view " + view);
-  }
-
-  /** Waits until the RM sees {@code n} GPUs asked by the AM (its asks went out with a poll). */
-  private static void awaitAsked(TestAm am, long n) throws InterruptedException {
-    ThemisMiniCluster.waitFor(am.appId + " asking " + n + " GPUs", 15_000, () -> {
-      am.pollUnchecked();
-      for (AppGpus g : mc.scheduler().runtime().cluster().appGpus()) {
-        if (g.app().equals(am.appId)) {
-          return g.askedGpus() >= n;
-        }
-      }
-      return false;
-    });
   }
 }

@@ -14,7 +14,6 @@ import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 import org.themis.yarn.lease.Lease;
-import org.themis.yarn.round.AppGpus;
 
 /**
  * CapacityScheduler queues (docs/yarn.md, "Queues"): real RM + 2 NMs with 4 GPUs each + the real
@@ -69,8 +68,8 @@ class QueuesIT {
     TestAm b = TestAm.start(mc, "user-b", "b");
     a.ask(8, 1);
     b.ask(8, 1);
-    awaitAsked(a, 8);
-    awaitAsked(b, 8);
+    a.awaitAsked(mc, 8);
+    b.awaitAsked(mc, 8);
     rt.driver().signal();
     a.awaitGpuContainers(6, 20_000);
     b.awaitGpuContainers(2, 20_000);
@@ -101,8 +100,8 @@ class QueuesIT {
     TestAm b2 = TestAm.start(mc, "user-b2", "b");
     b2.ask(2, 1);
     a.ask(6, 1);
-    awaitAsked(b2, 2);
-    awaitAsked(a, 6); // both queues in the round at expiry
+    b2.awaitAsked(mc, 2);
+    a.awaitAsked(mc, 6); // both queues in the round at expiry
     assertTrue(b2.pollFor(1500).isEmpty(), "no GPU is free while a holds all 8");
     long now = s.leases().now();
     for (Long id : firstLeases) { // a's first leases (6 GPUs) end now; the lent 2 stay live
@@ -124,19 +123,6 @@ class QueuesIT {
     assertEquals(2, leased(b2.appId));
     a.finish();
     b2.finish();
-  }
-
-  /** Waits until the RM sees {@code n} GPUs asked by the AM (its asks went out with a poll). */
-  private static void awaitAsked(TestAm am, long n) throws InterruptedException {
-    ThemisMiniCluster.waitFor(am.appId + " asking " + n + " GPUs", 15_000, () -> {
-      am.pollUnchecked();
-      for (AppGpus g : mc.scheduler().runtime().cluster().appGpus()) {
-        if (g.app().equals(am.appId)) {
-          return g.askedGpus() >= n;
-        }
-      }
-      return false;
-    });
   }
 
   private static long leased(ApplicationId app) {

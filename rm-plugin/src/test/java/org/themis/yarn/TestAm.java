@@ -30,6 +30,7 @@ import org.apache.hadoop.yarn.security.AMRMTokenIdentifier;
 import org.apache.hadoop.yarn.server.resourcemanager.rmapp.RMApp;
 import org.apache.hadoop.yarn.server.resourcemanager.rmapp.attempt.RMAppAttempt;
 import org.apache.hadoop.yarn.server.resourcemanager.rmapp.attempt.RMAppAttemptState;
+import org.themis.yarn.round.AppGpus;
 
 /** An unmanaged AM speaking the real AM-RM protocol to the mini cluster's RM. */
 final class TestAm {
@@ -155,6 +156,22 @@ final class TestAm {
     } catch (Exception e) {
       throw new RuntimeException(e);
     }
+  }
+
+  /**
+   * Polls until {@code mc}'s round driver sees this AM asking at least {@code n} GPUs (its
+   * asks have reached the scheduler), at most 15 s.
+   */
+  void awaitAsked(ThemisMiniCluster mc, long n) throws InterruptedException {
+    ThemisMiniCluster.waitFor(appId + " asking " + n + " GPUs", 15_000, () -> {
+      pollUnchecked();
+      for (AppGpus g : mc.scheduler().runtime().cluster().appGpus()) {
+        if (g.app().equals(appId)) {
+          return g.askedGpus() >= n;
+        }
+      }
+      return false;
+    });
   }
 
   /** Polls until this AM holds at least {@code n} GPU containers, at most {@code ms}. */
