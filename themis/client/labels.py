@@ -46,29 +46,41 @@ def _queues(q: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:
             yield from _queues(c)
 
 
-def queue_labels(doc: Any, queue: str) -> set[str] | None:
-    """The labels leaf queue ``queue`` (a name or a path) may use, from a
-    ``/ws/v1/cluster/scheduler`` body of the CapacityScheduler; None when the body is not
-    one or does not list the queue's labels."""
+def _scheduler(doc: Any) -> Mapping[str, Any] | None:
+    """``scheduler.schedulerInfo`` of a ``/ws/v1/cluster/scheduler`` body (None if none)."""
     try:
         root = doc["scheduler"]["schedulerInfo"]
     except (KeyError, TypeError):
         return None
-    if not isinstance(root, Mapping) or "capacityScheduler" not in str(root.get("type", "")):
+    return root if isinstance(root, Mapping) else None
+
+
+def _leaf(root: Mapping[str, Any], queue: str) -> Mapping[str, Any] | None:
+    """The leaf queue named ``queue`` (a name or a path) under ``root``."""
+    return next((q for q in _queues(root) if queue in (q.get("queueName"), q.get("queuePath"))
+                 and "queues" not in q), None)
+
+
+def queue_labels(doc: Any, queue: str) -> set[str] | None:
+    """The labels leaf queue ``queue`` (a name or a path) may use, from a
+    ``/ws/v1/cluster/scheduler`` body of the CapacityScheduler; None when the body is not
+    one or does not list the queue's labels."""
+    root = _scheduler(doc)
+    if root is None or "capacityScheduler" not in str(root.get("type", "")):
+        return None
+    leaf = _leaf(root, queue)
+    if leaf is None:
         return None
     # the RM leaves ``nodeLabels`` out of a queue that may use no label (only the default
     # partition: accessible-node-labels " "), so its absence means "none" only where the body
     # shows the field on some queue (an RM that never writes it tells nothing)
     written = any("nodeLabels" in q for q in _queues(root))
-    for q in _queues(root):
-        if queue in (q.get("queueName"), q.get("queuePath")) and "queues" not in q:
-            labels = q.get("nodeLabels", [] if written else None)
-            if isinstance(labels, str):
-                labels = [labels]
-            if not isinstance(labels, list):
-                return None
-            return {str(x) for x in labels}
-    return None
+    labels = leaf.get("nodeLabels", [] if written else None)
+    if isinstance(labels, str):
+        labels = [labels]
+    if not isinstance(labels, list):
+        return None
+    return {str(x) for x in labels}
 
 
 def queue_default_label(doc: Any, queue: str) -> str:
@@ -78,17 +90,10 @@ def queue_default_label(doc: Any, queue: str) -> str:
     A submission through the REST API names the app's label even when it is empty, and YARN
     then applies the queue's default to none of the app's asks (Hadoop 3.5: the app runs in
     the default partition), so the client names the queue's default itself."""
-    try:
-        root = doc["scheduler"]["schedulerInfo"]
-    except (KeyError, TypeError):
-        return ""
-    if not isinstance(root, Mapping):
-        return ""
-    for q in _queues(root):
-        if queue in (q.get("queueName"), q.get("queuePath")) and "queues" not in q:
-            label = q.get("defaultNodeLabelExpression")
-            return label.strip() if isinstance(label, str) else ""
-    return ""
+    root = _scheduler(doc)
+    leaf = None if root is None else _leaf(root, queue)
+    label = None if leaf is None else leaf.get("defaultNodeLabelExpression")
+    return label.strip() if isinstance(label, str) else ""
 
 
 def label_refusal(label: str, queue: str, known: set[str] | None,
