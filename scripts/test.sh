@@ -66,9 +66,11 @@ skip() { SUMMARY+=("$(printf '%-44s %-34s %4s' "$1" "skipped ($2)" "-")"); }
 
 # in_background FUNCTION: run FUNCTION's stages beside the next ones (their output goes to
 # out/test-logs/background.out and each stage's own log; the console shows the others);
-# join_background adds their summary lines and failures. Only Docker's engine and the image
-# build run so (they time nothing): the JUnit ITs and the pytest integration tests time
-# rounds, restarts and lease ends, and run beside each other on two cores they missed.
+# join_background adds their summary lines and failures. What runs so times nothing: Docker's
+# engine and the image build beside the pytest integration tests, and the unit and fuzz tests
+# beside the mini-cluster tests (whose jobs mostly sleep through their steps and leases). The
+# JUnit ITs and the pytest integration tests time rounds, restarts and lease ends, and run
+# beside each other on two cores they missed.
 in_background() {
   ( SUMMARY=(); FAILURES=(); ANY_FAILED=0
     "$1"
@@ -107,6 +109,10 @@ docker_engine_and_images() {
 
 # pytest exits 5 when it collects nothing; stage() counts that as a failure.
 PYTEST=("$PY" -m pytest -q --durations=15 -p no:cacheprovider)
+unit_and_fuzz() {
+  stage "pytest (unit + fuzz)" 20 pytest \
+    "${PYTEST[@]}" -m "not docker and not tensorflow" tests/unit tests/fuzz
+}
 
 if stage "setup (python, locked versions)" 15 plain scripts/setup.sh dev,train; then
   stage "lint (ruff)" 5 plain "$PY" -m ruff check themis tests bench
@@ -125,15 +131,19 @@ if stage "setup (python, locked versions)" 15 plain scripts/setup.sh dev,train; 
   [[ -n "${THEMIS_DOCKER_LOCK:-}" ]] && LOCK=(flock "$THEMIS_DOCKER_LOCK")
   # (the image build packages the plugin jar that the Maven build left in rm-plugin/target/)
   in_background docker_engine_and_images
-  stage "pytest (unit + integration)" 30 pytest \
-    "${PYTEST[@]}" -m "not docker and not tensorflow" tests
+  stage "pytest (integration)" 25 pytest \
+    "${PYTEST[@]}" -m "not docker and not tensorflow" tests/integration
   stage "pytest (TensorFlow in-process)" 15 pytest \
     "${PYTEST[@]}" -m "tensorflow and not docker" tests
   join_background
   if [[ $DOCKER_READY -eq 1 ]]; then
+    in_background unit_and_fuzz
     export THEMIS_REQUIRE_DOCKER=1  # a skipped mini-cluster test fails this stage
     stage "docker mini-cluster" 40 pytest \
       "${LOCK[@]}" "${PYTEST[@]}" -m docker tests/integration
+    join_background
+  else
+    unit_and_fuzz
   fi
 else
   skip "everything else" "setup failed"

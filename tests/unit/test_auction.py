@@ -140,6 +140,37 @@ def _feasible(tables: list[BidTable]) -> list[dict[str, tuple[str, ...]]]:
     return out
 
 
+def _assert_pe_and_ef(tables: list[BidTable], pf_alloc: dict[str, tuple[str, ...]]) -> None:
+    """The proportional-fair step's properties over the declared menus (section 4):
+
+    * Pareto efficiency: no feasible allocation makes an app strictly better off and none
+      worse off;
+    * envy-freeness as the Nash-welfare optimum guarantees it for indivisible bundles: no two
+      apps can swap (or hand over) bundles and raise their joint product 1/(rho_i rho_j) -
+      see docs/mechanism.md for why plain EF cannot hold here.
+    """
+    pf = _values(tables, pf_alloc)
+    for alloc in _feasible(tables):
+        other = _values(tables, alloc)
+        if all(other[a] <= pf[a] + 1e-12 for a in pf):
+            assert not any(other[a] < pf[a] - 1e-9 for a in pf)
+    for ti, tj in itertools.permutations(tables, 2):
+        if math.isinf(pf[ti.app_id]) or math.isinf(pf[tj.app_id]):
+            continue
+        gi, gj = pf_alloc.get(ti.app_id), pf_alloc.get(tj.app_id)
+        swapped = dict(pf_alloc)
+        swapped.pop(ti.app_id, None)
+        swapped.pop(tj.app_id, None)
+        if gj:
+            swapped[ti.app_id] = gj
+        if gi:
+            swapped[tj.app_id] = gi
+        v = _values(tables, swapped)
+        assert math.log(v[ti.app_id]) + math.log(v[tj.app_id]) >= (
+            math.log(pf[ti.app_id]) + math.log(pf[tj.app_id]) - 1e-9
+        )
+
+
 @settings(max_examples=120, deadline=None)
 @given(inst=auctions())
 def test_properties(inst: tuple[list[Gpu], list[BidTable]]) -> None:
@@ -159,31 +190,7 @@ def test_properties(inst: tuple[list[Gpu], list[BidTable]]) -> None:
     # Objective equals brute force.
     ref = run_auction(gpus, tables, BruteForceSolver(), random.Random(7))
     assert r.objective == pytest.approx(ref.objective, rel=1e-9, abs=1e-9)
-    # Pareto efficiency of the proportional-fair step: no feasible allocation over the
-    # declared menus makes an app strictly better off and none worse off.
-    pf = _values(tables, r.proportional_fair)
-    for alloc in _feasible(tables):
-        other = _values(tables, alloc)
-        if all(other[a] <= pf[a] + 1e-12 for a in pf):
-            assert not any(other[a] < pf[a] - 1e-9 for a in pf)
-    # Envy-freeness as the Nash-welfare optimum guarantees it for indivisible bundles:
-    # no two apps can swap (or hand over) bundles and raise their joint product
-    # 1/(rho_i rho_j) - see docs/mechanism.md for why plain EF cannot hold here.
-    for ti, tj in itertools.permutations(tables, 2):
-        gi, gj = r.proportional_fair.get(ti.app_id), r.proportional_fair.get(tj.app_id)
-        if math.isinf(pf[ti.app_id]) or math.isinf(pf[tj.app_id]):
-            continue
-        swapped = dict(r.proportional_fair)
-        swapped.pop(ti.app_id, None)
-        swapped.pop(tj.app_id, None)
-        if gj:
-            swapped[ti.app_id] = gj
-        if gi:
-            swapped[tj.app_id] = gi
-        v = _values(tables, swapped)
-        assert math.log(v[ti.app_id]) + math.log(v[tj.app_id]) >= (
-            math.log(pf[ti.app_id]) + math.log(pf[tj.app_id]) - 1e-9
-        )
+    _assert_pe_and_ef(tables, r.proportional_fair)
 
 
 @settings(max_examples=60, deadline=None)

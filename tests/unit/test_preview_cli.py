@@ -10,9 +10,8 @@ import json
 import socket
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import parse_qs, urlparse
@@ -21,6 +20,8 @@ import pytest
 
 from themis.cli import main
 from themis.preview.cli import configure, parse_time
+
+from ._http import serving
 
 DATA = Path(__file__).parent / "data"
 APPS = DATA / "preview-apps.json"
@@ -151,14 +152,10 @@ class _Rm(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def rm() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Rm)
-    t = threading.Thread(target=server.serve_forever, daemon=True)
-    t.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
+        with serving(_Rm) as url:
+            yield url
     finally:
-        server.shutdown()
-        server.server_close()
         _Rm.seen.clear()
         _Rm.apps_status = 200
 

@@ -9,7 +9,6 @@ pays) runs on both too."""
 
 from __future__ import annotations
 
-import itertools
 import math
 import random
 
@@ -28,7 +27,7 @@ from themis.mechanism.split import SplitPlan, plan_split, restrict_problem
 from themis.mechanism.topology import Gpu
 
 from ._instances import auctions
-from .test_auction import _feasible, _values
+from .test_auction import _assert_pe_and_ef
 
 # splits every auction of at least 2 GPUs into as many parts as it has machines (of 2
 # GPUs in ``auctions()``) and bidders allow
@@ -91,26 +90,7 @@ def _check_part(offer: list[Gpu], tables: list[BidTable], r: AuctionResult) -> N
     part = {g.id for g in offer}
     for gs in pf_all.values():
         assert set(gs) <= part
-    pf = _values(tables, pf_all)
-    for alloc in _feasible(tables):
-        other = _values(tables, alloc)
-        if all(other[a] <= pf[a] + 1e-12 for a in pf):
-            assert not any(other[a] < pf[a] - 1e-9 for a in pf)
-    for ti, tj in itertools.permutations(tables, 2):
-        if math.isinf(pf[ti.app_id]) or math.isinf(pf[tj.app_id]):
-            continue
-        gi, gj = pf_all.get(ti.app_id), pf_all.get(tj.app_id)
-        swapped = dict(pf_all)
-        swapped.pop(ti.app_id, None)
-        swapped.pop(tj.app_id, None)
-        if gj:
-            swapped[ti.app_id] = gj
-        if gi:
-            swapped[tj.app_id] = gi
-        v = _values(tables, swapped)
-        assert math.log(v[ti.app_id]) + math.log(v[tj.app_id]) >= (
-            math.log(pf[ti.app_id]) + math.log(pf[tj.app_id]) - 1e-9
-        )
+    _assert_pe_and_ef(tables, pf_all)
 
 
 @pytest.mark.parametrize("mode", MODES)

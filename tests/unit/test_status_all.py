@@ -9,16 +9,17 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 import pytest
 
 from themis.cli import main
+
+from ._http import serving
 
 NOW = int(time.time() * 1000)
 THEMIS_APP = {"id": "application_1_0001", "name": "hb", "state": "RUNNING",
@@ -98,13 +99,10 @@ class _Rm(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def rm() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Rm)
-    t = threading.Thread(target=server.serve_forever, daemon=True)
-    t.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
+        with serving(_Rm) as url:
+            yield url
     finally:
-        server.shutdown()
         _Rm.plugin = True
         _Rm.status = STATUS
 

@@ -8,13 +8,14 @@ import json
 import re
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from ._http import serving
 
 ROOT = Path(__file__).resolve().parents[2]
 AUCTION = str(ROOT / "examples" / "auction.json")
@@ -144,14 +145,8 @@ class _FakeRm(BaseHTTPRequestHandler):
 
 @pytest.fixture()
 def rm_url() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _FakeRm)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(_FakeRm) as url:
+        yield url
 
 
 @pytest.mark.parametrize("one_app", [False, True])

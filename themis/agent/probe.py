@@ -49,9 +49,11 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
                    help="serial seconds per iteration on one GPU (default 1.0)")
     p.add_argument("--iters", type=float, default=3600.0,
                    help="iterations left (default 3600)")
-    p.add_argument("--until", choices=["allocation", "grant", "never"], default="grant",
+    p.add_argument("--until", choices=["allocation", "grant", "refused", "never"],
+                   default="grant",
                    help="stop after the first allocation event, after the first one that "
-                        "grants GPUs (default), or only at --timeout-s")
+                        "grants GPUs (default), once the arbiter refuses the registration "
+                        "(PERMISSION_DENIED, e.g. the app has ended), or only at --timeout-s")
     p.add_argument("--timeout-s", type=float, default=60.0,
                    help="give up after this many seconds (default 60)")
     p.add_argument("--tls-ca", default="", metavar="PEM",
@@ -64,6 +66,15 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     if args.iter_time <= 0 or args.iters <= 0 or args.timeout_s <= 0:
         p.error("--iter-time, --iters and --timeout-s must be > 0")
     return args
+
+
+def _await_refusal(client: AgentClient, done: threading.Event, deadline: float) -> None:
+    """Set ``done`` once the client's last error is a refusal (the client itself retries)."""
+    while time.time() < deadline:
+        if (client.stats.last_error or "").startswith("PERMISSION_DENIED"):
+            done.set()
+            return
+        time.sleep(0.1)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -99,6 +110,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     client.start()
     if client.connected.wait(min(args.timeout_s, 30.0)):
         _emit("registered", app_id=args.app_id, epoch=client.epoch)
+    if args.until == "refused":
+        _await_refusal(client, done, start + args.timeout_s)
     ok = done.wait(max(0.0, args.timeout_s - (time.time() - start)))
     client.stop(unregister=True)
     _emit("done", ok=ok, offers=client.stats.offers, bids=client.stats.bids_sent,

@@ -229,7 +229,7 @@ class EngineBridgeIT {
     TestAm e = TestAm.start(mc, "app-e");
     List<String> lines = java.util.Collections.synchronizedList(new java.util.ArrayList<>());
     Process probe = startProbe(mc.scheduler().runtime().engine().agentAddress(), e, lines,
-        "--until", "never", "--timeout-s", "40");
+        "--until", "refused", "--timeout-s", "40");
     try {
       ThemisMiniCluster.waitFor("the probe agent to register", 60_000,
           () -> String.join("\n", lines).contains("\"registered\""));

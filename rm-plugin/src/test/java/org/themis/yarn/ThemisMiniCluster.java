@@ -36,6 +36,12 @@ public final class ThemisMiniCluster implements AutoCloseable {
     conf.setLong(ThemisSettings.MONITOR_INTERVAL_MS, 200);
     conf.setBoolean(YarnConfiguration.YARN_MINICLUSTER_FIXED_PORTS, false);
     conf.setFloat(YarnConfiguration.NM_MAX_PER_DISK_UTILIZATION_PERCENTAGE, 99.5f);
+    // A NodeManager's stop waits up to 10 s for its log handler's pending deletions (logs are
+    // kept yarn.nodemanager.log.retain-seconds, 3 h by default) and up to sigkill delay +
+    // process-kill-wait + 1 s for applications it still knows: 30-40 s of every cluster's
+    // close with two NMs. No test reads container logs after its app ended.
+    conf.setLong(YarnConfiguration.NM_LOG_RETAIN_SECONDS, 0);
+    conf.setLong(YarnConfiguration.NM_PROCESS_KILL_WAIT_MS, 1000);
     // Hadoop 3.5's default, pinned: the plugin must hold up under asynchronous scheduling
     // (a lock-order deadlock in the placement pre-check showed up only with it on).
     conf.setBoolean("yarn.scheduler.capacity.schedule-asynchronously.enable", true);
