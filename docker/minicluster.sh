@@ -7,10 +7,15 @@
 # automatic failover with the embedded elector, work-preserving recovery in ZKRMStateStore.
 # With --secure: Kerberos (realm THEMIS.TEST, an MIT KDC on the host kdc), SPNEGO on the web
 # endpoints, HDFS permissions and YARN queue ACLs enforced (docs/minicluster.md, "Secure profile").
+# With --labels: YARN node labels as docker/conf/node-labels.json says (an exclusive label gpu on
+# nm1 and nm2, nm3 without GPUs in the default partition, queue ml with access to gpu, queue
+# default without; docs/minicluster.md, "Node labels"), applied with rmadmin once the cluster runs.
 #
-#   docker/minicluster.sh up [--ha|--secure] [--no-wait]  start (replaces a running mini-cluster),
-#                                          wait until ready (with --ha: one RM active, the other
-#                                          standby; with --secure: also HDFS laid out for the users)
+#   docker/minicluster.sh up [--ha|--secure|--labels] [--no-wait]  start (replaces a running
+#                                          mini-cluster), wait until ready (with --ha: one RM
+#                                          active, the other standby; with --secure: also HDFS
+#                                          laid out for the users; with --labels: also the nodes
+#                                          labeled, so no --no-wait)
 #   docker/minicluster.sh down [--network] stop and remove the containers (and the network)
 #   docker/minicluster.sh status           containers, RM nodes (GPU totals, racks), HDFS
 #   docker/minicluster.sh logs [NAME]      daemon logs (NAME: nn dn rm nm1 nm2 nm3, with --ha zk rm1
@@ -32,11 +37,14 @@
 #   THEMIS_MC_HA=1    same as up --ha (THEMIS_ZK_TIMEOUT_MS: the RMs' ZooKeeper session timeout,
 #                     default 4000: how long a killed active RM keeps its leadership)
 #   THEMIS_MC_SECURE=1 same as up --secure
+#   THEMIS_MC_LABELS=1 same as up --labels
 #   THEMIS_MC_KRB_DIR the secure profile's shared directory (default $TMPDIR or /tmp, then
 #                     themis-mc-krb): the kdc host writes keytabs/<host|user>.keytab and
 #                     krb5.conf (the KDC by address, for this machine) there; the other hosts
 #                     mount it read-only at /krb. up --secure empties it first
-#   THEMIS_SCHEDULER, THEMIS_CONF_OVERRIDES: passed to the RM (see docker/bin/themis-daemon)
+#   THEMIS_SCHEDULER, THEMIS_CONF_OVERRIDES, THEMIS_CS_OVERRIDES: passed to the RM (see
+#                     docker/bin/themis-daemon); with --labels they come after the profile's
+#                     own settings, so they win
 #   THEMIS_MOUNT_SRC=1 bind-mount this checkout's themis/ package, docker/conf/*-site.xml,
 #                     docker/bin/themis-daemon and RM plugin jar (rm-plugin/target) over the
 #                     images' copies (iterate without rebuilding the images)
@@ -66,6 +74,8 @@ NN_URL=http://$(addr_of nn):9870
 HA=${THEMIS_MC_HA:-0}
 HA_IDS=rm1,rm2
 SECURE=${THEMIS_MC_SECURE:-0}
+LABELS=${THEMIS_MC_LABELS:-0}
+LABELS_FILE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/conf/node-labels.json
 KRB_DIR=${THEMIS_MC_KRB_DIR:-${TMPDIR:-/tmp}/themis-mc-krb}
 REALM=THEMIS.TEST
 
@@ -108,6 +118,46 @@ detect_secure() {
   SECURE=1
   [[ -n $src ]] && KRB_DIR=$src
   return 0
+}
+# the running mini-cluster is the labeled one when its RM carries the profile's container label
+# (status and wait then expect the profile's NodeManagers)
+detect_labels() {
+  if [[ $("$DOCKER" inspect -f '{{index .Config.Labels "themis.minicluster.profile"}}' \
+    "$PREFIX-rm" 2>/dev/null) == labels ]]; then
+    LABELS=1
+    NMS=$(label_profile nms)
+  fi
+  return 0
+}
+# label_profile FIELD: docker/conf/node-labels.json as this script uses it. yarn_site,
+# capacity_scheduler: "key=value;..." (the form of THEMIS_CONF_OVERRIDES); nms: THEMIS_NMS with
+# the profile's nm_gpus; rmadmin: one rmadmin call a line, its arguments separated by tabs (as
+# tests/integration/minicluster.py label_admin_args); nodes: "host label" a line
+label_profile() {
+  python3 - "$LABELS_FILE" "$1" "$NMS" <<'EOF'
+import json, sys
+path, field, nms = sys.argv[1], sys.argv[2], sys.argv[3].split()
+with open(path) as f:
+    p = json.load(f)
+if field in ("yarn_site", "capacity_scheduler"):
+    print(";".join(f"{k}={v}" for k, v in p[field].items()))
+elif field == "nms":
+    out = []
+    for s in nms:
+        name, gpus, rack = s.split(":", 2)
+        out.append(f"{name}:{p['nm_gpus'].get(name, gpus)}:{rack}")
+    print(" ".join(out))
+elif field == "rmadmin":
+    nodes = " ".join(f"{n}={label}" for n, label in sorted(p["nodes"].items()))
+    print("-addToClusterNodeLabels\t" + ",".join(p["cluster_labels"]))
+    print("-replaceLabelsOnNode\t" + nodes)
+    print("-refreshQueues")
+elif field == "nodes":
+    for n, label in sorted(p["nodes"].items()):
+        print(n, label)
+else:
+    sys.exit(f"label_profile: unknown field {field}")
+EOF
 }
 rm_names() { if [[ $HA == 1 ]]; then echo "zk ${HA_IDS//,/ }"; else echo rm; fi; }
 all_names() { echo "$([[ $SECURE == 1 ]] && echo "kdc ")nn dn $(rm_names) $(nm_names)"; }
@@ -267,7 +317,8 @@ for n in nodes:
     seen[n["nodeHostName"]] = (n["state"], gpus, n.get("rack"), n["id"])
     if not quiet:
         print(f"  node {n['id']:<12} {n['state']:<9} rack={n.get('rack')} gpu={gpus} "
-              f"mem={n.get('totalResource', {}).get('memory')}MB vcores={n.get('totalResource', {}).get('vCores')}")
+              f"mem={n.get('totalResource', {}).get('memory')}MB vcores={n.get('totalResource', {}).get('vCores')}"
+              + (f" labels={n['nodeLabels']}" if n.get("nodeLabels") else ""))
 for name, (gpus, rack) in want.items():
     s = seen.get(name)
     if s is None:
@@ -318,6 +369,43 @@ cmd_wait() {
   check_ready 0
 }
 
+# --labels: the profile's labels applied as an admin does (rmadmin in the RM's container), then
+# wait until the RM's REST API shows each labeled node with its label and the others with none
+label_nodes() {
+  local args out t0=$SECONDS
+  while IFS=$'\t' read -ra args; do
+    out=$("$DOCKER" exec -e HADOOP_USER_NAME=root "$PREFIX-rm" themis-daemon client \
+      org.apache.hadoop.yarn.client.cli.RMAdminCLI "${args[@]}" 2>&1) \
+      || die "rmadmin ${args[*]} failed: $(tail -n 20 <<<"$out")"
+    say "rmadmin ${args[*]}"
+  done < <(label_profile rmadmin)
+  until python3 - "http://$(addr_of rm):8088" "$(label_profile nodes)" <<'EOF'
+import json, sys, urllib.request
+rm, want = sys.argv[1], dict(line.split() for line in sys.argv[2].splitlines() if line)
+try:
+    with urllib.request.urlopen(rm + "/ws/v1/cluster/nodes", timeout=5) as r:
+        nodes = (json.load(r).get("nodes") or {}).get("node", [])
+except OSError as e:
+    sys.exit(f"  RM REST: {e}")
+def labels(n):  # a list; a lone label may come as a string
+    v = n.get("nodeLabels") or []
+    return [v] if isinstance(v, str) else sorted(v)
+have = {n["nodeHostName"]: labels(n) for n in nodes}
+bad = [f"{h}: {have[h]}" for h in sorted(have) if have[h] != ([want[h]] if h in want else [])]
+bad += [f"{h}: not registered" for h in sorted(want) if h not in have]
+if bad:
+    print("  labels not in place yet: " + "; ".join(bad))
+    sys.exit(1)
+for h in sorted(have):
+    print(f"  node {h}: partition {want.get(h) or '<default>'}")
+EOF
+  do
+    ((SECONDS - t0 > TIMEOUT)) && die "nodes not labeled after ${TIMEOUT}s"
+    sleep 2
+  done
+  say "node labels in place (docker/conf/node-labels.json): queue ml may use them, queue default not"
+}
+
 cmd_up() {
   local wait=1 s name rest gpus topo n id
   while (($#)); do
@@ -325,11 +413,21 @@ cmd_up() {
       --no-wait) wait=0 ;;
       --ha) HA=1 ;;
       --secure) SECURE=1 ;;
-      *) die "up: unknown option $1 (up [--ha|--secure] [--no-wait])" ;;
+      --labels) LABELS=1 ;;
+      *) die "up: unknown option $1 (up [--ha|--secure|--labels] [--no-wait])" ;;
     esac
     shift
   done
   [[ $HA == 1 && $SECURE == 1 ]] && die "up: --ha and --secure together are not supported"
+  if [[ $LABELS == 1 ]]; then
+    [[ $HA == 1 || $SECURE == 1 ]] && die "up: --labels goes with neither --ha nor --secure"
+    ((wait)) || die "up: --labels labels the nodes once the cluster is ready: no --no-wait"
+    [[ -f $LABELS_FILE ]] || die "no $LABELS_FILE"
+    # the profile's settings first: the caller's own overrides come after them and win
+    THEMIS_CONF_OVERRIDES="$(label_profile yarn_site);${THEMIS_CONF_OVERRIDES:-}"
+    THEMIS_CS_OVERRIDES="$(label_profile capacity_scheduler);${THEMIS_CS_OVERRIDES:-}"
+    NMS=$(label_profile nms)
+  fi
   pick_images
   cmd_down
   ensure_network
@@ -348,11 +446,14 @@ cmd_up() {
     for id in ${HA_IDS//,/ }; do
       run "$id" "$IMAGE" resourcemanager -e THEMIS_RM_ID="$id" \
         -e THEMIS_SCHEDULER="${THEMIS_SCHEDULER:-}" -e THEMIS_CONF_OVERRIDES="${THEMIS_CONF_OVERRIDES:-}" \
+        -e THEMIS_CS_OVERRIDES="${THEMIS_CS_OVERRIDES:-}" \
         -v "$topo:/opt/hadoop/conf.template/topology.table:ro"
     done
   else
     run rm "$IMAGE" resourcemanager \
       -e THEMIS_SCHEDULER="${THEMIS_SCHEDULER:-}" -e THEMIS_CONF_OVERRIDES="${THEMIS_CONF_OVERRIDES:-}" \
+      -e THEMIS_CS_OVERRIDES="${THEMIS_CS_OVERRIDES:-}" \
+      --label "themis.minicluster.profile=$(if [[ $LABELS == 1 ]]; then echo labels; else echo plain; fi)" \
       -v "$topo:/opt/hadoop/conf.template/topology.table:ro"
   fi
   local i=0
@@ -364,6 +465,7 @@ cmd_up() {
   done
   say "started: $(for n in $(all_names); do printf '%s=%s ' "$n" "$(addr_of "$n")"; done)(network $NET)"
   ((wait)) && cmd_wait
+  if [[ $LABELS == 1 ]]; then label_nodes; fi
   if [[ $SECURE == 1 ]]; then
     say "as a user: KRB5_CONFIG=$KRB_DIR/krb5.conf kinit -kt $KRB_DIR/keytabs/alice.keytab alice;" \
       "curl --negotiate -u : http://$(addr_of rm):8088/ws/v1/cluster/info"
@@ -385,7 +487,7 @@ cmd_logs() {
   done
 }
 
-[[ ${1:-} == up ]] || { detect_ha; detect_secure; }
+[[ ${1:-} == up ]] || { detect_ha; detect_secure; detect_labels; }
 case ${1:-} in
   up) shift; cmd_up "$@" ;;
   down) shift; cmd_down "$@" ;;
@@ -394,5 +496,5 @@ case ${1:-} in
   wait) cmd_wait ;;
   hosts) for n in $(all_names); do echo "$n $(addr_of "$n")"; done ;;
   active-rm) rm=$(active_rm); [[ -n $rm ]] || die "no ResourceManager is active"; echo "$rm" ;;
-  *) sed -n '2,42p' "${BASH_SOURCE[0]}"; exit 2 ;;
+  *) sed -n '2,/^set -euo pipefail/{/^set -euo/!p}' "${BASH_SOURCE[0]}"; exit 2 ;;
 esac

@@ -64,6 +64,25 @@ KRB_USERS: dict[str, str] = {"alice": "alice-pw", "bob": "bob-pw", "admin": "adm
 RM = f"http://{ADDR['rm']}:8088"
 NN = f"http://{ADDR['nn']}:9870"
 READY_TIMEOUT_S = 180
+# The labeled mini-cluster (``docker/minicluster.sh up --labels`` reads the same file)
+NODE_LABELS_FILE = ROOT / "docker" / "conf" / "node-labels.json"
+
+
+def node_label_profile() -> dict[str, Any]:
+    """docker/conf/node-labels.json: ``yarn_site`` and ``capacity_scheduler`` (the RM's
+    ``conf_overrides`` and ``cs_overrides``), ``nm_gpus``, ``cluster_labels`` and ``nodes``
+    (node -> label; applied with :func:`label_admin_args` once the cluster runs)."""
+    profile: dict[str, Any] = json.loads(NODE_LABELS_FILE.read_text())
+    return profile
+
+
+def label_admin_args(profile: Mapping[str, Any]) -> list[list[str]]:
+    """The ``rmadmin`` calls that label a running cluster as ``profile`` says, in order (as
+    ``docker/minicluster.sh up --labels`` makes them)."""
+    nodes = " ".join(f"{n}={label}" for n, label in sorted(profile["nodes"].items()))
+    return [["-addToClusterNodeLabels", ",".join(profile["cluster_labels"])],
+            ["-replaceLabelsOnNode", nodes],
+            ["-refreshQueues"]]
 
 
 # ----------------------------------------------------------------------------------- helpers

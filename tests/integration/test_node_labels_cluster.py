@@ -16,8 +16,9 @@ Checks:
 * ``themis status --all`` shows the partitions while the apps run.
 
 The labels are added with YARN's own admin CLI (``rmadmin -addToClusterNodeLabels``,
-``-replaceLabelsOnNode``) once the cluster runs, as an admin would. About 4 minutes on the
-2-core development VM.
+``-replaceLabelsOnNode``) once the cluster runs, as an admin would. Labels, queues and GPUs
+come from docker/conf/node-labels.json, which ``docker/minicluster.sh up --labels`` reads too.
+About 4 minutes on the 2-core development VM.
 
 Environment: as tests/integration/minicluster.py.
 """
@@ -33,7 +34,14 @@ from typing import Any
 
 import pytest
 
-from tests.integration.minicluster import am_jar_and_mounts, running_minicluster, themis
+from tests.integration.minicluster import (
+    NMS,
+    am_jar_and_mounts,
+    label_admin_args,
+    node_label_profile,
+    running_minicluster,
+    themis,
+)
 from tests.integration.stockapps import (
     Client,
     app_report,
@@ -49,30 +57,18 @@ pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.timeout(1
 
 LEASE_MS = 30000
 GRACE_MS = 5000
+PROFILE = node_label_profile()  # the labels, queues and CPU-only nm3 of up --labels
 OVERRIDES = {
     "yarn.resourcemanager.themis.lease-duration-ms": str(LEASE_MS),
     "yarn.resourcemanager.themis.grace-period-ms": str(GRACE_MS),
     "yarn.resourcemanager.themis.agent-port": "8642",
-    "yarn.node-labels.enabled": "true",
-    "yarn.node-labels.fs-store.root-dir": "file:///data/rm/node-labels",
+    **PROFILE["yarn_site"],
 }
-Q = "yarn.scheduler.capacity.root."
-QUEUES = {
-    Q + "queues": "default,ml",
-    Q + "accessible-node-labels.gpu.capacity": "100",
-    Q + "default.capacity": "50",
-    Q + "default.accessible-node-labels": " ",  # a space: no label, only the default partition
-    Q + "ml.capacity": "50",
-    Q + "ml.maximum-capacity": "100",
-    Q + "ml.state": "RUNNING",
-    Q + "ml.user-limit-factor": "100",
-    Q + "ml.acl_submit_applications": "*",
-    Q + "ml.accessible-node-labels": "gpu",
-    Q + "ml.accessible-node-labels.gpu.capacity": "100",
-    Q + "ml.accessible-node-labels.gpu.maximum-capacity": "100",
-    Q + "ml.default-node-label-expression": "gpu",
-}
-GPU_NODES = {"nm1": 4, "nm2": 2}
+QUEUES: dict[str, str] = PROFILE["capacity_scheduler"]
+NM_GPUS: dict[str, int] = PROFILE["nm_gpus"]
+# the labeled NodeManagers (nm1 and nm2 in gpu) and their GPUs
+GPU_NODES = {n: NM_GPUS.get(n, NMS[n][0]) for n in PROFILE["nodes"]}
+PLAIN_NODES = sorted(set(NMS) - set(GPU_NODES))  # nm3, the default partition
 # stockapps.hyperband_spec's jobs (three 2-GPU jobs, then the best one again), 15 s each
 JOB = "sleep 15 && true {max_steps} {checkpoint_uri}"
 
@@ -88,17 +84,17 @@ def _admin(rm: Any, *args: str) -> str:
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[dict[str, Any]]:
     with running_minicluster("labels", conf_overrides=OVERRIDES, cs_overrides=QUEUES,
-                             nm_gpus={"nm3": 0}, mounts=am_jar_and_mounts()) as c:
+                             nm_gpus=NM_GPUS, mounts=am_jar_and_mounts()) as c:
         rm = next(x for x in c["containers"] if "-rm-" in x.get_wrapped_container().name)
         c["rm"] = rm.get_wrapped_container()
-        _admin(c["rm"], "-addToClusterNodeLabels", "gpu(exclusive=true)")
-        _admin(c["rm"], "-replaceLabelsOnNode", "nm1=gpu nm2=gpu")
-        _admin(c["rm"], "-refreshQueues")
+        for args in label_admin_args(PROFILE):
+            _admin(c["rm"], *args)
 
         def labeled() -> bool:
             nodes = {n["node_id"].split(":")[0]: n for n in themis_state()["nodes"]}
-            return all(nodes.get(h, {}).get("partition") == "gpu" for h in GPU_NODES) \
-                and nodes.get("nm3", {}).get("partition") == ""
+            return all(nodes.get(h, {}).get("partition") == PROFILE["nodes"][h]
+                       for h in GPU_NODES) \
+                and all(nodes.get(h, {}).get("partition") == "" for h in PLAIN_NODES)
         wait_for("nm1 and nm2 in partition gpu", 60, labeled)
         yield c
 
@@ -169,7 +165,7 @@ def test_partitions_keep_gpu_apps_and_other_work_apart(cluster: dict[str, Any],
     for a in apps:
         assert hosts.get(a) and hosts[a] <= set(GPU_NODES), (a, hosts.get(a))
     mr = [a for a in hosts if a not in apps]
-    assert mr and all(hosts[a] == {"nm3"} for a in mr), hosts
+    assert mr and all(hosts[a] == set(PLAIN_NODES) for a in mr), hosts
     rm_text = rm_log(cluster)
     granted = re.findall(r"Themis lease \d+: \d+ GPU\(s\) on (\S+?):\d+ to (\S+) until",
                          rm_text)

@@ -1,15 +1,21 @@
 package org.themis.yarn;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import java.io.File;
+import java.lang.management.ManagementFactory;
 import java.nio.file.Files;
 import java.util.Collections;
 import java.util.HashMap;
+import java.util.List;
 import java.util.Map;
+import java.util.Set;
+import javax.management.MBeanServer;
+import javax.management.ObjectName;
 import org.apache.hadoop.yarn.api.records.ApplicationId;
 import org.apache.hadoop.yarn.api.records.Container;
 import org.apache.hadoop.yarn.api.records.NodeId;
@@ -21,6 +27,7 @@ import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 import org.themis.yarn.lease.Lease;
+import org.themis.yarn.status.ThemisMetrics;
 
 /**
  * YARN node labels (docs/yarn.md, "Partitions"): real RM + 2 NMs with 4 GPUs each + the real
@@ -31,7 +38,9 @@ import org.themis.yarn.lease.Lease;
  * <p>The cluster view reports each node's partition, the label's exclusivity, each app's
  * partition (a's asks name none: its queue's default expression applies) and accessible
  * labels, and the queues' guarantees and maxima per partition; a round leases a's app GPUs of
- * the {@code gpu} node only and b's default-partition app GPUs of the other node only.
+ * the {@code gpu} node only and b's default-partition app GPUs of the other node only (b asks
+ * for more than its partition has and still gets none of the {@code gpu} node's free GPU).
+ * The metrics source shows one record per partition with its GPUs, leases and waiting apps.
  */
 class PartitionsIT {
   private static final ObjectMapper JSON = new ObjectMapper();
@@ -96,12 +105,12 @@ class PartitionsIT {
     ThemisRuntime rt = mc.scheduler().runtime();
     TestAm a = TestAm.start(mc, "user-a", "a");
     TestAm b = TestAm.start(mc, "user-b", "b");
-    a.ask(8, 1); // no label expression: queue a's default, gpu
+    a.ask(3, 1); // no label expression: queue a's default, gpu
     b.ask(8, 1); // the default partition
-    a.awaitAsked(mc, 8);
+    a.awaitAsked(mc, 3);
     b.awaitAsked(mc, 8);
     rt.driver().signal();
-    a.awaitGpuContainers(4, 20_000);
+    a.awaitGpuContainers(3, 20_000);
     b.awaitGpuContainers(4, 20_000);
     a.pollFor(1000);
     b.pollFor(1000);
@@ -133,8 +142,10 @@ class PartitionsIT {
     for (Container c : b.gpuContainers()) {
       assertEquals(plain, c.getNodeId(), "a default-partition container on the exclusive node");
     }
-    assertEquals(4, a.gpuContainers().size());
+    assertEquals(3, a.gpuContainers().size());
     assertEquals(4, b.gpuContainers().size());
+    assertEquals(Long.valueOf(1), rt.cluster().grantableGpus().get(labeled),
+        "the gpu node's fourth GPU stays free: b may not use it, a asks no more");
     int seen = 0;
     for (Lease l : mc.scheduler().leases().snapshot()) {
       assertEquals(l.node().equals(labeled) ? "gpu" : "", l.partition(), l.toString());
@@ -142,8 +153,68 @@ class PartitionsIT {
       seen++;
     }
     assertTrue(seen >= 2, "leases in both partitions");
+    metricsPerPartition(mc.scheduler().leases().snapshot());
     a.finish();
     b.finish();
+  }
+
+  /**
+   * docs/yarn.md, "Metrics": a record ThemisPartition per partition, the default partition
+   * first (tag {@code <default>}), then the labels; gpu: 4 GPUs, 3 leased to a, 1 free, no app
+   * asking; default: 4 GPUs, all 4 leased to b, which still asks. Read through JMX, as /jmx
+   * serves it (record n shows as {@code tag.Partition.n}, {@code GpusTotal.n}, ...).
+   */
+  private static void metricsPerPartition(List<Lease> leases) throws Exception {
+    MBeanServer mbs = ManagementFactory.getPlatformMBeanServer();
+    Set<ObjectName> found = mbs.queryNames(
+        new ObjectName("Hadoop:service=*,name=ThemisMetrics"), null);
+    assertEquals(1, found.size(), found.toString());
+    ObjectName name = found.iterator().next();
+    long gpuLeases = 0;
+    for (Lease l : leases) {
+      gpuLeases += "gpu".equals(l.partition()) ? 1 : 0;
+    }
+    // JMX values are a snapshot cached up to the metrics period (10 s): poll
+    ThemisMiniCluster.waitFor("metrics show the round's leases", 30_000,
+        () -> num(mbs, name, "GpusLeased") == 7);
+    assertEquals(ThemisMetrics.DEFAULT_PARTITION_TAG, mbs.getAttribute(name, "tag.Partition.1"));
+    assertEquals("gpu", mbs.getAttribute(name, "tag.Partition.2"));
+    assertFalse(hasAttribute(mbs, name, "tag.Partition.3"), "two partitions, two records");
+    // the default partition
+    assertEquals(4, num(mbs, name, "GpusTotal.1"));
+    assertEquals(4, num(mbs, name, "GpusLeased.1"));
+    assertEquals(0, num(mbs, name, "GpusFree.1"));
+    assertEquals(leases.size() - gpuLeases, num(mbs, name, "LeasesActive.1"));
+    assertEquals(1, num(mbs, name, "AppsWaiting.1"), "b still asks for 4 GPUs");
+    // gpu
+    assertEquals(4, num(mbs, name, "GpusTotal.2"));
+    assertEquals(3, num(mbs, name, "GpusLeased.2"));
+    assertEquals(1, num(mbs, name, "GpusFree.2"));
+    assertEquals(gpuLeases, num(mbs, name, "LeasesActive.2"));
+    assertEquals(0, num(mbs, name, "AppsWaiting.2"), "a got all it asked for");
+    // the cluster's record sums them
+    assertEquals(8, num(mbs, name, "GpusTotal"));
+    assertEquals(1, num(mbs, name, "GpusFree"));
+    assertEquals(leases.size(), num(mbs, name, "LeasesActive"));
+    assertEquals(1, num(mbs, name, "AppsWaiting"));
+  }
+
+  private static long num(MBeanServer mbs, ObjectName name, String attr) {
+    try {
+      return ((Number) mbs.getAttribute(name, attr)).longValue();
+    } catch (javax.management.JMException e) {
+      throw new AssertionError("cannot read " + attr + " of " + name + ": " + e, e);
+    }
+  }
+
+  private static boolean hasAttribute(MBeanServer mbs, ObjectName name, String attr)
+      throws Exception {
+    try {
+      mbs.getAttribute(name, attr);
+      return true;
+    } catch (javax.management.AttributeNotFoundException e) {
+      return false;
+    }
   }
 
   private static JsonNode app(JsonNode view, ApplicationId id) {

@@ -2,6 +2,7 @@ package org.themis.yarn;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.lang.management.ManagementFactory;
@@ -57,6 +58,7 @@ class ThemisMetricsIT {
       assertEquals(4, num(mbs, name, "GpusTotal"));
       assertEquals(3, num(mbs, name, "GpusFree"), "4 GPUs, 1 leased (and used by the container)");
       assertEquals(1, num(mbs, name, "LeasesActive"));
+      assertEquals(0, num(mbs, name, "AppsWaiting"), "its one GPU ask granted");
       assertEquals(0, num(mbs, name, "LeasesExpiringSoon"), "10-minute lease, warning 60 s");
       assertTrue(num(mbs, name, "GrantsApplied") >= 1);
       assertTrue(num(mbs, name, "RoundTimeNumOps") >= 1);
@@ -66,7 +68,10 @@ class ThemisMetricsIT {
       for (String cause : ThemisMetrics.REJECT_CAUSES) {
         assertEquals(0, num(mbs, name, "BidsRejected" + camel(cause)), cause);
       }
-      // the app (no agent: the engine's default rho 1.0) is the top-1 record, tagged
+      // no node labels: no ThemisPartition records (PartitionsIT has them), so the app (no
+      // agent: the engine's default rho 1.0) is the top-1 record, tagged
+      assertThrows(javax.management.AttributeNotFoundException.class,
+          () -> mbs.getAttribute(name, "tag.Partition.1"));
       assertEquals(am.appId.toString(), mbs.getAttribute(name, "tag.App.1"));
       assertEquals("1", mbs.getAttribute(name, "tag.Rank.1"));
       assertEquals(1.0, ((Number) mbs.getAttribute(name, "Rho.1")).doubleValue(), 1e-9);

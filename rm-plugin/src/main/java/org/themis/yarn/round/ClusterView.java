@@ -201,6 +201,15 @@ public final class ClusterView {
     return new NodePartitions(of, lending, totals);
   }
 
+  /** The cluster's node labels (partitions besides the default), sorted; empty without. */
+  public List<String> labelNames() {
+    List<String> out = new ArrayList<>();
+    for (NodeLabel l : Partitions.clusterLabels(scheduler.getRMContext().getNodeLabelManager())) {
+      out.add(l.getName());
+    }
+    return out;
+  }
+
   /** GPUs of the cluster's nodes. */
   public long clusterGpus() {
     long total = 0;

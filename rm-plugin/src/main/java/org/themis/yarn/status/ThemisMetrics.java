@@ -11,6 +11,7 @@ import java.util.Iterator;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.TreeMap;
 import java.util.concurrent.ConcurrentHashMap;
 import org.apache.hadoop.metrics2.MetricsCollector;
 import org.apache.hadoop.metrics2.MetricsException;
@@ -23,12 +24,17 @@ import org.apache.hadoop.metrics2.lib.MutableCounterLong;
 import org.apache.hadoop.metrics2.lib.MutableQuantiles;
 import org.apache.hadoop.metrics2.lib.MutableRate;
 import org.apache.hadoop.yarn.api.records.ApplicationId;
+import org.apache.hadoop.yarn.api.records.NodeId;
+import org.apache.hadoop.yarn.server.resourcemanager.scheduler.common.fica.FiCaSchedulerNode;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
+import org.themis.yarn.Gpus;
 import org.themis.yarn.ThemisRuntime;
 import org.themis.yarn.ThemisSettings;
 import org.themis.yarn.lease.Lease;
 import org.themis.yarn.lease.LeaseTable;
+import org.themis.yarn.round.AppGpus;
+import org.themis.yarn.round.NodePartitions;
 
 /**
  * The plugin's metrics2 source ({@code Hadoop:service=ResourceManager,name=ThemisMetrics} in
@@ -36,7 +42,10 @@ import org.themis.yarn.lease.LeaseTable;
  * metric. Counters the runtime already keeps and the gauges (leases, GPUs) are read when a
  * snapshot is taken; latencies, refused bids and rho come from the rounds. Per-app rho has
  * bounded cardinality: one extra record per app among the {@code metrics.top-apps} apps with
- * the highest (worst) rho of the last round, tagged with its rank and application id.
+ * the highest (worst) rho of the last round, tagged with its rank and application id. On a
+ * cluster with node labels, one record per partition (docs/yarn.md, "Partitions") comes
+ * between the two, tagged with the partition's name ({@value #DEFAULT_PARTITION_TAG} for the
+ * default partition, as {@code themis status --all} prints it).
  */
 public final class ThemisMetrics implements MetricsSource {
   private static final Logger LOG = LoggerFactory.getLogger(ThemisMetrics.class);
@@ -55,6 +64,20 @@ public final class ThemisMetrics implements MetricsSource {
   private static final MetricsInfo APP = info("App", "YARN application id");
   private static final MetricsInfo RHO = info("Rho",
       "finish-time fairness rho of the app (paper section 3.1); 1.7976931348623157E308 = infinite");
+  /** The tag value of the default partition (no node label), never a valid label name. */
+  public static final String DEFAULT_PARTITION_TAG = "<default>";
+  private static final MetricsInfo PARTITION_RECORD = info("ThemisPartition",
+      "GPUs, leases and apps asking for GPUs of one YARN partition (node label)");
+  private static final MetricsInfo PARTITION = info("Partition",
+      "node label; " + DEFAULT_PARTITION_TAG + " for the default partition");
+  // the gauges of the cluster's record, and of each partition's for its nodes, leases, apps
+  private static final MetricsInfo GPUS_TOTAL = info("GpusTotal", "GPUs of the nodes");
+  private static final MetricsInfo GPUS_LEASED = info("GpusLeased", "GPUs under leases in force");
+  private static final MetricsInfo GPUS_FREE = info("GpusFree",
+      "GPUs no lease and no running container holds");
+  private static final MetricsInfo LEASES_ACTIVE = info("LeasesActive", "leases in force");
+  private static final MetricsInfo APPS_WAITING = info("AppsWaiting",
+      "running apps with pending GPU asks");
 
   private final ThemisRuntime runtime;
   private final LeaseTable leases;
@@ -194,37 +217,59 @@ public final class ThemisMetrics implements MetricsSource {
             runtime.engine().failures());
     long now = leases.now();
     long warn = Math.min(WARNING_MS, settings.leaseDurationMs() / 2);
-    int active = 0;
+    NodePartitions parts = runtime.cluster().nodePartitions();
+    Map<String, PartitionFigures> byPartition = new TreeMap<>(); // "" (default) first
+    byPartition.put("", new PartitionFigures());
+    for (String label : runtime.cluster().labelNames()) {
+      byPartition.put(label, new PartitionFigures());
+    }
+    PartitionFigures cluster = new PartitionFigures();
     int expiring = 0;
     int inGrace = 0;
-    long leased = 0;
     for (Lease l : leases.snapshot()) {
       if (l.state() == Lease.State.EXPIRING) {
         inGrace++;
       } else if (l.isLive(now)) {
-        active++;
-        leased += l.gpus();
+        figures(byPartition, l.partition()).leased(l, cluster);
         if (l.expiryMs() - now <= warn) {
           expiring++;
         }
       }
     }
-    long free = 0;
-    for (long g : runtime.cluster().grantableGpus().values()) {
-      free += g;
+    Map<NodeId, Long> grantable = runtime.cluster().grantableGpus();
+    for (FiCaSchedulerNode n : runtime.scheduler().getNodeTracker().getAllNodes()) {
+      figures(byPartition, parts.of(n.getNodeID())).node(Gpus.of(n.getTotalResource()),
+          grantable.getOrDefault(n.getNodeID(), 0L), cluster);
     }
-    rb.addGauge(info("LeasesActive", "leases in force"), active)
+    for (AppGpus a : runtime.cluster().appGpus()) {
+      if (a.askedGpus() > 0) {
+        figures(byPartition, a.partition()).waiting(cluster);
+      }
+    }
+    rb.addGauge(LEASES_ACTIVE, cluster.leases)
         .addGauge(info("LeasesExpiringSoon",
             "leases in force that expire within the lease warning, min(60 s, lease / 2)"), expiring)
         .addGauge(info("LeasesInGrace", "expired leases whose containers are being preempted"),
             inGrace)
-        .addGauge(info("GpusTotal", "GPUs of the cluster's nodes"),
-            runtime.cluster().clusterGpus())
-        .addGauge(info("GpusLeased", "GPUs under leases in force"), leased)
-        .addGauge(info("GpusFree", "GPUs no lease and no running container holds"), free)
+        .addGauge(GPUS_TOTAL, cluster.total)
+        .addGauge(GPUS_LEASED, cluster.leased)
+        .addGauge(GPUS_FREE, cluster.free)
+        .addGauge(APPS_WAITING, cluster.waiting)
         .addGauge(info("AppsWithRho", "apps in the last round's auction (rho known)"),
             rho.size());
     registry.snapshot(rb, all);
+    if (byPartition.size() > 1 || parts.labeled()) {
+      for (Map.Entry<String, PartitionFigures> e : byPartition.entrySet()) {
+        PartitionFigures f = e.getValue();
+        collector.addRecord(PARTITION_RECORD).setContext(CONTEXT)
+            .tag(PARTITION, partitionTag(e.getKey()))
+            .addGauge(GPUS_TOTAL, f.total)
+            .addGauge(GPUS_LEASED, f.leased)
+            .addGauge(GPUS_FREE, f.free)
+            .addGauge(LEASES_ACTIVE, f.leases)
+            .addGauge(APPS_WAITING, f.waiting);
+      }
+    }
     int rank = 0;
     for (Map.Entry<String, Double> e : topRho()) {
       rank++;
@@ -234,6 +279,44 @@ public final class ThemisMetrics implements MetricsSource {
           .tag(RANK, Integer.toString(rank))
           .tag(APP, e.getKey())
           .addGauge(RHO, v);
+    }
+  }
+
+  /** A partition's name as its records' tag: the label, {@value #DEFAULT_PARTITION_TAG} for "". */
+  public static String partitionTag(String partition) {
+    return partition.isEmpty() ? DEFAULT_PARTITION_TAG : partition;
+  }
+
+  private static PartitionFigures figures(Map<String, PartitionFigures> m, String partition) {
+    // a partition not (or no longer) among the cluster's labels still gets its record
+    return m.computeIfAbsent(partition, p -> new PartitionFigures());
+  }
+
+  /** The gauges of one partition (or of the cluster): sums over its nodes, leases, apps. */
+  private static final class PartitionFigures {
+    long total;
+    long free;
+    long leased;
+    int leases;
+    int waiting;
+
+    void node(long gpus, long grantable, PartitionFigures cluster) {
+      total += gpus;
+      free += grantable;
+      cluster.total += gpus;
+      cluster.free += grantable;
+    }
+
+    void leased(Lease l, PartitionFigures cluster) {
+      leased += l.gpus();
+      leases++;
+      cluster.leased += l.gpus();
+      cluster.leases++;
+    }
+
+    void waiting(PartitionFigures cluster) {
+      waiting++;
+      cluster.waiting++;
     }
   }
 
