@@ -67,7 +67,8 @@ skip() { SUMMARY+=("$(printf '%-44s %-34s %4s' "$1" "skipped ($2)" "-")"); }
 # in_background FUNCTION: run FUNCTION's stages beside the next ones (their output goes to
 # out/test-logs/background.out and each stage's own log; the console shows the others);
 # join_background adds their summary lines and failures. What runs so times nothing: Docker's
-# engine and the image build beside the pytest integration tests, and the unit and fuzz tests
+# engine and the image build beside the pytest integration tests (and the unit and fuzz
+# tests when the build is still going after those), and otherwise the unit and fuzz tests
 # beside the mini-cluster tests (whose jobs mostly sleep through their steps and leases). The
 # JUnit ITs and the pytest integration tests time rounds, restarts and lease ends, and run
 # beside each other on two cores they missed.
@@ -135,14 +136,21 @@ if stage "setup (python, locked versions)" 15 plain scripts/setup.sh dev,train; 
     "${PYTEST[@]}" -m "not docker and not tensorflow" tests/integration
   stage "pytest (TensorFlow in-process)" 15 pytest \
     "${PYTEST[@]}" -m "tensorflow and not docker" tests
+  # the unit and fuzz tests: now if the images are still being built (a fresh machine),
+  # else beside the mini-cluster tests
+  UNIT_DONE=0
+  if kill -0 "$BG_PID" 2>/dev/null; then
+    unit_and_fuzz
+    UNIT_DONE=1
+  fi
   join_background
   if [[ $DOCKER_READY -eq 1 ]]; then
-    in_background unit_and_fuzz
+    [[ $UNIT_DONE -eq 0 ]] && in_background unit_and_fuzz
     export THEMIS_REQUIRE_DOCKER=1  # a skipped mini-cluster test fails this stage
     stage "docker mini-cluster" 40 pytest \
       "${LOCK[@]}" "${PYTEST[@]}" -m docker tests/integration
-    join_background
-  else
+    [[ $UNIT_DONE -eq 0 ]] && join_background
+  elif [[ $UNIT_DONE -eq 0 ]]; then
     unit_and_fuzz
   fi
 else
