@@ -279,3 +279,41 @@ def test_times() -> None:
     assert parse_time("10d", "--since", now) == T0
     assert parse_time("12h", "--since", now) == now - 12 * 3_600_000
     assert parse_time("1.5w", "--since", now) == now - round(1.5 * 7 * 86_400_000)
+
+
+def test_themis_apps_are_replayed_from_their_saved_job_records(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from .test_preview_jobrecords import JOBS, SPEC, _save, _state
+
+    body = json.loads(APPS.read_text())
+    first = body["apps"]["app"][0]
+    first["applicationType"] = "THEMIS"
+    apps = tmp_path / "apps.json"
+    apps.write_text(json.dumps(body))
+    records = tmp_path / "records"
+    _save(records, first["id"], SPEC.to_json().encode(), _state(JOBS))
+    base = ["--apps-file", str(apps), "--nodes-file", str(NODES), "--scheduler-file",
+            str(SCHED), "--json", "--no-progress"]
+
+    code, out, err = _run(capsys, *base, "--out", str(tmp_path / "a"),
+                          "--job-records", str(records))
+    assert code == 0, err
+    summary = json.loads(out)
+    assert summary["apps"]["with_job_records"] == 1
+    assert summary["source"]["job_records"] == {"from": str(records), "read": 1, "absent": 0,
+                                                "unreadable": 0, "unusable": 0}
+    row = next(r for r in json.loads((tmp_path / "a" / "apps.json").read_text())
+               if r["id"] == first["id"])
+    assert (row["structure"], row["jobs"], row["phases"], row["gpus"], row["inferred"]) == (
+        "job records", 3, 2, 2, [])
+    assert "with their jobs from their job records: 1" in (
+        tmp_path / "a" / "report.html").read_text()
+
+    code, out, err = _run(capsys, *base, "--out", str(tmp_path / "b"), "--job-records", "off")
+    assert code == 0, err
+    assert json.loads(out)["apps"]["with_job_records"] == 0
+
+    code, out, err = _run(capsys, *base, "--out", str(tmp_path / "c"),
+                          "--job-records", str(tmp_path / "nowhere"))
+    assert code == 2 and out == ""
+    assert err.strip().count("\n") == 0 and "--job-records" in err and "not a directory" in err

@@ -11,6 +11,7 @@ import os
 import re
 import sys
 import time
+import urllib.parse
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -29,9 +30,10 @@ from themis.preview.cluster import (
     uniform_topology,
 )
 from themis.preview.history import PreviewError, parse_json, read_apps, read_file
+from themis.preview.jobrecords import DirRecords, HdfsRecords, RecordSource, read_records
 from themis.preview.replay import THEMIS, ReplayConfig, replay
 from themis.preview.rm import Rm
-from themis.preview.trace import RUNTIME_FROM, Window, select, to_workload
+from themis.preview.trace import RUNTIME_FROM, Window, select, to_workload, with_records
 from themis.sim.engine import SimResult
 
 DEFAULT_RM = "http://127.0.0.1:8088"
@@ -104,6 +106,17 @@ def configure(p: argparse.ArgumentParser) -> None:
     src.add_argument(
         "--timeout", type=_positive, default=60.0, metavar="S",
         help="seconds to wait for each answer of the RM (default: %(default)s)")
+    src.add_argument(
+        "--job-records", default="auto", metavar="auto|off|DIR",
+        help="where Themis apps' job records (their AM's spec.json and state.json: jobs, "
+        "GPUs, steps, Hyperband phases) are read, to replay those apps with their jobs: "
+        "auto = HDFS over WebHDFS (--webhdfs) when the history comes from the RM or "
+        "--webhdfs is given; DIR = saved copies, DIR/<app id>/{spec,state}.json; off = "
+        "none, every app is one job (default: %(default)s)")
+    src.add_argument(
+        "--webhdfs", default=None, metavar="URL",
+        help="the NameNode's web address for --job-records auto (default: "
+        "$THEMIS_WEBHDFS_URL, else the host of the RM's fs.defaultFS at port 9870)")
 
     cl = p.add_argument_group("the cluster")
     cl.add_argument(
@@ -250,6 +263,8 @@ def preview(args: argparse.Namespace) -> Outcome:
 
     timer = Timer()
     now_ms = int(time.time() * 1000)
+    if args.job_records not in ("auto", "off"):
+        _records_dir(args.job_records)  # a bad option is said before any work
     window = Window(
         parse_time(args.since, "--since", now_ms) if args.since else None,
         parse_time(args.until, "--until", now_ms) if args.until else None,
@@ -294,6 +309,14 @@ def preview(args: argparse.Namespace) -> Outcome:
                                    f"finished, in {args.states}, in the window "
                                    f"({window_text}) and with GPU-seconds"
                                    + (f" (left out: {left})" if left else ""))
+    with timer("records"):
+        records_from = record_source(args, rm)
+        found = read_records([s.app for s in selection.apps], records_from)
+        selection = with_records(selection, found.by_app, len(nodes.topology))
+    if any(found.outcomes.values()):
+        note("job records of Themis apps: " + ", ".join(
+            f"{v:,} {k}" for k, v in found.outcomes.items() if v)
+            + "".join(f"\n  {a}: {why}" for a, why in list(found.problems.items())[:5]))
     with timer("trace"):
         workload = to_workload(selection)
     note(f"{len(history):,} apps read from {source}; {len(selection.apps):,} replayed"
@@ -316,7 +339,9 @@ def preview(args: argparse.Namespace) -> Outcome:
         "generated_at": _iso(now_ms),
         "source": {"apps": source, "states": states,
                    "window": {"since_ms": window.since_ms, "until_ms": window.until_ms},
-                   "window_text": window_text, "runtime_from": args.runtime_from},
+                   "window_text": window_text, "runtime_from": args.runtime_from,
+                   "job_records": {"from": records_from.name if records_from else None,
+                                   **found.outcomes}},
         "cluster": nodes.to_dict(),
         "current": current.to_dict(),
         "config": config.to_dict(),
@@ -334,6 +359,41 @@ def preview(args: argparse.Namespace) -> Outcome:
         paths = report.write(args.out, summary, rows, page)
     summary["timings_s"] = dict(timer.stages)
     return Outcome(summary, paths, results)
+
+
+def _records_dir(text: str) -> Path:
+    root = Path(text)
+    if not root.is_dir():
+        raise PreviewError("--job-records", f"{root} is not a directory (auto, off or a "
+                                            f"directory of saved records)")
+    return root
+
+
+def record_source(args: argparse.Namespace, rm: Rm | None) -> RecordSource | None:
+    """Where Themis apps' job records are read (``--job-records``, ``--webhdfs``)."""
+    if args.job_records == "off":
+        return None
+    if args.job_records != "auto":
+        return DirRecords(_records_dir(args.job_records))
+    live = rm is not None and args.apps_file is None  # the history comes from the RM
+    url = args.webhdfs or (os.environ.get("THEMIS_WEBHDFS_URL") if live else None)
+    if url is None and live:
+        assert rm is not None
+        try:
+            fs = rm.conf().get("fs.defaultFS", "")
+        except PreviewError as exc:
+            note(f"job records not read: the NameNode is unknown ({exc}); give --webhdfs")
+            return None
+        host = urllib.parse.urlsplit(fs).hostname if fs.startswith("hdfs://") else None
+        if host is None:
+            note(f"job records not read: fs.defaultFS is {fs!r}, not HDFS; give --webhdfs")
+            return None
+        url = f"http://{host}:9870"
+    if url is None:
+        return None
+    from themis.identity.http import login_user
+
+    return HdfsRecords(url, args.user or login_user(), timeout_s=args.timeout)
 
 
 def cluster(args: argparse.Namespace, rm: Rm | None) -> NodesInfo:

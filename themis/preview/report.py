@@ -38,6 +38,9 @@ FIELDS = (
     ("GPU demand", "inferred", "round(GPU-seconds / runtime), half up, at least 1; "
                                "capped at the cluster's GPUs"),
     ("jobs", "assumed", "one job per app: the whole GPU work at the inferred demand"),
+    ("jobs of Themis apps", "read", "their AM's job records in HDFS (spec.json, state.json): "
+                                    "jobs, a job's GPUs, steps per Hyperband rung, measured "
+                                    "iteration times"),
     ("placement", "assumed", "compute-intensive: no slowdown within a rack, 5 % across racks"),
 )
 
@@ -68,6 +71,9 @@ def per_app_rows(selection: Selection, results: Mapping[str, SimResult]) -> list
             "arrival_hours": _hours(s.arrival_s),
             "gpus": s.gpus,
             "inferred": list(s.inferred),
+            "structure": "job records" if s.records is not None else "one job (assumed)",
+            "jobs": len(s.records.jobs) if s.records is not None else 1,
+            "phases": len(s.records.phases) if s.records is not None else 1,
             "gpu_hours": _hours(s.gpu_seconds),
             "observed_jct_hours": _hours(s.observed_jct_s),
             "replay": {},
@@ -137,6 +143,7 @@ def build_summary(selection: Selection, results: Mapping[str, SimResult], *, cur
             "replayed": len(apps),
             "left_out": {k: selection.left_out.get(k, 0) for k in REASONS},
             "inferred": inferred,
+            "with_job_records": sum(s.records is not None for s in apps),
             "first_started": _iso(first),
             "last_finished": _iso(last),
         },
@@ -369,7 +376,9 @@ def render_html(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
     inf = apps["inferred"]
     parts.append(f"<p>{apps['read']:,} apps read, {apps['replayed']:,} replayed "
                  f"(GPU demand inferred for {inf.get('gpus', 0):,}; capped at the cluster's "
-                 f"size for {inf.get('gpus_capped', 0):,}). Left out:</p>")
+                 f"size for {inf.get('gpus_capped', 0):,}). Themis apps replayed with their "
+                 f"jobs from their job records: {apps['with_job_records']:,}"
+                 + _records_text(summary["source"].get("job_records")) + ". Left out:</p>")
     parts.append(_table(["reason", "apps"],
                         [[_e(REASON_TEXT[k]), f"{v:,}"] for k, v in apps["left_out"].items()]))
 
@@ -395,7 +404,7 @@ def render_html(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
     table = []
     for r in rows:
         gpus = str(r["gpus"])
-        if r["inferred"]:
+        if {"gpus", "gpus_capped"} & set(r["inferred"]):
             gpus = (f'<span class="flag" title="inferred: {_e(", ".join(r["inferred"]))}">'
                     f'{gpus}{"&dagger;" if "gpus_capped" in r["inferred"] else "*"}</span>')
         table.append([_e(r["id"]), _e(r["name"]), _e(r["user"]), _e(r["queue"]),
@@ -406,6 +415,14 @@ def render_html(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
     parts.append("<p class=\"note\">* inferred GPU demand; &dagger; inferred and capped at "
                  "the cluster's GPUs.</p></details></body></html>")
     return "\n".join(parts)
+
+
+def _records_text(found: Mapping[str, Any] | None) -> str:
+    """How the Themis apps' job records fared, for the report's text."""
+    if not found or not found.get("from"):
+        return " (job records not read)"
+    missed = [f"{found[k]:,} {k}" for k in ("absent", "unreadable", "unusable") if found.get(k)]
+    return f" (from {found['from']}" + (f"; {', '.join(missed)}" if missed else "") + ")"
 
 
 def output_paths(out: Path) -> dict[str, Path]:

@@ -17,7 +17,9 @@ Inferred (flagged per app in :attr:`StockApp.inferred`):
   work is its GPU-seconds (one "iteration" = one GPU-second), so alone on ``gpus`` GPUs it
   runs ``gpu_seconds / gpus`` seconds; it is compute-intensive (no placement slowdown within
   a rack, 5 % across racks; themis.mechanism.placement). Several jobs of one app, phases
-  and early stopping are not visible in YARN's history.
+  and early stopping are not visible in YARN's history - except for Themis apps whose
+  job records were read (:mod:`themis.preview.jobrecords`, :func:`with_records`): those
+  are replayed with their jobs, each job's GPUs and steps, and their Hyperband phases.
 
 Left out, and counted per reason (:data:`REASONS`): apps in a state not asked for, apps not
 finished, apps that started outside the window, apps without GPU-seconds (no ``yarn.io/gpu``
@@ -27,11 +29,12 @@ entry, or 0), apps with GPU-seconds but no runtime (started and finished in the 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 from themis.preview.history import HistoryApp, PreviewError
-from themis.sim.workload import JobSpec, Workload, single_phase_app
+from themis.preview.jobrecords import AppRecords
+from themis.sim.workload import AppSpec, JobSpec, Workload, single_phase_app
 
 #: reasons an app is left out, in the order they are checked
 REASONS = ("state", "not_finished", "outside_window", "no_gpu", "no_runtime")
@@ -65,8 +68,9 @@ class StockApp:
     app: HistoryApp
     arrival_s: float  # seconds after the first kept app's startedTime
     gpu_seconds: float  # read
-    gpus: int  # inferred demand
+    gpus: int  # inferred demand (a job's GPUs, read, with job records)
     inferred: tuple[str, ...]  # fields inferred rather than read (see the module doc)
+    records: AppRecords | None = None  # a Themis app's job records, when read
 
     @property
     def observed_jct_s(self) -> float:
@@ -138,9 +142,28 @@ def select(apps: Sequence[HistoryApp], *, states: Iterable[str] = ("FINISHED", "
     return Selection(out, len(apps), left, t0)
 
 
+def with_records(selection: Selection, records: Mapping[str, AppRecords],
+                 cluster_gpus: int | None = None) -> Selection:
+    """``selection`` with the job records of the apps that have them: their demand is a
+    job's GPUs (read; capped at ``cluster_gpus``, flag ``gpus_capped``), and ``iter_time``
+    is flagged when the records measured none."""
+    apps = []
+    for s in selection.apps:
+        r = records.get(s.app.id)
+        if r is None:
+            apps.append(s)
+            continue
+        gpus, flags = r.job_gpus, r.inferred
+        if cluster_gpus is not None and gpus > cluster_gpus:
+            gpus, flags = cluster_gpus, (*flags, "gpus_capped")
+        apps.append(replace(s, gpus=gpus, inferred=flags, records=r))
+    return replace(selection, apps=apps)
+
+
 def to_workload(selection: Selection) -> Workload:
-    """One simulator app per stock app: one job, demand ``gpus``, ``gpu_seconds``
-    iterations of one GPU-second each (see the module doc)."""
+    """One simulator app per app: a Themis app with job records has its jobs and phases
+    (:mod:`themis.preview.jobrecords`); any other app one job, demand ``gpus``,
+    ``gpu_seconds`` iterations of one GPU-second each (see the module doc)."""
     specs = []
     seen: set[str] = set()
     for s in selection.apps:
@@ -148,9 +171,16 @@ def to_workload(selection: Selection) -> Workload:
             raise PreviewError(f"app {s.app.number} ({s.app.id[:80]})",
                                "the same app id appears twice in the response")
         seen.add(s.app.id)
+        model = s.app.app_type or "stock"
+        if s.records is not None:
+            r = s.records
+            jobs = tuple(JobSpec(j.id, serial_iter_time=r.iter_times[i], max_demand=s.gpus)
+                         for i, j in enumerate(r.jobs))
+            specs.append(AppSpec(s.app.id, s.arrival_s, jobs, r.phases, PLACEMENT, model))
+            continue
         job = JobSpec(s.app.id, serial_iter_time=1.0, max_demand=s.gpus)
         specs.append(single_phase_app(s.app.id, s.arrival_s, [(job, s.gpu_seconds)],
-                                      PLACEMENT, model=s.app.app_type or "stock"))
+                                      PLACEMENT, model=model))
     return Workload(specs, {"converter": "themis-preview", "apps": len(specs)})
 
 
