@@ -41,6 +41,8 @@ import org.themis.yarn.status.ThemisMetrics;
  * the {@code gpu} node only and b's default-partition app GPUs of the other node only (b asks
  * for more than its partition has and still gets none of the {@code gpu} node's free GPU).
  * The metrics source shows one record per partition with its GPUs, leases and waiting apps.
+ * The RM refuses a grant of b's app on the {@code gpu} node's free GPU (RoundDriver.applyGrants
+ * checks every grant by Partitions.mayUse).
  */
 class PartitionsIT {
   private static final ObjectMapper JSON = new ObjectMapper();
@@ -154,6 +156,17 @@ class PartitionsIT {
     }
     assertTrue(seen >= 2, "leases in both partitions");
     metricsPerPartition(mc.scheduler().leases().snapshot());
+
+    // the RM refuses a grant outside the app's partition whatever the engine says: b's
+    // default-partition app onto the exclusive node's free GPU
+    long refused = rt.driver().grantsRefused();
+    assertEquals(0, rt.driver().applyGrants("{\"grants\":[{\"app_id\":\"" + b.appId
+        + "\",\"node_id\":\"" + labeled + "\",\"gpus\":1}]}"), "grant refused");
+    assertEquals(refused + 1, rt.driver().grantsRefused());
+    assertEquals(Long.valueOf(1), rt.cluster().grantableGpus().get(labeled));
+    for (Lease l : mc.scheduler().leases().snapshot()) {
+      assertFalse(l.app().equals(b.appId) && l.node().equals(labeled), l.toString());
+    }
     a.finish();
     b.finish();
   }

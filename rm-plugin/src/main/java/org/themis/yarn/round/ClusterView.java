@@ -157,7 +157,9 @@ public final class ClusterView {
    * The partition an app's GPUs are for (docs/yarn.md, "Partitions"): the one its GPU asks
    * name (of several, the one asking the most GPUs, then the first by name: a round leases an
    * app GPUs of one partition, and its asks elsewhere wait for a later round); an app without
-   * GPU asks: its own default node-label expression, else its queue's, else "".
+   * GPU asks: the partition YARN would give its asks, that is its own node-label expression
+   * (the submission's; "" the default partition), else, when it set none, its queue's
+   * default-node-label-expression, else "".
    */
   private String askedPartition(ApplicationId app, SchedulerApplication<FiCaSchedulerApp> sa,
       Map<String, TreeMap<Long, Long>> byPartition) {
@@ -176,9 +178,16 @@ public final class ClusterView {
     if (best != null) {
       return best;
     }
+    // as YARN fills in an ask's expression: the app's (from its submission; an explicit ""
+    // is the default partition), else, when the app set none, its queue's default.
+    // (RMApp.getAppNodeLabelExpression() would say "<Not set>" for none: not a partition.)
     RMApp rmApp = scheduler.getRMContext().getRMApps().get(app);
-    String expr = rmApp == null ? null : rmApp.getAppNodeLabelExpression();
-    if ((expr == null || expr.trim().isEmpty()) && sa.getQueue() instanceof CSQueue) {
+    String expr = rmApp == null || rmApp.getApplicationSubmissionContext() == null ? null
+        : rmApp.getApplicationSubmissionContext().getNodeLabelExpression();
+    if (NodeLabel.NODE_LABEL_EXPRESSION_NOT_SET.equals(expr)) {
+      expr = null;
+    }
+    if (expr == null && sa.getQueue() instanceof CSQueue) {
       expr = ((CSQueue) sa.getQueue()).getDefaultNodeLabelExpression();
     }
     return Partitions.ofExpression(expr);
@@ -192,13 +201,8 @@ public final class ClusterView {
       of.put(n.getNodeID(), Partitions.of(n));
       totals.put(n.getNodeID(), Gpus.of(n.getTotalResource()));
     }
-    Set<String> lending = new TreeSet<>();
-    for (NodeLabel l : Partitions.clusterLabels(scheduler.getRMContext().getNodeLabelManager())) {
-      if (!l.isExclusive()) {
-        lending.add(l.getName());
-      }
-    }
-    return new NodePartitions(of, lending, totals);
+    return new NodePartitions(of, Partitions.nonExclusive(
+        Partitions.clusterLabels(scheduler.getRMContext().getNodeLabelManager())), totals);
   }
 
   /** The cluster's node labels (partitions besides the default), sorted; empty without. */

@@ -48,10 +48,12 @@ public final class NodePartitions {
     return false;
   }
 
-  /** Whether an app of {@code partition} may be leased GPUs of {@code node}. */
+  /**
+   * Whether an app of {@code partition} may be leased GPUs of {@code node}
+   * ({@link Partitions#mayUse}, the rule RoundDriver.applyGrants checks every grant by).
+   */
   public boolean serves(NodeId node, String partition) {
-    String p = of(node);
-    return p.equals(partition) || (partition.isEmpty() && nonExclusive.contains(p));
+    return Partitions.mayUse(partition, of(node), nonExclusive);
   }
 
   /** GPUs of the nodes that serve apps of {@code partition}. */

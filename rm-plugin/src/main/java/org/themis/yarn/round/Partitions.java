@@ -35,6 +35,28 @@ final class Partitions {
     return expression == null ? DEFAULT : expression.trim();
   }
 
+  /**
+   * Whether an app of partition {@code app} may be leased GPUs of a node in partition
+   * {@code node} (YARN's definition; docs/yarn.md, "Partitions"): its own partition, or the
+   * idle resources of a non-exclusive partition when the app is in the default partition.
+   * {@code nonExclusive}: the cluster's non-exclusive labels; a label it does not list counts
+   * as exclusive (YARN's default).
+   */
+  static boolean mayUse(String app, String node, Set<String> nonExclusive) {
+    return node.equals(app) || app.isEmpty() && nonExclusive.contains(node);
+  }
+
+  /** The names of the non-exclusive labels among {@code labels} (those that lend). */
+  static Set<String> nonExclusive(List<NodeLabel> labels) {
+    Set<String> out = new TreeSet<String>();
+    for (NodeLabel l : labels) {
+      if (!l.isExclusive()) {
+        out.add(l.getName());
+      }
+    }
+    return out;
+  }
+
   /** The cluster's node labels (name and exclusivity), by name; empty without node labels. */
   static List<NodeLabel> clusterLabels(RMNodeLabelsManager labels) {
     if (labels == null) {

@@ -5,6 +5,7 @@ import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import java.util.HashMap;
 import java.util.Map;
+import java.util.Set;
 import java.util.Optional;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
@@ -188,7 +189,8 @@ public final class RoundDriver {
 
   /**
    * Validates the engine's grants against the free GPUs as they are now and applies the valid
-   * ones. A grant for an unknown app or node, or for more GPUs than are free, is refused whole.
+   * ones. A grant for an unknown app or node, for more GPUs than are free, or on a node whose
+   * partition the app may not use ({@link Partitions#mayUse}) is refused whole.
    */
   public int applyGrants(String replyJson) {
     JsonNode reply;
@@ -206,6 +208,15 @@ public final class RoundDriver {
     runtime.metrics().engineInfo(reply.path("info"));
     synchronized (this) {
       Map<NodeId, Long> free = cluster.grantableGpus();
+      // each app's partition (that of its pending GPU asks, else its app's or queue's default
+      // expression) and the labels' exclusivity: a grant outside what the app may use is
+      // refused (docs/yarn.md, "Partitions"), whatever the engine decided
+      Map<ApplicationId, String> appPartition = new HashMap<>();
+      for (AppGpus a : cluster.appGpus()) {
+        appPartition.put(a.app(), a.partition());
+      }
+      Set<String> lending = Partitions.nonExclusive(
+          Partitions.clusterLabels(scheduler.getRMContext().getNodeLabelManager()));
       Map<String, NodeId> nodesByName = new HashMap<>();
       for (NodeId n : free.keySet()) {
         nodesByName.put(n.toString(), n);
@@ -224,6 +235,12 @@ public final class RoundDriver {
           why = "unknown node";
         } else if (gpus <= 0) {
           why = "non-positive GPU count";
+        } else if (!Partitions.mayUse(appPartition(appPartition, app), partitionOf(node),
+            lending)) {
+          String np = partitionOf(node);
+          why = "the app's partition " + name(appPartition(appPartition, app))
+              + " may not use the node's partition " + name(np)
+              + (np.isEmpty() ? "" : lending.contains(np) ? " (non-exclusive)" : " (exclusive)");
         } else if (gpus > free.getOrDefault(node, 0L)) {
           why = "only " + free.getOrDefault(node, 0L) + " GPU(s) free";
         }
@@ -234,7 +251,7 @@ public final class RoundDriver {
         }
         free.put(node, free.get(node) - gpus);
         // the lease records its node's partition (docs/yarn.md, "Partitions")
-        String partition = Partitions.of(scheduler.getNodeTracker().getNode(node));
+        String partition = partitionOf(node);
         Lease l = leases.grant(app, node, partition, (int) gpus, settings.leaseDurationMs());
         grantsApplied.incrementAndGet();
         applied++;
@@ -243,6 +260,26 @@ public final class RoundDriver {
       }
       return applied;
     }
+  }
+
+  /** The node's partition now ("" the default partition). */
+  private String partitionOf(NodeId node) {
+    return Partitions.of(scheduler.getNodeTracker().getNode(node));
+  }
+
+  /**
+   * The app's partition as this pass of applyGrants read it: that of its pending GPU asks,
+   * else its app's or queue's default node-label expression ({@link ClusterView#appGpus});
+   * an app the pass did not see: the default partition.
+   */
+  private static String appPartition(Map<ApplicationId, String> of, ApplicationId app) {
+    String p = of.get(app);
+    return p == null ? Partitions.DEFAULT : p;
+  }
+
+  /** A partition for the log: {@code <default>} or the label in quotes. */
+  private static String name(String partition) {
+    return partition.isEmpty() ? "<default>" : "'" + partition + "'";
   }
 
   private static ApplicationId parseApp(String s) {
