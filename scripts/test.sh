@@ -94,7 +94,8 @@ join_background() {
   [[ $BG_FAILED -ne 0 ]] && ANY_FAILED=1
 }
 
-# Beside pytest: Docker's engine and the images.
+# Beside pytest: Docker's engine and the images (and the headless browser that a
+# mini-cluster test opens themis preview's report in).
 DOCKER_READY=0
 docker_engine_and_images() {
   if [[ "${THEMIS_SKIP_DOCKER:-0}" == "1" ]]; then
@@ -105,6 +106,7 @@ docker_engine_and_images() {
     skip "docker mini-cluster" "images not built"
   else
     DOCKER_READY=1
+    stage "browser (scripts/browser-setup.sh)" 10 plain scripts/browser-setup.sh
   fi
 }
 

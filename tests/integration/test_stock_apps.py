@@ -24,6 +24,7 @@ import json
 import os
 import re
 import statistics
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,7 +32,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.minicluster import NMS, themis
+from tests.integration.minicluster import NMS, RM, ROOT, _get, themis
 from tests.integration.stockapps import (
     Client,
     am_log,
@@ -178,6 +179,70 @@ def test_idle_gpus_reach_a_stock_app_at_once(cluster: dict[str, Any]) -> None:
           "round-interval 250 ms, NM heartbeat 500 ms)")
     assert statistics.median(running) <= 2000, running
     _assert_gpus_used_once(cluster)
+
+
+def test_preview_replays_this_clusters_history(tmp_path: Path) -> None:
+    """``themis preview`` against the live RM once the apps above have finished (issue 38):
+    every finished GPU app is replayed, the GPU-seconds are the RM's own within 1 %, the two
+    Themis apps are replayed from their job records in HDFS, the calibration is reported,
+    and report.html renders in a real headless browser (Debian's chromium; its screenshot
+    is kept in out/test-artifacts/preview/)."""
+    out = tmp_path / "preview"
+    r = themis("preview", "--out", str(out), "--json", "--no-progress", timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    summary = json.loads(r.stdout)
+    rows = json.loads((out / "apps.json").read_text())
+
+    apps = _get(f"{RM}/ws/v1/cluster/apps?states=FINISHED,FAILED,KILLED",
+                timeout=30)["apps"]["app"]
+    gpu_s = {a["id"]: _gpu_seconds(a) for a in apps}
+    gpu_apps = {a for a, v in gpu_s.items() if v > 0}
+    assert {row["id"] for row in rows} == gpu_apps
+    assert summary["apps"]["read"] == len(apps)
+    assert summary["observed"]["gpu_time_hours"] == pytest.approx(
+        sum(gpu_s.values()) / 3600, rel=0.01)
+    themis_apps = {a["id"] for a in apps if a["applicationType"] == "THEMIS"}
+    assert len(themis_apps) == 2, themis_apps
+    assert summary["source"]["job_records"]["read"] == 2, (summary["source"], r.stderr[-2000:])
+    for row in rows:
+        assert row["structure"] == ("job records" if row["id"] in themis_apps
+                                    else "one job (assumed)"), row
+        if row["id"] in themis_apps:
+            assert row["jobs"] >= 3 and row["phases"] >= 2, row  # Hyperband's rungs
+    cal = summary["calibration"]
+    assert cal["apps"] == len(gpu_apps) and cal["median_abs_rel_error"] >= 0, cal
+    assert set(summary["policies"]) == {"fifo", "themis"}, summary["policies"]
+
+    # the report in a real browser: the DOM it renders, and a screenshot that is not blank
+    subprocess.run(["bash", str(ROOT / "scripts" / "browser-setup.sh")], check=True,
+                   timeout=900)
+    browser = ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars"]
+    page = (out / "report.html").resolve().as_uri()
+    dom = subprocess.run([*browser, "--dump-dom", page], capture_output=True, text=True,
+                         timeout=120)
+    assert dom.returncode == 0 and dom.stdout.count("<svg") == 3, dom.stderr[-2000:]
+    assert "Calibration" in dom.stdout and "job records" in dom.stdout
+    shots = ROOT / "out" / "test-artifacts" / "preview"
+    shots.mkdir(parents=True, exist_ok=True)
+    shot = shots / "report.png"
+    shot.unlink(missing_ok=True)
+    s = subprocess.run([*browser, "--window-size=1280,2400", f"--screenshot={shot}", page],
+                       capture_output=True, text=True, timeout=120)
+    assert s.returncode == 0 and shot.is_file(), s.stderr[-2000:]
+    import matplotlib.image
+
+    pixels = matplotlib.image.imread(str(shot))
+    assert pixels.shape[:2] == (2400, 1280) and pixels.std() > 0.05, pixels.std()
+    print(f"preview of {len(gpu_apps)} GPU apps ({len(themis_apps)} Themis) from the live RM: "
+          f"calibration median |JCT error| {cal['median_abs_rel_error']:.1%}; "
+          f"screenshot {shot}")
+
+
+def _gpu_seconds(app: dict[str, Any]) -> float:
+    entries = (app.get("resourceSecondsMap") or {}).get("entry") or []
+    if isinstance(entries, dict):
+        entries = [entries]
+    return sum(float(e["value"]) for e in entries if e.get("key") == "yarn.io/gpu")
 
 
 def _assert_gpus_used_once(cluster: dict[str, Any]) -> None:
