@@ -174,3 +174,18 @@ def test_a_themis_app_is_replayed_with_its_jobs_and_phases() -> None:
     assert res.apps[0].jct == pytest.approx(90.0, rel=0.05)
     capped = with_records(Selection([stock], 1), {rec.app_id: rec}, cluster_gpus=1).apps[0]
     assert capped.gpus == 1 and capped.inferred == ("gpus_capped",)
+
+
+def test_an_unreachable_namenode_is_tried_once() -> None:
+    import socket
+
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    source = HdfsRecords(f"http://127.0.0.1:{port}", "alice", timeout_s=5)
+    calls = []
+    real = source.fs.read_or_none
+    source.fs.read_or_none = lambda path: calls.append(path) or real(path)  # type: ignore[method-assign]
+    found = read_records([_app("application_1_0001"), _app("application_1_0002")], source)
+    assert found.outcomes["unreadable"] == 2 and len(calls) == 1
+    assert all("unreachable" in why for why in found.problems.values()), found.problems

@@ -95,14 +95,20 @@ class HdfsRecords:
     def __init__(self, webhdfs_url: str, user: str, timeout_s: float = 60.0) -> None:
         self.name = webhdfs_url.rstrip("/")
         self.fs = WebHdfs(webhdfs_url, user=user, timeout=timeout_s)
+        self.down: str | None = None  # why the NameNode cannot be reached: not tried again
 
     def fetch(self, app: HistoryApp) -> tuple[bytes, bytes] | None:
+        if self.down is not None:
+            raise PermissionError(self.down)
         d = f"/user/{app.user}/.themis/{app.id}"
         try:
             spec = self.fs.read_or_none(f"{d}/spec.json")
             state = self.fs.read_latest(f"{d}/state.json")
         except WebHdfsError as e:
-            raise PermissionError(str(e).splitlines()[0][:300]) from None
+            why = str(e).splitlines()[0][:300]
+            if " unreachable: " in why:
+                self.down = why
+            raise PermissionError(why) from None
         if spec is None or state is None:
             return None
         return spec, state
