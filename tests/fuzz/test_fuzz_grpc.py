@@ -20,8 +20,9 @@ from tests.fuzz._fuzz import byte_mutations, fuzz_settings
 from themis.arbiter.cluster_backend import uniform_cluster
 from themis.arbiter.config import ArbiterConfig
 from themis.arbiter.service import ArbiterServer
-from themis.arbiter.testing import creds, stub, wait_for
+from themis.arbiter.testing import bundle, creds, register_request, stub, wait_for
 from themis.mechanism.auction import validate_tables
+from themis.rpc.offers import PROTOCOL_VERSION
 from themis.rpc.v1 import arbiter_pb2 as pb
 
 SC = grpc.StatusCode
@@ -48,7 +49,8 @@ class Arena:
     collector: threading.Thread | None = None
 
     def register(self, app: str) -> None:
-        resp = self.stub.RegisterApp(pb.RegisterAppRequest(app_id=app, rho=2.0, max_gpus=8))
+        resp = self.stub.RegisterApp(pb.RegisterAppRequest(
+            protocol_version=PROTOCOL_VERSION, app_id=app, rho=2.0, max_gpus=8))
         self.secrets[app] = resp.secret
 
     def open_round(self) -> int:
@@ -114,13 +116,16 @@ def bid_requests(draw: st.DrawFn, secret: str, round_id: int) -> pb.SubmitBidReq
          "other": creds("b", secret), "long": creds("a" * 200, secret),
          "empty": pb.Credentials()}[who]
     rid = draw(st.sampled_from([round_id] * 8 + [0, round_id + 1, 2**64 - 1]))
-    ids = st.sampled_from(GPUS) | TEXT
+    small = st.integers(0, 8) | st.integers(0, 2**32 - 1)
     bundles = draw(st.lists(st.builds(
-        lambda g, r: pb.Bundle(gpu_ids=g, rho=r),
-        st.lists(ids, max_size=10), st.floats(0.1, 5.0) | DOUBLE), max_size=40))
+        lambda n, s, c, r: pb.Bundle(nodes=n, starts=s, counts=c, rho=r),
+        st.lists(small, max_size=6), st.lists(small, max_size=6), st.lists(small, max_size=6),
+        st.floats(0.1, 5.0) | DOUBLE), max_size=40))
     if draw(st.booleans()):  # mostly well-formed bundles, to reach the accepting path
-        bundles = [pb.Bundle(gpu_ids=sorted(set(b.gpu_ids) & set(GPUS)) or [GPUS[0]],
-                             rho=b.rho if b.rho > 0 and math.isfinite(b.rho) else 1.0)
+        topo = uniform_cluster(2, 4).topology()
+        bundles = [bundle(topo, sorted(set(draw(st.lists(st.sampled_from(GPUS), max_size=6)))
+                                       ) or [GPUS[0]],
+                          b.rho if b.rho > 0 and math.isfinite(b.rho) else 1.0)
                    for b in bundles[:8]]
     table = pb.BidTable(rho_current=draw(st.floats(0.5, 10.0) | DOUBLE), bundles=bundles)
     return pb.SubmitBidRequest(credentials=c, round_id=rid, table=table)
@@ -153,7 +158,7 @@ def other_calls(draw: st.DrawFn, secret_c: str) -> tuple[str, Any]:
     kind = draw(st.sampled_from(["RegisterApp", "ReportRho", "ReleaseGpus", "Unregister",
                                  "Events"]))
     if kind == "RegisterApp":
-        return kind, pb.RegisterAppRequest(app_id=draw(TEXT), rho=draw(DOUBLE),
+        return kind, register_request(app_id=draw(TEXT), rho=draw(DOUBLE),
                                            max_gpus=draw(st.integers(-(2**31), 2**31 - 1)))
     if kind == "ReportRho":
         return kind, pb.ReportRhoRequest(credentials=c, rho=draw(DOUBLE))
@@ -220,11 +225,13 @@ def test_raw_bytes(arena: Arena, data: st.DataObject) -> None:
     server keeps serving."""
     method = data.draw(st.sampled_from(METHODS))
     valid = {
-        "RegisterApp": pb.RegisterAppRequest(app_id="z", rho=1.0, max_gpus=1),
+        "RegisterApp": register_request(app_id="z",
+                                             rho=1.0, max_gpus=1),
         "ReportRho": pb.ReportRhoRequest(credentials=creds("c", "x"), rho=1.0),
         "SubmitBid": pb.SubmitBidRequest(credentials=creds("a", "x"), round_id=1,
                                          table=pb.BidTable(rho_current=1.0, bundles=[
-                                             pb.Bundle(gpu_ids=GPUS[:2], rho=0.5)])),
+                                             pb.Bundle(nodes=[0], starts=[0], counts=[2],
+                                                       rho=0.5)])),
         "ReleaseGpus": pb.ReleaseGpusRequest(credentials=creds("c", "x"), gpu_ids=GPUS[:1]),
         "Unregister": pb.UnregisterRequest(credentials=creds("c", "x")),
         "Events": pb.EventsRequest(credentials=creds("c", "x")),

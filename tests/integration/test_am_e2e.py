@@ -314,20 +314,22 @@ def _wrong_bids(victim: str) -> None:
     import grpc
 
     from themis.arbiter.testing import creds, stub
+    from themis.rpc.offers import PROTOCOL_VERSION
     from themis.rpc.v1 import arbiter_pb2 as pb
 
     channel, s = stub(f"{ADDR['rm']}:{AGENT_PORT}")
     try:
-        table = pb.BidTable(rho_current=1.0, bundles=[pb.Bundle(gpu_ids=["nm1:8041/0"],
-                                                                rho=0.5)])
+        table = pb.BidTable(rho_current=1.0, bundles=[pb.Bundle(nodes=[0], starts=[0],
+                                                                counts=[1], rho=0.5)])
         with pytest.raises(grpc.RpcError) as e:
             s.SubmitBid(pb.SubmitBidRequest(credentials=creds(victim, "not-the-secret"),
                                             round_id=1, table=table), timeout=5)
         assert e.value.code() == grpc.StatusCode.PERMISSION_DENIED, e.value
         for app, token in (("application_1_9999", ""), (victim, ""), (victim, "AAAA")):
             with pytest.raises(grpc.RpcError) as e:
-                s.RegisterApp(pb.RegisterAppRequest(app_id=app, rho=1.0, max_gpus=1,
-                                                    registration_token=token), timeout=5)
+                s.RegisterApp(pb.RegisterAppRequest(
+                    protocol_version=PROTOCOL_VERSION, app_id=app, rho=1.0, max_gpus=1,
+                    registration_token=token), timeout=5)
             assert e.value.code() == grpc.StatusCode.PERMISSION_DENIED, e.value
     finally:
         channel.close()

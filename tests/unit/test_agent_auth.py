@@ -24,7 +24,7 @@ from themis.arbiter.config import DEFAULT_MAX_APPS, ArbiterConfig
 from themis.arbiter.registration import MAX_TOKEN, HmacRegistrar
 from themis.arbiter.service import ArbiterServer
 from themis.arbiter.state import ArbiterCore
-from themis.arbiter.testing import creds, settle, stub, wait_for
+from themis.arbiter.testing import creds, register_request, settle, stub, wait_for
 from themis.mechanism.bidder import ModelBidder
 from themis.mechanism.model import AppModel, Job
 from themis.rpc.tls import CERT_KEY, KEY_KEY, ServerTls, TlsError, channel_credentials
@@ -73,7 +73,7 @@ def arb(server: ArbiterServer) -> Iterator[Any]:
 
 
 def register(s: Any, app: str, token: str) -> pb.RegisterAppResponse:
-    return s.RegisterApp(pb.RegisterAppRequest(app_id=app, rho=math.inf, max_gpus=2,
+    return s.RegisterApp(register_request(app_id=app, rho=math.inf, max_gpus=2,
                                                registration_token=token), timeout=5)
 
 

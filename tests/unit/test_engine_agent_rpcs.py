@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 import grpc
 
+from themis.arbiter.testing import register_request
 from themis.rpc.v1 import arbiter_pb2 as pb
 from themis.rpc.v1 import arbiter_pb2_grpc as pb_grpc
 from themis.yarn.agents import AgentEndpoint
@@ -26,7 +27,7 @@ def _open_streams(address: str, n: int) -> tuple[grpc.Channel, list[Iterator[pb.
     streams = []
     for i in range(n):
         app = f"application_1_{i:04d}"
-        secret = stub.RegisterApp(pb.RegisterAppRequest(app_id=app, rho=1.0, max_gpus=1),
+        secret = stub.RegisterApp(register_request(app_id=app, rho=1.0, max_gpus=1),
                                   timeout=10).secret
         events = stub.Events(pb.EventsRequest(credentials=pb.Credentials(app_id=app,
                                                                         secret=secret)))
@@ -42,7 +43,7 @@ def test_engine_default_serves_more_streams_than_the_old_limit() -> None:
     channel, streams = _open_streams(address, STREAMS)
     try:  # one more unary call while every stream is open
         reply = pb_grpc.ArbiterStub(channel).RegisterApp(  # type: ignore[no-untyped-call]
-            pb.RegisterAppRequest(app_id="application_1_9999", rho=1.0, max_gpus=1), timeout=10)
+            register_request(app_id="application_1_9999", rho=1.0, max_gpus=1), timeout=10)
         assert reply.secret
     finally:
         for s in streams:

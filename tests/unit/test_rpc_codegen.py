@@ -39,8 +39,20 @@ def test_bid_table_round_trip() -> None:
     import math
 
     from themis.mechanism.bids import Bid, BidTable
-    from themis.rpc.convert import table_from_pb, table_to_pb
+    from themis.mechanism.topology import Gpu, Topology
+    from themis.rpc.offers import (
+        decode_offer,
+        encode_gpus,
+        fill_orders,
+        node_index,
+        table_from_pb,
+        table_to_pb,
+    )
 
-    t = BidTable("a", math.inf, (Bid(("g0", "g1"), 2.0), Bid(("g2",), 3.5)))
-    back = table_from_pb("a", table_to_pb(t))
-    assert back == t
+    topo = Topology([Gpu(f"g{k}", f"m{k // 2}", "r") for k in range(4)])
+    ni = node_index(topo)
+    got = decode_offer(ni.table, encode_gpus(topo.values(), ni), encode_gpus([], ni))
+    stand_in = sorted(got.position, key=got.position.__getitem__)
+    t = BidTable("a", math.inf, (Bid(tuple(stand_in[:2]), 2.0), Bid((stand_in[2],), 3.5)))
+    back = table_from_pb("a", table_to_pb(t, got.position), fill_orders(list(topo.values()), ni))
+    assert back == BidTable("a", math.inf, (Bid(("g0", "g1"), 2.0), Bid(("g2",), 3.5)))

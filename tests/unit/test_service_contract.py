@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import queue
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ import pytest
 from themis.arbiter.cluster_backend import uniform_cluster
 from themis.arbiter.config import ArbiterConfig
 from themis.arbiter.service import ArbiterServer
-from themis.arbiter.testing import creds, settle, stub, wait_for
+from themis.arbiter.testing import bundle, creds, register_request, settle, stub, wait_for
 from themis.rpc.v1 import arbiter_pb2 as pb
 
 SC = grpc.StatusCode
@@ -44,7 +45,7 @@ def arb(server: ArbiterServer) -> Iterator[Any]:
 
 
 def register(s: Any, app: str, rho: float = math.inf, max_gpus: int = 4) -> str:
-    resp = s.RegisterApp(pb.RegisterAppRequest(app_id=app, rho=rho, max_gpus=max_gpus))
+    resp = s.RegisterApp(register_request(app_id=app, rho=rho, max_gpus=max_gpus))
     assert resp.secret and resp.cluster_gpus == 4
     return str(resp.secret)
 
@@ -67,8 +68,17 @@ class Stream:
             self.error = exc
 
     def next(self, kind: str, timeout: float = 5.0) -> Any:
+        """The next event of ``kind`` within ``timeout`` s (heartbeats and other events in
+        between do not extend it)."""
+        end = time.monotonic() + timeout
         while True:
-            ev = self.events.get(timeout=timeout)
+            left = end - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"no {kind} event within {timeout} s")
+            try:
+                ev = self.events.get(timeout=left)
+            except queue.Empty:
+                raise AssertionError(f"no {kind} event within {timeout} s") from None
             if ev.WhichOneof("kind") == kind:
                 return getattr(ev, kind)
 
@@ -91,7 +101,7 @@ def rejected(server: ArbiterServer, code: grpc.StatusCode, call: Any, *args: Any
 
 def test_register_errors(server: ArbiterServer, arb: Any) -> None:
     register(arb, "a")
-    req = pb.RegisterAppRequest
+    req = register_request
     rejected(server, SC.INVALID_ARGUMENT, arb.RegisterApp, req(app_id="", rho=1, max_gpus=1))
     rejected(server, SC.INVALID_ARGUMENT, arb.RegisterApp,
              req(app_id="b", rho=math.nan, max_gpus=1), match="rho")
@@ -101,6 +111,10 @@ def test_register_errors(server: ArbiterServer, arb: Any) -> None:
              req(app_id="b", rho=1.0, max_gpus=0), match="max_gpus")
     rejected(server, SC.ALREADY_EXISTS, arb.RegisterApp,
              req(app_id="a", rho=1.0, max_gpus=1), match="already registered")
+    rejected(server, SC.FAILED_PRECONDITION, arb.RegisterApp,  # an agent of version 1
+             pb.RegisterAppRequest(app_id="b", rho=1.0, max_gpus=1),
+             match="app 'b': protocol version mismatch: the agent speaks themis protocol "
+                   "version 1, the arbiter version 2")
 
 
 def test_credentials_errors_on_every_call(server: ArbiterServer, arb: Any) -> None:
@@ -159,7 +173,7 @@ def _open_round(server: ArbiterServer, arb: Any) -> tuple[str, str, Stream, Any]
     while other.round_id < offer.round_id:
         other = st_b.next("offer", timeout=10.0)
     assert other.round_id == offer.round_id
-    assert len(offer.gpus) == 4 and offer.cluster_gpus == 4
+    assert sum(offer.free.counts) == 4 and offer.cluster_gpus == 4
     return sa, sb, st_a, offer
 
 
@@ -168,13 +182,27 @@ def test_bid_errors_change_nothing(server: ArbiterServer, arb: Any) -> None:
     c = creds("a", sa)
     rid = offer.round_id
 
-    def bid(rho0: float, *bundles: tuple[list[str], float], round_id: int = rid) -> Any:
+    topo = server.core.backend.topology()
+
+    def bid(rho0: float, *bundles: tuple[list[str], float] | pb.Bundle,
+            round_id: int = rid) -> Any:
         return pb.SubmitBidRequest(credentials=c, round_id=round_id, table=pb.BidTable(
-            rho_current=rho0, bundles=[pb.Bundle(gpu_ids=g, rho=r) for g, r in bundles]))
+            rho_current=rho0, bundles=[b if isinstance(b, pb.Bundle) else bundle(topo, *b)
+                                       for b in bundles]))
 
     inv = SC.INVALID_ARGUMENT
-    rejected(server, inv, arb.SubmitBid, bid(2.0, (["m0-g0"], 1.0), (["zz"], 1.0)),
-             match="app 'a': table.bundles[1]: GPU 'zz' is not in the offer")
+    rejected(server, inv, arb.SubmitBid, bid(2.0, (["m0-g0"], 1.0),
+                                             pb.Bundle(rho=1.0, nodes=[0], starts=[1],
+                                                       counts=[2])),
+             match="app 'a': table.bundles[1]: run 0: positions 1..2 of node 0: the offer has "
+                   "positions 0..1 there")
+    rejected(server, inv, arb.SubmitBid, bid(2.0, pb.Bundle(rho=1.0, nodes=[7], starts=[0],
+                                                            counts=[1])),
+             match="app 'a': table.bundles[0]: run 0: node 7 has no GPU in the offer")
+    rejected(server, inv, arb.SubmitBid, bid(2.0, pb.Bundle(rho=1.0, nodes=[0, 1],
+                                                            counts=[1])),
+             match="app 'a': table.bundles[0]: nodes, starts and counts have 2, 0 and 1 "
+                   "entries")
     rejected(server, inv, arb.SubmitBid, bid(2.0, (["m0-g0", "m0-g0"], 1.0)), match="twice")
     rejected(server, inv, arb.SubmitBid, bid(2.0, (["m0-g0"], -1.0)), match="finite positive")
     rejected(server, inv, arb.SubmitBid, bid(2.0, (["m0-g0"], math.inf)))
@@ -197,15 +225,19 @@ def test_bid_tables_beyond_the_limits_are_refused_naming_the_field(
     sa, _sb, st_a, offer = _open_round(server, arb)
     c = creds("a", sa)
 
-    def bid(*bundles: list[str], n: int = 1) -> Any:
+    topo = server.core.backend.topology()
+
+    def bid(*bundles: list[str] | pb.Bundle, n: int = 1) -> Any:
         return pb.SubmitBidRequest(credentials=c, round_id=offer.round_id, table=pb.BidTable(
-            rho_current=2.0, bundles=[pb.Bundle(gpu_ids=g, rho=1.0) for g in bundles] * n))
+            rho_current=2.0, bundles=[b if isinstance(b, pb.Bundle) else bundle(topo, b, 1.0)
+                                      for b in bundles] * n))
 
     limit = server.core.config.max_bundles
     rejected(server, SC.RESOURCE_EXHAUSTED, arb.SubmitBid, bid(["m0-g0"], n=limit + 1),
              match=f"app 'a': table.bundles: {limit + 1} bundles exceed the limit of {limit}")
-    rejected(server, SC.INVALID_ARGUMENT, arb.SubmitBid, bid(["m0-g0"], ["x"] * 5),
-             match="table.bundles[1].gpu_ids: 5 GPUs, more than the cluster's 4")
+    rejected(server, SC.INVALID_ARGUMENT, arb.SubmitBid,
+             bid(["m0-g0"], pb.Bundle(rho=1.0, nodes=[0], starts=[0], counts=[5])),
+             match="table.bundles[1].counts: 5 GPUs in 1 runs, more than the cluster's 4")
     rejected(server, SC.PERMISSION_DENIED, arb.SubmitBid, pb.SubmitBidRequest(
         credentials=creds("a", "s" * 10_000), round_id=offer.round_id), match="wrong secret")
     msg = rejected(server, SC.NOT_FOUND, arb.SubmitBid, pb.SubmitBidRequest(
@@ -223,10 +255,11 @@ def test_total_gpu_ids_of_a_table_are_bounded() -> None:
     try:
         sa, _sb, st_a, offer = _open_round(srv, s)
         table = pb.BidTable(rho_current=2.0, bundles=[
-            pb.Bundle(gpu_ids=["m0-g0", "m0-g1", "m1-g0"], rho=1.0 + k) for k in range(3)])
+            bundle(srv.core.backend.topology(), ["m0-g0", "m0-g1", "m1-g0"], 1.0 + k)
+            for k in range(3)])
         rejected(srv, SC.RESOURCE_EXHAUSTED, s.SubmitBid, pb.SubmitBidRequest(
             credentials=creds("a", sa), round_id=offer.round_id, table=table),
-            match="table.bundles: 9 GPU ids in all exceed the limit of 6")
+            match="table.bundles: 9 GPUs in all exceed the limit of 6")
         st_a.close()
     finally:
         channel.close()
@@ -261,10 +294,10 @@ def test_messages_beyond_the_size_limit_are_refused_before_parsing() -> None:
     channel, s = stub(srv.address)
     try:
         with pytest.raises(grpc.RpcError) as info:
-            s.RegisterApp(pb.RegisterAppRequest(app_id="a" * 5000, rho=1.0, max_gpus=1))
+            s.RegisterApp(register_request(app_id="a" * 5000, rho=1.0, max_gpus=1))
         assert info.value.code() == SC.RESOURCE_EXHAUSTED
         assert server_apps(srv) == {}
-        s.RegisterApp(pb.RegisterAppRequest(app_id="a", rho=1.0, max_gpus=1))  # still serving
+        s.RegisterApp(register_request(app_id="a", rho=1.0, max_gpus=1))  # still serving
         assert set(server_apps(srv)) == {"a"}
     finally:
         channel.close()
@@ -288,7 +321,8 @@ def test_a_huge_bid_table_does_not_delay_the_others() -> None:
     try:
         sa, sb, st_a, offer = _open_round(srv, s)
         huge = pb.BidTable(rho_current=2.0, bundles=[
-            pb.Bundle(gpu_ids=["m0-g0", "m0-g1"], rho=1.0 + k * 1e-6) for k in range(100_000)])
+            pb.Bundle(nodes=[0], starts=[0], counts=[2], rho=1.0 + k * 1e-6)
+            for k in range(100_000)])
         t0 = time.monotonic()
         with pytest.raises(grpc.RpcError) as info:
             s.SubmitBid(pb.SubmitBidRequest(credentials=creds("a", sa),
@@ -299,7 +333,8 @@ def test_a_huge_bid_table_does_not_delay_the_others() -> None:
         for app, secret in (("a", sa), ("b", sb)):
             s.SubmitBid(pb.SubmitBidRequest(credentials=creds(app, secret),
                                             round_id=offer.round_id, table=pb.BidTable(
-                rho_current=2.0, bundles=[pb.Bundle(gpu_ids=["m0-g0"], rho=1.0)])))
+                rho_current=2.0, bundles=[pb.Bundle(nodes=[0], starts=[0], counts=[1],
+                                                    rho=1.0)])))
         assert srv.core.wait_rounds(rounds + 1, timeout=3.0)  # before the 5 s deadline
         st_a.close()
     finally:
@@ -318,7 +353,7 @@ def test_a_cancelled_stream_frees_its_worker_at_once() -> None:
     srv.start(0, own_rounds=False)
     channel, s = stub(srv.address)
     try:
-        secret = s.RegisterApp(pb.RegisterAppRequest(app_id="a", rho=1.0, max_gpus=1)).secret
+        secret = s.RegisterApp(register_request(app_id="a", rho=1.0, max_gpus=1)).secret
         t0 = time.monotonic()
         for _ in range(5):  # (a worker is freed a moment after the cancel: retry briefly)
             assert wait_for(lambda: _open_and_cancel(s, secret), timeout=5.0)
@@ -401,7 +436,8 @@ def test_allocation_goes_to_offered_apps_and_leftover_takers_only() -> None:
         every = ["m0-g0", "m0-g1", "m1-g0", "m1-g1"]
         t.stub.SubmitBid(pb.SubmitBidRequest(
             credentials=creds("a", t.secret_a), round_id=t.offer.round_id,
-            table=pb.BidTable(rho_current=5.0, bundles=[pb.Bundle(gpu_ids=every, rho=1.0)])))
+            table=pb.BidTable(rho_current=5.0, bundles=[
+                bundle(t.server.core.backend.topology(), every, 1.0)])))
         alloc = t.stream_a.next("allocation")
         assert alloc.was_bidder and alloc.round_id == t.offer.round_id
         assert sorted(g for lease in alloc.leases for g in lease.gpu_ids) == every
@@ -419,11 +455,13 @@ def test_round_releases_and_unregister(server: ArbiterServer, arb: Any) -> None:
     arb.SubmitBid(pb.SubmitBidRequest(
         credentials=creds("a", sa), round_id=offer.round_id,
         table=pb.BidTable(rho_current=math.inf,
-                          bundles=[pb.Bundle(gpu_ids=["m0-g0", "m0-g1"], rho=2.0)])))
+                          bundles=[bundle(server.core.backend.topology(),
+                                          ["m0-g0", "m0-g1"], 2.0)])))
     arb.SubmitBid(pb.SubmitBidRequest(
         credentials=creds("b", sb), round_id=offer.round_id,
         table=pb.BidTable(rho_current=math.inf,
-                          bundles=[pb.Bundle(gpu_ids=["m1-g0", "m1-g1"], rho=2.0)])))
+                          bundles=[bundle(server.core.backend.topology(),
+                                          ["m1-g0", "m1-g1"], 2.0)])))
     alloc = st_a.next("allocation")
     assert alloc.was_bidder and alloc.round_id == offer.round_id
     held = sorted(g for lease in alloc.leases for g in lease.gpu_ids)

@@ -23,7 +23,7 @@ from themis.arbiter.config import ArbiterConfig
 from themis.arbiter.errors import CallError
 from themis.arbiter.service import ArbiterServer
 from themis.arbiter.state import ArbiterCore
-from themis.arbiter.testing import creds, settle, stub, wait_for
+from themis.arbiter.testing import creds, register_request, settle, stub, wait_for
 from themis.mechanism.bidder import ModelBidder
 from themis.mechanism.fairness import (
     DEFAULT_STARVATION,
@@ -93,7 +93,7 @@ def _first_round(starvation: str | None, worse: str) -> tuple[Any, dict[str, Any
         snap = settle(srv.core)["apps"]
         snap["options"] = {n: b.starvation for n, b in bidders.items()}
         cluster.gate.set()
-        s.RegisterApp(pb.RegisterAppRequest(app_id="kick", rho=1.0, max_gpus=1))  # a round
+        s.RegisterApp(register_request(app_id="kick", rho=1.0, max_gpus=1))  # a round
         assert srv.core.wait_rounds(1, timeout=15)
         snap["merged"] = srv.core.merged_keys(["a", "b", "kick"])
         return srv.core.outcomes[0], snap
@@ -151,7 +151,7 @@ def server() -> Iterator[ArbiterServer]:
 def test_registration_announces_starvation_and_shape(server: ArbiterServer) -> None:
     channel, s = stub(server.address)
     try:
-        resp = s.RegisterApp(pb.RegisterAppRequest(app_id="a", rho=math.inf, max_gpus=2))
+        resp = s.RegisterApp(register_request(app_id="a", rho=math.inf, max_gpus=2))
     finally:
         channel.close()
     assert resp.starvation == "served-now"
@@ -161,8 +161,8 @@ def test_registration_announces_starvation_and_shape(server: ArbiterServer) -> N
 def test_bad_keys_are_refused_and_change_nothing(server: ArbiterServer) -> None:
     channel, s = stub(server.address)
     try:
-        sa = s.RegisterApp(pb.RegisterAppRequest(app_id="a", rho=math.inf, max_gpus=2)).secret
-        sb = s.RegisterApp(pb.RegisterAppRequest(app_id="b", rho=math.inf, max_gpus=2)).secret
+        sa = s.RegisterApp(register_request(app_id="a", rho=math.inf, max_gpus=2)).secret
+        sb = s.RegisterApp(register_request(app_id="b", rho=math.inf, max_gpus=2)).secret
         good = pb.StarvingKey(served_now_rho=3.0, ideal_seconds=600.0)
         s.ReportRho(pb.ReportRhoRequest(credentials=creds("b", sb), rho=math.inf,
                                         starving=good))
@@ -261,7 +261,7 @@ def test_agent_learns_the_option_at_registration(starvation: str | None, announc
     assert before is Starvation.INF  # until an arbiter says otherwise
     c = AgentClient(srv.address, "a", bidder, backoff=(0.02, 0.3)).start()
     try:
-        assert s.RegisterApp(pb.RegisterAppRequest(app_id="x", rho=1.0, max_gpus=1)
+        assert s.RegisterApp(register_request(app_id="x", rho=1.0, max_gpus=1)
                              ).starvation == announced
         assert c.connected.wait(10)
         assert bidder.starvation is option

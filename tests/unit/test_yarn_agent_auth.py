@@ -16,7 +16,7 @@ import pytest
 
 from tests.unit._tls import self_signed
 from themis.arbiter.config import ArbiterConfig
-from themis.arbiter.testing import creds, settle, stub
+from themis.arbiter.testing import creds, register_request, settle, stub
 from themis.rpc.tls import CERT_KEY, ENABLED_KEY
 from themis.rpc.v1 import arbiter_pb2 as pb
 from themis.yarn.agents import AgentEndpoint
@@ -82,7 +82,7 @@ def endpoint(owner: RmLeases) -> Iterator[AgentEndpoint]:
 
 
 def register(s: Any, app: str, token: str) -> pb.RegisterAppResponse:
-    return s.RegisterApp(pb.RegisterAppRequest(app_id=app, rho=math.inf, max_gpus=1,
+    return s.RegisterApp(register_request(app_id=app, rho=math.inf, max_gpus=1,
                                                registration_token=token), timeout=5)
 
 

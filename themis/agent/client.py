@@ -7,6 +7,10 @@ opens the event stream and, on a background thread:
 * on an Allocation records the new leases, asks ``bidder.on_allocation`` for an updated
   rho (the cached-table rule, see :mod:`themis.mechanism.bidder`) and reports it, then calls
   ``on_allocation``; on a LeaseWarning calls ``on_lease_warning``;
+* refused for its protocol version (an arbiter of another version: FAILED_PRECONDITION, or
+  a registration answered with another ``protocol_version``) logs one error naming both
+  versions, keeps it in ``stats.last_error`` and ``refused``, and stops: retrying cannot
+  help until one side is upgraded;
 * on UNAVAILABLE (arbiter down) reconnects with exponential back-off (with jitter);
   on NOT_FOUND (the arbiter restarted and forgot the app) registers again, getting a new
   secret.
@@ -20,6 +24,7 @@ client registers there again.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import random
@@ -36,7 +41,16 @@ from themis.agent.endpoints import parse_addresses
 from themis.mechanism.bidder import AllocationInfo, Bidder, OfferInfo
 from themis.mechanism.model import ModelError
 from themis.rpc import keepalive
-from themis.rpc.convert import gpu_from_pb, shape_from_pb, table_to_pb
+from themis.rpc.convert import gpu_from_pb, shape_from_pb
+from themis.rpc.offers import (
+    MISMATCH,
+    PROTOCOL_VERSION,
+    OfferError,
+    decode_offer,
+    mismatch_message,
+    table_to_pb,
+    version_of,
+)
 from themis.rpc.v1 import arbiter_pb2 as pb
 from themis.rpc.v1 import arbiter_pb2_grpc as pb_grpc
 
@@ -53,7 +67,12 @@ class ClientStats:
     warnings: int = 0
     reconnects: int = 0
     endpoint_switches: int = 0
+    offers_unreadable: int = 0  # offers not decoded (unknown node table): not bid on
     last_error: str = ""
+
+
+class ProtocolRefused(Exception):
+    """The arbiter speaks another protocol version (the message names both)."""
 
 
 _HOST_PORT = re.compile(
@@ -110,6 +129,8 @@ class AgentClient:
         self.epoch = ""
         self.leases: dict[str, float] = {}  # GPU id -> lease expiry (unix)
         self._gpus: dict[str, Any] = {}  # GPU id -> Gpu, for held GPUs
+        self._node_tables: dict[str, pb.NodeTable] = {}  # version -> the arbiter's table
+        self.refused = ""  # the protocol-version refusal, once refused (the client stopped)
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -204,7 +225,14 @@ class AgentClient:
         token = self._token() if callable(self._token) else self._token
         resp = self._stub.RegisterApp(pb.RegisterAppRequest(
             app_id=self.app_id, rho=self.bidder.current_rho(),
-            max_gpus=self.bidder.max_gpus(), registration_token=token), timeout=5.0)
+            max_gpus=self.bidder.max_gpus(), registration_token=token,
+            protocol_version=PROTOCOL_VERSION), timeout=5.0)
+        if version_of(resp.protocol_version) != PROTOCOL_VERSION:  # an arbiter of another
+            with contextlib.suppress(grpc.RpcError):  # version registered us: leave it
+                self._stub.Unregister(pb.UnregisterRequest(credentials=pb.Credentials(
+                    app_id=self.app_id, secret=resp.secret)), timeout=5.0)
+            raise ProtocolRefused(mismatch_message(repr(self.app_id), PROTOCOL_VERSION,
+                                                   resp.protocol_version))
         self.secret = resp.secret
         self.epoch = resp.arbiter_epoch
         self.bidder.set_cluster_gpus(resp.cluster_gpus)
@@ -244,11 +272,18 @@ class AgentClient:
                     delay = self.backoff[0]
                     unreachable = 0
                     self._handle(event)
+            except ProtocolRefused as exc:
+                self._refuse(str(exc))
+                break
             except grpc.RpcError as exc:
                 code = exc.code()
                 if self._stop.is_set():
                     break
                 self.stats.last_error = f"{code.name}: {exc.details()}"
+                if code == grpc.StatusCode.FAILED_PRECONDITION and MISMATCH in (
+                        exc.details() or ""):
+                    self._refuse(exc.details() or "")
+                    break
                 if code == grpc.StatusCode.NOT_FOUND:
                     log.info("%s: arbiter does not know us (restart?); re-registering",
                              self.app_id)
@@ -275,6 +310,12 @@ class AgentClient:
             delay = min(delay * 2, self.backoff[1])
             self.stats.reconnects += 1
 
+    def _refuse(self, message: str) -> None:
+        """Stop for good: the arbiter speaks another protocol version."""
+        self.refused = message
+        self.stats.last_error = f"FAILED_PRECONDITION: {message}"
+        log.error("%s: %s; the agent stops", self.app_id, message)
+
     def _handle(self, event: pb.Event) -> None:
         kind = event.WhichOneof("kind")
         if kind == "hello":
@@ -295,10 +336,24 @@ class AgentClient:
 
     def _on_offer(self, m: pb.Offer) -> None:
         self.stats.offers += 1
+        if m.HasField("node_table"):
+            if len(self._node_tables) >= 4:  # a cluster that changes: keep the latest few
+                self._node_tables.pop(next(iter(self._node_tables)))
+            self._node_tables[m.node_table.version] = m.node_table
+        table_pb = self._node_tables.get(m.node_table_version)
+        try:
+            if table_pb is None:
+                raise OfferError(f"node table {m.node_table_version!r} was never sent")
+            got = decode_offer(table_pb, m.free, m.held)
+        except OfferError as exc:
+            self.stats.offers_unreadable += 1
+            self.stats.last_error = f"offer of round {m.round_id}: {exc}"
+            log.error("%s: %s; not bidding", self.app_id, self.stats.last_error)
+            return
         offer = OfferInfo(
             round_id=m.round_id,
-            gpus=tuple(gpu_from_pb(g) for g in m.gpus),
-            held=tuple(gpu_from_pb(g) for g in m.held),
+            gpus=got.gpus,
+            held=got.held,
             deadline=m.deadline_unix,
             cluster_gpus=m.cluster_gpus,
             active_apps=m.active_apps,
@@ -313,7 +368,7 @@ class AgentClient:
         try:
             self._stub.SubmitBid(pb.SubmitBidRequest(
                 credentials=self._creds(), round_id=offer.round_id,
-                table=table_to_pb(table)), timeout=max(0.5, left + 0.5))
+                table=table_to_pb(table, got.position)), timeout=max(0.5, left + 0.5))
             self.stats.bids_sent += 1
         except grpc.RpcError as exc:
             self.stats.bids_rejected += 1
@@ -336,7 +391,8 @@ class AgentClient:
         alloc = AllocationInfo(
             round_id=m.round_id, gpus=gpus, vias=tuple(x.via for x in m.leases),
             expiry=max((x.expiry_unix for x in m.leases), default=0.0),
-            was_bidder=m.was_bidder, kept_fraction=m.kept_fraction, held=held)
+            was_bidder=m.was_bidder, kept_fraction=m.kept_fraction, held=held,
+            bundle_rho=m.bundle_rho)
         if self.on_allocation is not None:  # the app scheduler first, then the rho report
             self.on_allocation(alloc)
         new_rho = self.bidder.on_allocation(alloc)

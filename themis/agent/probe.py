@@ -20,6 +20,7 @@ import os
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -86,8 +87,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     done = threading.Event()
 
     def on_offer(o: OfferInfo) -> None:
-        _emit("offer", round=o.round_id, gpus=[g.id for g in o.gpus],
-              held=[g.id for g in o.held], active_apps=o.active_apps)
+        # offers name GPUs by node (protocol version 2): GPUs per node, not stand-in ids
+        _emit("offer", round=o.round_id, gpus=dict(Counter(g.machine for g in o.gpus)),
+              held=dict(Counter(g.machine for g in o.held)), active_apps=o.active_apps)
 
     def on_allocation(a: AllocationInfo) -> None:
         _emit("allocation", round=a.round_id, gpus=[g.id for g in a.gpus], vias=list(a.vias),

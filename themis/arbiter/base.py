@@ -33,6 +33,8 @@ from themis.arbiter.cluster_backend import ClusterBackend
 from themis.arbiter.config import ArbiterConfig
 from themis.mechanism.bids import BidTable
 from themis.mechanism.leases import LeaseTable
+from themis.mechanism.topology import Gpu
+from themis.rpc.offers import NodeIndex
 from themis.rpc.v1 import arbiter_pb2 as pb
 
 
@@ -49,6 +51,7 @@ class AppRecord:
     # granted GPUs since it registered (or holding a restored lease then): under
     # starvation = ranked its key ranks it among all apps once it starves again
     served: bool = False
+    node_table: str = ""  # the NodeTable version sent on the open stream ("" = none)
     events: queue.SimpleQueue[pb.Event | None] | None = None
 
 
@@ -62,6 +65,9 @@ class OpenRound:
     raw: dict[str, bytes] = field(default_factory=dict)  # for idempotent re-submission
     closed: bool = False
     offer: pb.Offer | None = None  # the part of the offer that every bidder gets
+    gpus: tuple[Gpu, ...] = ()  # the offered GPUs, in offer order
+    nodes: NodeIndex | None = None  # the node table the offer refers to
+    fill: dict[int, list[str]] = field(default_factory=dict)  # node -> ids in fill order
 
 
 class CoreBase(ABC):
@@ -106,7 +112,10 @@ class CoreBase(ABC):
 
     @abstractmethod
     def _offer_event(self, app_id: str, r: OpenRound) -> pb.Event:
-        """The app's offer in the open round ``r``: the bid intake."""
+        """The app's offer in the open round ``r`` (caller holds the lock): the bid
+        intake."""
+
+    _last_bids: dict[str, dict[int, float]]  # the bid intake's (caller holds the lock)
 
     @abstractmethod
     def _kick(self, delay: float | None = None) -> None:

@@ -29,7 +29,8 @@ from themis.mechanism.bids import BidTable
 from themis.mechanism.errors import InvalidBid, InvalidOffer
 from themis.mechanism.fairness import parse_starvation
 from themis.mechanism.topology import Gpu
-from themis.rpc.convert import gpus_to_pb, shape_to_pb, table_from_pb
+from themis.rpc.convert import shape_to_pb
+from themis.rpc.offers import BundleError, encode_gpus, fill_orders, node_index, table_from_pb
 from themis.rpc.v1 import arbiter_pb2 as pb
 from themis.safeinput import short
 
@@ -70,6 +71,19 @@ class BidIntake(CoreBase):
 
     def _init_intake(self) -> None:
         self._rejected: dict[str, int] = {}  # bids refused since the last drain, by cause
+        # per app, its bundles in the last round it bid in: hash of the sorted GPU ids -> rho
+        # (the first bundle naming them), for Allocation.bundle_rho
+        self._last_bids: dict[str, dict[int, float]] = {}
+
+    def _bundle_rho(self, app_id: str, gpu_ids: Sequence[str]) -> float:
+        """The rho of the bundle naming exactly ``gpu_ids`` (the GPUs granted) in the app's
+        table of the last auction it bid in - the agent's cached table: what it reports
+        next under the cached-table rule (proof of Theorem 3.3); 0.0 when none does (caller
+        holds the lock)."""
+        bids = self._last_bids.get(app_id)
+        if bids is None or not gpu_ids:
+            return 0.0
+        return bids.get(hash(tuple(sorted(gpu_ids))), 0.0)
 
     # ----------------------------------------------------------------- rho
     def report_rho(self, app_id: str, secret: str, rho: float,
@@ -106,22 +120,32 @@ class BidIntake(CoreBase):
 
     # ----------------------------------------------------------------- offers
     def _offer_event(self, app_id: str, r: OpenRound) -> pb.Event:
-        """The app's offer: the round's common part, built once per round (100 bidders x
-        256 GPUs cost 26 ms built one by one), plus the GPUs the app holds."""
+        """The app's offer: the round's common part, built once per round (free GPUs as
+        counts per node, :mod:`themis.rpc.offers`), plus the GPUs the app holds, and the
+        node table when the app's stream has not had its version (caller holds the lock)."""
         topo = self.backend.topology()
+        ni = r.nodes
+        if ni is None:
+            ni = r.nodes = node_index(topo)
         if r.offer is None:
             r.offer = pb.Offer(
                 round_id=r.round_id,
-                gpus=gpus_to_pb(topo[g] for g in r.offer_ids),
                 deadline_unix=r.deadline,
                 cluster_gpus=self.backend.cluster_gpus(),
                 active_apps=len(self._apps),
                 arbiter_epoch=self.epoch,
                 cluster_shape=shape_to_pb(self.backend.shape()),
+                node_table_version=ni.version,
+                free=encode_gpus(r.gpus, ni),
             )
         event = pb.Event()
-        event.offer.CopyFrom(r.offer)
-        event.offer.held.extend(gpus_to_pb(topo[g] for g in self._held_ids(app_id)))
+        offer = event.offer
+        offer.CopyFrom(r.offer)
+        offer.held.CopyFrom(encode_gpus((topo[g] for g in self._held_ids(app_id)), ni))
+        rec = self._apps.get(app_id)
+        if rec is not None and rec.node_table != ni.version:
+            offer.node_table.CopyFrom(ni.table)
+            rec.node_table = ni.version
         return event
 
     def _collect(self, rid: int, offer: Sequence[Gpu], bidders: Sequence[str],
@@ -129,7 +153,9 @@ class BidIntake(CoreBase):
         """Open round ``rid`` over ``offer``, send the offers and wait for the bids."""
         with self._cond:
             r = OpenRound(rid, tuple(g.id for g in offer), frozenset(bidders),
-                          self.clock() + self.config.bid_timeout_s)
+                          self.clock() + self.config.bid_timeout_s, gpus=tuple(offer))
+            r.nodes = node_index(self.backend.topology())
+            r.fill = fill_orders(offer, r.nodes)
             self._open = r
             for a in bidders:
                 self._send(a, self._offer_event(a, r))
@@ -147,7 +173,14 @@ class BidIntake(CoreBase):
     def _close_round(self, rid: int) -> frozenset[str]:
         """Close the open round ``rid`` (caller holds the lock): the apps it offered GPUs."""
         r, self._open = self._open, None
-        return r.bidders if r is not None and r.round_id == rid else frozenset()
+        if r is None or r.round_id != rid:
+            return frozenset()
+        for app, table in r.tables.items():
+            bids: dict[int, float] = {}
+            for b in table.bids:
+                bids.setdefault(hash(b.gpus), b.rho)  # b.gpus: sorted (table_from_pb)
+            self._last_bids[app] = bids
+        return r.bidders
 
     # ----------------------------------------------------------------- bids
     def _check_table_size(self, app_id: str, table: pb.BidTable) -> None:
@@ -161,15 +194,20 @@ class BidIntake(CoreBase):
         cluster = len(self.backend.topology())
         total = 0
         for k, b in enumerate(table.bundles):
-            size = len(b.gpu_ids)
-            if size > cluster:
+            if not len(b.nodes) == len(b.starts) == len(b.counts):
                 raise CallError(Code.INVALID_ARGUMENT,
-                                f"app {short(app_id)}: table.bundles[{k}].gpu_ids: {size} GPUs, "
-                                f"more than the cluster's {cluster}")
+                                f"app {short(app_id)}: table.bundles[{k}]: nodes, starts and "
+                                f"counts have {len(b.nodes)}, {len(b.starts)} and "
+                                f"{len(b.counts)} entries (one per run)")
+            size = sum(b.counts)
+            if size > cluster or len(b.nodes) > cluster:
+                raise CallError(Code.INVALID_ARGUMENT,
+                                f"app {short(app_id)}: table.bundles[{k}].counts: {size} GPUs "
+                                f"in {len(b.nodes)} runs, more than the cluster's {cluster}")
             total += size
         if total > self.config.max_table_gpu_ids:
             raise CallError(Code.RESOURCE_EXHAUSTED,
-                            f"app {short(app_id)}: table.bundles: {total} GPU ids in all exceed "
+                            f"app {short(app_id)}: table.bundles: {total} GPUs in all exceed "
                             f"the limit of {self.config.max_table_gpu_ids}")
 
     def _open_round_for(self, app_id: str, round_id: int) -> OpenRound:
@@ -229,7 +267,12 @@ class BidIntake(CoreBase):
             if self._resubmitted(app_id, round_id, r, raw):
                 return
             offer_ids = list(r.offer_ids)
-        bid = table_from_pb(app_id, table)
+        try:
+            bid = table_from_pb(app_id, table, r.fill)
+        except BundleError as exc:
+            raise CallError(Code.INVALID_ARGUMENT,
+                            f"app {app_id!r}: table.bundles[{exc.args[1]}]: {exc.args[0]}"
+                            ) from exc
         try:
             validate_tables(offer_ids, [bid])
         except InvalidBid as exc:

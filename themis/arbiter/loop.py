@@ -283,6 +283,7 @@ class RoundLoop(BidIntake):
                 gpus=gpus_to_pb(topo[x] for g in mine for x in g.gpus if x in topo),
                 was_bidder=a in outcome.bidders,
                 kept_fraction=auction.kept_fraction.get(a, 1.0) if auction else 1.0,
+                bundle_rho=self._bundle_rho(a, [x for g in mine for x in g.gpus]),
             )))
 
     # ----------------------------------------------------------------- external rounds

@@ -29,6 +29,7 @@ from themis.arbiter.errors import CallError, Code
 from themis.arbiter.intake import check_rho
 from themis.mechanism.round import LeaseGrant
 from themis.rpc.convert import lease_to_pb, shape_to_pb
+from themis.rpc.offers import PROTOCOL_VERSION, mismatch_message, version_of
 from themis.rpc.v1 import arbiter_pb2 as pb
 from themis.safeinput import short
 
@@ -75,9 +76,14 @@ class Registry(CoreBase):
 
     # ----------------------------------------------------------------- calls
     def register(self, app_id: str, rho: float, max_gpus: int,
-                 token: str = "") -> pb.RegisterAppResponse:
+                 token: str = "", protocol_version: int = PROTOCOL_VERSION
+                 ) -> pb.RegisterAppResponse:
         """Register ``app_id``; ``token`` proves the caller is its application master when the
-        core has a :attr:`registrar`."""
+        core has a :attr:`registrar`; ``protocol_version``: the agent's (the request's field,
+        0 = version 1), refused with FAILED_PRECONDITION unless it is this arbiter's."""
+        if version_of(protocol_version) != PROTOCOL_VERSION:
+            raise CallError(Code.FAILED_PRECONDITION,
+                            mismatch_message(short(app_id), protocol_version, PROTOCOL_VERSION))
         if not app_id or len(app_id) > MAX_APP_ID or not app_id.isprintable():
             raise CallError(Code.INVALID_ARGUMENT,
                             f"app_id {short(app_id)} must be 1-{MAX_APP_ID} printable "
@@ -121,6 +127,7 @@ class Registry(CoreBase):
                 ideal_time=self.config.ideal_time,
                 starvation=self.config.starvation,
                 cluster_shape=shape_to_pb(self.backend.shape()),
+                protocol_version=PROTOCOL_VERSION,
             )
 
     def open_stream(
@@ -138,6 +145,7 @@ class Registry(CoreBase):
                 rec.events.put(None)
             self._streams += 1
             rec.stream = self._streams
+            rec.node_table = ""  # a new stream gets the node table with its next offer
             rec.events = events if events is not None else queue.SimpleQueue()
             rec.events.put(pb.Event(hello=pb.Hello(
                 arbiter_epoch=self.epoch, leases=self._leases_pb(app_id))))
@@ -182,6 +190,7 @@ class Registry(CoreBase):
         if rec.events is not None:
             rec.events.put(None)
         del self._apps[app_id]
+        self._last_bids.pop(app_id, None)
         if self._open is not None:
             self._open.tables.pop(app_id, None)
         self._kick()

@@ -161,7 +161,7 @@ class ArbiterServicer:
                           ) -> pb.RegisterAppResponse:
         r = request
         return await self._call(context, lambda: self.core.register(
-            r.app_id, r.rho, r.max_gpus, r.registration_token))
+            r.app_id, r.rho, r.max_gpus, r.registration_token, r.protocol_version))
 
     async def ReportRho(self, request: pb.ReportRhoRequest, context: Context
                         ) -> pb.ReportRhoResponse:

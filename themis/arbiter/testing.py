@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import grpc
 
 from themis.arbiter.state import ArbiterCore
+from themis.mechanism.topology import Gpu, Topology
+from themis.rpc.offers import PROTOCOL_VERSION, fill_orders, node_index
 from themis.rpc.v1 import arbiter_pb2 as pb
 from themis.rpc.v1 import arbiter_pb2_grpc as pb_grpc
 
@@ -42,3 +44,25 @@ def wait_for(pred: Callable[[], bool], timeout: float = 5.0, step: float = 0.01)
             return True
         time.sleep(step)
     return pred()
+
+
+def bundle(topo: Topology, gpu_ids: Sequence[str], rho: float,
+           offered: Sequence[Gpu] | None = None) -> pb.Bundle:
+    """A bundle naming ``gpu_ids`` as agents send it (one run of fill positions per GPU,
+    :mod:`themis.rpc.offers`) in an offer of ``offered`` (default: every GPU of
+    ``topo``): tests speak GPU ids, the wire positions."""
+    ni = node_index(topo)
+    fill = fill_orders(list(offered if offered is not None else topo.values()), ni)
+    where = {g: (n, k) for n, ids in fill.items() for k, g in enumerate(ids)}
+    out = pb.Bundle(rho=rho)
+    for g in gpu_ids:
+        n, k = where[g]
+        out.nodes.append(n)
+        out.starts.append(k)
+        out.counts.append(1)
+    return out
+
+
+def register_request(**fields: Any) -> pb.RegisterAppRequest:
+    """A RegisterAppRequest of this protocol version (tests that call the service raw)."""
+    return pb.RegisterAppRequest(protocol_version=PROTOCOL_VERSION, **fields)

@@ -9,8 +9,10 @@
   again, and its round 1 is not the previous arbiter's;
 * the rho it reports (visibility phase) comes from the cached table of the last auction it
   took part in: after an allocation - won in the auction or received as leftover - the new
-  estimate is the cached rho of the received bundle (same GPU ids if the table has them,
-  else the best bid with at most as many GPUs), never a fresh, possibly strategic, value.
+  estimate is the cached rho of the received bundle (the bundle naming exactly the GPUs
+  received if the table has one - the arbiter names its rho, ``bundle_rho``, as only it
+  maps bundles to GPU ids - else the best bid with at most as many GPUs), never a fresh,
+  possibly strategic, value.
 """
 
 from __future__ import annotations
@@ -58,6 +60,9 @@ class AllocationInfo:
     was_bidder: bool
     kept_fraction: float
     held: tuple[Gpu, ...] = ()  # every GPU the app holds after this round
+    # the rho of the bid-table bundle naming exactly ``gpus`` (0.0: none), from the
+    # arbiter, which maps the bundles to GPU ids (offers by node: themis.rpc.offers)
+    bundle_rho: float = 0.0
 
 
 class Bidder(Protocol):
@@ -212,5 +217,8 @@ class ModelBidder:
                                       self.ideal)
                 self._rho = rho(self.app, len(alloc.held), locality_of(alloc.held), ctx)
                 return self._rho
-            self._rho = rho_from_table(self._last, tuple(g.id for g in alloc.gpus))
+            if alloc.bundle_rho > 0:  # the exact bundle was bid on
+                self._rho = alloc.bundle_rho
+            else:
+                self._rho = rho_from_table(self._last, tuple(g.id for g in alloc.gpus))
             return self._rho

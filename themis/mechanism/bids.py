@@ -85,6 +85,14 @@ def _order_machine(gpus: list[Gpu]) -> list[Gpu]:
     return [g for s in slots for g in sorted(s, key=lambda g: g.id)]
 
 
+def fill_order(gpus: Sequence[Gpu]) -> list[Gpu]:
+    """The fill order of one machine's GPUs, in which the menu takes them (fullest slots
+    first, then by slot name; within a slot by GPU id). It depends on the machine's slot
+    layout alone, which is why an offer can name a GPU by its position in it
+    (:mod:`themis.rpc.offers`)."""
+    return list(_ordered(list(gpus)))
+
+
 class OfferIndex:
     """The app-independent part of an offer. Build it once per offer and pass it to every
     bidder's :func:`make_bid_table` (``index=``); building it is O(G log G).

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from themis.mechanism.bids import Bid, BidTable
 from themis.mechanism.fairness import ClusterShape
 from themis.mechanism.model import ModelError
 from themis.mechanism.round import LeaseGrant
@@ -41,19 +40,6 @@ def shape_from_pb(m: pb.RegisterAppResponse | pb.Offer, field: str) -> ClusterSh
         return ClusterShape(x.slot_gpus, x.machine_gpus, x.rack_gpus)
     except ModelError:
         return None
-
-
-def table_to_pb(table: BidTable) -> pb.BidTable:
-    return pb.BidTable(
-        rho_current=table.rho_current,
-        bundles=[pb.Bundle(gpu_ids=list(b.gpus), rho=b.rho) for b in table.bids],
-    )
-
-
-def table_from_pb(app_id: str, m: pb.BidTable) -> BidTable:
-    """No validation here: the arbiter runs the auction's ``validate_tables`` on the result."""
-    bids = tuple(Bid(tuple(sorted(b.gpu_ids)), b.rho) for b in m.bundles)
-    return BidTable(app_id=app_id, rho_current=m.rho_current, bids=bids)
 
 
 def lease_to_pb(g: LeaseGrant) -> pb.Lease:

@@ -41,6 +41,7 @@ from themis.mechanism.fairness import ClusterShape
 from themis.mechanism.round import LeaseGrant, RoundOutcome
 from themis.mechanism.topology import Gpu, Topology
 from themis.rpc.convert import lease_to_pb
+from themis.rpc.offers import PROTOCOL_VERSION
 from themis.rpc.tls import ServerTls
 from themis.rpc.v1 import arbiter_pb2 as pb
 
@@ -151,8 +152,9 @@ class ExternalCore(ArbiterCore):
         return [lease_to_pb(g) for g in self._hello.pop(app_id, [])]
 
     def register(self, app_id: str, rho: float, max_gpus: int,
-                 token: str = "") -> pb.RegisterAppResponse:
-        reply = super().register(app_id, rho, max_gpus, token)
+                 token: str = "", protocol_version: int = PROTOCOL_VERSION
+                 ) -> pb.RegisterAppResponse:
+        reply = super().register(app_id, rho, max_gpus, token, protocol_version)
         self.owner.joined(app_id)
         return reply
 

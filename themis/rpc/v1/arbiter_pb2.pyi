@@ -30,19 +30,21 @@ class GpuInfo(_message.Message):
     def __init__(self, id: _Optional[str] = ..., machine: _Optional[str] = ..., rack: _Optional[str] = ..., slot: _Optional[str] = ...) -> None: ...
 
 class RegisterAppRequest(_message.Message):
-    __slots__ = ("app_id", "rho", "max_gpus", "registration_token")
+    __slots__ = ("app_id", "rho", "max_gpus", "registration_token", "protocol_version")
     APP_ID_FIELD_NUMBER: _ClassVar[int]
     RHO_FIELD_NUMBER: _ClassVar[int]
     MAX_GPUS_FIELD_NUMBER: _ClassVar[int]
     REGISTRATION_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     app_id: str
     rho: float
     max_gpus: int
     registration_token: str
-    def __init__(self, app_id: _Optional[str] = ..., rho: _Optional[float] = ..., max_gpus: _Optional[int] = ..., registration_token: _Optional[str] = ...) -> None: ...
+    protocol_version: int
+    def __init__(self, app_id: _Optional[str] = ..., rho: _Optional[float] = ..., max_gpus: _Optional[int] = ..., registration_token: _Optional[str] = ..., protocol_version: _Optional[int] = ...) -> None: ...
 
 class RegisterAppResponse(_message.Message):
-    __slots__ = ("secret", "arbiter_epoch", "lease_seconds", "bid_timeout_seconds", "cluster_gpus", "ideal_time", "starvation", "cluster_shape")
+    __slots__ = ("secret", "arbiter_epoch", "lease_seconds", "bid_timeout_seconds", "cluster_gpus", "ideal_time", "starvation", "cluster_shape", "protocol_version")
     SECRET_FIELD_NUMBER: _ClassVar[int]
     ARBITER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     LEASE_SECONDS_FIELD_NUMBER: _ClassVar[int]
@@ -51,6 +53,7 @@ class RegisterAppResponse(_message.Message):
     IDEAL_TIME_FIELD_NUMBER: _ClassVar[int]
     STARVATION_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_SHAPE_FIELD_NUMBER: _ClassVar[int]
+    PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     secret: str
     arbiter_epoch: str
     lease_seconds: float
@@ -59,7 +62,8 @@ class RegisterAppResponse(_message.Message):
     ideal_time: str
     starvation: str
     cluster_shape: ClusterShape
-    def __init__(self, secret: _Optional[str] = ..., arbiter_epoch: _Optional[str] = ..., lease_seconds: _Optional[float] = ..., bid_timeout_seconds: _Optional[float] = ..., cluster_gpus: _Optional[int] = ..., ideal_time: _Optional[str] = ..., starvation: _Optional[str] = ..., cluster_shape: _Optional[_Union[ClusterShape, _Mapping]] = ...) -> None: ...
+    protocol_version: int
+    def __init__(self, secret: _Optional[str] = ..., arbiter_epoch: _Optional[str] = ..., lease_seconds: _Optional[float] = ..., bid_timeout_seconds: _Optional[float] = ..., cluster_gpus: _Optional[int] = ..., ideal_time: _Optional[str] = ..., starvation: _Optional[str] = ..., cluster_shape: _Optional[_Union[ClusterShape, _Mapping]] = ..., protocol_version: _Optional[int] = ...) -> None: ...
 
 class ClusterShape(_message.Message):
     __slots__ = ("slot_gpus", "machine_gpus", "rack_gpus")
@@ -121,25 +125,59 @@ class Hello(_message.Message):
     leases: _containers.RepeatedCompositeFieldContainer[Lease]
     def __init__(self, arbiter_epoch: _Optional[str] = ..., leases: _Optional[_Iterable[_Union[Lease, _Mapping]]] = ...) -> None: ...
 
+class NodeTable(_message.Message):
+    __slots__ = ("version", "racks", "nodes")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    RACKS_FIELD_NUMBER: _ClassVar[int]
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    version: str
+    racks: _containers.RepeatedScalarFieldContainer[str]
+    nodes: _containers.RepeatedCompositeFieldContainer[Node]
+    def __init__(self, version: _Optional[str] = ..., racks: _Optional[_Iterable[str]] = ..., nodes: _Optional[_Iterable[_Union[Node, _Mapping]]] = ...) -> None: ...
+
+class Node(_message.Message):
+    __slots__ = ("id", "rack", "slot_gpus")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    RACK_FIELD_NUMBER: _ClassVar[int]
+    SLOT_GPUS_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    rack: int
+    slot_gpus: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, id: _Optional[str] = ..., rack: _Optional[int] = ..., slot_gpus: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class NodeGpus(_message.Message):
+    __slots__ = ("nodes", "counts", "slot_counts")
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    COUNTS_FIELD_NUMBER: _ClassVar[int]
+    SLOT_COUNTS_FIELD_NUMBER: _ClassVar[int]
+    nodes: _containers.RepeatedScalarFieldContainer[int]
+    counts: _containers.RepeatedScalarFieldContainer[int]
+    slot_counts: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, nodes: _Optional[_Iterable[int]] = ..., counts: _Optional[_Iterable[int]] = ..., slot_counts: _Optional[_Iterable[int]] = ...) -> None: ...
+
 class Offer(_message.Message):
-    __slots__ = ("round_id", "gpus", "deadline_unix", "cluster_gpus", "active_apps", "held", "arbiter_epoch", "cluster_shape")
+    __slots__ = ("round_id", "deadline_unix", "cluster_gpus", "active_apps", "arbiter_epoch", "cluster_shape", "node_table_version", "node_table", "free", "held")
     ROUND_ID_FIELD_NUMBER: _ClassVar[int]
-    GPUS_FIELD_NUMBER: _ClassVar[int]
     DEADLINE_UNIX_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_GPUS_FIELD_NUMBER: _ClassVar[int]
     ACTIVE_APPS_FIELD_NUMBER: _ClassVar[int]
-    HELD_FIELD_NUMBER: _ClassVar[int]
     ARBITER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_SHAPE_FIELD_NUMBER: _ClassVar[int]
+    NODE_TABLE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    NODE_TABLE_FIELD_NUMBER: _ClassVar[int]
+    FREE_FIELD_NUMBER: _ClassVar[int]
+    HELD_FIELD_NUMBER: _ClassVar[int]
     round_id: int
-    gpus: _containers.RepeatedCompositeFieldContainer[GpuInfo]
     deadline_unix: float
     cluster_gpus: int
     active_apps: int
-    held: _containers.RepeatedCompositeFieldContainer[GpuInfo]
     arbiter_epoch: str
     cluster_shape: ClusterShape
-    def __init__(self, round_id: _Optional[int] = ..., gpus: _Optional[_Iterable[_Union[GpuInfo, _Mapping]]] = ..., deadline_unix: _Optional[float] = ..., cluster_gpus: _Optional[int] = ..., active_apps: _Optional[int] = ..., held: _Optional[_Iterable[_Union[GpuInfo, _Mapping]]] = ..., arbiter_epoch: _Optional[str] = ..., cluster_shape: _Optional[_Union[ClusterShape, _Mapping]] = ...) -> None: ...
+    node_table_version: str
+    node_table: NodeTable
+    free: NodeGpus
+    held: NodeGpus
+    def __init__(self, round_id: _Optional[int] = ..., deadline_unix: _Optional[float] = ..., cluster_gpus: _Optional[int] = ..., active_apps: _Optional[int] = ..., arbiter_epoch: _Optional[str] = ..., cluster_shape: _Optional[_Union[ClusterShape, _Mapping]] = ..., node_table_version: _Optional[str] = ..., node_table: _Optional[_Union[NodeTable, _Mapping]] = ..., free: _Optional[_Union[NodeGpus, _Mapping]] = ..., held: _Optional[_Union[NodeGpus, _Mapping]] = ...) -> None: ...
 
 class Lease(_message.Message):
     __slots__ = ("gpu_ids", "start_unix", "expiry_unix", "via")
@@ -154,18 +192,20 @@ class Lease(_message.Message):
     def __init__(self, gpu_ids: _Optional[_Iterable[str]] = ..., start_unix: _Optional[float] = ..., expiry_unix: _Optional[float] = ..., via: _Optional[str] = ...) -> None: ...
 
 class Allocation(_message.Message):
-    __slots__ = ("round_id", "leases", "gpus", "was_bidder", "kept_fraction")
+    __slots__ = ("round_id", "leases", "gpus", "was_bidder", "kept_fraction", "bundle_rho")
     ROUND_ID_FIELD_NUMBER: _ClassVar[int]
     LEASES_FIELD_NUMBER: _ClassVar[int]
     GPUS_FIELD_NUMBER: _ClassVar[int]
     WAS_BIDDER_FIELD_NUMBER: _ClassVar[int]
     KEPT_FRACTION_FIELD_NUMBER: _ClassVar[int]
+    BUNDLE_RHO_FIELD_NUMBER: _ClassVar[int]
     round_id: int
     leases: _containers.RepeatedCompositeFieldContainer[Lease]
     gpus: _containers.RepeatedCompositeFieldContainer[GpuInfo]
     was_bidder: bool
     kept_fraction: float
-    def __init__(self, round_id: _Optional[int] = ..., leases: _Optional[_Iterable[_Union[Lease, _Mapping]]] = ..., gpus: _Optional[_Iterable[_Union[GpuInfo, _Mapping]]] = ..., was_bidder: _Optional[bool] = ..., kept_fraction: _Optional[float] = ...) -> None: ...
+    bundle_rho: float
+    def __init__(self, round_id: _Optional[int] = ..., leases: _Optional[_Iterable[_Union[Lease, _Mapping]]] = ..., gpus: _Optional[_Iterable[_Union[GpuInfo, _Mapping]]] = ..., was_bidder: _Optional[bool] = ..., kept_fraction: _Optional[float] = ..., bundle_rho: _Optional[float] = ...) -> None: ...
 
 class LeaseWarning(_message.Message):
     __slots__ = ("gpu_ids", "expiry_unix")
@@ -182,12 +222,16 @@ class Heartbeat(_message.Message):
     def __init__(self, now_unix: _Optional[float] = ...) -> None: ...
 
 class Bundle(_message.Message):
-    __slots__ = ("gpu_ids", "rho")
-    GPU_IDS_FIELD_NUMBER: _ClassVar[int]
+    __slots__ = ("rho", "nodes", "starts", "counts")
     RHO_FIELD_NUMBER: _ClassVar[int]
-    gpu_ids: _containers.RepeatedScalarFieldContainer[str]
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    STARTS_FIELD_NUMBER: _ClassVar[int]
+    COUNTS_FIELD_NUMBER: _ClassVar[int]
     rho: float
-    def __init__(self, gpu_ids: _Optional[_Iterable[str]] = ..., rho: _Optional[float] = ...) -> None: ...
+    nodes: _containers.RepeatedScalarFieldContainer[int]
+    starts: _containers.RepeatedScalarFieldContainer[int]
+    counts: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, rho: _Optional[float] = ..., nodes: _Optional[_Iterable[int]] = ..., starts: _Optional[_Iterable[int]] = ..., counts: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class BidTable(_message.Message):
     __slots__ = ("rho_current", "bundles")
