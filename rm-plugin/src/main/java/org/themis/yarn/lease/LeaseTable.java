@@ -264,25 +264,6 @@ public final class LeaseTable {
     return before - leases.size();
   }
 
-  /**
-   * Drops every lease on {@code node} (YARN removed it: lost, shut down, decommissioned);
-   * returns them. The node's GPUs are gone with it, so no lease may promise them any more.
-   */
-  public synchronized List<Lease> removeNode(NodeId node) {
-    List<Lease> out = new ArrayList<>();
-    leases.values().removeIf(l -> {
-      if (l.node().equals(node)) {
-        out.add(l);
-        return true;
-      }
-      return false;
-    });
-    if (!out.isEmpty()) {
-      changed();
-    }
-    return out;
-  }
-
   /** Is there any EXPIRING lease for (app, node)? */
   public synchronized boolean hasExpiring(ApplicationId app, NodeId node) {
     for (Lease l : of(app, node)) {
