@@ -5,16 +5,9 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.io.File;
 import java.nio.file.Files;
-import java.util.Collections;
-import java.util.HashMap;
-import java.util.Map;
-import java.util.Set;
 import org.apache.hadoop.yarn.api.records.Container;
 import org.apache.hadoop.yarn.api.records.NodeId;
-import org.apache.hadoop.yarn.api.records.NodeLabel;
 import org.apache.hadoop.yarn.conf.YarnConfiguration;
-import org.apache.hadoop.yarn.server.resourcemanager.nodelabels.RMNodeLabelsManager;
-import org.apache.hadoop.yarn.server.resourcemanager.scheduler.common.fica.FiCaSchedulerNode;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
@@ -69,22 +62,9 @@ class NonExclusivePartitionIT {
     mc = new ThemisMiniCluster("themis-non-exclusive", 2, conf);
     // `yarn rmadmin -addToClusterNodeLabels "shared(exclusive=false)"` and
     // `-replaceLabelsOnNode` on the first NM
-    RMNodeLabelsManager labels = mc.scheduler().getRMContext().getNodeLabelManager();
-    labels.addToCluserNodeLabels(
-        Collections.singletonList(NodeLabel.newInstance("shared", false)));
     shared = mc.nodes().get(0).getNodeID();
     plain = mc.nodes().get(1).getNodeID();
-    Map<NodeId, Set<String>> on = new HashMap<>();
-    on.put(shared, Collections.singleton("shared"));
-    labels.replaceLabelsOnNode(on);
-    ThemisMiniCluster.waitFor("the scheduler's node in partition shared", 20_000, () -> {
-      for (FiCaSchedulerNode n : mc.nodes()) {
-        if (n.getNodeID().equals(shared)) {
-          return "shared".equals(n.getPartition());
-        }
-      }
-      return false;
-    });
+    mc.label(shared, "shared", false);
     mc.awaitEngine();
   }
 

@@ -9,20 +9,14 @@ import com.fasterxml.jackson.databind.ObjectMapper;
 import java.io.File;
 import java.lang.management.ManagementFactory;
 import java.nio.file.Files;
-import java.util.Collections;
-import java.util.HashMap;
 import java.util.List;
-import java.util.Map;
 import java.util.Set;
 import javax.management.MBeanServer;
 import javax.management.ObjectName;
 import org.apache.hadoop.yarn.api.records.ApplicationId;
 import org.apache.hadoop.yarn.api.records.Container;
 import org.apache.hadoop.yarn.api.records.NodeId;
-import org.apache.hadoop.yarn.api.records.NodeLabel;
 import org.apache.hadoop.yarn.conf.YarnConfiguration;
-import org.apache.hadoop.yarn.server.resourcemanager.nodelabels.RMNodeLabelsManager;
-import org.apache.hadoop.yarn.server.resourcemanager.scheduler.common.fica.FiCaSchedulerNode;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
@@ -77,21 +71,9 @@ class PartitionsIT {
     mc = new ThemisMiniCluster("themis-partitions", 2, conf);
     // the exclusive label "gpu" on the first NM (centralized node labels, as `yarn rmadmin
     // -addToClusterNodeLabels gpu(exclusive=true)` and `-replaceLabelsOnNode` do)
-    RMNodeLabelsManager labels = mc.scheduler().getRMContext().getNodeLabelManager();
-    labels.addToCluserNodeLabels(Collections.singletonList(NodeLabel.newInstance("gpu", true)));
     labeled = mc.nodes().get(0).getNodeID();
     plain = mc.nodes().get(1).getNodeID();
-    Map<NodeId, java.util.Set<String>> on = new HashMap<>();
-    on.put(labeled, Collections.singleton("gpu"));
-    labels.replaceLabelsOnNode(on);
-    ThemisMiniCluster.waitFor("the scheduler's node in partition gpu", 20_000, () -> {
-      for (FiCaSchedulerNode n : mc.nodes()) {
-        if (n.getNodeID().equals(labeled)) {
-          return "gpu".equals(n.getPartition());
-        }
-      }
-      return false;
-    });
+    mc.label(labeled, "gpu", true);
     mc.awaitEngine();
   }
 

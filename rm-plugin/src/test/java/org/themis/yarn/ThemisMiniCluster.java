@@ -1,13 +1,16 @@
 package org.themis.yarn;
 
 import java.util.ArrayList;
+import java.util.Collections;
 import java.util.List;
 import java.util.function.BooleanSupplier;
 import org.apache.hadoop.util.VersionInfo;
 import org.apache.hadoop.yarn.api.records.NodeId;
+import org.apache.hadoop.yarn.api.records.NodeLabel;
 import org.apache.hadoop.yarn.client.api.YarnClient;
 import org.apache.hadoop.yarn.conf.YarnConfiguration;
 import org.apache.hadoop.yarn.server.MiniYARNCluster;
+import org.apache.hadoop.yarn.server.resourcemanager.nodelabels.RMNodeLabelsManager;
 import org.apache.hadoop.yarn.server.resourcemanager.scheduler.common.fica.FiCaSchedulerNode;
 import org.apache.hadoop.yarn.util.resource.ResourceUtils;
 
@@ -117,6 +120,26 @@ public final class ThemisMiniCluster implements AutoCloseable {
   /** The Python that runs the engine in tests: {@code $THEMIS_PYTHON}, else python3. */
   static String testPython() {
     return System.getenv().getOrDefault("THEMIS_PYTHON", "python3");
+  }
+
+  /**
+   * Puts {@code node} in the node label {@code label} (added to the cluster with {@code
+   * exclusive}), as {@code yarn rmadmin -addToClusterNodeLabels} and {@code
+   * -replaceLabelsOnNode} do with centralized labels, and waits until the scheduler's node is
+   * in that partition.
+   */
+  void label(NodeId node, String label, boolean exclusive) throws Exception {
+    RMNodeLabelsManager labels = scheduler().getRMContext().getNodeLabelManager();
+    labels.addToCluserNodeLabels(Collections.singletonList(NodeLabel.newInstance(label, exclusive)));
+    labels.replaceLabelsOnNode(Collections.singletonMap(node, Collections.singleton(label)));
+    waitFor("the scheduler's node in partition " + label, 20_000, () -> {
+      for (FiCaSchedulerNode n : nodes()) {
+        if (n.getNodeID().equals(node)) {
+          return label.equals(n.getPartition());
+        }
+      }
+      return false;
+    });
   }
 
   /** Waits for the engine, which starts with the round driver (start-up is not measured). */
