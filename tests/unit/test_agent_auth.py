@@ -242,6 +242,15 @@ def test_tls_files_that_cannot_be_used_are_named(tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------- starvation
+def read_to_end(call: Any) -> None:
+    """Read a server stream until it ends (or is cancelled by the test's clean-up)."""
+    try:
+        for _ in call:
+            pass
+    except grpc.RpcError:
+        pass
+
+
 def test_idle_calls_and_streams_do_not_starve_the_service(registrar: HmacRegistrar) -> None:
     """70 calls that never send their request and 70 streams of one app, against a server
     with 2 worker threads: another app still registers and reports rho, and the first app
@@ -264,6 +273,7 @@ def test_idle_calls_and_streams_do_not_starve_the_service(registrar: HmacRegistr
                                         options=[("grpc.use_local_subchannel_pool", 1)])
                   for _ in range(2)]
     a_stubs = [pb_grpc.ArbiterStub(c) for c in a_channels]  # type: ignore[no-untyped-call]
+    streams: list[Any] = []
     try:
         a = register(s, "a", registrar.token_for("a"))
         streams = [a_stubs[k % 2].Events(pb.EventsRequest(credentials=creds("a", a.secret)))
@@ -274,13 +284,21 @@ def test_idle_calls_and_streams_do_not_starve_the_service(registrar: HmacRegistr
         s.ReportRho(pb.ReportRhoRequest(credentials=creds("b", b.secret), rho=3.0), timeout=5)
         assert srv.core.snapshot()["apps"]["b"][1] == 3.0
         # one stream per app: the 69 superseded ones ended, the newest (in the server's
-        # order) is still open
-        assert wait_for(lambda: sum(not c.is_active() for c in streams) == 69, 30)
-        assert sum(c.is_active() for c in streams) == 1
+        # order) is still open. A client sees a stream's end only by reading up to it
+        # (gRPC holds the status behind unread messages), so each stream is read to its
+        # end on a thread of its own; is_active() alone depends on timing.
+        readers = [threading.Thread(target=read_to_end, args=(c,), daemon=True)
+                   for c in streams]
+        for t in readers:
+            t.start()
+        assert wait_for(lambda: sum(not t.is_alive() for t in readers) == 69, 30)
+        assert sum(t.is_alive() for t in readers) == 1
+        ended = [c for c, t in zip(streams, readers, strict=True) if not t.is_alive()]
+        assert all(c.code() == grpc.StatusCode.OK for c in ended)
         assert srv.core.snapshot()["apps"]["a"][3] != 0  # its record has an open stream
     finally:
         stop.set()
-        for c in idle:
+        for c in idle + streams:
             c.cancel()
         idle_channel.close()
         for c in a_channels:
