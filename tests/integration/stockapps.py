@@ -218,13 +218,16 @@ def lease_windows(rm_text: str, lease_s: float, grace_s: float
 
 
 def gpu_use_violations(nm_logs: Mapping[str, str], capacity: Mapping[str, int], rm_text: str,
-                       *, lease_s: float, grace_s: float, slack_s: float = 5.0) -> list[str]:
+                       *, lease_s: float, grace_s: float, slack_s: float = 5.0,
+                       containers: list[dict[str, Any]] | None = None) -> list[str]:
     """What the logs show against "no GPU is used by two containers at once": a node whose
     running GPU containers add up to more GPUs than it has at some instant (NodeManager
     logs), or a GPU container that ran on a node outside every lease of its app there (the
-    lease log; ``slack_s`` for the kill after the grace period to take effect)."""
+    lease log; ``slack_s`` for the kill after the grace period to take effect).
+    ``containers``: :func:`gpu_containers` of the logs, corrected by the caller (e.g. the
+    end of the containers of a host that was killed: its log never tells)."""
     bad = []
-    cs = gpu_containers(nm_logs)
+    cs = gpu_containers(nm_logs) if containers is None else containers
     for host, cap in capacity.items():
         events = sorted([(c["start"], c["gpus"], c["container"]) for c in cs
                          if c["host"] == host]

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 
 @contextlib.contextmanager
@@ -18,3 +20,25 @@ def serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+@contextlib.contextmanager
+def recording_am() -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    """An AM's /api/report that records the runner's reports and never asks it to stop;
+    yields (base URL, the reports so far)."""
+    reports: list[dict[str, Any]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            reports.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            body = b'{"stop": false}'
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    with serving(Handler) as url:
+        yield url, reports

@@ -5,12 +5,9 @@ directory in HDFS across runs (restored before the start, saved after the exit).
 
 from __future__ import annotations
 
-import json
 import sys
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +18,7 @@ from themis.hadoop.checkpoint_mirror import CheckpointMirror, checkpoint_steps
 from themis.hadoop.webhdfs import WebHdfs
 
 from ._fake_webhdfs import FakeWebHdfs
+from ._http import recording_am
 
 # a job without JSON events: it writes TensorBoard event files (steps 8..10, after the
 # checkpoint of step 7 it finds) and a new checkpoint, then exits 0
@@ -54,25 +52,8 @@ def fake() -> Iterator[FakeWebHdfs]:
 @pytest.fixture
 def am() -> Iterator[tuple[str, list[dict[str, Any]]]]:
     """An AM's /api/report that records the reports and never asks to stop."""
-    reports: list[dict[str, Any]] = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args: Any) -> None:
-            pass
-
-        def do_POST(self) -> None:
-            reports.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-            body = b'{"stop": false}'
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}", reports
-    server.shutdown()
-    server.server_close()
+    with recording_am() as served:
+        yield served
 
 
 def test_checkpoint_store_mirrors_the_local_directory(fake: FakeWebHdfs, tmp_path: Path

@@ -363,6 +363,23 @@ def test_a_container_on_a_lease_about_to_end_is_given_back_unlaunched() -> None:
     assert am.demand_node() == "nm1:8041"
 
 
+def test_a_node_yarn_takes_out_of_service_loses_its_leases_in_the_ams_view() -> None:
+    # issue 35: nm1 is LOST; the RM ended the app's leases there, and the AM's allocate
+    # response names the node: the AM drops those leases, stops asking there, and its job
+    # (its container completed as aborted) asks where it still holds a lease
+    am, shell, clock = _bare_am({"nm1:8041/0": 1060.0, "nm1:8041/1": 1060.0,
+                                 "nm2:8141/0": 1060.0})
+    am.reconcile()
+    assert {node for node, _ in shell.asks.values()} == {"nm1:8041", "nm2:8141"}
+    am.launcher.handle_event({"type": "nodes_unusable", "nodes": ["nm1:8041"]})
+    assert am.leases() == {"nm2:8141/0": 1060.0}
+    assert am._no_park["nm1:8041"] == clock.t + 60.0
+    am.reconcile()
+    live = [r for r in am.runs if r.state == "requested"]
+    assert live and all(r.node == "nm2:8141" for r in live), [(r.node, r.state) for r in live]
+    assert am.demand_node() == "nm2:8141"
+
+
 def _nm_conf_server(runtimes: str, executor: str) -> Any:
     """A NodeManager's ``/conf`` page (Hadoop's XML) on a local port."""
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer

@@ -6,8 +6,9 @@ is gone when the container ends. The runner therefore gives the job a local dire
 (``{checkpoint_dir}``, ``$THEMIS_CHECKPOINT_DIR``), fills it from the job's HDFS directory
 before the job starts (:meth:`CheckpointMirror.restore`) and mirrors it back after the job
 exited (:meth:`CheckpointMirror.save`): files that changed are written, files the job
-deleted (checkpoint rotation) are deleted. TensorFlow's ``checkpoint`` index file is written
-last, so an interrupted save leaves the index naming checkpoints whose files are complete.
+deleted (checkpoint rotation) are deleted. A save writes one state of the directory, with
+TensorFlow's ``checkpoint`` index (and Keras' backup metadata) last, so an interrupted save
+leaves the index naming checkpoints whose files are complete.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import logging
 import posixpath
 import re
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,8 +29,19 @@ log = logging.getLogger("themis.am.launchers.yarn.runner")
 #: directories and TensorFlow's ``ckpt-<n>.index`` (``CheckpointManager(...,
 #: checkpoint_number=step)`` or Keras' ``ModelCheckpoint("ckpt-{epoch}")``)
 CKPT_NAME = re.compile(r"ckpt-(\d{1,18})(?:\.index|\.weights\.h5|\.keras)?")
-#: written last (TensorFlow's index of the newest checkpoints)
+#: TensorFlow's index of the newest checkpoints
 INDEX_FILE = "checkpoint"
+#: written after every other file of a save: files that name the state the others hold
+#: (TensorFlow's index; the epoch and batch of Keras' ``BackupAndRestore`` weights)
+LAST_FILES = frozenset({INDEX_FILE, "training_metadata.json"})
+#: beside the job's HDFS directory (``<dir>.owner``): the container of the run that may
+#: write it, claimed by each run's restore
+OWNER_SUFFIX = ".owner"
+
+
+class CheckpointFenced(Exception):
+    """A newer run of the job claimed its HDFS directory: this run must not write it (its
+    host was frozen or cut off while the job ran again elsewhere: docs/am.md, "Faults")."""
 
 
 def checkpoint_steps(directory: Path) -> list[int]:
@@ -51,34 +64,99 @@ def _local_files(root: Path) -> dict[str, tuple[int, int]]:
 
 
 class CheckpointMirror:
-    def __init__(self, fs: WebHdfs, local: Path, remote: str) -> None:
+    """``owner``: the run's container id; with one, :meth:`restore` claims the directory
+    for this run and :meth:`save` refuses (:class:`CheckpointFenced`) once another run
+    claimed it: a job's runs follow one another, so the newest claim is the live run's,
+    and a stale run (thawed, or cut off and then killed) cannot put its older state over
+    the newer run's."""
+
+    def __init__(self, fs: WebHdfs, local: Path, remote: str, owner: str = "") -> None:
         self.fs = fs
         self.local = local
         self.remote = remote.rstrip("/")
+        self.owner = owner
+        self._claimed = False
         self._restored: dict[str, tuple[int, int]] = {}
 
+    @property
+    def owner_path(self) -> str:
+        return self.remote + OWNER_SUFFIX
+
+    def _claim(self) -> None:
+        self.fs.write(self.owner_path, self.owner.encode())
+        self._claimed = True
+
+    def check_owner(self) -> None:
+        """Raise :class:`CheckpointFenced` when another run claimed the directory. A run
+        whose claim failed (HDFS unwritable at its start) claims at its first save."""
+        if not self.owner:
+            return
+        if not self._claimed:
+            self._claim()
+            return
+        current = self.fs.read_or_none(self.owner_path)
+        if current is not None and current.decode(errors="replace") != self.owner:
+            raise CheckpointFenced(f"{self.remote} belongs to "
+                                   f"{current.decode(errors='replace')[:80]} now, not to "
+                                   f"{self.owner}")
+
     def restore(self) -> tuple[int, int]:
-        """HDFS -> the local directory; returns (files, bytes copied)."""
+        """HDFS -> the local directory (after claiming it, with an owner); returns (files,
+        bytes copied)."""
         from themis.hadoop.tblogs import download
 
+        if self.owner:
+            self._claim()
         self.local.mkdir(parents=True, exist_ok=True)
         _, copied, nbytes = download(self.fs, self.remote, self.local)
         self._restored = _local_files(self.local)
         return copied, nbytes
 
-    def save(self) -> tuple[int, int]:
+    def save(self, settle_s: float = 0.0) -> tuple[int, int]:
         """The local directory -> HDFS (changed files written, deleted ones deleted);
-        returns (files written, files deleted). Raises WebHdfsError."""
-        now = _local_files(self.local)
-        changed = sorted((rel for rel, st in now.items() if self._restored.get(rel) != st),
-                         key=lambda rel: (rel == INDEX_FILE, rel))
+        returns (files written, files deleted). Raises WebHdfsError (what was written is
+        then written again by the next save: docs/am.md, "Faults"), and
+        :class:`CheckpointFenced` (nothing written) when a newer run of the job claimed
+        the directory.
+
+        What is written is one state of the directory, also while the job runs and
+        writes checkpoints (the runner's copies every ``--checkpoint-every`` seconds):
+        every changed file is read into memory, and the listing (size, mtime) taken
+        before the reads must be the same after them. If the job wrote meanwhile, or
+        within ``settle_s`` seconds before (a writer between two files: Keras'
+        BackupAndRestore rewrites its weights, then the metadata naming their epoch, in
+        place), nothing is written and (0, -1) is returned; the next save catches up.
+        Files in :data:`LAST_FILES` (the index of a checkpoint, the metadata of a
+        backup) are written after every other changed file, so a save cut short leaves
+        HDFS's index naming complete checkpoints."""
+        self.check_owner()
+        before = _local_files(self.local)
+        if settle_s > 0 and before:
+            newest = max(mtime for _, mtime in before.values())
+            if time.time_ns() - newest < settle_s * 1e9:
+                return 0, -1
+        changed = sorted((rel for rel, st in before.items() if self._restored.get(rel) != st),
+                         key=lambda rel: (rel in LAST_FILES, rel))
+        data: dict[str, bytes] = {}
+        try:
+            for rel in changed:
+                data[rel] = self._read(rel)
+        except FileNotFoundError:
+            pass  # rotated away by the job: the listing below differs
+        if _local_files(self.local) != before:
+            log.info("checkpoint dir %s changed while being read: copied next time",
+                     self.local)
+            return 0, -1
         for rel in changed:
-            self.fs.write(posixpath.join(self.remote, rel), (self.local / rel).read_bytes())
-        gone = [rel for rel in self._restored if rel not in now]
+            self.fs.write(posixpath.join(self.remote, rel), data[rel])
+        gone = [rel for rel in self._restored if rel not in before]
         for rel in gone:
             self.fs.delete(posixpath.join(self.remote, rel))
-        self._restored = now
+        self._restored = before
         if changed or gone:
             log.info("checkpoint dir saved to %s: %d file(s) written, %d deleted",
                      self.remote, len(changed), len(gone))
         return len(changed), len(gone)
+
+    def _read(self, rel: str) -> bytes:
+        return (self.local / rel).read_bytes()

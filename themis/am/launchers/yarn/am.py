@@ -74,6 +74,9 @@ from themis.mechanism.topology import Locality
 
 log = logging.getLogger("themis.am.launchers.yarn.am")
 
+#: seconds no ask is parked on a node YARN took out of service (it may come back: a
+#: NodeManager that restarts registers again under the same id)
+NODE_OUT_S = 60.0
 #: How often the AM tells the arbiter its current rho (the loop's report, themis.am.master):
 #: YARN leases last minutes and a round uses the latest value, while every report is a call
 #: into the ResourceManager's engine (1,000 apps: 100 calls a second).
@@ -128,7 +131,8 @@ class AppMaster(AppMasterBase):
         self.launcher = YarnContainerLauncher(
             shell, memory_mb=spec.resources.memory_mb, vcores=spec.resources.vcores,
             clock=clock, lock=self._lock, command_for=self._command_for, admit=self._admit,
-            on_progress=self._on_progress, stop_timeout_s=stop_timeout_s,
+            on_progress=self._on_progress, on_nodes_unusable=self._nodes_unusable,
+            stop_timeout_s=stop_timeout_s,
             ps_memory_mb=spec.ps.memory_mb, ps_vcores=spec.ps.vcores)
         self.margins = LeaseMargins(stop_lead_s=stop_lead_s, start_margin_s=start_margin_s,
                                     stop_durations=self.launcher.stop_durations)
@@ -215,6 +219,32 @@ class AppMaster(AppMasterBase):
         return self.launcher.reallocations
 
     # ----------------------------------------------------------------- launcher hooks
+    def _nodes_unusable(self, nodes: list[str]) -> None:
+        """YARN took ``nodes`` out of service (LOST after the NodeManager liveness expiry,
+        decommissioned, shut down, unhealthy). The RM ended the app's leases there when it
+        removed the node (docs/yarn.md, "Faults"), so the agent's view drops them too:
+        otherwise the AM would keep asking for containers where none can come until the
+        leases' expiry, and not bid for GPUs elsewhere meanwhile. Its runs there end
+        apart (the RM completes their containers as aborted: they resume from their
+        checkpoints, :data:`~themis.am.launchers.yarn.launcher.NOT_FAILURES`); asks
+        waiting there are withdrawn and placed again."""
+        gone = set(nodes)
+        dropped: list[str] = []
+        if self.agent is not None:
+            with self.agent._lock:
+                dropped = [g for g in self.agent.leases if node_of(g) in gone]
+                for g in dropped:
+                    del self.agent.leases[g]
+        for r in self.runs:  # asks waiting there: withdrawn, placed again next pass
+            if r.state == "requested" and r.node in gone:
+                self._stop(r, f"{r.node} out of service")
+        until = self.clock() + NODE_OUT_S
+        for n in gone:  # no ask parked there for a while (it may come back)
+            self._no_park[n] = max(self._no_park.get(n, 0.0), until)
+        log.warning("nodes out of service: %s; their leased GPUs dropped: %s", sorted(gone),
+                    sorted(dropped))
+        self._dirty = True
+
     def _admit(self, run: Run) -> bool:
         """Whether an allocated container may be launched: a lease on its node still has
         room for a new run. Otherwise (allocated on a lease that ends before the job could

@@ -55,6 +55,7 @@ class YarnContainerLauncher:
                  command_for: Callable[[Run], tuple[str, dict[str, str]]],
                  admit: Callable[[Run], bool] = lambda run: True,
                  on_progress: Callable[[Run, dict[str, Any]], None] = lambda run, r: None,
+                 on_nodes_unusable: Callable[[list[str]], None] = lambda nodes: None,
                  stop_timeout_s: float = 60.0, ps_memory_mb: int = 1024,
                  ps_vcores: int = 1) -> None:
         self.shell = shell
@@ -67,6 +68,7 @@ class YarnContainerLauncher:
         self.command_for = command_for
         self.admit = admit
         self.on_progress = on_progress
+        self.on_nodes_unusable = on_nodes_unusable  # YARN took nodes out of service
         self.stop_timeout_s = stop_timeout_s
         self.runs: list[Run] = []
         self.by_container: dict[str, Run] = {}
@@ -265,6 +267,8 @@ class YarnContainerLauncher:
                 run = self.by_container.get(str(cid))
                 if run is not None and run.live:
                     self.stop_run(run, "preempted by the RM (lease expired)", lease_expiry=now)
+        elif kind == "nodes_unusable":  # lost, decommissioned...: their containers
+            self.on_nodes_unusable([str(n) for n in e.get("nodes", [])])  # complete apart
         elif kind == "shutdown":
             log.warning("the RM asked the AM to shut down")
             self.shutdown = "shutdown"

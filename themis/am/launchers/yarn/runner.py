@@ -28,9 +28,14 @@ its progress comes from the event files alone.
 
 Checkpoints: with ``--checkpoint-store`` the job's local ``--checkpoint-dir`` (its
 ``{checkpoint_dir}``, ``$THEMIS_CHECKPOINT_DIR``) is filled from that HDFS directory before
-the job starts and saved back after it exited (:mod:`themis.hadoop.checkpoint_mirror`), so
-that a job checkpointing with plain TensorFlow/Keras to a local directory resumes on any
-node.
+the job starts and saved back after it exited (:mod:`themis.hadoop.checkpoint_mirror`;
+tried 3 times), so that a job checkpointing with plain TensorFlow/Keras to a local directory
+resumes on any node. While the job runs, the directory is also copied every
+``--checkpoint-every`` seconds, once nothing in it changed for ``CHECKPOINT_SETTLE_S``: a
+run whose host dies (no exit, no save) resumes from the last copy (docs/am.md, "Faults").
+Each run claims the job's HDFS directory (a file beside
+it names its container); a run that finds another claim there writes nothing more and
+stops its job: a newer run of the job runs elsewhere (its host was frozen or cut off).
 
 Distributed jobs: with ``--task TYPE:INDEX`` (a task of a job's task group,
 :mod:`themis.am.taskgroup`) the runner binds a free port on its host and sends it with its
@@ -87,6 +92,10 @@ log = logging.getLogger("themis.am.launchers.yarn.runner")
 
 #: the job's local checkpoint directory in its container (``{checkpoint_dir}``)
 CKPT_DIR = "checkpoints"
+#: a copy while the job runs waits until nothing in its checkpoint directory changed for
+#: this long (seconds): a job writing a checkpoint's files one after the other has
+#: finished them by then (CheckpointMirror.save)
+CHECKPOINT_SETTLE_S = 2.0
 
 
 def parse_event(line: str) -> dict[str, Any] | None:
@@ -109,7 +118,8 @@ class Runner:
                  upload: EventLogUpload | None = None, upload_every: float = 10.0,
                  metric: str = "eval_loss", checkpoint_dir: Path | None = None,
                  store: CheckpointMirror | None = None, task: tuple[str, int] | None = None,
-                 rendezvous_wait: float = 600.0, stop_grace: float = STOP_GRACE_S) -> None:
+                 rendezvous_wait: float = 600.0, stop_grace: float = STOP_GRACE_S,
+                 checkpoint_every: float = 0.0) -> None:
         self.am_url = am_url.rstrip("/")
         self.job_id = job_id
         self.run_id = run_id
@@ -141,6 +151,10 @@ class Runner:
         self.metric = metric  # the objective's TensorFlow scalar tag
         self.checkpoint_dir = checkpoint_dir  # the job's local checkpoints
         self.store = store  # keeps checkpoint_dir in HDFS
+        # copy checkpoint_dir to HDFS this often while the job runs (0: only after it
+        # exited): what a run on a host that dies can resume from (docs/am.md, "Faults")
+        self.checkpoint_every = checkpoint_every
+        self._next_sync = 0.0  # monotonic time of the next copy
         self.task = task  # a distributed job's task (None: a single-process job)
         self.chief = task is None or task == ("worker", 0)
         self.rendezvous_wait = rendezvous_wait
@@ -414,15 +428,63 @@ class Runner:
         self._add_event({"event": "checkpoint-restored", "files": files, "bytes": nbytes,
                          "seconds": round(time.time() - t0, 3)})
 
-    def _save_checkpoints(self) -> None:
+    def _save_checkpoints(self, attempts: int = 3, pause: float = 1.0) -> None:
+        """The job's checkpoint directory to HDFS after its exit, up to ``attempts`` times
+        (HDFS may be briefly unwritable: a DataNode gone, the NameNode restarting). A save
+        that fails leaves the previous checkpoint in HDFS usable (the index is written
+        last); the next run resumes from it."""
+        from themis.hadoop.checkpoint_mirror import CheckpointFenced
+
         assert self.store is not None
-        try:
-            written, deleted = self.store.save()
-        except Exception as e:
-            log.error("checkpoint save to %s failed: %s", self.store.remote, e)
-            self._add_event({"event": "checkpoint-save-failed", "error": str(e)[:300]})
+        for attempt in range(1, attempts + 1):
+            try:
+                written, deleted = self.store.save()
+            except CheckpointFenced as e:
+                log.warning("checkpoint not saved: %s", e)
+                self._add_event({"event": "checkpoint-save-fenced", "error": str(e)[:300]})
+                return
+            except Exception as e:
+                log.error("checkpoint save to %s failed (attempt %d of %d): %s",
+                          self.store.remote, attempt, attempts, e)
+                if attempt == attempts:
+                    self._add_event({"event": "checkpoint-save-failed",
+                                     "error": str(e)[:300]})
+                    return
+                time.sleep(pause)
+                continue
+            if deleted >= 0:
+                self._add_event({"event": "checkpoint-saved", "written": written,
+                                 "deleted": deleted})
+                return
+            time.sleep(min(pause, 0.2))  # changed while read (a process of the job left)
+        log.error("checkpoint dir %s kept changing: not saved", self.checkpoint_dir)
+        self._add_event({"event": "checkpoint-save-failed",
+                         "error": "the directory kept changing while it was read"})
+
+    def _sync_checkpoints(self) -> None:
+        """While the job runs: its checkpoint directory to HDFS every ``checkpoint_every``
+        seconds (a failure is logged and retried at the next one)."""
+        if self.store is None or not self.chief or self.checkpoint_every <= 0:
             return
-        self._add_event({"event": "checkpoint-saved", "written": written, "deleted": deleted})
+        now = time.monotonic()
+        if now < self._next_sync:
+            return
+        self._next_sync = now + self.checkpoint_every
+        from themis.hadoop.checkpoint_mirror import CheckpointFenced
+
+        try:
+            written, deleted = self.store.save(settle_s=CHECKPOINT_SETTLE_S)
+        except CheckpointFenced as e:  # a newer run of the job runs elsewhere: stop it
+            log.warning("checkpoint not copied: %s; stopping the job", e)
+            self._signal_child("a newer run of the job owns its checkpoints")
+            return
+        except Exception as e:
+            log.warning("checkpoint copy to %s failed (retried in %.0f s): %s",
+                        self.store.remote, self.checkpoint_every, e)
+            return
+        if written or deleted > 0:
+            self._add_event({"event": "checkpoint-synced", "written": written,
+                             "deleted": deleted})
 
     def _run_job(self) -> int:
         from themis.hadoop.checkpoint_mirror import checkpoint_steps
@@ -447,6 +509,8 @@ class Runner:
                 self._signal_child("asked by the AM")
             self._stop_past_target()
             self._kill_unstopped()
+            if not self._signalled:  # a stopping job's directory is saved after its exit
+                self._sync_checkpoints()
         pump.join(timeout=5)
         if self._stopped_at_target and rc in STOPPED_STATUSES:
             # stopped here at its step target: the run reached it (docs/jobs.md)
@@ -533,6 +597,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="HDFS directory that keeps --checkpoint-dir across runs: restored "
                         "before the job starts, saved after it exits (default: none; "
                         "WebHDFS at $THEMIS_WEBHDFS_URL as the app's user)")
+    p.add_argument("--checkpoint-every", type=float, default=10.0,
+                   help="seconds between two copies of --checkpoint-dir to "
+                        "--checkpoint-store while the job runs, so that a run on a host that "
+                        "dies resumes from a recent checkpoint (default 10; 0: only after "
+                        "the job exited)")
     p.add_argument("--command-b64", default="",
                    help="the job command as a shell string, base64 (RFC 4648 URL-safe) "
                         "encoded, run by `bash -c` (default: none, the command follows --). "
@@ -578,14 +647,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.checkpoint_store:
             from themis.hadoop.checkpoint_mirror import CheckpointMirror
 
+            # the chief's container claims the job's directory (the other tasks only read)
+            owner = os.environ.get("CONTAINER_ID", "") if task in (None, ("worker", 0)) else ""
             store = CheckpointMirror(fs, args.checkpoint_dir or Path(CKPT_DIR),
-                                    args.checkpoint_store)
+                                    args.checkpoint_store, owner=owner)
     return Runner(args.am, args.job_id, args.run_id, args.logdir, cmd, args.report_every,
                   start_slots=slots, slot_dir=args.slot_dir, slot_wait=args.slot_wait,
                   upload=upload, upload_every=args.tensorboard_every,
                   metric=args.metric, checkpoint_dir=args.checkpoint_dir, store=store,
                   task=task, rendezvous_wait=args.rendezvous_wait,
-                  stop_grace=args.stop_grace).run()
+                  stop_grace=args.stop_grace, checkpoint_every=args.checkpoint_every).run()
 
 
 def parse_task(value: str, p: argparse.ArgumentParser) -> tuple[str, int]:

@@ -28,6 +28,7 @@ import org.apache.hadoop.yarn.server.resourcemanager.scheduler.event.AppAddedSch
 import org.apache.hadoop.yarn.server.resourcemanager.scheduler.event.AppAttemptRemovedSchedulerEvent;
 import org.apache.hadoop.yarn.server.resourcemanager.scheduler.event.AppRemovedSchedulerEvent;
 import org.apache.hadoop.yarn.server.resourcemanager.scheduler.event.NodeAddedSchedulerEvent;
+import org.apache.hadoop.yarn.server.resourcemanager.scheduler.event.NodeRemovedSchedulerEvent;
 import org.apache.hadoop.yarn.server.resourcemanager.scheduler.event.SchedulerEvent;
 import org.apache.hadoop.yarn.server.resourcemanager.scheduler.event.SchedulerEventType;
 import org.apache.hadoop.yarn.util.resource.DominantResourceCalculator;
@@ -141,7 +142,8 @@ public class ThemisCapacityScheduler extends CapacityScheduler {
   }
 
   /**
-   * After the base class: an app removed (finished, killed, failed) loses its leases now.
+   * After the base class: an app removed (finished, killed, failed) loses its leases now, and
+   * so does a node removed (lost, shut down, decommissioned: {@link AgentGateway#nodeRemoved}).
    * Before it, on Hadoop 3.3 (no {@code PLACEMENT_CLASS_KEY}), a new app gets the placement
    * allocator as its scheduling env unless it set one itself, which is what 3.4+ do with the
    * key; the attempts created after this event copy the app's env.
@@ -173,6 +175,9 @@ public class ThemisCapacityScheduler extends CapacityScheduler {
     ThemisRuntime rt = runtime;
     if (rt != null && event.getType() == SchedulerEventType.APP_REMOVED) {
       rt.agents().appRemoved(((AppRemovedSchedulerEvent) event).getApplicationID());
+    }
+    if (rt != null && event.getType() == SchedulerEventType.NODE_REMOVED) {
+      rt.agents().nodeRemoved(((NodeRemovedSchedulerEvent) event).getRemovedRMNode().getNodeID());
     }
     if (rt != null && event.getType() == SchedulerEventType.APP_ATTEMPT_REMOVED) {
       rt.agents().attemptEnded(((AppAttemptRemovedSchedulerEvent) event).getApplicationAttemptID());

@@ -49,11 +49,15 @@ class RmRestartSettleIT {
     NodeId gone = mc.cluster.getNodeManager(goneIndex).getNMContext().getNodeId();
     NodeId stays = mc.cluster.getNodeManager(1 - goneIndex).getNMContext().getNodeId();
     TestAm a = TestAm.start(mc, "on-the-lost-node");
+
+    // the NM first (stopping it while no RM answers waits for the RM for minutes); its
+    // shutdown removes the node, which ends its leases (NodeLostIT), so the lease is granted
+    // after that, as if the RM went down before it heard of the node's end
+    mc.cluster.getNodeManager(goneIndex).stop();
+    ThemisMiniCluster.waitFor("the stopped NM out of the scheduler", 30_000,
+        () -> s.getSchedulerNode(gone) == null);
     Lease l = s.leases().grant(a.appId, gone, 1, 600_000);
     assertTrue(s.recovery().flush(5000));
-
-    // the NM first (stopping it while no RM answers waits for the RM for minutes)
-    mc.cluster.getNodeManager(goneIndex).stop();
     mc.cluster.stopResourceManager(0);
     long t0 = System.currentTimeMillis();
     mc.cluster.restartResourceManager(0);

@@ -358,8 +358,25 @@ public final class AmShell {
       emit(event("shutdown"));
     }
 
+    /**
+     * Nodes YARN took out of service (LOST after the NodeManager liveness expiry,
+     * decommissioned, shut down, unhealthy): the RM ended the app's leases there, and the
+     * Python AM drops them from its view (docs/am.md, "Faults").
+     */
     @Override
-    public void onNodesUpdated(List<NodeReport> reports) {}
+    public void onNodesUpdated(List<NodeReport> reports) {
+      List<String> unusable = new ArrayList<>();
+      for (NodeReport r : reports) {
+        if (r.getNodeState() != null && r.getNodeState().isUnusable()) {
+          unusable.add(r.getNodeId().toString());
+        }
+      }
+      if (!unusable.isEmpty()) {
+        Map<String, Object> e = event("nodes_unusable");
+        e.put("nodes", unusable);
+        emit(e);
+      }
+    }
 
     @Override
     public float getProgress() {

@@ -6,6 +6,7 @@ import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import java.util.HashMap;
 import java.util.HashSet;
+import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.TreeSet;
@@ -91,6 +92,30 @@ public final class AgentGateway implements EngineSupervisor.AgentEvents {
       }
     }
     runtime.driver().gpusFreed();
+  }
+
+  /**
+   * YARN removed the node from the scheduler (LOST after the NodeManager liveness expiry,
+   * shut down, decommissioned, or reconnected as a new node): its GPUs left the offer with
+   * it, and every lease on it ends now (docs/yarn.md, "Faults"). Its containers were
+   * completed by the base class before (each passed {@link #gpuContainerEnded}); an AM
+   * learns of the node from its allocate response and drops its leases there too.
+   */
+  public void nodeRemoved(NodeId node) {
+    long now = leases.now();
+    List<Lease> ended = leases.removeNode(node);
+    long gpus = 0;
+    for (Lease l : ended) {
+      if (l.isLive(now)) {
+        gpus += l.gpus();
+      }
+    }
+    if (!ended.isEmpty()) {
+      runtime.countEndedEarly(gpus);
+      LOG.info("Themis: node {} removed from the scheduler; its {} lease(s) end now ({} live "
+          + "GPU(s))", node, ended.size(), gpus);
+      runtime.driver().gpusFreed();
+    }
   }
 
   /** The app finished (or was killed or failed): every lease of it ends now. */

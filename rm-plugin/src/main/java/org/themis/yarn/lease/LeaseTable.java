@@ -7,6 +7,7 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.function.LongSupplier;
+import java.util.function.Predicate;
 import org.apache.hadoop.yarn.api.records.ApplicationId;
 import org.apache.hadoop.yarn.api.records.NodeId;
 
@@ -178,9 +179,14 @@ public final class LeaseTable {
   /** Removes EXPIRING leases whose grace period is over and returns them (each exactly once). */
   public synchronized List<Lease> removeGraceOver() {
     long now = now();
+    return removeWhere(l -> l.state() == Lease.State.EXPIRING && now >= l.graceDeadlineMs());
+  }
+
+  /** Removes the leases that {@code which} accepts and returns them. */
+  private List<Lease> removeWhere(Predicate<Lease> which) {
     List<Lease> out = new ArrayList<>();
     leases.values().removeIf(l -> {
-      if (l.state() == Lease.State.EXPIRING && now >= l.graceDeadlineMs()) {
+      if (which.test(l)) {
         out.add(l);
         return true;
       }
@@ -262,6 +268,14 @@ public final class LeaseTable {
       changed();
     }
     return before - leases.size();
+  }
+
+  /**
+   * Drops every lease on {@code node} (YARN removed it: lost, shut down, decommissioned);
+   * returns them. The node's GPUs are gone with it, so no lease may promise them any more.
+   */
+  public synchronized List<Lease> removeNode(NodeId node) {
+    return removeWhere(l -> l.node().equals(node));
   }
 
   /** Is there any EXPIRING lease for (app, node)? */

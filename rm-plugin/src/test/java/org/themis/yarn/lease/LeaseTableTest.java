@@ -79,6 +79,22 @@ class LeaseTableTest {
   }
 
   @Test
+  void removeNodeEndsEveryLeaseThereAndOnlyThere() {
+    t.grant(a, n1, 2, 100);
+    t.grant(b, n1, 1, 100);
+    Lease other = t.grant(a, n2, 1, 100);
+    now.addAndGet(100);
+    t.expireDue(50); // an EXPIRING lease on the node goes too
+    t.grant(b, n1, 1, 100);
+    List<Lease> ended = t.removeNode(n1);
+    assertEquals(3, ended.size());
+    assertEquals(0, t.liveGpusOnNode(n1));
+    assertEquals(1, t.size());
+    assertEquals(other.id(), t.snapshot().get(0).id());
+    assertTrue(t.removeNode(n1).isEmpty(), "nothing left there");
+  }
+
+  @Test
   void renewKeepsIdAndGrantTimeAndOnlyActiveLeasesRenew() {
     Lease l = t.grant(a, n1, 2, 100);
     now.addAndGet(90);

@@ -1,0 +1,395 @@
+"""Host and network faults on the dockerised mini-cluster while Themis apps run (issue 35;
+shared by ``test_fault_trials.py`` and ``bench/bench_faults.py``). The apps, their job (a
+step counter that stores every fifth step in ``{checkpoint_dir}``) and the log readers are
+:mod:`tests.integration.am_kill_trials`'.
+
+Fault kinds, each injected with the real tool on the host that runs the job (or its AM):
+
+* ``nm-lost``: ``docker kill -s KILL`` of the NodeManager container running the app's job
+  (the host dies: every process of it at once, no NodeManager shutdown, nothing unregisters).
+  YARN marks the node LOST after ``yarn.nm.liveness-monitor.expiry-interval-ms``
+  (:data:`NM_EXPIRY_MS` here), the fault's end for the recovery time. The host is started
+  again once the job ran elsewhere (its NodeManager registers afresh).
+* ``nm-paused``: ``docker pause`` of that NodeManager container (the cgroup freezer: the host
+  hangs, its connections stay open) until YARN marked it LOST, then ``docker unpause`` (the
+  fault's end): the NodeManager's next heartbeat is told to resync, it kills its containers
+  and registers again.
+* ``am-partition``: iptables rules in the network namespace of the AM's host (entered with
+  ``nsenter`` from this machine; the rules name only the RM's address on the mini-cluster
+  network) drop the AM's traffic to and from the RM host: the AMRM scheduler port 8030 and
+  the agents' endpoint :8642 (the NodeManager on that host keeps its heartbeats on 8031),
+  for :data:`PARTITION_S` seconds, longer than a lease, then deleted (the fault's end).
+
+Checks (per trial, and over the cluster at the end):
+
+* **lost checkpoint**: the job's next run started below the last checkpoint it could
+  resume from: for ``nm-*`` the step in HDFS when the fault began (the checkpoint of a run on
+  the lost host is in its local directory until the run ends, and the host's disk is gone
+  with it: docs/am.md "Faults"), else the last step the interrupted run stored;
+* **double run** (any two containers of an app's job running at once) and **GPU use outside
+  leases / over a node's GPUs** (:func:`stockapps.gpu_use_violations`), from the
+  NodeManagers' logs and the RM's lease log, with the hosts' down times taken into account:
+  a killed host's containers ended when it was killed (its log never says so), a paused
+  host's processes did not run while it was frozen;
+* **apps**: every app (trial apps and competitors) ends FINISHED/SUCCEEDED, its job at its
+  last step;
+* **recovery time**: the fault's end -> the job makes progress again in a run other than the
+  one the fault hit (for ``am-partition`` the same run counts when it went on).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.integration.am_kill_trials import (
+    GRACE_MS,
+    LEASE_MS,
+    _pct,
+    app_report,
+    attempts,
+    job_logs,
+    runs,
+    submit,
+)
+from tests.integration.am_kill_trials import OVERRIDES as AM_KILL_OVERRIDES
+from tests.integration.minicluster import ADDR, NMS, RM, _get, hosts
+from tests.integration.stockapps import gpu_containers, gpu_use_violations, nm_logs, wait_for
+
+KINDS = ("nm-lost", "nm-paused", "am-partition")
+NM_EXPIRY_MS = 15000
+PARTITION_S = 40.0  # > LEASE_MS: a lease of the partitioned AM ends while it is cut off
+#: the RM's ports the AM uses: AMRM scheduler (yarn.resourcemanager.scheduler.address) and
+#: the agents' endpoint (yarn.resourcemanager.themis.agent-port)
+AM_PORTS = (8030, 8642)
+OVERRIDES = {
+    **AM_KILL_OVERRIDES,
+    "yarn.nm.liveness-monitor.expiry-interval-ms": str(NM_EXPIRY_MS),
+}
+
+
+@dataclass
+class FaultTrial:
+    kind: str
+    app: str
+    host: str  # the host the fault hit
+    am_host: str  # the app's AM's host when the fault began
+    container: str  # the job's run the fault hit
+    stored: int  # the last step that run stored (locally)
+    reached: int
+    durable: int  # the step of the job's checkpoint in HDFS when the fault began
+    fault_s: float = 0.0  # fault begin -> end (LOST declared, unpaused, healed)
+    resumed: int | None = None  # the step the job's next run started at (or went on from)
+    end_to_running_s: float | None = None
+    run_went_on: bool = False  # am-partition: the hit run went on through the fault
+    am_attempts: int = 0  # the app's AM attempts after the trial
+
+    @property
+    def must_resume_from(self) -> int:
+        return self.durable if self.kind.startswith("nm-") else self.stored
+
+    @property
+    def lost_checkpoint(self) -> bool:
+        return self.resumed is None or self.resumed < self.must_resume_from
+
+    @property
+    def lost_steps(self) -> int | None:
+        return None if self.resumed is None else max(0, self.reached - self.resumed)
+
+
+@dataclass
+class FaultResult:
+    trials: list[FaultTrial] = field(default_factory=list)
+    apps: dict[str, str] = field(default_factory=dict)
+    double_runs: list[str] = field(default_factory=list)
+    gpu_violations: list[str] = field(default_factory=list)
+    job_containers: int = 0
+    down: dict[str, list[tuple[float, float, str]]] = field(default_factory=dict)
+
+    def summary(self) -> dict[str, Any]:
+        kinds: dict[str, Any] = {}
+        for kind in sorted({t.kind for t in self.trials}):
+            ts = [t for t in self.trials if t.kind == kind]
+            times = sorted(t.end_to_running_s for t in ts if t.end_to_running_s is not None)
+            lost = [t.lost_steps for t in ts if t.lost_steps is not None]
+            kinds[kind] = {
+                "trials": len(ts), "lost_checkpoints": sum(t.lost_checkpoint for t in ts),
+                "fault_end_to_running_s": {"median": _pct(times, 0.5),
+                                           "max": times[-1] if times else None},
+                "fault_s_max": max((t.fault_s for t in ts), default=None),
+                "lost_steps_max": max(lost) if lost else None,
+                "runs_went_on": sum(t.run_went_on for t in ts),
+            }
+        failed = {a: s for a, s in self.apps.items() if s != "FINISHED/SUCCEEDED"}
+        return {
+            "trials": len(self.trials),
+            "lost_checkpoints": sum(t.lost_checkpoint for t in self.trials),
+            "double_runs": len(self.double_runs),
+            "gpu_use_violations": len(self.gpu_violations),
+            "apps_failed": len(failed),
+            "job_containers": self.job_containers,
+            "apps": self.apps,
+            "by_kind": kinds,
+        }
+
+
+# ------------------------------------------------------------------------------ the hosts
+def node_state(host: str) -> str | None:
+    """The RM's state of the NodeManager on ``host`` (RUNNING, LOST, ...; the newest entry)."""
+    doc = _get(f"{RM}/ws/v1/cluster/nodes?states=NEW,RUNNING,UNHEALTHY,LOST,SHUTDOWN,"
+               "DECOMMISSIONED,REBOOTED", timeout=10)
+    states = [n["state"] for n in (doc.get("nodes") or {}).get("node", [])
+              if n.get("nodeHostName") == host]
+    if "RUNNING" in states:
+        return "RUNNING"
+    return states[-1] if states else None
+
+
+def host_of(cluster: Mapping[str, Any], app: str, container: str) -> str:
+    """The NodeManager host whose log directory holds ``container``."""
+    for name, w in hosts(cluster).items():
+        if name in NMS and w.status == "running" and w.exec_run(
+                ["test", "-d", f"/data/nm-logs/{app}/{container}"]).exit_code == 0:
+            return name
+    raise AssertionError(f"{container}: on no running NodeManager")
+
+
+def _netns(w: Any, *args: str) -> None:
+    """``iptables ARGS`` in container ``w``'s network namespace (this machine's iptables,
+    entered with nsenter: the images have none, and need no NET_ADMIN for it)."""
+    w.reload()
+    pid = int(w.attrs["State"]["Pid"])
+    r = subprocess.run(["nsenter", "-t", str(pid), "-n", "iptables", "-w", *args],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, f"iptables {' '.join(args)} in {w.name}: {r.stderr}"
+
+
+def partition_rules(op: str, rm_addr: str) -> list[list[str]]:
+    """iptables argument lists (``op``: -I to add, -D to delete) dropping the AM ports'
+    traffic between a host and the RM's address, which must be one of the mini-cluster's."""
+    assert rm_addr in ADDR.values(), f"{rm_addr}: not a mini-cluster address"
+    ports = ",".join(str(p) for p in AM_PORTS)
+    return [["-" + op.lstrip("-"), "OUTPUT", "-d", rm_addr, "-p", "tcp", "-m", "multiport",
+             "--dports", ports, "-j", "DROP"],
+            ["-" + op.lstrip("-"), "INPUT", "-s", rm_addr, "-p", "tcp", "-m", "multiport",
+             "--sports", ports, "-j", "DROP"]]
+
+
+def hdfs_step(app: str, job: str) -> int:
+    """The step in the job's checkpoint directory in HDFS (0: none)."""
+    from hdfs import InsecureClient
+    from hdfs.util import HdfsError
+
+    from tests.integration.minicluster import NN
+    try:
+        with InsecureClient(NN, user="root").read(
+                f"/user/root/.themis/{app}/ckpt-dir/{job}/step") as f:
+            return int(f.read().decode().strip() or 0)
+    except HdfsError:
+        return 0
+
+
+def _job_id(cluster: Mapping[str, Any], app: str) -> str:
+    for text in job_logs(cluster, app).values():
+        m = re.search(r"amkill-job (\S+) starts at step", text)
+        if m:
+            return m[1]
+    raise AssertionError(f"{app}: no job log")
+
+
+# ------------------------------------------------------------------------------ one trial
+def _running_run(cluster: Mapping[str, Any], app: str) -> dict[str, Any] | bool | None:
+    if app_report(app)["state"] in ("FINISHED", "FAILED", "KILLED"):
+        return True
+    att = max(int(a["id"]) for a in attempts(app))
+    now = [r for r in runs(cluster, app) if r["attempt"] == att]
+    last = max(now, key=lambda r: r["container"], default=None)
+    return last if last is not None and last["stored"] > last["start"] else None
+
+
+def one_trial(cluster: Mapping[str, Any], app: str, kind: str, rng: random.Random,
+              result: FaultResult, max_delay_s: float = 4.0,
+              partition_s: float = PARTITION_S) -> FaultTrial | None:
+    """Inject fault ``kind`` once the app's job runs and stored a step in its newest run;
+    wait until the job progresses again. None when the app ended first."""
+    run = wait_for(f"{app}'s job to store a step", 300,
+                   lambda: _running_run(cluster, app), 1.0)
+    if run is True:
+        return None
+    time.sleep(rng.uniform(0.0, max_delay_s))
+    run = wait_for(f"{app}'s job to store a step", 300, lambda: _running_run(cluster, app), 0.5)
+    if run is True:
+        return None
+    assert isinstance(run, dict)
+    job = _job_id(cluster, app)
+    current = max(attempts(app), key=lambda a: int(a["id"]))
+    am_host = str(current["nodeId"]).split(":")[0]
+    host = am_host if kind == "am-partition" else host_of(cluster, app, run["container"])
+    w = hosts(cluster)[host]
+    durable = hdfs_step(app, job)
+    t0 = time.time()
+    if kind == "nm-lost":
+        w.kill(signal="SIGKILL")
+        wait_for(f"{host} LOST", NM_EXPIRY_MS / 1000 + 60, lambda: node_state(host) == "LOST",
+                 0.5)
+        t_end = time.time()
+    elif kind == "nm-paused":
+        w.pause()
+        wait_for(f"{host} LOST", NM_EXPIRY_MS / 1000 + 60, lambda: node_state(host) == "LOST",
+                 0.5)
+        w.unpause()
+        t_end = time.time()
+        result.down.setdefault(host, []).append((t0, t_end, "paused"))
+    elif kind == "am-partition":
+        rules = partition_rules("I", ADDR["rm"])
+        for r in rules:
+            _netns(w, *r)
+        try:
+            time.sleep(partition_s)
+        finally:
+            for r in partition_rules("D", ADDR["rm"]):
+                _netns(w, *r)
+        t_end = time.time()
+    else:
+        raise ValueError(f"unknown fault kind {kind!r}")
+
+    def progressed() -> dict[str, Any] | None:
+        for r in runs(cluster, app):
+            if r["container"] == run["container"]:
+                if kind == "am-partition" and r["reached"] > reached_at_end.get(
+                        r["container"], r["reached"]):
+                    return r
+            elif r["container"] > run["container"] and r["reached"] > r["start"]:
+                return r
+        if app_report(app)["state"] in ("FINISHED", "FAILED", "KILLED"):
+            return {"ended": True}
+        return None
+
+    reached_at_end = {r["container"]: r["reached"] for r in runs(cluster, app)}
+    try:
+        nxt = wait_for(f"{app}'s job to run again after {kind}", 400, progressed, 1.0)
+    except AssertionError as e:  # what the AM and the RM did meanwhile, for the report
+        raise AssertionError(f"{e}\n{_diagnose(cluster, app, t_end)}") from None
+    t_running = time.time()
+    if kind == "nm-lost":  # the host comes back (a new NodeManager, empty)
+        w.start()
+        wait_for(f"{host} RUNNING again", 180, lambda: node_state(host) == "RUNNING", 1.0)
+        result.down.setdefault(host, []).append((t0, time.time(), "killed"))
+    else:
+        wait_for(f"{host} RUNNING", 180, lambda: node_state(host) == "RUNNING", 1.0)
+    hit = next((r for r in runs(cluster, app) if r["container"] == run["container"]), run)
+    went_on = nxt.get("container") == run["container"]
+    resumed = (run["reached"] if went_on else nxt.get("start"))
+    return FaultTrial(kind, app, host, am_host, run["container"], stored=hit["stored"],
+                      reached=hit["reached"], durable=durable, fault_s=round(t_end - t0, 1),
+                      resumed=resumed, end_to_running_s=round(t_running - t_end, 1),
+                      run_went_on=went_on, am_attempts=len(attempts(app)))
+
+
+def _diagnose(cluster: Mapping[str, Any], app: str, since: float) -> str:
+    """The tails of the app's AM logs (every attempt, every running host) and the RM's
+    Themis lines about the app since ``since``."""
+    out = []
+    for name, w in hosts(cluster).items():
+        if name in NMS and w.status == "running":
+            r = w.exec_run(["sh", "-c", f"for f in /data/nm-logs/{app}/*/AppMaster.stderr; do "
+                                        "echo \"== $f\"; grep themis $f | tail -n 40; done"])
+            out.append(f"==== {name}\n" + r.output.decode(errors="replace")[-6000:])
+    rm = hosts(cluster)["rm"]
+    lines = [ln for ln in rm.logs(since=int(since) - 30).decode(errors="replace").splitlines()
+             if app in ln and "Themis" in ln]
+    out.append("==== rm\n" + "\n".join(lines[-40:]))
+    return "\n".join(out)
+
+
+# ------------------------------------------------------------------------------ the checks
+def _intervals(c: Mapping[str, Any], down: Sequence[tuple[float, float, str]]
+               ) -> list[tuple[float, float]]:
+    """When container ``c``'s processes ran: start..end, less its host's frozen times; a
+    killed host's containers ended when it was killed."""
+    spans = [(float(c["start"]), float(c["end"]))]
+    for a, b, how in down:
+        out = []
+        for s, e in spans:
+            if how == "killed" and s < a < e:
+                out.append((s, a))
+            elif how == "paused" and s < b and a < e:
+                out += [x for x in ((s, min(e, a)), (max(s, b), e)) if x[0] < x[1]]
+            else:
+                out.append((s, e))
+        spans = out
+    return spans
+
+
+def check_cluster(cluster: Mapping[str, Any], result: FaultResult, apps: Sequence[str]) -> None:
+    logs = nm_logs(dict(cluster))
+    fixed = []
+    for c in gpu_containers(logs):
+        spans = _intervals(c, result.down.get(c["host"], []))
+        if not spans:
+            continue
+        fixed += [{**c, "start": s, "end": e} for s, e in spans]
+    by_app: dict[str, list[dict[str, Any]]] = {}
+    for c in fixed:
+        if c["app"] in apps:
+            by_app.setdefault(c["app"], []).append(c)
+    result.job_containers = len({c["container"] for cs in by_app.values() for c in cs})
+    for app, cs in by_app.items():
+        cs.sort(key=lambda c: c["start"])
+        for i, b in enumerate(cs):
+            for a in cs[:i]:
+                if a["container"] != b["container"] and b["start"] < a["end"]:
+                    result.double_runs.append(
+                        f"{app}: {b['container']} on {b['host']} ran "
+                        f"{min(a['end'], b['end']) - b['start']:.1f} s while {a['container']} "
+                        f"on {a['host']} ran")
+    rm = hosts(cluster)["rm"]
+    result.gpu_violations = gpu_use_violations(
+        logs, {n: g for n, (g, _r) in NMS.items()}, rm.logs().decode(errors="replace"),
+        lease_s=LEASE_MS / 1000, grace_s=GRACE_MS / 1000, containers=fixed)
+
+
+def run_trials(cluster: Mapping[str, Any], tmp: Path, *, kinds: Sequence[str], trials: int,
+               apps: int = 1, competitors: int = 2, steps: int = 120, seed: int = 0,
+               partition_s: float = PARTITION_S,
+               down: dict[str, list[tuple[float, float, str]]] | None = None,
+               emit: Callable[[str], None] = print) -> FaultResult:
+    """``apps`` trial apps and ``competitors`` competing apps (2 GPUs each, single jobs of
+    ``steps`` steps; more GPUs asked than the cluster's 8 makes their jobs move at lease
+    ends); ``trials`` faults of each kind, the kinds in turn, each on a trial app in turn;
+    then every app's end and the cluster-wide checks. ``down``: the hosts' down times of
+    earlier rounds on this cluster (their logs are read again), extended with this round's."""
+    rng = random.Random(seed)
+    result = FaultResult(down={} if down is None else down)
+    names = [submit(tmp, f"fault-{seed}-{i}", steps, 3, gpus=2) for i in range(apps)]
+    others = [submit(tmp, f"fault-bg-{seed}-{i}", steps, 3, gpus=2)
+              for i in range(competitors)]
+    for app in names + others:
+        result.apps[app] = "RUNNING"
+    order = [k for _ in range(trials) for k in kinds]
+    for n, kind in enumerate(order):
+        app = names[n % len(names)]
+        t = one_trial(cluster, app, kind, rng, result, partition_s=partition_s)
+        if t is None:
+            emit(json.dumps({"skipped": app, "kind": kind}))
+            continue
+        result.trials.append(t)
+        emit(json.dumps({"trial": len(result.trials), **t.__dict__,
+                         "lost_checkpoint": t.lost_checkpoint, "lost_steps": t.lost_steps}))
+    for app in names + others:
+        rep = wait_for(f"{app} to end", 900, lambda a=app: (
+            r if (r := app_report(a))["state"] in ("FINISHED", "FAILED", "KILLED") else None),
+            2.0)
+        result.apps[app] = f"{rep['state']}/{rep.get('finalStatus')}"
+        final = runs(cluster, app)
+        if final and max(r["reached"] for r in final) < steps:
+            result.apps[app] += f" (reached {max(r['reached'] for r in final)} of {steps})"
+    check_cluster(cluster, result, names + others)
+    return result

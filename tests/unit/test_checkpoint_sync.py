@@ -1,0 +1,218 @@
+"""Checkpoints of a running job reach HDFS before it exits (issue 35: a run whose host dies
+never exits, so a save after the exit never comes): the runner copies the job's checkpoint
+directory every ``--checkpoint-every`` seconds, and a copy taken while the job writes never
+leaves HDFS's index naming a checkpoint whose files were not complete (docs/am.md,
+"Faults"); a run that a newer run of its job took over writes nothing."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from themis.am.launchers.yarn.runner import Runner
+from themis.hadoop.checkpoint_mirror import CheckpointFenced, CheckpointMirror
+from themis.hadoop.webhdfs import WebHdfs
+
+from ._fake_webhdfs import FakeWebHdfs
+from ._http import recording_am
+
+REMOTE = "/app/ckpt-dir/j0"
+# a job that stores a checkpoint, then waits (at most 5 s) until it sees it in HDFS, and
+# exits 0 if it did, 3 if not: only a copy taken while it runs can make it exit 0
+JOB = """
+import sys, time, urllib.request
+from pathlib import Path
+ckpt, url = Path(sys.argv[1]), sys.argv[2]
+ckpt.mkdir(parents=True, exist_ok=True)
+(ckpt / "ckpt-5.index").write_bytes(b"five")
+(ckpt / "checkpoint").write_text("ckpt-5")
+end = time.time() + 5
+while time.time() < end:
+    try:
+        with urllib.request.urlopen(url + "/webhdfs/v1%s/checkpoint?op=OPEN" % sys.argv[3]) as r:
+            if r.read() == b"ckpt-5":
+                sys.exit(0)
+    except OSError:
+        pass
+    time.sleep(0.1)
+sys.exit(3)
+"""
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeWebHdfs]:
+    f = FakeWebHdfs()
+    yield f
+    f.close()
+
+
+@pytest.fixture
+def am_url() -> Iterator[str]:
+    with recording_am() as (url, _):
+        yield url
+
+
+@pytest.mark.parametrize(("every", "status"), [(0.3, 0), (0.0, 3)])
+def test_the_runner_copies_checkpoints_while_the_job_runs(
+        fake: FakeWebHdfs, am_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        every: float, status: int) -> None:
+    monkeypatch.chdir(tmp_path)
+    script = tmp_path / "job.py"
+    script.write_text(JOB)
+    ckpt = Path("checkpoints")
+    runner = Runner(am_url, "j0", 1, Path("tflogs"),
+                    [sys.executable, str(script), str(ckpt), fake.url, REMOTE],
+                    report_every=0.1, checkpoint_dir=ckpt,
+                    store=CheckpointMirror(WebHdfs(fake.url), ckpt, REMOTE),
+                    checkpoint_every=every)
+    # with copies every 0.3 s the job sees its checkpoint in HDFS and exits 0; without,
+    # only the save after its exit (3) puts it there
+    assert runner.run() == status
+    assert bytes(fake.files[f"{REMOTE}/checkpoint"]) == b"ckpt-5"
+
+
+def test_a_checkpoint_written_while_hdfs_is_written_goes_with_the_next_copy(
+        fake: FakeWebHdfs, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fs = WebHdfs(fake.url)
+    local = tmp_path / "ckpt"
+    store = CheckpointMirror(fs, local, REMOTE)
+    store.restore()
+    (local / "ckpt-5.index").write_bytes(b"five")
+    (local / "checkpoint").write_text("ckpt-5")
+    real_write = fs.write
+
+    def job_writes_meanwhile(path: str, data: bytes, **kw: Any) -> None:
+        real_write(path, data, **kw)
+        if path.endswith("ckpt-5.index") and not (local / "ckpt-9.index").exists():
+            # the job stores its next checkpoint while ckpt-5 is being copied
+            (local / "ckpt-9.index").write_bytes(b"nine")
+            (local / "checkpoint").write_text("ckpt-9")
+
+    monkeypatch.setattr(fs, "write", job_writes_meanwhile)
+    assert store.save() == (2, 0)
+    # the index copied is the one read with the files: it names ckpt-5, complete in HDFS
+    assert bytes(fake.files[f"{REMOTE}/checkpoint"]) == b"ckpt-5"
+    assert f"{REMOTE}/ckpt-9.index" not in fake.files
+    assert store.save() == (2, 0)
+    assert bytes(fake.files[f"{REMOTE}/checkpoint"]) == b"ckpt-9"
+    assert bytes(fake.files[f"{REMOTE}/ckpt-9.index"]) == b"nine"
+
+
+def test_a_directory_changed_while_it_is_read_is_not_written(
+        fake: FakeWebHdfs, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Keras' BackupAndRestore rewrites latest.weights.h5, then training_metadata.json (the
+    # epoch of those weights), in place: a copy that read the old weights and the new
+    # metadata would resume a later epoch with older weights (the optimizer's step going
+    # back); one that read a file the job rotated away would name a missing checkpoint
+    fs = WebHdfs(fake.url)
+    local = tmp_path / "backup"
+    store = CheckpointMirror(fs, local, REMOTE)
+    store.restore()
+    (local / "latest.weights.h5").write_bytes(b"weights-epoch-1")
+    (local / "training_metadata.json").write_text('{"epoch": 1}')
+    assert store.save() == (2, 0)
+    (local / "latest.weights.h5").write_bytes(b"weights-epoch-2")
+    (local / "training_metadata.json").write_text('{"epoch": 2}')
+    real_read = store._read
+
+    def epoch_3_meanwhile(rel: str) -> bytes:
+        out = real_read(rel)
+        if rel == "latest.weights.h5" and out == b"weights-epoch-2":
+            (local / "latest.weights.h5").write_bytes(b"weights-epoch-3 (longer)")
+            (local / "training_metadata.json").write_text('{"epoch": 3}')
+        return out
+
+    monkeypatch.setattr(store, "_read", epoch_3_meanwhile)
+    assert store.save() == (0, -1)  # nothing written: HDFS keeps epoch 1's pair
+    assert bytes(fake.files[f"{REMOTE}/latest.weights.h5"]) == b"weights-epoch-1"
+    assert bytes(fake.files[f"{REMOTE}/training_metadata.json"]) == b'{"epoch": 1}'
+    assert store.save() == (2, 0)  # at rest: epoch 3's pair, the metadata last
+    assert bytes(fake.files[f"{REMOTE}/latest.weights.h5"]) == b"weights-epoch-3 (longer)"
+    assert bytes(fake.files[f"{REMOTE}/training_metadata.json"]) == b'{"epoch": 3}'
+    creates = [p.rsplit("/", 1)[1] for op, p in fake.ops if op == "CREATE"]
+    assert creates[-2:] == ["latest.weights.h5", "training_metadata.json"]
+
+    # a file rotated away while the directory is read: nothing written, nothing deleted
+    (local / "ckpt-10.index").write_bytes(b"ten")
+
+    def rotates_meanwhile(rel: str) -> bytes:
+        (local / "latest.weights.h5").unlink(missing_ok=True)
+        return real_read(rel)
+
+    monkeypatch.setattr(store, "_read", rotates_meanwhile)
+    assert store.save() == (0, -1)
+    assert f"{REMOTE}/ckpt-10.index" not in fake.files
+    assert bytes(fake.files[f"{REMOTE}/latest.weights.h5"]) == b"weights-epoch-3 (longer)"
+
+
+def test_a_copy_while_the_job_runs_waits_until_the_directory_settled(
+        fake: FakeWebHdfs, tmp_path: Path) -> None:
+    fs = WebHdfs(fake.url)
+    local = tmp_path / "ckpt"
+    store = CheckpointMirror(fs, local, REMOTE)
+    store.restore()
+    (local / "ckpt-5.index").write_bytes(b"five")
+    assert store.save(settle_s=60.0) == (0, -1)  # written just now: maybe half a checkpoint
+    assert f"{REMOTE}/ckpt-5.index" not in fake.files
+    old = time.time() - 120
+    os.utime(local / "ckpt-5.index", (old, old))
+    assert store.save(settle_s=60.0) == (1, 0)
+
+
+def test_a_run_whose_job_a_newer_run_took_over_writes_nothing(
+        fake: FakeWebHdfs, tmp_path: Path) -> None:
+    # nm-paused (issue 35): a frozen run thaws and saves while the job's newer run, started
+    # elsewhere when YARN declared the node lost, owns the directory: the old one is fenced
+    fs = WebHdfs(fake.url)
+    old = CheckpointMirror(fs, tmp_path / "old", REMOTE, owner="container_1_0001_01_000002")
+    old.restore()
+    (tmp_path / "old" / "step").write_text("35")
+    assert old.save() == (1, 0)
+    new = CheckpointMirror(fs, tmp_path / "new", REMOTE, owner="container_1_0001_01_000003")
+    new.restore()
+    assert (tmp_path / "new" / "step").read_text() == "35"
+    (tmp_path / "new" / "step").write_text("60")
+    new.save()
+    (tmp_path / "old" / "step").write_text("40")  # the thawed run went on a little
+    with pytest.raises(CheckpointFenced, match="container_1_0001_01_000003"):
+        old.save()
+    assert bytes(fake.files[f"{REMOTE}/step"]) == b"60"
+    assert bytes(fake.files[f"{REMOTE}.owner"]) == b"container_1_0001_01_000003"
+    # the owner file is beside the directory: a restore does not bring it into a job's dir
+    assert sorted(p.name for p in (tmp_path / "new").iterdir()) == ["step"]
+
+
+def test_the_runner_reports_a_fenced_save_and_does_not_retry_it(
+        fake: FakeWebHdfs, am_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+        ) -> None:
+    monkeypatch.chdir(tmp_path)
+    ckpt = Path("checkpoints")
+    fs = WebHdfs(fake.url)
+    store = CheckpointMirror(fs, ckpt, REMOTE, owner="c-old")
+    runner = Runner(am_url, "j0", 1, Path("tflogs"),
+                    [sys.executable, "-c", "import pathlib; pathlib.Path('checkpoints', "
+                     "'step').write_text('7')"],
+                    report_every=0.1, checkpoint_dir=ckpt, store=store)
+    # a newer run claims the directory while this one runs
+    real_restore = store.restore
+
+    def restore_then_newer_claims() -> tuple[int, int]:
+        out = real_restore()
+        fs.write(f"{REMOTE}.owner", b"c-new")
+        return out
+
+    monkeypatch.setattr(store, "restore", restore_then_newer_claims)
+    events: list[dict[str, Any]] = []
+    monkeypatch.setattr(runner, "_add_event", events.append)
+    assert runner.run() == 0
+    assert [e["event"] for e in events if e["event"].startswith("checkpoint-save")] == [
+        "checkpoint-save-fenced"]
+    assert f"{REMOTE}/step" not in fake.files
+    creates = [p for op, p in fake.ops if op == "CREATE" and p.endswith("/step")]
+    assert creates == []
