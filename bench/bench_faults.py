@@ -1,4 +1,4 @@
-"""Host and network faults on the dockerised multi-host mini-cluster while competing Themis
+"""Host, network and storage faults on the dockerised multi-host mini-cluster while competing Themis
 apps move jobs at lease ends (issue 35's targets: 0 lost checkpoints, 0 GPUs used by two
 containers at once or outside a lease, 0 apps failed by a fault YARN survives; the time from
 a fault's end to the job running again).
@@ -14,7 +14,11 @@ app's job stored a step in its newest run:
   the job ran elsewhere);
 * ``nm-paused``: ``docker pause`` of that host until YARN marks it LOST, then unpause;
 * ``am-partition``: iptables DROP of the AM host's traffic to and from the RM host's
-  ports 8030 and 8642 (in the host's network namespace) for ``--partition-s`` seconds.
+  ports 8030 and 8642 (in the host's network namespace) for ``--partition-s`` seconds;
+* ``am-latency``: the same traffic through a relay on this machine that holds what the AM
+  host sends for 2 s (NAT rules in its namespace; the kernel has no netem), for 60 s;
+* ``datanode-lost``: ``docker kill`` of HDFS's only DataNode for 40 s (longer than a
+  lease: saves and restores meet HDFS away), then started again.
 
 Definitions of the checks: tests/integration/fault_trials.py. ``--rounds`` rounds of fresh
 apps on one cluster. Progress (one JSON line per trial) goes to stderr; one JSON object to

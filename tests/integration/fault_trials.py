@@ -19,13 +19,20 @@ Fault kinds, each injected with the real tool on the host that runs the job (or 
   network) drop the AM's traffic to and from the RM host: the AMRM scheduler port 8030 and
   the agents' endpoint :8642 (the NodeManager on that host keeps its heartbeats on 8031),
   for :data:`PARTITION_S` seconds, longer than a lease, then deleted (the fault's end).
+* ``am-latency``: the same traffic of the AM's host goes through a relay on this machine
+  that holds everything the host sends for :data:`LATENCY_MS` (:mod:`slowlink`: NAT rules in
+  the host's namespace; this kernel has no ``netem``), for :data:`LATENCY_S` seconds.
+* ``datanode-lost``: ``docker kill -s KILL`` of the DataNode host (HDFS's only one: every
+  read and write of a block fails) for :data:`DATANODE_DOWN_S` seconds, longer than a
+  lease, then started again; the fault ends when HDFS takes a write.
 
 Checks (per trial, and over the cluster at the end):
 
 * **lost checkpoint**: the job's next run started below the last checkpoint it could
-  resume from: for ``nm-*`` the step in HDFS when the fault began (the checkpoint of a run on
-  the lost host is in its local directory until the run ends, and the host's disk is gone
-  with it: docs/am.md "Faults"), else the last step the interrupted run stored;
+  resume from: for ``nm-*`` and ``datanode-lost`` the step in HDFS when the fault began (the
+  checkpoint of a run on the lost host is in its local directory until the run ends, and
+  the host's disk is gone with it; with the DataNode away no save can store a newer one:
+  docs/am.md "Faults"), else the last step the interrupted run stored;
 * **double run** (any two containers of an app's job running at once) and **GPU use outside
   leases / over a node's GPUs** (:func:`stockapps.gpu_use_violations`), from the
   NodeManagers' logs and the RM's lease log, with the hosts' down times taken into account:
@@ -34,7 +41,7 @@ Checks (per trial, and over the cluster at the end):
 * **apps**: every app (trial apps and competitors) ends FINISHED/SUCCEEDED, its job at its
   last step;
 * **recovery time**: the fault's end -> the job makes progress again in a run other than the
-  one the fault hit (for ``am-partition`` the same run counts when it went on).
+  one the fault hit (for :data:`RUN_MAY_GO_ON` kinds the same run counts when it went on).
 """
 
 from __future__ import annotations
@@ -60,12 +67,22 @@ from tests.integration.am_kill_trials import (
     submit,
 )
 from tests.integration.am_kill_trials import OVERRIDES as AM_KILL_OVERRIDES
-from tests.integration.minicluster import ADDR, NMS, RM, _get, hosts
+from tests.integration.minicluster import ADDR, NMS, RM, SUBNET, _get, hosts
+from tests.integration.slowlink import DelayRelay, slow_rules
 from tests.integration.stockapps import gpu_containers, gpu_use_violations, nm_logs, wait_for
 
-KINDS = ("nm-lost", "nm-paused", "am-partition")
+KINDS = ("nm-lost", "nm-paused", "am-partition", "am-latency", "datanode-lost")
+#: kinds whose hit run may go on through the fault (its progress then counts as recovery)
+RUN_MAY_GO_ON = ("am-partition", "am-latency", "datanode-lost")
+#: kinds after which a job resumes from what HDFS held when the fault began: the hit run's
+#: host is gone, or HDFS could not take its saves
+FROM_HDFS = ("nm-lost", "nm-paused", "datanode-lost")
 NM_EXPIRY_MS = 15000
 PARTITION_S = 40.0  # > LEASE_MS: a lease of the partitioned AM ends while it is cut off
+LATENCY_MS = 2000  # added to what the AM's host sends the RM host (slowlink.DelayRelay)
+LATENCY_S = 60.0  # > two leases
+GATEWAY = f"{SUBNET}.1"  # this machine on the mini-cluster network
+DATANODE_DOWN_S = 40.0  # > LEASE_MS: a lease ends (a save, a restore) while it is down
 #: the RM's ports the AM uses: AMRM scheduler (yarn.resourcemanager.scheduler.address) and
 #: the agents' endpoint (yarn.resourcemanager.themis.agent-port)
 AM_PORTS = (8030, 8642)
@@ -88,12 +105,12 @@ class FaultTrial:
     fault_s: float = 0.0  # fault begin -> end (LOST declared, unpaused, healed)
     resumed: int | None = None  # the step the job's next run started at (or went on from)
     end_to_running_s: float | None = None
-    run_went_on: bool = False  # am-partition: the hit run went on through the fault
+    run_went_on: bool = False  # RUN_MAY_GO_ON: the hit run went on through the fault
     am_attempts: int = 0  # the app's AM attempts after the trial
 
     @property
     def must_resume_from(self) -> int:
-        return self.durable if self.kind.startswith("nm-") else self.stored
+        return self.durable if self.kind in FROM_HDFS else self.stored
 
     @property
     def lost_checkpoint(self) -> bool:
@@ -162,13 +179,28 @@ def host_of(cluster: Mapping[str, Any], app: str, container: str) -> str:
 
 
 def _netns(w: Any, *args: str) -> None:
-    """``iptables ARGS`` in container ``w``'s network namespace (this machine's iptables,
-    entered with nsenter: the images have none, and need no NET_ADMIN for it)."""
+    """``ARGS`` (``iptables ...``, ``tc ...``) in container ``w``'s network namespace: this
+    machine's tools, entered with nsenter (the images have none, and need no NET_ADMIN)."""
     w.reload()
     pid = int(w.attrs["State"]["Pid"])
-    r = subprocess.run(["nsenter", "-t", str(pid), "-n", "iptables", "-w", *args],
+    r = subprocess.run(["nsenter", "-t", str(pid), "-n", *args],
                        capture_output=True, text=True, timeout=30)
-    assert r.returncode == 0, f"iptables {' '.join(args)} in {w.name}: {r.stderr}"
+    assert r.returncode == 0, f"{' '.join(args)} in {w.name}: {r.stderr}"
+
+
+def hdfs_writable() -> bool:
+    """Does HDFS take a write (a small file, through the NameNode and the DataNode)?"""
+    from hdfs import InsecureClient
+    from hdfs.util import HdfsError
+    from requests import RequestException
+
+    from tests.integration.minicluster import NN
+    try:
+        InsecureClient(NN, user="root", timeout=10).write(
+            "/tmp/themis-fault-probe", data=b"ok", overwrite=True)
+        return True
+    except (HdfsError, RequestException):
+        return False
 
 
 def partition_rules(op: str, rm_addr: str) -> list[list[str]]:
@@ -231,7 +263,8 @@ def one_trial(cluster: Mapping[str, Any], app: str, kind: str, rng: random.Rando
     job = _job_id(cluster, app)
     current = max(attempts(app), key=lambda a: int(a["id"]))
     am_host = str(current["nodeId"]).split(":")[0]
-    host = am_host if kind == "am-partition" else host_of(cluster, app, run["container"])
+    host = (am_host if kind.startswith("am-") else "dn" if kind == "datanode-lost"
+            else host_of(cluster, app, run["container"]))
     w = hosts(cluster)[host]
     durable = hdfs_step(app, job)
     t0 = time.time()
@@ -250,12 +283,36 @@ def one_trial(cluster: Mapping[str, Any], app: str, kind: str, rng: random.Rando
     elif kind == "am-partition":
         rules = partition_rules("I", ADDR["rm"])
         for r in rules:
-            _netns(w, *r)
+            _netns(w, "iptables", "-w", *r)
         try:
             time.sleep(partition_s)
         finally:
             for r in partition_rules("D", ADDR["rm"]):
-                _netns(w, *r)
+                _netns(w, "iptables", "-w", *r)
+        t_end = time.time()
+    elif kind == "am-latency":
+        relay = DelayRelay(GATEWAY, ADDR["rm"], AM_PORTS, LATENCY_MS / 1000)
+        ports = relay.start()
+        try:
+            for r in slow_rules("I", ADDR["rm"], GATEWAY, ports):
+                _netns(w, "iptables", "-w", *r)
+            try:
+                time.sleep(LATENCY_S)
+            finally:
+                for r in slow_rules("D", ADDR["rm"], GATEWAY, ports):
+                    _netns(w, "iptables", "-w", *r)
+        finally:
+            relay.stop()
+        assert relay.connections > 0, "no connection of the AM went through the slow link"
+        t_end = time.time()
+    elif kind == "datanode-lost":
+        dn = hosts(cluster)["dn"]
+        dn.kill(signal="SIGKILL")
+        try:
+            time.sleep(DATANODE_DOWN_S)
+        finally:
+            dn.start()
+        wait_for("HDFS writable again", 180, hdfs_writable, 2.0)
         t_end = time.time()
     else:
         raise ValueError(f"unknown fault kind {kind!r}")
@@ -263,7 +320,7 @@ def one_trial(cluster: Mapping[str, Any], app: str, kind: str, rng: random.Rando
     def progressed() -> dict[str, Any] | None:
         for r in runs(cluster, app):
             if r["container"] == run["container"]:
-                if kind == "am-partition" and r["reached"] > reached_at_end.get(
+                if kind in RUN_MAY_GO_ON and r["reached"] > reached_at_end.get(
                         r["container"], r["reached"]):
                     return r
             elif r["container"] > run["container"] and r["reached"] > r["start"]:
@@ -282,7 +339,7 @@ def one_trial(cluster: Mapping[str, Any], app: str, kind: str, rng: random.Rando
         w.start()
         wait_for(f"{host} RUNNING again", 180, lambda: node_state(host) == "RUNNING", 1.0)
         result.down.setdefault(host, []).append((t0, time.time(), "killed"))
-    else:
+    elif host in NMS:
         wait_for(f"{host} RUNNING", 180, lambda: node_state(host) == "RUNNING", 1.0)
     hit = next((r for r in runs(cluster, app) if r["container"] == run["container"]), run)
     went_on = nxt.get("container") == run["container"]

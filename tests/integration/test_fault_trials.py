@@ -1,8 +1,9 @@
-"""On the dockerised mini-cluster: one trial of each host and network fault of
+"""On the dockerised mini-cluster: one trial of each host, network and storage fault of
 ``fault_trials.py`` (issue 35) while competing Themis apps hold the cluster's GPUs: a
 NodeManager host killed (``nm-lost``) and one frozen past its liveness expiry
-(``nm-paused``) under a running job, and the AM's host cut off from the RM host for longer
-than a lease (``am-partition``). Checks: the job resumed from its last durable checkpoint
+(``nm-paused``) under a running job, the AM's host cut off from the RM host for longer
+than a lease (``am-partition``) and slowed by 2 s per round trip to it (``am-latency``),
+and HDFS's DataNode killed for longer than a lease (``datanode-lost``). Checks: the job resumed from its last durable checkpoint
 after each fault, no job ran in two containers at once, no GPU was used outside a lease or
 twice, and every app SUCCEEDED with its job at its last step (docs/am.md, docs/yarn.md
 "Faults"). ``bench/bench_faults.py`` runs many trials.
@@ -25,9 +26,10 @@ pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.timeout(1
 
 
 def test_jobs_survive_a_lost_node_a_frozen_node_and_a_partitioned_am(tmp_path: Path) -> None:
-    for tool in ("nsenter", "iptables"):  # am-partition: rules in the AM host's namespace
+    for tool in ("nsenter", "iptables"):  # am-*: rules in the AM host's namespace
         if shutil.which(tool) is None:
-            skip_or_fail(f"{tool} not found on this machine (the am-partition fault)")
+            skip_or_fail(f"{tool} not found on this machine (the am-partition and "
+                         "am-latency faults)")
     with running_minicluster("faults", conf_overrides=OVERRIDES,
                              mounts=am_jar_and_mounts()) as cluster:
         result = run_trials(cluster, tmp_path, kinds=KINDS, trials=1, apps=1, competitors=3,

@@ -216,3 +216,42 @@ def test_the_runner_reports_a_fenced_save_and_does_not_retry_it(
     assert f"{REMOTE}/step" not in fake.files
     creates = [p for op, p in fake.ops if op == "CREATE" and p.endswith("/step")]
     assert creates == []
+
+
+# a job that counts its runs in its checkpoint directory
+COUNTER = ("import pathlib; p = pathlib.Path('checkpoints', 'runs'); "
+           "p.write_text(str(int(p.read_text()) + 1 if p.exists() else 1))")
+
+
+@pytest.mark.parametrize(("failures", "status", "stored"), [(2, 0, b"42"), (None, 4, b"41")])
+def test_a_restore_is_retried_while_hdfs_is_away_and_the_job_never_starts_afresh(
+        fake: FakeWebHdfs, am_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        failures: int | None, status: int, stored: bytes) -> None:
+    # HDFS back after two tries: the job goes on from the stored 41. Never back (within
+    # restore_wait): the run ends with 4, and the job, which from scratch would have saved
+    # runs=1 over the stored 41, never ran
+    monkeypatch.chdir(tmp_path)
+    WebHdfs(fake.url).write(f"{REMOTE}/runs", b"41")
+    ckpt = Path("checkpoints")
+    store = CheckpointMirror(WebHdfs(fake.url), ckpt, REMOTE)
+    real_restore, left = store.restore, [failures]
+
+    def away() -> tuple[int, int]:
+        if left[0] is None or left[0] > 0:
+            left[0] = None if left[0] is None else left[0] - 1
+            raise ConnectionError("no DataNode")
+        return real_restore()
+
+    monkeypatch.setattr(store, "restore", away)
+    events: list[dict[str, Any]] = []
+    runner = Runner(am_url, "j0", 1, Path("tflogs"), [sys.executable, "-c", COUNTER],
+                    report_every=0.1, checkpoint_dir=ckpt, store=store,
+                    restore_wait=30.0 if failures else 2.0)
+    monkeypatch.setattr(runner, "_add_event", events.append)
+    assert runner.run() == status
+    assert bytes(fake.files[f"{REMOTE}/runs"]) == stored
+    kinds = [e["event"] for e in events]
+    assert kinds[-1] == "runner-exit" and events[-1]["status"] == status
+    if failures is None:
+        assert not (ckpt / "runs").exists()
+        assert "checkpoint-restore-failed" in kinds and "checkpoint-saved" not in kinds

@@ -33,7 +33,9 @@ tried 3 times), so that a job checkpointing with plain TensorFlow/Keras to a loc
 resumes on any node. While the job runs, the directory is also copied every
 ``--checkpoint-every`` seconds, once nothing in it changed for ``CHECKPOINT_SETTLE_S``: a
 run whose host dies (no exit, no save) resumes from the last copy (docs/am.md, "Faults").
-Each run claims the job's HDFS directory (a file beside
+A restore that cannot reach HDFS is retried for ``--restore-wait`` seconds; the job never
+starts from scratch instead (its save would put that over the stored state). Each run
+claims the job's HDFS directory (a file beside
 it names its container); a run that finds another claim there writes nothing more and
 stops its job: a newer run of the job runs elsewhere (its host was frozen or cut off).
 
@@ -119,7 +121,7 @@ class Runner:
                  metric: str = "eval_loss", checkpoint_dir: Path | None = None,
                  store: CheckpointMirror | None = None, task: tuple[str, int] | None = None,
                  rendezvous_wait: float = 600.0, stop_grace: float = STOP_GRACE_S,
-                 checkpoint_every: float = 0.0) -> None:
+                 checkpoint_every: float = 0.0, restore_wait: float = 300.0) -> None:
         self.am_url = am_url.rstrip("/")
         self.job_id = job_id
         self.run_id = run_id
@@ -155,6 +157,8 @@ class Runner:
         # exited): what a run on a host that dies can resume from (docs/am.md, "Faults")
         self.checkpoint_every = checkpoint_every
         self._next_sync = 0.0  # monotonic time of the next copy
+        # how long a restore is retried while HDFS is unreachable before the run gives up
+        self.restore_wait = restore_wait
         self.task = task  # a distributed job's task (None: a single-process job)
         self.chief = task is None or task == ("worker", 0)
         self.rendezvous_wait = rendezvous_wait
@@ -405,8 +409,11 @@ class Runner:
                 self.report(final=True)
                 return 0
             self._env["TF_CONFIG"] = config
-        if self.store is not None:
-            self._restore_checkpoints()
+        if self.store is not None and not self._restore_checkpoints():
+            status = 0 if self._stop_early.is_set() or self.report() else 4
+            self._add_event({"event": "runner-exit", "status": status})
+            self.report(final=True)
+            return status
         if self.upload is not None:
             self.upload.start(self.upload_every)
         try:
@@ -416,17 +423,34 @@ class Runner:
             if self.upload is not None:
                 self.upload.close()
 
-    def _restore_checkpoints(self) -> None:
+    def _restore_checkpoints(self) -> bool:
+        """The job's checkpoint directory from HDFS; False when HDFS stayed unreachable for
+        ``restore_wait`` seconds or the run was asked to stop meanwhile. The job never
+        starts from scratch because HDFS is away (a DataNode lost, the NameNode
+        restarting): its save would then put that fresh state over the stored one."""
         assert self.store is not None
         t0 = time.time()
-        try:
-            files, nbytes = self.store.restore()
-        except Exception as e:  # the job starts from scratch rather than not at all
-            log.error("checkpoint restore from %s failed: %s", self.store.remote, e)
-            self._add_event({"event": "checkpoint-restore-failed", "error": str(e)[:300]})
-            return
+        pause = 1.0
+        while True:
+            try:
+                files, nbytes = self.store.restore()
+                break
+            except Exception as e:  # WebHDFS, connection and HTTP errors
+                waited = time.time() - t0
+                if waited + pause > self.restore_wait or self._stop_early.is_set() \
+                        or self.report():
+                    log.error("checkpoint restore from %s failed for %.0f s, the job does "
+                              "not start: %s", self.store.remote, waited, e)
+                    self._add_event({"event": "checkpoint-restore-failed",
+                                     "error": str(e)[:300], "seconds": round(waited, 1)})
+                    return False
+                log.warning("checkpoint restore from %s failed (tried again in %.0f s): %s",
+                            self.store.remote, pause, e)
+                self._stop_early.wait(pause)
+                pause = min(pause * 2, 15.0)
         self._add_event({"event": "checkpoint-restored", "files": files, "bytes": nbytes,
                          "seconds": round(time.time() - t0, 3)})
+        return True
 
     def _save_checkpoints(self, attempts: int = 3, pause: float = 1.0) -> None:
         """The job's checkpoint directory to HDFS after its exit, up to ``attempts`` times
@@ -602,6 +626,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "--checkpoint-store while the job runs, so that a run on a host that "
                         "dies resumes from a recent checkpoint (default 10; 0: only after "
                         "the job exited)")
+    p.add_argument("--restore-wait", type=float, default=300.0,
+                   help="seconds to keep retrying the restore from --checkpoint-store while "
+                        "HDFS is unreachable (a DataNode lost, the NameNode restarting) "
+                        "before the run gives up with exit status 4; the job never starts "
+                        "from scratch instead (default 300)")
     p.add_argument("--command-b64", default="",
                    help="the job command as a shell string, base64 (RFC 4648 URL-safe) "
                         "encoded, run by `bash -c` (default: none, the command follows --). "
@@ -656,7 +685,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                   upload=upload, upload_every=args.tensorboard_every,
                   metric=args.metric, checkpoint_dir=args.checkpoint_dir, store=store,
                   task=task, rendezvous_wait=args.rendezvous_wait,
-                  stop_grace=args.stop_grace, checkpoint_every=args.checkpoint_every).run()
+                  stop_grace=args.stop_grace, checkpoint_every=args.checkpoint_every,
+                  restore_wait=args.restore_wait).run()
 
 
 def parse_task(value: str, p: argparse.ArgumentParser) -> tuple[str, int]:
