@@ -18,7 +18,8 @@ app's job stored a step in its newest run:
 * ``am-latency``: the same traffic through a relay on this machine that holds what the AM
   host sends for 2 s (NAT rules in its namespace; the kernel has no netem), for 60 s;
 * ``datanode-lost``: ``docker kill`` of HDFS's only DataNode for 40 s (longer than a
-  lease: saves and restores meet HDFS away), then started again.
+  lease: saves and restores meet HDFS away), then started again;
+* ``namenode-restart``: ``docker restart`` of the NameNode host.
 
 Definitions of the checks: tests/integration/fault_trials.py. ``--rounds`` rounds of fresh
 apps on one cluster. Progress (one JSON line per trial) goes to stderr; one JSON object to

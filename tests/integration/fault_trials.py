@@ -25,13 +25,16 @@ Fault kinds, each injected with the real tool on the host that runs the job (or 
 * ``datanode-lost``: ``docker kill -s KILL`` of the DataNode host (HDFS's only one: every
   read and write of a block fails) for :data:`DATANODE_DOWN_S` seconds, longer than a
   lease, then started again; the fault ends when HDFS takes a write.
+* ``namenode-restart``: ``docker restart`` of the NameNode host (its daemon stopped, then
+  started on its stored namespace; safe mode until the DataNode reported its blocks); the
+  fault ends when HDFS takes a write.
 
 Checks (per trial, and over the cluster at the end):
 
 * **lost checkpoint**: the job's next run started below the last checkpoint it could
-  resume from: for ``nm-*`` and ``datanode-lost`` the step in HDFS when the fault began (the
+  resume from: for ``nm-*``, ``datanode-lost`` and ``namenode-restart`` the step in HDFS when the fault began (the
   checkpoint of a run on the lost host is in its local directory until the run ends, and
-  the host's disk is gone with it; with the DataNode away no save can store a newer one:
+  the host's disk is gone with it; with HDFS away no save can store a newer one:
   docs/am.md "Faults"), else the last step the interrupted run stored;
 * **double run** (any two containers of an app's job running at once) and **GPU use outside
   leases / over a node's GPUs** (:func:`stockapps.gpu_use_violations`), from the
@@ -71,12 +74,13 @@ from tests.integration.minicluster import ADDR, NMS, RM, SUBNET, _get, hosts
 from tests.integration.slowlink import DelayRelay, slow_rules
 from tests.integration.stockapps import gpu_containers, gpu_use_violations, nm_logs, wait_for
 
-KINDS = ("nm-lost", "nm-paused", "am-partition", "am-latency", "datanode-lost")
+KINDS = ("nm-lost", "nm-paused", "am-partition", "am-latency", "datanode-lost",
+         "namenode-restart")
 #: kinds whose hit run may go on through the fault (its progress then counts as recovery)
-RUN_MAY_GO_ON = ("am-partition", "am-latency", "datanode-lost")
+RUN_MAY_GO_ON = ("am-partition", "am-latency", "datanode-lost", "namenode-restart")
 #: kinds after which a job resumes from what HDFS held when the fault began: the hit run's
 #: host is gone, or HDFS could not take its saves
-FROM_HDFS = ("nm-lost", "nm-paused", "datanode-lost")
+FROM_HDFS = ("nm-lost", "nm-paused", "datanode-lost", "namenode-restart")
 NM_EXPIRY_MS = 15000
 PARTITION_S = 40.0  # > LEASE_MS: a lease of the partitioned AM ends while it is cut off
 LATENCY_MS = 2000  # added to what the AM's host sends the RM host (slowlink.DelayRelay)
@@ -118,6 +122,8 @@ class FaultTrial:
 
     @property
     def lost_steps(self) -> int | None:
+        if self.run_went_on:  # the hit run itself went on: nothing to redo
+            return 0
         return None if self.resumed is None else max(0, self.reached - self.resumed)
 
 
@@ -264,6 +270,7 @@ def one_trial(cluster: Mapping[str, Any], app: str, kind: str, rng: random.Rando
     current = max(attempts(app), key=lambda a: int(a["id"]))
     am_host = str(current["nodeId"]).split(":")[0]
     host = (am_host if kind.startswith("am-") else "dn" if kind == "datanode-lost"
+            else "nn" if kind == "namenode-restart"
             else host_of(cluster, app, run["container"]))
     w = hosts(cluster)[host]
     durable = hdfs_step(app, job)
@@ -313,6 +320,10 @@ def one_trial(cluster: Mapping[str, Any], app: str, kind: str, rng: random.Rando
         finally:
             dn.start()
         wait_for("HDFS writable again", 180, hdfs_writable, 2.0)
+        t_end = time.time()
+    elif kind == "namenode-restart":
+        hosts(cluster)["nn"].restart(timeout=30)  # SIGTERM, then SIGKILL after 30 s; start
+        wait_for("HDFS writable again", 300, hdfs_writable, 2.0)
         t_end = time.time()
     else:
         raise ValueError(f"unknown fault kind {kind!r}")

@@ -3,7 +3,8 @@
 NodeManager host killed (``nm-lost``) and one frozen past its liveness expiry
 (``nm-paused``) under a running job, the AM's host cut off from the RM host for longer
 than a lease (``am-partition``) and slowed by 2 s per round trip to it (``am-latency``),
-and HDFS's DataNode killed for longer than a lease (``datanode-lost``). Checks: the job resumed from its last durable checkpoint
+HDFS's DataNode killed for longer than a lease (``datanode-lost``) and its NameNode
+restarted (``namenode-restart``). Checks: the job resumed from its last durable checkpoint
 after each fault, no job ran in two containers at once, no GPU was used outside a lease or
 twice, and every app SUCCEEDED with its job at its last step (docs/am.md, docs/yarn.md
 "Faults"). ``bench/bench_faults.py`` runs many trials.
@@ -33,7 +34,7 @@ def test_jobs_survive_a_lost_node_a_frozen_node_and_a_partitioned_am(tmp_path: P
     with running_minicluster("faults", conf_overrides=OVERRIDES,
                              mounts=am_jar_and_mounts()) as cluster:
         result = run_trials(cluster, tmp_path, kinds=KINDS, trials=1, apps=1, competitors=3,
-                            steps=240, seed=1)
+                            steps=300, seed=1)
     s = result.summary()
     print("fault trials:", json.dumps(s))
     details = [t.__dict__ for t in result.trials]
