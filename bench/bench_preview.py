@@ -1,6 +1,7 @@
 """``themis preview`` at scale: a saved ``GET /ws/v1/cluster/apps`` response of 10,000
 finished GPU apps made from the Philly VC traces, then each stage of the preview timed
-(parse, trace, the replay under each policy, the report). Prints one JSON document.
+(parse, trace, the replays - at once, as the preview runs them - and the report; also each
+replay's own wall time). Prints one JSON document.
 
     python bench/bench_preview.py [--apps 10000] [--gpus 640] [--out out/bench-preview]
 
@@ -17,7 +18,8 @@ GPU-seconds / (finishedTime - startedTime) is below the true one for every app t
 waited (docs/preview.md, "What is read and what is inferred").
 
 The preview then runs as ``themis preview --apps-file ... --gpus G --gpus-per-node 8
---current capacity`` does (same functions, timed one by one, wall and CPU seconds).
+--current capacity`` does (same functions, timed one by one, wall and CPU seconds; the
+replays' CPU seconds include their worker processes').
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from typing import Any
 from themis.preview import report
 from themis.preview.cluster import current_given, uniform_topology
 from themis.preview.history import parse_json, read_apps
-from themis.preview.replay import ReplayConfig, replay
+from themis.preview.replay import ReplayConfig, replay_all
 from themis.preview.trace import select, to_workload
 from themis.sim.philly import find_throughputs, load_throughputs, read_trace_files, serial_iter_time
 
@@ -102,16 +104,22 @@ def history(traces: Path, n: int, gpus: int) -> tuple[dict[str, Any], dict[str, 
     return {"apps": {"app": apps}}, facts
 
 
+def cpu_s() -> float:
+    """CPU seconds of this process and of its ended worker processes (the replays')."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
 class Stages:
     def __init__(self) -> None:
         self.wall: dict[str, float] = {}
         self.cpu: dict[str, float] = {}
 
     def time(self, name: str, fn: Any) -> Any:
-        w0, c0 = time.perf_counter(), time.process_time()
+        w0, c0 = time.perf_counter(), cpu_s()
         out = fn()
         self.wall[name] = round(self.wall.get(name, 0.0) + time.perf_counter() - w0, 3)
-        self.cpu[name] = round(self.cpu.get(name, 0.0) + time.process_time() - c0, 3)
+        self.cpu[name] = round(self.cpu.get(name, 0.0) + cpu_s() - c0, 3)
         print(f"bench_preview: {name}: {self.wall[name]:.1f} s wall, {self.cpu[name]:.1f} s "
               "CPU", file=sys.stderr, flush=True)
         return out
@@ -135,6 +143,10 @@ def main() -> int:
     p.add_argument("--out", type=Path, default=Path("out/bench-preview"),
                    help="where apps.json (the response) and the report go (default: "
                    "%(default)s)")
+    p.add_argument("--processes", type=int, default=None,
+                   help="as themis preview's option: the replays run at once in up to N "
+                   "worker processes, 1: one after the other (default: one per replay, at "
+                   "most one per CPU)")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=False,
                    help="progress bars on stderr (default: off)")
     args = p.parse_args()
@@ -152,10 +164,9 @@ def main() -> int:
     work = st.time("trace", lambda: to_workload(sel)) if sel.apps else None
     assert work is not None
     cfg = ReplayConfig()
-    results = {}
-    for pol in args.policies.split(","):
-        results[pol] = st.time(f"replay_{pol}", lambda p=pol: replay(
-            p, nodes.topology, work, cfg, progress=args.progress))
+    results, replay_wall = st.time("replays", lambda: replay_all(
+        args.policies.split(","), nodes.topology, work, cfg, progress=args.progress,
+        processes=args.processes))
     current = current_given("capacity", "bench")
 
     def make_report() -> dict[str, Any]:
@@ -184,6 +195,7 @@ def main() -> int:
         "apps": args.apps, "gpus": args.gpus, "response_bytes": len(data),
         "history": facts,
         "wall_s": st.wall, "cpu_s": st.cpu,
+        "replay_wall_s": {k: round(v, 3) for k, v in replay_wall.items()},
         "preview_wall_s": round(preview_wall, 1),
         "preview_cpu_s": round(sum(v for k, v in st.cpu.items() if k != "generate"), 1),
         "max_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),

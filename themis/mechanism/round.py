@@ -16,14 +16,17 @@ import random
 from collections import Counter, deque
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from operator import attrgetter
+from itertools import compress, groupby
+from operator import attrgetter, not_
 
 from themis.mechanism.auction import AuctionResult, run_auction
 from themis.mechanism.bids import BidTable
 from themis.mechanism.solvers.base import Solver
 from themis.mechanism.topology import Gpu
 
-_SLOT_THEN_ID = attrgetter("slot", "id")
+_MACHINE_SLOT_ID = attrgetter("machine", "slot", "id")
+_MACHINE = attrgetter("machine")
+_ID = attrgetter("id")
 
 
 class RoundError(ValueError):
@@ -187,33 +190,55 @@ def _deal(
     asks: dict[str, dict[int, int]],
     previous: Mapping[str, str] | None,
 ) -> tuple[dict[str, tuple[str, ...]], tuple[str, ...]]:
-    """The leftover rule over apps in turn ``order``; ``asks`` is consumed."""
+    """The leftover rule over apps in turn ``order``; ``asks`` is consumed.
+
+    Runs every round on every free GPU (in the simulator, most of the cluster once the
+    load drops, with a few apps asking for a few GPUs), so the per-GPU work is kept to
+    sorts and C-level grouping; the order of ``rest`` below does not matter, as it is
+    sorted on a unique key (GPU ids are unique)."""
     grants: dict[str, list[str]] = {}
-    rest: list[Gpu] = list(gpus)
+    rest: list[Gpu]
     if previous:
-        rest = []
-        claims: dict[tuple[str, str], list[Gpu]] = {}  # shaped holder's GPUs per machine
-        for g in gpus:
-            holder = previous.get(g.id)
-            ask = asks.get(holder) if holder is not None else None
-            if holder is None or not ask:
-                rest.append(g)
-            elif ask.keys() == {1}:
-                grants.setdefault(holder, []).append(g.id)
-                _take(ask, 1)
-            else:
-                claims.setdefault((holder, g.machine), []).append(g)
-        for (holder, _), gs in claims.items():  # whole containers only, in GPU order
-            n = _take(asks[holder], len(gs))
-            grants.setdefault(holder, []).extend(g.id for g in gs[:n])
-            rest.extend(gs[n:])
-    machines: dict[str, list[str]] = {}
-    for g in sorted(rest, key=_SLOT_THEN_ID):
-        machines.setdefault(g.machine, []).append(g.id)
+        # Renewal: only the GPUs with a previous holder, in ``gpus`` order.
+        had = list(map(previous.__contains__, map(_ID, gpus)))
+        renew = list(compress(gpus, had))
+        if renew:
+            rest = list(compress(gpus, map(not_, had)))
+            claims: dict[tuple[str, str], list[Gpu]] = {}  # shaped holder's GPUs per machine
+            for g in renew:
+                holder = previous[g.id]
+                ask = asks.get(holder)
+                if not ask:
+                    rest.append(g)
+                elif ask.keys() == {1}:
+                    grants.setdefault(holder, []).append(g.id)
+                    _take(ask, 1)
+                else:
+                    claims.setdefault((holder, g.machine), []).append(g)
+            for (holder, _), gs in claims.items():  # whole containers only, in GPU order
+                n = _take(asks[holder], len(gs))
+                grants.setdefault(holder, []).extend(g.id for g in gs[:n])
+                rest.extend(gs[n:])
+        else:
+            rest = list(gpus)
+    else:
+        rest = list(gpus)
+    multi = sorted({k for ask in asks.values() for k in ask if k > 1}, reverse=True)
+    # Apps that can still take single GPUs, in turn order (the containers of k > 1 GPUs
+    # placed below never change an app's 1-GPU asks); an app whose asks are used up
+    # leaves the rotation for good (asks only decrease), so each turn costs O(1).
+    takers = deque(a for a in order if asks.get(a, {}).get(1, 0) > 0)
+    if not multi and not takers:  # nobody can take a GPU: all of them are unused
+        return ({a: tuple(sorted(gs)) for a, gs in grants.items()},
+                tuple(sorted(map(_ID, rest))))
+    # Each machine's GPUs by slot, then id (machines in name order: every use below
+    # breaks ties by machine name, so their order here does not matter).
+    rest.sort(key=_MACHINE_SLOT_ID)
+    machines = {m: [g.id for g in grp] for m, grp in groupby(rest, key=_MACHINE)}
     # Multi-GPU containers first, largest first (first fit decreasing): in turn order each
     # app places one container on the machine that fits it most tightly, so single GPUs
     # dealt below do not break up the machines such a container needs.
-    for k in sorted({k for ask in asks.values() for k in ask if k > 1}, reverse=True):
+    for k in multi:
         turns = deque(a for a in order if asks.get(a, {}).get(k, 0) > 0)
         while turns:
             fit = [(len(ids), m) for m, ids in machines.items() if len(ids) >= k]
@@ -233,10 +258,10 @@ def _deal(
     # what is left on the current machine, largest machines first, up to its asks.
     chunks = [ids for _, ids in sorted(machines.items(), key=lambda kv: (-len(kv[1]), kv[0]))]
     unused: list[str] = []
-    # Apps that can still take GPUs, in turn order; an app whose asks are used up leaves
-    # the rotation for good (asks only decrease), so each turn costs O(1).
-    takers = deque(a for a in order if asks.get(a, {}).get(1, 0) > 0)
     for ids in chunks:
+        if not takers:  # nobody left to take any: the rest is unused
+            unused.extend(ids)
+            continue
         pos = 0
         while pos < len(ids) and takers:
             app = takers.popleft()
@@ -354,7 +379,7 @@ def run_round(
         cut = {g for gs in auction.allocation.values() for g in gs}
         cut -= {g for gs in won.values() for g in gs}  # partial containers: leftover too
         left_ids = set(auction.leftover) | cut
-        free = [g for g in free if g.id in left_ids]
+        free = list(compress(free, map(left_ids.__contains__, map(_ID, free))))
     asks = _asks(nonbidders, len(free), room, shape)
     order = list(nonbidders)
     rng.shuffle(order)
@@ -368,7 +393,7 @@ def run_round(
         held.update({a: len(gs) for a, gs in won.items()})
         everyone = [*bidders, *nonbidders]
         idle = set(unallocated)
-        spare = [g for g in free if g.id in idle]
+        spare = list(compress(free, map(idle.__contains__, map(_ID, free))))
         left = None if room is None else {a: room.get(a, 0) - held[a] for a in everyone}
         # shaped apps keep the containers still unplaced (a bidder's: minus what it won)
         again = _asks(everyone, len(spare), left, None)

@@ -103,6 +103,12 @@ class Topology(Mapping[str, Gpu]):
         return self._index[gpu_id]
 
     @property
+    def indexes(self) -> Mapping[str, int]:
+        """GPU id -> :meth:`index`, for sorting many GPUs at once (a key of
+        ``indexes.__getitem__`` costs no Python call per GPU)."""
+        return self._index
+
+    @property
     def machines(self) -> Mapping[str, list[Gpu]]:
         return self._by_machine
 

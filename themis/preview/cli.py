@@ -31,7 +31,7 @@ from themis.preview.cluster import (
 )
 from themis.preview.history import PreviewError, parse_json, read_apps, read_file
 from themis.preview.jobrecords import DirRecords, HdfsRecords, RecordSource, read_records
-from themis.preview.replay import THEMIS, ReplayConfig, replay
+from themis.preview.replay import THEMIS, ReplayConfig, replay_all
 from themis.preview.rm import Rm
 from themis.preview.trace import RUNTIME_FROM, Window, select, to_workload, with_records
 from themis.sim.engine import SimResult
@@ -156,6 +156,11 @@ def configure(p: argparse.ArgumentParser) -> None:
         "both policies (default: %(default)s)")
     rp.add_argument("--seed", type=int, default=0,
                     help="seed of the policies' random choices (default: %(default)s)")
+    rp.add_argument(
+        "--processes", type=_count, default=None, metavar="N",
+        help="run the replays at once in up to N worker processes (the results are the "
+        "same); 1: one after the other in this process (default: one per replay, at most "
+        "one per CPU)")
 
     out = p.add_argument_group("the report")
     out.add_argument("--out", type=Path, required=True, metavar="DIR",
@@ -324,11 +329,11 @@ def preview(args: argparse.Namespace) -> Outcome:
 
     config = ReplayConfig(fairness_knob=args.fairness_knob, lease_minutes=args.lease_minutes,
                           restart_seconds=args.restart_seconds, seed=args.seed)
-    results: dict[str, SimResult] = {}
-    for policy in dict.fromkeys([current.policy, THEMIS]):
-        with timer(f"replay_{policy}"):
-            results[policy] = replay(policy, nodes.topology, workload, config,
-                                     progress=args.progress)
+    with timer("replays"):
+        results, wall = replay_all([current.policy, THEMIS], nodes.topology, workload,
+                                   config, progress=args.progress, processes=args.processes)
+    for policy, seconds in wall.items():  # each replay's own, when they ran at once too
+        timer.stages[f"replay_{policy}"] = seconds
 
     title = (f"{len(selection.apps):,} apps from {source}, {len(nodes.topology)} GPUs, "
              f"{_iso(min(s.app.started_ms for s in selection.apps))} to "

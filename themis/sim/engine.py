@@ -23,10 +23,11 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from themis.mechanism.contention import ContentionTracker
 from themis.mechanism.fairness import DEFAULT_IDEAL_TIME, IdealTime
-from themis.mechanism.topology import Topology
+from themis.mechanism.topology import Gpu, Topology
 from themis.sim.errors import InvariantError, SimError
 from themis.sim.isolated import isolated_finish_times
 from themis.sim.policies.base import Policy, RoundContext, check_allocation
@@ -143,6 +144,8 @@ class Simulator:
         self.rng = random.Random(self.cfg.seed)
         self.now = 0.0
         self.free: set[str] = set(topology)
+        # each round lists the free GPUs in topology order by sorting their indexes
+        self._gpus: list[Gpu] = list(topology.values())
         self.apps: dict[str, AppState] = {}
         self.tracker = ContentionTracker(0.0)
         self.heap: list[tuple[float, int, int, object]] = []
@@ -320,8 +323,8 @@ class Simulator:
     def _round(self) -> None:
         t0 = time.perf_counter()
         active = sorted(self.apps.values(), key=lambda a: (a.spec.arrival, a.spec.id))
-        topo = self.topo
-        free = [topo[g] for g in sorted(self.free, key=topo.index)]
+        gpus = self._gpus
+        free = [gpus[i] for i in sorted(map(self.topo.indexes.__getitem__, self.free))]
         ctx = RoundContext(
             self.now,
             free,
@@ -376,25 +379,34 @@ class Simulator:
             self._done_iters[a.spec.id] = done
 
 
-def run_with_progress(sim: Simulator, label: str, progress: bool = True) -> SimResult:
-    """Run one simulation; with ``progress`` a bar on stderr shows serial GPU-hours of
-    finished jobs over the workload's total (simulated work, not simulated time: arrivals
-    end long before)."""
-    if not progress:
-        return sim.run()
+def progress_bar(workload: Workload, label: str, position: int = 0) -> Any:
+    """A bar on stderr over the serial GPU-hours of ``workload``'s jobs (simulated work,
+    not simulated time: arrivals end long before); ``position``: its line, for bars of
+    simulations running at once. Advance it with :func:`advance_bar`."""
     from tqdm import tqdm
 
-    total = sum(a.total_work for a in sim.workload.apps) / 3600
-    bar = tqdm(total=round(total, 1), desc=label, unit="GPU-h", leave=True,
-               bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} GPU-h "
-               "[{elapsed}<{remaining}]")
+    total = sum(a.total_work for a in workload.apps) / 3600
+    return tqdm(total=round(total, 1), desc=label, unit="GPU-h", leave=True,
+                position=position,
+                bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} GPU-h "
+                "[{elapsed}<{remaining}]")
 
-    def tick(done_s: float) -> None:
-        h = min(bar.total or 0.0, round(done_s / 3600, 1))
-        if h > bar.n:
-            bar.update(h - bar.n)
 
+def advance_bar(bar: Any, done_s: float) -> None:
+    """Move ``bar`` to ``done_s`` serial GPU-seconds (the ``progress`` of
+    :meth:`Simulator.run`), in steps of 0.1 GPU-hour."""
+    h = min(bar.total or 0.0, round(done_s / 3600, 1))
+    if h > bar.n:
+        bar.update(h - bar.n)
+
+
+def run_with_progress(sim: Simulator, label: str, progress: bool = True) -> SimResult:
+    """Run one simulation; with ``progress`` a bar on stderr shows serial GPU-hours of
+    finished jobs over the workload's total (:func:`progress_bar`)."""
+    if not progress:
+        return sim.run()
+    bar = progress_bar(sim.workload, label)
     try:
-        return sim.run(tick)
+        return sim.run(lambda done_s: advance_bar(bar, done_s))
     finally:
         bar.close()

@@ -105,6 +105,9 @@ class BranchAndBoundSolver(Solver):
         self._last: (
             tuple[PackingProblem, list[list[int]], list[tuple[dict[int, int], float]]] | None
         ) = None
+        # Each app's undominated rows of the last problem: the same for every solve on it
+        # (the optimum, then one without each winner)
+        self._rows: tuple[PackingProblem, dict[int, list[tuple[float, int, int]]]] | None = None
 
     def solve(self, problem: PackingProblem, excluded: int | None = None) -> Solution:
         return self.solve_many(problem, [excluded])[0]
@@ -166,17 +169,13 @@ class BranchAndBoundSolver(Solver):
     ) -> tuple[dict[int, int], float]:
         """Optimum of the sub-problem of ``members``: (app -> bundle index, value)."""
         apps: list[tuple[int, list[tuple[float, int, int]]]] = []
+        if self._rows is None or self._rows[0] is not problem:
+            self._rows = (problem, {})
+        undominated = self._rows[1]
         for i in members:
-            # Best gain first; among equal gains the earlier bundle (an agent lists its
-            # best-placed bundles first, e.g. the GPUs it just held) wins the tie.
-            rows = sorted(
-                ((b.gain, b.mask, j) for j, b in enumerate(problem.apps[i])),
-                key=lambda r: (-r[0], r[2]),
-            )
-            kept: list[tuple[float, int, int]] = []
-            for row in rows:
-                if not any(k[1] & row[1] == k[1] for k in kept):
-                    kept.append(row)  # not a superset of an earlier, no worse bundle
+            kept = undominated.get(i)
+            if kept is None:
+                kept = undominated[i] = self._undominated(problem, i)
             if kept:
                 apps.append((i, kept))
         if not apps:
@@ -286,6 +285,22 @@ class BranchAndBoundSolver(Solver):
         finally:
             self.nodes += nodes
         return self._result(apps, best_pick)
+
+    @staticmethod
+    def _undominated(problem: PackingProblem, i: int) -> list[tuple[float, int, int]]:
+        """App ``i``'s bundles as (gain, mask, index), best gain first, without those
+        that are a superset of an earlier, no worse bundle."""
+        # Best gain first; among equal gains the earlier bundle (an agent lists its
+        # best-placed bundles first, e.g. the GPUs it just held) wins the tie.
+        rows = sorted(
+            ((b.gain, b.mask, j) for j, b in enumerate(problem.apps[i])),
+            key=lambda r: (-r[0], r[2]),
+        )
+        kept: list[tuple[float, int, int]] = []
+        for row in rows:
+            if not any(k[1] & row[1] == k[1] for k in kept):
+                kept.append(row)  # not a superset of an earlier, no worse bundle
+        return kept
 
     @staticmethod
     def _result(

@@ -11,8 +11,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from itertools import groupby
+from operator import attrgetter
 
 from themis.mechanism.topology import Gpu, Topology
+
+_ID = attrgetter("id")
+_MACHINE = attrgetter("machine")
 
 
 class FreePool:
@@ -21,8 +26,14 @@ class FreePool:
     def __init__(self, free: Iterable[Gpu], topo: Topology) -> None:
         self.topo = topo
         self.by_machine: dict[str, list[Gpu]] = {}
-        for g in sorted(free, key=lambda g: topo.index(g.id)):
-            self.by_machine.setdefault(g.machine, []).append(g)
+        # Each machine's GPUs in topology order. Built every round from every free GPU,
+        # so the sort and the grouping run at C level (a machine's GPUs need not be
+        # consecutive in the topology: runs of one machine are joined).
+        gpus = list(free)
+        keys = list(map(topo.indexes.__getitem__, map(_ID, gpus)))
+        ordered = [gpus[i] for i in sorted(range(len(gpus)), key=keys.__getitem__)]
+        for m, run in groupby(ordered, key=_MACHINE):
+            self.by_machine.setdefault(m, []).extend(run)
 
     def __len__(self) -> int:
         return sum(len(v) for v in self.by_machine.values())
