@@ -149,7 +149,7 @@ if stage "setup (python, locked versions)" 15 plain scripts/setup.sh dev,train; 
   if [[ $DOCKER_READY -eq 1 ]]; then
     [[ $UNIT_DONE -eq 0 ]] && in_background unit_and_fuzz
     export THEMIS_REQUIRE_DOCKER=1  # a skipped mini-cluster test fails this stage
-    stage "docker mini-cluster" 40 pytest \
+    stage "docker mini-cluster" 50 pytest \
       "${LOCK[@]}" "${PYTEST[@]}" -m docker tests/integration
     [[ $UNIT_DONE -eq 0 ]] && join_background
   elif [[ $UNIT_DONE -eq 0 ]]; then
