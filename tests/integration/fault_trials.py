@@ -32,7 +32,7 @@ Fault kinds, each injected with the real tool on the host that runs the job (or 
 Checks (per trial, and over the cluster at the end):
 
 * **lost checkpoint**: the job's next run started below the last checkpoint it could
-  resume from: for ``nm-*``, ``datanode-lost`` and ``namenode-restart`` the step in HDFS when the fault began (the
+  resume from: for :data:`FROM_HDFS` kinds the step in HDFS when the fault began (the
   checkpoint of a run on the lost host is in its local directory until the run ends, and
   the host's disk is gone with it; with HDFS away no save can store a newer one:
   docs/am.md "Faults"), else the last step the interrupted run stored;
@@ -185,13 +185,13 @@ def host_of(cluster: Mapping[str, Any], app: str, container: str) -> str:
 
 
 def _netns(w: Any, *args: str) -> None:
-    """``ARGS`` (``iptables ...``, ``tc ...``) in container ``w``'s network namespace: this
-    machine's tools, entered with nsenter (the images have none, and need no NET_ADMIN)."""
+    """``iptables ARGS`` in container ``w``'s network namespace (this machine's iptables,
+    entered with nsenter: the images have none, and need no NET_ADMIN for it)."""
     w.reload()
     pid = int(w.attrs["State"]["Pid"])
-    r = subprocess.run(["nsenter", "-t", str(pid), "-n", *args],
+    r = subprocess.run(["nsenter", "-t", str(pid), "-n", "iptables", "-w", *args],
                        capture_output=True, text=True, timeout=30)
-    assert r.returncode == 0, f"{' '.join(args)} in {w.name}: {r.stderr}"
+    assert r.returncode == 0, f"iptables {' '.join(args)} in {w.name}: {r.stderr}"
 
 
 def hdfs_writable() -> bool:
@@ -290,24 +290,24 @@ def one_trial(cluster: Mapping[str, Any], app: str, kind: str, rng: random.Rando
     elif kind == "am-partition":
         rules = partition_rules("I", ADDR["rm"])
         for r in rules:
-            _netns(w, "iptables", "-w", *r)
+            _netns(w, *r)
         try:
             time.sleep(partition_s)
         finally:
             for r in partition_rules("D", ADDR["rm"]):
-                _netns(w, "iptables", "-w", *r)
+                _netns(w, *r)
         t_end = time.time()
     elif kind == "am-latency":
         relay = DelayRelay(GATEWAY, ADDR["rm"], AM_PORTS, LATENCY_MS / 1000)
         ports = relay.start()
         try:
             for r in slow_rules("I", ADDR["rm"], GATEWAY, ports):
-                _netns(w, "iptables", "-w", *r)
+                _netns(w, *r)
             try:
                 time.sleep(LATENCY_S)
             finally:
                 for r in slow_rules("D", ADDR["rm"], GATEWAY, ports):
-                    _netns(w, "iptables", "-w", *r)
+                    _netns(w, *r)
         finally:
             relay.stop()
         assert relay.connections > 0, "no connection of the AM went through the slow link"

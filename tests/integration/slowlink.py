@@ -110,11 +110,11 @@ class DelayRelay:
         async def send() -> None:
             while True:
                 due, data = await queue.get()
-                if not data:
+                await asyncio.sleep(max(0.0, due - time.monotonic()))
+                if not data:  # the end of the stream is held like the bytes before it
                     with contextlib.suppress(Exception):
                         dst.write_eof()
                     return
-                await asyncio.sleep(max(0.0, due - time.monotonic()))
                 dst.write(data)
                 await dst.drain()
 
