@@ -255,3 +255,86 @@ def test_a_restore_is_retried_while_hdfs_is_away_and_the_job_never_starts_afresh
     if failures is None:
         assert not (ckpt / "runs").exists()
         assert "checkpoint-restore-failed" in kinds and "checkpoint-saved" not in kinds
+
+
+# a job that rewrites its backup in place, as Keras' BackupAndRestore does: half of
+# ``weights``, a pause (``--pause``; ``writing`` marks it, outside the directory), the other
+# half, then ``meta`` naming the version; then ``--gap`` seconds of training. It dies of
+# SIGTERM at once unless ``--graceful`` (then it finishes its write and exits 0).
+REWRITER = """
+import pathlib, signal, sys, time
+gap, graceful = float(sys.argv[1]), sys.argv[2] == "1"
+d = pathlib.Path("checkpoints"); d.mkdir(exist_ok=True)
+stop = []
+if graceful:
+    signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
+v = 0
+while not stop:
+    v += 1
+    with open(d / "weights", "wb") as f:
+        f.write(b"%04d" % v * 500); f.flush()
+        pathlib.Path("writing").touch()
+        time.sleep(0.3)
+        f.write(b"%04d" % v * 500)
+    pathlib.Path("writing").unlink()
+    (d / "meta").write_text(str(v))
+    time.sleep(gap)
+"""
+
+
+def _rewriting_runner(am_url: str, fake: FakeWebHdfs, tmp_path: Path, gap: float,
+                      graceful: bool, monkeypatch: pytest.MonkeyPatch
+                      ) -> tuple[Runner, list[dict[str, Any]]]:
+    monkeypatch.chdir(tmp_path)
+    WebHdfs(fake.url).write(f"{REMOTE}/weights", b"0000" * 1000)  # a complete backup
+    WebHdfs(fake.url).write(f"{REMOTE}/meta", b"0")
+    script = tmp_path / "job.py"
+    script.write_text(REWRITER)
+    ckpt = Path("checkpoints")
+    runner = Runner(am_url, "j0", 1, Path("tflogs"),
+                    [sys.executable, str(script), str(gap), "1" if graceful else "0"],
+                    report_every=0.05, checkpoint_dir=ckpt,
+                    store=CheckpointMirror(WebHdfs(fake.url), ckpt, REMOTE))
+    # the AM asks the run to stop while the job is in the middle of a write
+    monkeypatch.setattr(runner, "report", lambda final=False: Path("writing").exists())
+    events: list[dict[str, Any]] = []
+    monkeypatch.setattr(runner, "_add_event", events.append)
+    return runner, events
+
+
+def _stored(fake: FakeWebHdfs) -> tuple[bytes, bytes]:
+    return bytes(fake.files[f"{REMOTE}/weights"]), bytes(fake.files[f"{REMOTE}/meta"])
+
+
+def test_a_stop_asked_during_a_checkpoint_write_waits_until_it_is_written(
+        fake: FakeWebHdfs, am_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+        ) -> None:
+    # the SIGTERM waits until the directory was quiet for WRITE_QUIET_S: the job, which
+    # dies of it at once, has then finished the write, and its backup is saved whole
+    runner, events = _rewriting_runner(am_url, fake, tmp_path, 1.0, False, monkeypatch)
+    assert runner.run() == -15
+    weights, meta = _stored(fake)
+    assert meta != b"0" and weights == (b"%04d" % int(meta)) * 1000
+    assert "checkpoint-saved" in [e["event"] for e in events]
+
+
+@pytest.mark.parametrize("graceful", [False, True])
+def test_a_job_killed_while_it_writes_leaves_the_stored_checkpoint_whole(
+        fake: FakeWebHdfs, am_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        graceful: bool) -> None:
+    # never quiet (no gap between writes): the SIGTERM goes after STOP_HOLD_S. Dying of it
+    # cut a write: nothing is saved, HDFS keeps the complete backup it had. A job that
+    # finishes its write and exits 0 on SIGTERM is saved
+    import themis.am.launchers.yarn.runner as runner_mod
+
+    monkeypatch.setattr(runner_mod, "STOP_HOLD_S", 0.2)
+    runner, events = _rewriting_runner(am_url, fake, tmp_path, 0.0, graceful, monkeypatch)
+    assert runner.run() == (0 if graceful else -15)
+    weights, meta = _stored(fake)
+    kinds = [e["event"] for e in events]
+    if graceful:
+        assert meta != b"0" and weights == (b"%04d" % int(meta)) * 1000
+        assert "checkpoint-saved" in kinds
+    else:
+        assert (weights, meta) == (b"0000" * 1000, b"0")
+        assert "checkpoint-save-skipped" in kinds and "checkpoint-saved" not in kinds

@@ -52,6 +52,11 @@ def checkpoint_steps(directory: Path) -> list[int]:
                    if (m := CKPT_NAME.fullmatch(p.name))})
 
 
+def _newest_ns(listing: dict[str, tuple[int, int]]) -> int:
+    """The newest mtime (ns) of a :func:`_local_files` listing; 0 when it is empty."""
+    return max((mtime for _, mtime in listing.values()), default=0)
+
+
 def _local_files(root: Path) -> dict[str, tuple[int, int]]:
     """Relative path -> (size, mtime ns) of every file below ``root``."""
     out: dict[str, tuple[int, int]] = {}
@@ -131,10 +136,8 @@ class CheckpointMirror:
         HDFS's index naming complete checkpoints."""
         self.check_owner()
         before = _local_files(self.local)
-        if settle_s > 0 and before:
-            newest = max(mtime for _, mtime in before.values())
-            if time.time_ns() - newest < settle_s * 1e9:
-                return 0, -1
+        if settle_s > 0 and time.time_ns() - _newest_ns(before) < settle_s * 1e9:
+            return 0, -1
         changed = sorted((rel for rel, st in before.items() if self._restored.get(rel) != st),
                          key=lambda rel: (rel in LAST_FILES, rel))
         data: dict[str, bytes] = {}
@@ -157,6 +160,11 @@ class CheckpointMirror:
             log.info("checkpoint dir saved to %s: %d file(s) written, %d deleted",
                      self.remote, len(changed), len(gone))
         return len(changed), len(gone)
+
+    def last_change(self) -> float:
+        """When a file of the local directory last changed (seconds since the epoch; 0
+        for an empty or missing directory)."""
+        return _newest_ns(_local_files(self.local)) / 1e9
 
     def _read(self, rel: str) -> bytes:
         return (self.local / rel).read_bytes()

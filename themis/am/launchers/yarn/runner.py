@@ -33,6 +33,8 @@ tried 3 times), so that a job checkpointing with plain TensorFlow/Keras to a loc
 resumes on any node. While the job runs, the directory is also copied every
 ``--checkpoint-every`` seconds, once nothing in it changed for ``CHECKPOINT_SETTLE_S``: a
 run whose host dies (no exit, no save) resumes from the last copy (docs/am.md, "Faults").
+A stop's SIGTERM waits until the directory was quiet for ``WRITE_QUIET_S``, and a job that
+died of a signal right after a write is not saved (HDFS keeps the last copy whole).
 A restore that cannot reach HDFS is retried for ``--restore-wait`` seconds; the job never
 starts from scratch instead (its save would put that over the stored state). Each run
 claims the job's HDFS directory (a file beside
@@ -98,6 +100,14 @@ CKPT_DIR = "checkpoints"
 #: this long (seconds): a job writing a checkpoint's files one after the other has
 #: finished them by then (CheckpointMirror.save)
 CHECKPOINT_SETTLE_S = 2.0
+#: a job's SIGTERM waits (at most STOP_HOLD_S) until nothing in its checkpoint directory
+#: changed for this long (seconds), and a job that died of a signal is saved after its exit
+#: only if nothing there changed this long before the signal: a program that dies of
+#: SIGTERM at once (Keras' model.fit) and was cut while it rewrote its backup would
+#: otherwise put a truncated file over the complete one in HDFS, and every later run would
+#: fail to load it (docs/am.md, "Faults")
+WRITE_QUIET_S = 0.5
+STOP_HOLD_S = 5.0
 
 
 def parse_event(line: str) -> dict[str, Any] | None:
@@ -136,6 +146,7 @@ class Runner:
         self._child: subprocess.Popen[str] | None = None
         self._signalled = False
         self._term_at: float | None = None  # monotonic time of the job's SIGTERM
+        self._signal_wall = 0.0  # when the job's last signal was sent (files' mtimes)
         self._term_why = ""
         self._killed = False  # SIGKILL after stop_grace
         self.stop_grace = stop_grace
@@ -171,16 +182,35 @@ class Runner:
         self._stopped_at_target = False
 
     # ---------------------------------------------------------------- job process
-    def _signal_child(self, why: str) -> None:
+    def _signal_child(self, why: str, hold: bool = True) -> None:
+        """SIGTERM to the job's process group, once (``hold``: after the job's checkpoint
+        writes, :meth:`_hold_while_checkpointing`; not in the runner's own signal handler,
+        whose SIGKILL may follow in 250 ms)."""
         child = self._child
         if child is None or child.poll() is not None or self._signalled:
             return
         self._signalled = True
+        if hold:
+            self._hold_while_checkpointing(child)
         self._term_at, self._term_why = time.monotonic(), why
+        self._signal_wall = time.time()
         log.info("stopping job %s (%s): SIGTERM to process group %d", self.job_id, why, child.pid)
         self._add_event({"event": "stop-requested", "reason": why})
         with contextlib.suppress(ProcessLookupError):
             os.killpg(child.pid, signal.SIGTERM)
+
+    def _hold_while_checkpointing(self, child: subprocess.Popen[str]) -> None:
+        """Before a SIGTERM: wait until the job's checkpoint directory was quiet for
+        WRITE_QUIET_S (at most STOP_HOLD_S), so that a job dying of the signal at once is
+        not cut in the middle of writing a checkpoint."""
+        if self.store is None or not self.chief:
+            return
+        end = time.monotonic() + STOP_HOLD_S
+        while child.poll() is None and (now := time.monotonic()) < end:
+            quiet = time.time() - self.store.last_change()
+            if quiet >= WRITE_QUIET_S:
+                return
+            time.sleep(min(WRITE_QUIET_S - quiet, end - now))
 
     def _kill_unstopped(self) -> None:
         """Every stop's escalation (asked by the AM, the runner's own SIGTERM, the step
@@ -193,6 +223,7 @@ class Runner:
         if after < self.stop_grace:
             return
         self._killed = True
+        self._signal_wall = time.time()
         what = ("at its step target" if self._stopped_at_target
                 else f"({self._term_why})")
         log.warning("job %s still running %.0f s after its SIGTERM %s: SIGKILL to process "
@@ -385,7 +416,7 @@ class Runner:
         def on_signal(why: str) -> None:
             if self._child is None:
                 self._stop_early.set()
-            self._signal_child(why)
+            self._signal_child(why, hold=False)
 
         signal.signal(signal.SIGTERM, lambda s, f: on_signal("SIGTERM to the runner"))
         signal.signal(signal.SIGINT, lambda s, f: on_signal("SIGINT to the runner"))
@@ -452,14 +483,26 @@ class Runner:
                          "seconds": round(time.time() - t0, 3)})
         return True
 
-    def _save_checkpoints(self, attempts: int = 3, pause: float = 1.0) -> None:
+    def _save_checkpoints(self, killed_at: float | None = None, attempts: int = 3,
+                          pause: float = 1.0) -> None:
         """The job's checkpoint directory to HDFS after its exit, up to ``attempts`` times
         (HDFS may be briefly unwritable: a DataNode gone, the NameNode restarting). A save
         that fails leaves the previous checkpoint in HDFS usable (the index is written
-        last); the next run resumes from it."""
+        last); the next run resumes from it. ``killed_at``: the job died of a signal sent
+        then (seconds since the epoch); if it changed its directory less than
+        WRITE_QUIET_S before, its files may be cut short and nothing is saved: the next
+        run resumes from the last copy in HDFS."""
         from themis.hadoop.checkpoint_mirror import CheckpointFenced
 
         assert self.store is not None
+        if killed_at is not None and (
+                before := killed_at - self.store.last_change()) < WRITE_QUIET_S:
+            why = (f"the job died of a signal {before:.2f} s after it last changed its "
+                   "checkpoint directory (a write may have been cut short): HDFS keeps "
+                   "the last copy")
+            log.warning("checkpoint not saved: %s", why)
+            self._add_event({"event": "checkpoint-save-skipped", "reason": why})
+            return
         for attempt in range(1, attempts + 1):
             try:
                 written, deleted = self.store.save()
@@ -536,6 +579,9 @@ class Runner:
             if not self._signalled:  # a stopping job's directory is saved after its exit
                 self._sync_checkpoints()
         pump.join(timeout=5)
+        # a job that died of a signal may have been cut in a checkpoint's write
+        killed_at = (self._signal_wall if self._signalled else time.time()) \
+            if rc < 0 or rc - 128 in (signal.SIGTERM, signal.SIGKILL) else None
         if self._stopped_at_target and rc in STOPPED_STATUSES:
             # stopped here at its step target: the run reached it (docs/jobs.md)
             self._add_event({"event": "exit", "step": self._steps, "reason": "max-steps"})
@@ -543,7 +589,7 @@ class Runner:
         self._check_started()
         self._release_slot()
         if self.store is not None and self.chief:
-            self._save_checkpoints()  # before the AM hears of the exit
+            self._save_checkpoints(killed_at)  # before the AM hears of the exit
         if self.upload is not None:
             self.upload.close()  # the last events, before the AM hears of the exit
             self._add_event({"event": "tensorboard-copied", "bytes": self.upload.uploaded})
