@@ -326,6 +326,8 @@ def test_build_options_defaults(tmp_path: Path) -> None:
     ("a.yaml:" + json.dumps(GOOD_NEW), ["--app", "{tmp}/a.yaml", "--app", "{tmp}/a.yaml"],
      "app name 'lr' is used by more than one app"),
     (None, ["--app", "{tmp}/missing.yaml"], "missing.yaml"),
+    (None, ["--lease-s", "20", "--lease-spread-s", "30"],
+     "--lease-spread-s 30 is more than --lease-s 20"),
     (None, ["--eta", "1"], "--eta must be an integer >= 2"),
     (None, ["--max-resource", "0.5"], "--max-resource must be a number >= 1, got 0.5"),
     (None, ["--max-gpus-per-job", "65"], "--max-gpus-per-job must be an integer in [1, 64], "

@@ -382,4 +382,6 @@ def test_yarn_engine_serves_the_larger_key(worse: str, starvation: str) -> None:
     finally:
         endpoint.stop()
     assert reply["info"]["bidders"] == [worse]
-    assert reply["grants"] == [{"app_id": worse, "node_id": "h1:1", "gpus": 1}]
+    # one app granted: its lease is exactly the lease length, whatever the spread
+    assert reply["grants"] == [{"app_id": worse, "node_id": "h1:1", "gpus": 1,
+                                "lease_ms": 600000}]

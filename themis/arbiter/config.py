@@ -33,6 +33,10 @@ MAX_KEY = 1e18  # bound of a starving key's numbers (themis.safeinput.Limits.max
 @dataclass(frozen=True, slots=True)
 class ArbiterConfig:
     lease_s: float = 600.0
+    # the leases of one round last lease_s +- lease_spread_s / 2, spread over the round's
+    # apps, so that they do not all end in one round (themis.mechanism.round.lease_lengths);
+    # None: half of lease_s
+    lease_spread_s: float | None = None
     bid_timeout_s: float = 5.0
     warning_s: float = 60.0  # lease warning this long before expiry (at most lease_s / 2)
     fairness_knob: float = DEFAULT_FAIRNESS_KNOB
@@ -76,6 +80,10 @@ class ArbiterConfig:
             v = getattr(self, name)
             if not math.isfinite(v) or v <= 0:
                 raise ValueError(f"arbiter config: {name}={v!r} must be a positive number")
+        spread = self.spread_s
+        if not math.isfinite(spread) or not 0 <= spread <= self.lease_s:
+            raise ValueError(f"arbiter config: lease_spread_s={spread!r} must be between 0 "
+                             f"and lease_s={self.lease_s!r}")
         for name in ("warning_s", "round_delay_s"):
             v = getattr(self, name)
             if not math.isfinite(v) or v < 0:
@@ -84,6 +92,12 @@ class ArbiterConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"arbiter config: {name}={v!r} must be an integer >= 1")
+
+    @property
+    def spread_s(self) -> float:
+        """The spread of a round's lease lengths: ``lease_spread_s``, by default half of
+        ``lease_s``."""
+        return self.lease_s / 2 if self.lease_spread_s is None else self.lease_spread_s
 
     @property
     def effective_warning_s(self) -> float:

@@ -356,7 +356,7 @@ class RoundLoop(BidIntake):
         outcome = run_round(free, rho, collect, fairness_knob=cfg.fairness_knob,
                             lease_s=cfg.lease_s, now=now, solver=self._solver,
                             rng=self._rng, room=room, previous=previous, priority=priority,
-                            merge=merged)
+                            merge=merged, spread_s=cfg.spread_s)
         with self._cond:
             offered = self._close_round(rid)
             # Apps that left during the round get nothing; their GPUs stay free.

@@ -333,6 +333,28 @@ def distribute_leftover(
     return _deal(gpus, order, _asks(order, len(gpus), room, shape), previous)
 
 
+def lease_lengths(apps: Sequence[str], lease_s: float, spread_s: float,
+                  rng: random.Random) -> dict[str, float]:
+    """How long each app's leases granted in one round last (seconds).
+
+    Without a spread every lease lasts ``lease_s`` (section 3.3.2), so the leases of a
+    round end together and the round at their end offers them all again: on a large
+    cluster granted at once, every round offers the whole cluster (docs/yarn.md, "Scale").
+    With ``spread_s`` (at most ``lease_s``) the apps' lengths are spaced evenly over
+    ``lease_s - spread_s / 2`` .. ``lease_s + spread_s / 2`` in a random order: the mean
+    stays ``lease_s``, an app's GPUs of the round still end together, and the next rounds
+    each offer the GPUs of some of the apps. One app alone gets ``lease_s``."""
+    if not 0 <= spread_s <= lease_s:
+        raise RoundError(f"lease spread {spread_s!r} s must be between 0 and the lease "
+                         f"length {lease_s!r} s")
+    if spread_s == 0 or len(apps) < 2:
+        return dict.fromkeys(apps, lease_s)
+    order = list(apps)
+    rng.shuffle(order)
+    n = len(order)
+    return {a: lease_s + spread_s * ((i + 0.5) / n - 0.5) for i, a in enumerate(order)}
+
+
 def run_round(
     offer: Sequence[Gpu],
     rho_current: Mapping[str, float],
@@ -348,6 +370,7 @@ def run_round(
     shape: Shape | None = None,
     priority: Mapping[str, float] | None = None,
     merge: Collection[str] = (),
+    spread_s: float = 0.0,
 ) -> RoundOutcome:
     """One round: filter, auction, leftover, lease grants. ``collect_bids`` receives the
     bidders and returns the tables that arrived in time; missing ones count as
@@ -357,7 +380,7 @@ def run_round(
     containers on one machine (:func:`distribute_leftover`); ``priority`` is the filter's
     secondary key (:func:`select_bidders`; for the apps in ``merge`` their rank) and,
     when given, caps the starving bidders (:func:`cap_starving_bidders`). Bidders'
-    bundles are theirs."""
+    bundles are theirs. The leases last :func:`lease_lengths` (``spread_s``)."""
     if not math.isfinite(lease_s) or lease_s <= 0:
         raise RoundError(f"lease length {lease_s!r} s must be a positive number")
     bidders, nonbidders = select_bidders(rho_current, fairness_knob, rng, priority, merge)
@@ -408,13 +431,15 @@ def run_round(
             leftover[app] = tuple(sorted((*leftover.get(app, ()), *gs)))
     allocation: dict[str, tuple[str, ...]] = {}
     grants: list[LeaseGrant] = []
+    length = lease_lengths(sorted({*(a for a, gs in won.items() if gs), *leftover}),
+                           lease_s, spread_s, rng)
     for app, gs in sorted(won.items()):
         if gs:
             allocation[app] = gs
-            grants.append(LeaseGrant(app, gs, now, now + lease_s, "auction"))
+            grants.append(LeaseGrant(app, gs, now, now + length[app], "auction"))
     for app, gs in sorted(leftover.items()):
         allocation[app] = tuple(sorted((*allocation.get(app, ()), *gs)))
-        grants.append(LeaseGrant(app, gs, now, now + lease_s, "leftover"))
+        grants.append(LeaseGrant(app, gs, now, now + length[app], "leftover"))
     return RoundOutcome(
         bidders=tuple(bidders),
         nonbidders=tuple(nonbidders),

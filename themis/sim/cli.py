@@ -158,6 +158,11 @@ def configure(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--lease-minutes", type=float, default=10.0, metavar="M",
                    help="GPU lease length in minutes (section 6.2) (default: %(default)s)")
+    p.add_argument("--lease-spread-minutes", type=float, default=None, metavar="M",
+                   help="the leases of one round last --lease-minutes +- M/2, spread evenly "
+                   "over the round's apps, so that they do not all end in one round "
+                   "(yarn-site lease-spread-ms; at most --lease-minutes; 0: all exactly "
+                   "--lease-minutes, the paper's) (default: half of --lease-minutes)")
     p.add_argument(
         "--restart-seconds",
         type=float,
@@ -242,6 +247,8 @@ def simulate(
         check_invariants=args.check_invariants,
         expiry_quantum_s=args.expiry_quantum,
         ideal_time=parse_ideal_time(args.ideal_time),
+        lease_spread_s=None if args.lease_spread_minutes is None
+        else args.lease_spread_minutes * 60,
     )
     results: dict[str, SimResult] = {}
     for name, pol in zip(names, policies, strict=True):
@@ -284,6 +291,8 @@ def run_cli(args: argparse.Namespace) -> int:
             "ideal_time": args.ideal_time,
             "fairness_knob": args.fairness_knob,
             "lease_minutes": args.lease_minutes,
+            "lease_spread_minutes": args.lease_minutes / 2 if args.lease_spread_minutes is None
+            else args.lease_spread_minutes,
             "restart_seconds": args.restart_seconds,
             "expiry_quantum_s": args.expiry_quantum,
             "seed": args.seed,

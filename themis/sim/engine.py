@@ -27,6 +27,7 @@ from typing import Any
 
 from themis.mechanism.contention import ContentionTracker
 from themis.mechanism.fairness import DEFAULT_IDEAL_TIME, IdealTime
+from themis.mechanism.round import lease_lengths
 from themis.mechanism.topology import Gpu, Topology
 from themis.sim.errors import InvariantError, SimError
 from themis.sim.isolated import isolated_finish_times
@@ -52,6 +53,14 @@ class SimConfig:
     # Lease expiries are rounded up to a multiple of this, so that leases granted close
     # together expire (and are re-offered) in one round instead of one round each.
     expiry_quantum_s: float = 120.0
+    # the leases of one round last lease_s +- lease_spread_s / 2, evenly spread over the
+    # round's apps (themis.mechanism.round.lease_lengths); None: half of lease_s, as the
+    # RM's and standalone mode's default; 0: all exactly lease_s (the paper's)
+    lease_spread_s: float | None = None
+
+    @property
+    def spread_s(self) -> float:
+        return self.lease_s / 2 if self.lease_spread_s is None else self.lease_spread_s
     # T_id of rho, in the agents' bids and in the reported metric (themis.mechanism.fairness)
     ideal_time: IdealTime = DEFAULT_IDEAL_TIME
 
@@ -125,6 +134,9 @@ class SimResult:
     wall_s: float
     makespan: float
     extra: dict[str, float] = field(default_factory=dict)
+    # GPU-seconds that GPUs were free while apps could have used them (their room):
+    # what the policy and the lease timing left idle (work conservation, section 3)
+    idle_wanted_s: float = 0.0
 
 
 class Simulator:
@@ -141,7 +153,11 @@ class Simulator:
         self.cfg = config or SimConfig()
         if self.cfg.lease_s <= 0 or self.cfg.restart_s < 0:
             raise SimError("lease_s must be > 0 and restart_s >= 0")
+        if not 0 <= self.cfg.spread_s <= self.cfg.lease_s:
+            raise SimError("lease_spread_s must be between 0 and lease_s")
         self.rng = random.Random(self.cfg.seed)
+        # the lease lengths' own draws: a spread leaves the policies' draws as they were
+        self._lease_rng = random.Random(f"lease-{self.cfg.seed}")
         self.now = 0.0
         self.free: set[str] = set(topology)
         # each round lists the free GPUs in topology order by sorting their indexes
@@ -178,6 +194,7 @@ class Simulator:
     def _run(self, progress: Callable[[float], None] | None) -> SimResult:
         started = time.perf_counter()
         self._work_finished = 0.0  # serial GPU-seconds of the apps that finished
+        self._idle_wanted_s = 0.0  # SimResult.idle_wanted_s
         for spec in self.workload.apps:
             self._push(spec.arrival, ARRIVE, spec)
         while self.heap:
@@ -217,11 +234,15 @@ class Simulator:
             self.round_ms,
             time.perf_counter() - started,
             self.now,
+            idle_wanted_s=self._idle_wanted_s,
         )
 
     def _advance(self, t: float) -> None:
         if t < self.now:
             raise InvariantError(f"clock went backwards: {t} < {self.now}")
+        if t > self.now and self.free:
+            wanted = sum(a.room() for a in self.apps.values())
+            self._idle_wanted_s += (t - self.now) * min(len(self.free), wanted)
         for a in self.apps.values():
             a.progress(t)
         self.now = t
@@ -340,14 +361,16 @@ class Simulator:
         if self.cfg.check_invariants:
             check_allocation(ctx, alloc)
         q = self.cfg.expiry_quantum_s
-        expiry = self.now + self.cfg.lease_s
-        if q > 0:
-            expiry = math.ceil(expiry / q - 1e-9) * q
-        cohort: list[tuple[str, str]] = []
-        for app_id, gs in sorted(alloc.items()):
-            if not gs:
-                continue
+        granted = sorted((a, gs) for a, gs in alloc.items() if gs)
+        length = lease_lengths([a for a, _ in granted], self.cfg.lease_s,
+                               self.cfg.spread_s, self._lease_rng)
+        cohorts: dict[float, list[tuple[str, str]]] = {}
+        for app_id, gs in granted:
+            expiry = self.now + length[app_id]
+            if q > 0:
+                expiry = math.ceil(expiry / q - 1e-9) * q
             app = self.apps[app_id]
+            cohort = cohorts.setdefault(expiry, [])
             for g in gs:
                 self.free.remove(g)
                 app.held[g] = expiry
@@ -356,7 +379,7 @@ class Simulator:
             self._dirty.add(app_id)
         # Renewal: apps keep GPUs whose lease is being re-granted; a lease that expires
         # and is won back by the same app costs nothing (the job's GPU set is unchanged).
-        if cohort:
+        for expiry, cohort in sorted(cohorts.items()):
             self._push(expiry, EXPIRE, cohort)
         self.rounds += 1
         self.round_ms.append((time.perf_counter() - t0) * 1e3)

@@ -66,6 +66,7 @@ def summarize(r: SimResult) -> dict[str, Any]:
         "frac_rho_gt_1": sum(1 for x in rhos if x > 1.0) / len(rhos),
         "frac_rho_gt_105": sum(1 for x in rhos if x > MARGIN) / len(rhos),
         "gpu_time_hours": sum(a.gpu_time for a in r.apps) / 3600,
+        "idle_gpu_hours": r.idle_wanted_s / 3600,  # free while apps could use them
         "avg_jct_hours": statistics.fmean(a.jct for a in r.apps) / 3600,
         "mean_placement_score": statistics.fmean(a.placement_score for a in r.apps),
         "apps": len(r.apps),

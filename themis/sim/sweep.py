@@ -60,7 +60,7 @@ DEFAULT_POLICIES = ("themis", "themis-served-now", "themis-inf", "gavel", "srsf"
 #: VC traces per seed directory a default sweep takes (the first by name): 3 x 4 seeds at
 #: 48 apps keep a default sweep near 30 minutes on 2 cores
 DEFAULT_VCS_PER_SEED = 3
-SWEEP_VERSION = 6  # bump when a run's meaning changes: cached runs are then redone
+SWEEP_VERSION = 7  # bump when a run's meaning changes: cached runs are then redone
 CONTENTIONS = (1, 2, 4)
 WORKLOADS = (1, 2)
 #: per-run metrics kept in runs.csv (themis.sim.metrics.summarize keys)
@@ -72,8 +72,8 @@ RUN_METRICS = tuple(
     + ["max_stretch", "p99_stretch"]
     + [f"{s}_excess_rho_{d}" for d in ("exact", "paper", "gavel") for s in ("max", "p99")]
     + [f"{s}_floor_{d}" for d in ("exact", "paper") for s in ("median", "max")]
-    + ["gpu_time_hours", "avg_jct_hours", "makespan_hours", "mean_placement_score",
-       "restarts", "rounds", "wall_s"]
+    + ["gpu_time_hours", "idle_gpu_hours", "avg_jct_hours", "makespan_hours",
+       "mean_placement_score", "restarts", "rounds", "wall_s"]
 )
 
 
@@ -95,9 +95,13 @@ class Options:
     lease_minutes: float = 10.0
     restart_seconds: float = 35.0
     seed: int = 0
+    lease_spread_minutes: float | None = None  # None: half of lease_minutes
 
     def fingerprint(self) -> str:
-        doc = json.dumps({"v": SWEEP_VERSION, **asdict(self)}, sort_keys=True)
+        fields = asdict(self)
+        if fields["lease_spread_minutes"] == 0:  # runs cached before the option keep their key
+            del fields["lease_spread_minutes"]
+        doc = json.dumps({"v": SWEEP_VERSION, **fields}, sort_keys=True)
         return hashlib.sha256(doc.encode()).hexdigest()[:10]
 
 
@@ -226,7 +230,9 @@ def run_one(run: Run, opts: Options) -> dict[str, Any]:
     ideal = IdealTime(form) if form else DEFAULT_IDEAL_TIME
     w = load_trace(run.trace, opts, run.workload)
     cfg = SimConfig(lease_s=opts.lease_minutes * 60, restart_s=opts.restart_seconds,
-                    seed=opts.seed, check_invariants=False, ideal_time=ideal)
+                    seed=opts.seed, check_invariants=False, ideal_time=ideal,
+                    lease_spread_s=None if opts.lease_spread_minutes is None
+                    else opts.lease_spread_minutes * 60)
     r = Simulator(sized_cluster(run.gpus), w, make_policy(name), cfg).run()
     s = summarize(r)
     row: dict[str, Any] = {
@@ -564,6 +570,10 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0,
                    help="seed of the workload-2 transform and of the simulations "
                    "(default: %(default)s)")
+    p.add_argument("--lease-spread-minutes", type=float, default=None, metavar="M",
+                   help="the leases of one round last 10 +- M/2 minutes, spread evenly over "
+                   "the round's apps (yarn-site lease-spread-ms; 0: all 10 minutes, the "
+                   "paper's) (default: 5, half the lease)")
     p.add_argument("--quick", action="store_true",
                    help="a tiny subset for CI (< 1 minute): 2 traces, 6 apps, contention "
                    "1x and 4x, workload 2, policies themis, srtf, fifo")
@@ -594,7 +604,12 @@ def run_cli(args: argparse.Namespace) -> int:
             contentions=(1, 4) if args.quick else _ints(args.contentions, "--contentions"),
             workloads=(2,) if args.quick else _ints(args.workloads, "--workloads", WORKLOADS),
             seed=args.seed,
+            lease_spread_minutes=args.lease_spread_minutes,
         )
+        if opts.lease_spread_minutes is not None \
+                and not 0 <= opts.lease_spread_minutes <= opts.lease_minutes:
+            raise SpecError("--lease-spread-minutes", f"{opts.lease_spread_minutes} must be "
+                            f"between 0 and the lease length, {opts.lease_minutes:g}")
         from themis.sim.policies import POLICY_NAMES
 
         if args.policies == "all":

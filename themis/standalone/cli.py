@@ -154,6 +154,10 @@ def configure(p: argparse.ArgumentParser) -> None:
     m = p.add_argument_group("mechanism")
     m.add_argument("--lease-s", type=_positive_float, default=40.0, metavar="SECONDS",
                    help="GPU lease length (the paper uses 600 s on real clusters)")
+    m.add_argument("--lease-spread-s", type=_nonneg_float, default=None, metavar="SECONDS",
+                   help="the leases granted in one round last --lease-s +- this / 2, spread "
+                        "over the round's apps so that they do not all end together; at most "
+                        "--lease-s (default: half of --lease-s)")
     m.add_argument("--fairness-knob", type=_knob, default=DEFAULT_FAIRNESS_KNOB, metavar="F",
                    help="f in [0, 1): the (1-f) fraction of apps with the worst rho bid")
     m.add_argument("--ideal-time", choices=IDEAL_TIME_NAMES, default=str(DEFAULT_IDEAL_TIME),
@@ -286,6 +290,9 @@ def build_options(args: argparse.Namespace) -> Any:
         raise UsageError(str(exc)) from exc
     if args.app and args.apps is not None:
         raise UsageError("--apps and --app are mutually exclusive")
+    if args.lease_spread_s is not None and args.lease_spread_s > args.lease_s:
+        raise UsageError(f"--lease-spread-s {args.lease_spread_s:g} is more than --lease-s "
+                         f"{args.lease_s:g}")
     if args.eta < 2:
         raise UsageError(f"--eta must be an integer >= 2, got {args.eta}")
     if args.max_resource < 1:
@@ -333,6 +340,7 @@ def build_options(args: argparse.Namespace) -> Any:
 
     return Options(
         cluster=cluster, cluster_desc=desc, apps=apps, out=args.out, lease_s=args.lease_s,
+        lease_spread_s=args.lease_spread_s,
         fairness_knob=args.fairness_knob, ideal_time=args.ideal_time,
         starvation=args.starvation, bid_timeout_s=args.bid_timeout_s,
         warning_s=args.warning_s, grace_s=args.grace_s, solver=args.solver, seed=args.seed,

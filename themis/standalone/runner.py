@@ -55,6 +55,7 @@ class Options:
     apps: list[AppSpec]
     out: Path
     lease_s: float = 40.0
+    lease_spread_s: float | None = None  # None: half of lease_s (ArbiterConfig)
     fairness_knob: float = DEFAULT_FAIRNESS_KNOB
     ideal_time: str = str(DEFAULT_IDEAL_TIME)  # the form of T_id in rho (themis.mechanism.fairness)
     starvation: str = str(DEFAULT_STARVATION)  # the filter's order of apps holding no GPU
@@ -202,7 +203,8 @@ class Standalone:
 
     def _run(self) -> int:
         o = self.opts
-        cfg = ArbiterConfig(lease_s=o.lease_s, bid_timeout_s=o.bid_timeout_s,
+        cfg = ArbiterConfig(lease_s=o.lease_s, lease_spread_s=o.lease_spread_s,
+                            bid_timeout_s=o.bid_timeout_s,
                             warning_s=min(o.warning_s, o.lease_s / 2),
                             fairness_knob=o.fairness_knob, heartbeat_s=2.0,
                             round_delay_s=0.05, solver=o.solver, seed=o.seed,

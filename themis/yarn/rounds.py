@@ -16,7 +16,7 @@ import time
 from collections.abc import Mapping, Sequence
 
 from themis.mechanism.bids import BidTable
-from themis.mechanism.round import run_round
+from themis.mechanism.round import lease_lengths, run_round
 from themis.mechanism.solvers import Solver, make_solver
 from themis.yarn.bids import BidSource, ReportedBids
 from themis.yarn.partitions import plan_partitions
@@ -120,4 +120,7 @@ class RoundEngine:
                         "lent_to_default": plan.lent.get(p, {})}
                     for p in labeled}
             log.info("round %d: %s", view.round_id, info)
-            return grants_json(sorted(plan.allocation.items()), info)
+            granted_apps = sorted(a for a, gs in plan.allocation.items() if gs)
+            length = lease_lengths(granted_apps, view.lease_duration_ms / 1000.0,
+                                   view.lease_spread_ms / 1000.0, rng)
+            return grants_json(sorted(plan.allocation.items()), info, length)

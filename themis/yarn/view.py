@@ -3,7 +3,7 @@
 Request (JSON, built by ``ClusterView.build`` in Java)::
 
     {"round": 3, "now_ms": ..., "fairness_knob": 0.8, "lease_duration_ms": 600000,
-     "solver": "auto-fast",
+     "lease_spread_ms": 300000, "solver": "auto-fast",
      "nodes": [{"node_id": "h:45454", "host": "h", "rack": "/default-rack",
                 "total_gpus": 4, "free_gpus": 2, "partition": ""}],
      "partitions": [{"partition": "gpu", "exclusive": true}],
@@ -39,7 +39,11 @@ label missing there: none). All optional: a view without them is the default par
 ``leases`` tell which GPUs an app holds beyond its running containers (live: ``ACTIVE``
 and ``expiry_ms`` after ``now_ms``).
 
-Reply: ``{"grants": [{"app_id": ..., "node_id": ..., "gpus": n}], "info": {...}}``.
+``lease_spread_ms`` (optional, 0 when absent): a round's leases last ``lease_duration_ms`` +-
+half of it, spread over the round's apps (:func:`themis.mechanism.round.lease_lengths`).
+
+Reply: ``{"grants": [{"app_id": ..., "node_id": ..., "gpus": n, "lease_ms": m}], "info":
+{...}}``, ``lease_ms`` the length of the app's leases of the round.
 YARN counts GPUs per node, so GPU ids here are synthetic: ``<node_id>/<k>`` for the k-th
 free GPU of the node; grants are summed back per node.
 """
@@ -152,6 +156,7 @@ class ClusterView:
     queues: tuple[QueueView, ...] = ()
     leases: tuple[LeaseView, ...] = ()
     partitions: tuple[PartitionView, ...] = ()
+    lease_spread_ms: int = 0
 
 
 def _get(obj: Mapping[str, Any], key: str, kind: type, where: str) -> Any:
@@ -237,11 +242,17 @@ def parse_view(text: str) -> ClusterView:
                       _get(p, "exclusive", bool, "partitions[]"))
         for p in _list(raw, "partitions")
     )
+    lease_ms = _get(raw, "lease_duration_ms", int, "view")
+    spread_ms = _get(raw, "lease_spread_ms", int, "view") if "lease_spread_ms" in raw else 0
+    if not 0 <= spread_ms <= lease_ms:
+        raise ViewError(f"view: lease_spread_ms {spread_ms} must be between 0 and "
+                        f"lease_duration_ms {lease_ms}")
     return ClusterView(
         round_id=_get(raw, "round", int, "view"),
         now_ms=_get(raw, "now_ms", int, "view"),
         fairness_knob=_get(raw, "fairness_knob", float, "view"),
-        lease_duration_ms=_get(raw, "lease_duration_ms", int, "view"),
+        lease_duration_ms=lease_ms,
+        lease_spread_ms=spread_ms,
         solver=_get(raw, "solver", str, "view"),
         nodes=nodes,
         apps=apps,
@@ -333,12 +344,19 @@ def cluster_of(view: ClusterView) -> list[Gpu]:
     ]
 
 
-def grants_json(allocation: Iterable[tuple[str, Iterable[str]]], info: Mapping[str, Any]) -> str:
-    """Sum per-GPU allocations to per-(app, node) grants and encode the reply."""
+def grants_json(allocation: Iterable[tuple[str, Iterable[str]]], info: Mapping[str, Any],
+                lease_s: Mapping[str, float] | None = None) -> str:
+    """Sum per-GPU allocations to per-(app, node) grants and encode the reply; ``lease_s``:
+    each app's lease length (seconds), sent as ``lease_ms``."""
     per: dict[tuple[str, str], int] = {}
     for app, gpus in allocation:
         for g in gpus:
             key = (app, node_of(g))
             per[key] = per.get(key, 0) + 1
-    grants = [{"app_id": a, "node_id": n, "gpus": c} for (a, n), c in sorted(per.items())]
+    grants: list[dict[str, Any]] = []
+    for (a, n), c in sorted(per.items()):
+        grant: dict[str, Any] = {"app_id": a, "node_id": n, "gpus": c}
+        if lease_s is not None:
+            grant["lease_ms"] = round(lease_s[a] * 1000)
+        grants.append(grant)
     return json.dumps({"grants": grants, "info": dict(info)})

@@ -22,6 +22,7 @@ public final class ThemisSettings {
 
   public static final String FAIRNESS_KNOB = PREFIX + "fairness-knob";
   public static final String LEASE_DURATION_MS = PREFIX + "lease-duration-ms";
+  public static final String LEASE_SPREAD_MS = PREFIX + "lease-spread-ms";
   public static final String GRACE_PERIOD_MS = PREFIX + "grace-period-ms";
   public static final String SOLVER = PREFIX + "solver";
   public static final String IDEAL_TIME = PREFIX + "ideal-time";
@@ -72,6 +73,7 @@ public final class ThemisSettings {
 
   private final double fairnessKnob;
   private final long leaseDurationMs;
+  private final long leaseSpreadMs;
   private final long gracePeriodMs;
   private final String solver;
   private final String idealTime;
@@ -113,6 +115,12 @@ public final class ThemisSettings {
     if (leaseDurationMs > EngineDefaults.MAX_LEASE_DURATION_MS) {
       throw bad(LEASE_DURATION_MS, conf.get(LEASE_DURATION_MS),
           "must be <= " + EngineDefaults.MAX_LEASE_DURATION_MS);
+    }
+    // the leases of one round last lease +- spread / 2 (EngineDefaults.leaseSpreadMs)
+    leaseSpreadMs = readLong(conf, LEASE_SPREAD_MS, leaseDurationMs / 2, 0L);
+    if (leaseSpreadMs > leaseDurationMs) {
+      throw bad(LEASE_SPREAD_MS, conf.get(LEASE_SPREAD_MS),
+          "must be <= " + LEASE_DURATION_MS + " (" + leaseDurationMs + ")");
     }
     gracePeriodMs = readLong(conf, GRACE_PERIOD_MS, 30_000L, 0L);
     String s = conf.getTrimmed(SOLVER, EngineDefaults.DEFAULT_SOLVER).toLowerCase(Locale.ROOT);
@@ -348,6 +356,19 @@ public final class ThemisSettings {
 
   public double fairnessKnob() { return fairnessKnob; }
   public long leaseDurationMs() { return leaseDurationMs; }
+
+  /** How far apart the lengths of one round's leases are spread (ms; lease +- spread / 2). */
+  public long leaseSpreadMs() { return leaseSpreadMs; }
+
+  /**
+   * The length of a lease the engine asked for, kept within lease +- spread / 2 (an engine
+   * reply without one, or outside: the nearest length inside).
+   */
+  public long leaseLengthMs(long askedMs) {
+    long lo = leaseDurationMs - leaseSpreadMs / 2;
+    long hi = leaseDurationMs + leaseSpreadMs / 2;
+    return Math.max(Math.max(1L, lo), Math.min(hi, askedMs));
+  }
   public long gracePeriodMs() { return gracePeriodMs; }
   public String solver() { return solver; }
   public String idealTime() { return idealTime; }

@@ -107,6 +107,13 @@ class EngineBridgeIT {
       heldGpus += l.get("gpus").asInt();
     }
     assertEquals(3, heldGpus, held.toString());
+    // every lease lasts what the engine chose within lease +- spread / 2 (lease-spread-ms)
+    ThemisSettings st = mc.scheduler().runtime().settings();
+    for (org.themis.yarn.lease.Lease l : mc.scheduler().leases().snapshot()) {
+      long length = l.expiryMs() - l.grantedAtMs();
+      assertTrue(Math.abs(length - st.leaseDurationMs()) <= st.leaseSpreadMs() / 2,
+          "lease " + l + " lasts " + length + " ms");
+    }
     assertEquals("[]", mc.scheduler().runtime().agents().appLeases("application_1_9999"));
     assertEquals("[]", mc.scheduler().runtime().agents().appLeases("not an id"));
     EngineSupervisor e = mc.scheduler().runtime().engine();

@@ -160,6 +160,25 @@ class ThemisSettingsTest {
   }
 
   @Test
+  void leaseLengthsStayWithinTheSpread() {
+    Configuration c = new Configuration(false);
+    c.set(ThemisSettings.LEASE_DURATION_MS, "60000");
+    ThemisSettings s = ThemisSettings.from(c);
+    assertEquals(30_000L, s.leaseSpreadMs());  // by default half of the lease
+    assertEquals(52_000L, s.leaseLengthMs(52_000L));
+    assertEquals(45_000L, s.leaseLengthMs(1L));  // the engine's length kept in 60 s +- 15 s
+    assertEquals(75_000L, s.leaseLengthMs(Long.MAX_VALUE));
+    c.set(ThemisSettings.LEASE_SPREAD_MS, "0");
+    assertEquals(60_000L, ThemisSettings.from(c).leaseLengthMs(75_000L));
+    c.set(ThemisSettings.LEASE_SPREAD_MS, "60001");
+    IllegalArgumentException e =
+        assertThrows(IllegalArgumentException.class, () -> ThemisSettings.from(c));
+    assertTrue(e.getMessage().contains(ThemisSettings.LEASE_SPREAD_MS), e.getMessage());
+    assertTrue(e.getMessage().contains("must be <= " + ThemisSettings.LEASE_DURATION_MS),
+        e.getMessage());
+  }
+
+  @Test
   void backoffMaxBelowBaseIsRefused() {
     Configuration c = new Configuration(false);
     c.set(ThemisSettings.ENGINE_RESTART_BACKOFF_MS, "5000");

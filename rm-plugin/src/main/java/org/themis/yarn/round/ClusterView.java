@@ -237,6 +237,7 @@ public final class ClusterView {
     root.put("now_ms", leases.now());
     root.put("fairness_knob", settings.fairnessKnob());
     root.put("lease_duration_ms", settings.leaseDurationMs());
+    root.put("lease_spread_ms", settings.leaseSpreadMs());
     root.put("solver", settings.solver());
     ArrayNode nodes = root.putArray("nodes");
     Map<String, Long> partitionGpus = new TreeMap<>(); // partition -> GPUs of its nodes

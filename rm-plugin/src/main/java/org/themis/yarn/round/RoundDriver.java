@@ -252,7 +252,10 @@ public final class RoundDriver {
         free.put(node, free.get(node) - gpus);
         // the lease records its node's partition (docs/yarn.md, "Partitions")
         String partition = partitionOf(node);
-        Lease l = leases.grant(app, node, partition, (int) gpus, settings.leaseDurationMs());
+        // the length the engine spread this app's leases to (EngineDefaults: lease-spread-ms)
+        long lengthMs = settings.leaseLengthMs(
+            g.path("lease_ms").asLong(settings.leaseDurationMs()));
+        Lease l = leases.grant(app, node, partition, (int) gpus, lengthMs);
         grantsApplied.incrementAndGet();
         applied++;
         LOG.info("Themis lease {}: {} GPU(s) on {} to {} until {}", l.id(), gpus, node, app,

@@ -1,0 +1,121 @@
+"""Lease lengths spread over a round's apps (issue 37: a round's leases must not all end
+together, or the round at their end offers the whole cluster again): the shared rule
+(:func:`themis.mechanism.round.lease_lengths`) and its three users - the round itself
+(standalone), the YARN engine's grants (``lease_ms``) and the simulator."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Mapping, Sequence
+from itertools import pairwise
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from themis.mechanism.bids import Bid, BidTable
+from themis.mechanism.round import RoundError, lease_lengths, run_round
+from themis.mechanism.solvers import make_solver
+from themis.mechanism.topology import Gpu
+from themis.yarn.view import ViewError, grants_json, parse_view
+
+
+@given(n=st.integers(1, 60), lease=st.floats(1.0, 1e5), frac=st.floats(0.0, 1.0),
+       seed=st.integers(0, 2**32))
+def test_lengths_are_evenly_spaced_around_the_lease(n: int, lease: float, frac: float,
+                                                    seed: int) -> None:
+    spread = lease * frac
+    apps = [f"a{i}" for i in range(n)]
+    got = lease_lengths(apps, lease, spread, random.Random(seed))
+    assert set(got) == set(apps)
+    values = sorted(got.values())
+    assert sum(values) / n == pytest.approx(lease)  # the mean lease is unchanged
+    assert values[0] >= lease - spread / 2 - 1e-9 and values[-1] <= lease + spread / 2 + 1e-9
+    gaps = [b - a for a, b in pairwise(values)]
+    assert all(g == pytest.approx(spread / n, abs=1e-6 * lease) for g in gaps)
+
+
+def test_no_spread_one_app_and_bad_spreads() -> None:
+    rng = random.Random(0)
+    assert lease_lengths(["a", "b"], 600.0, 0.0, rng) == {"a": 600.0, "b": 600.0}
+    assert lease_lengths(["a"], 600.0, 300.0, rng) == {"a": 600.0}
+    assert lease_lengths([], 600.0, 300.0, rng) == {}
+    for bad in (-1.0, 600.1):
+        with pytest.raises(RoundError, match="spread"):
+            lease_lengths(["a", "b"], 600.0, bad, rng)
+
+
+def test_who_gets_the_longer_lease_is_random_over_rounds() -> None:
+    longest = [max(lease_lengths(["a", "b", "c"], 600.0, 300.0, random.Random(s)).items(),
+                   key=lambda kv: kv[1])[0] for s in range(300)]
+    assert {a: longest.count(a) for a in "abc"} == pytest.approx(
+        {"a": 100, "b": 100, "c": 100}, abs=30)
+
+
+def test_a_rounds_grants_of_one_app_end_together_and_apps_apart() -> None:
+    gpus = [Gpu(f"g{i}", f"m{i // 2}", "r") for i in range(6)]
+    rhos = {"slow": 5.0, "b": 1.0, "c": 0.5}
+
+    def collect(bidders: Sequence[str]) -> Mapping[str, BidTable]:
+        return {"slow": BidTable("slow", 5.0, (Bid(("g0", "g1"), 2.0),))}
+
+    out = run_round(gpus, rhos, collect, fairness_knob=0.5, lease_s=600.0, now=100.0,
+                    solver=make_solver("highs"), rng=random.Random(1), spread_s=300.0)
+    ends: dict[str, set[float]] = {}
+    for g in out.grants:
+        ends.setdefault(g.app_id, set()).add(g.expiry)
+    assert all(len(e) == 1 for e in ends.values()), ends  # auction + leftover: one end
+    assert sorted(e.pop() - 100.0 for e in ends.values()) == pytest.approx([500, 600, 700])
+
+
+def _view(spread_ms: int | None) -> str:
+    view = {"round": 1, "now_ms": 0, "fairness_knob": 0.8, "lease_duration_ms": 600000,
+            "solver": "highs", "nodes": [], "apps": []}
+    if spread_ms is not None:
+        view["lease_spread_ms"] = spread_ms
+    return json.dumps(view)
+
+
+def test_the_view_carries_the_spread_and_the_reply_each_apps_length() -> None:
+    assert parse_view(_view(None)).lease_spread_ms == 0  # a plugin without the key
+    assert parse_view(_view(300000)).lease_spread_ms == 300000
+    with pytest.raises(ViewError, match="lease_spread_ms 600001"):
+        parse_view(_view(600001))
+    reply = json.loads(grants_json([("a", ["n1:1/0", "n2:1/0"]), ("b", ["n1:1/1"])], {},
+                                   {"a": 450.0, "b": 750.0}))
+    assert reply["grants"] == [
+        {"app_id": "a", "node_id": "n1:1", "gpus": 1, "lease_ms": 450000},
+        {"app_id": "a", "node_id": "n2:1", "gpus": 1, "lease_ms": 450000},
+        {"app_id": "b", "node_id": "n1:1", "gpus": 1, "lease_ms": 750000}]
+
+
+@pytest.mark.parametrize(("spread", "first_ends"), [(0.0, [600.0]),
+                                                    (300.0, [500.0, 600.0, 700.0])])
+def test_the_simulator_spreads_a_rounds_leases(spread: float, first_ends: list[float],
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    from themis.sim import engine
+    from themis.sim.cluster import build_cluster
+    from themis.sim.policies import make_policy
+    from themis.sim.workload import JobSpec, Workload, single_phase_app
+
+    apps = [single_phase_app(a, 0.0, [(JobSpec(f"{a}-j", 1.0, 2), 7200.0)], "compute")
+            for a in "abc"]
+    ends: list[float] = []
+    push = engine.Simulator._push
+
+    def record(self: engine.Simulator, t: float, kind: int, payload: object) -> None:
+        if kind == engine.EXPIRE:
+            ends.append(t)
+        push(self, t, kind, payload)
+
+    monkeypatch.setattr(engine.Simulator, "_push", record)
+    cfg = engine.SimConfig(lease_spread_s=spread, expiry_quantum_s=0.0)
+    r = engine.Simulator(build_cluster([(3, [2])], racks=1), Workload(apps),
+                         make_policy("themis"), cfg).run()
+    assert len(r.apps) == 3
+    # the first round (t = 0) grants all three apps: their leases end together, or apart
+    assert ends[:len(first_ends)] == pytest.approx(first_ends)
+    with pytest.raises(engine.SimError, match="lease_spread_s"):
+        engine.Simulator(build_cluster([(1, [2])], racks=1), Workload(apps[:1]),
+                         make_policy("themis"), engine.SimConfig(lease_spread_s=601.0))
