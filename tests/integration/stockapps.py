@@ -204,16 +204,19 @@ def gpu_containers(nm_logs: Mapping[str, str]) -> list[dict[str, Any]]:
     return out
 
 
-def lease_windows(rm_text: str, lease_s: float, grace_s: float
+def lease_windows(rm_text: str, lease_s: float, grace_s: float, spread_s: float | None = None
                   ) -> dict[tuple[str, str], list[tuple[float, float]]]:
     """From the RM log: for each (app, node host), the times its leases allowed it to run GPU
-    containers there: from each grant or renewal to lease + grace after it."""
+    containers there: from each grant or renewal to the longest a lease of it lasts (lease +
+    ``spread_s`` / 2: yarn-site lease-spread-ms, by default half the lease) + grace after
+    it."""
+    longest = lease_s + (lease_s / 2 if spread_s is None else spread_s) / 2
     out: dict[tuple[str, str], list[tuple[float, float]]] = {}
     for m in re.finditer(_TS + r".*Themis lease \d+(?:: \d+ GPU\(s\) on (\S+?):\d+ to (\S+) "
                          r"until| of (\S+) on (\S+?):\d+ renewed)", rm_text, re.M):
         t = _ts(m[1])
         app, host = (m[3], m[2]) if m[2] else (m[4], m[5])
-        out.setdefault((app, host), []).append((t, t + lease_s + grace_s))
+        out.setdefault((app, host), []).append((t, t + longest + grace_s))
     return out
 
 
