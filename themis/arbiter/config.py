@@ -20,7 +20,7 @@ from themis.mechanism.fairness import (
     parse_starvation,
 )
 from themis.mechanism.model import ModelError
-from themis.mechanism.round import DEFAULT_FAIRNESS_KNOB, check_knob
+from themis.mechanism.round import DEFAULT_FAIRNESS_KNOB, check_knob, lease_spread
 from themis.mechanism.solvers import DEFAULT_SOLVER
 
 MAX_APP_ID = 128
@@ -95,9 +95,7 @@ class ArbiterConfig:
 
     @property
     def spread_s(self) -> float:
-        """The spread of a round's lease lengths: ``lease_spread_s``, by default half of
-        ``lease_s``."""
-        return self.lease_s / 2 if self.lease_spread_s is None else self.lease_spread_s
+        return lease_spread(self.lease_s, self.lease_spread_s)
 
     @property
     def effective_warning_s(self) -> float:

@@ -333,6 +333,12 @@ def distribute_leftover(
     return _deal(gpus, order, _asks(order, len(gpus), room, shape), previous)
 
 
+def lease_spread(lease_s: float, spread_s: float | None) -> float:
+    """The spread of a round's lease lengths (:func:`lease_lengths`): ``spread_s``, by
+    default (None) half of the lease, in every mode (yarn-site ``lease-spread-ms``)."""
+    return lease_s / 2 if spread_s is None else spread_s
+
+
 def lease_lengths(apps: Sequence[str], lease_s: float, spread_s: float,
                   rng: random.Random) -> dict[str, float]:
     """How long each app's leases granted in one round last (seconds).

@@ -18,7 +18,7 @@ from themis.mechanism.fairness import (
     IDEAL_TIME_NAMES,
     parse_ideal_time,
 )
-from themis.mechanism.round import DEFAULT_FAIRNESS_KNOB
+from themis.mechanism.round import DEFAULT_FAIRNESS_KNOB, lease_spread
 from themis.mechanism.solvers import DEFAULT_SOLVER, SOLVER_NAMES, SolverError
 from themis.mechanism.topology import Topology
 from themis.sim.cluster import load_cluster
@@ -291,8 +291,7 @@ def run_cli(args: argparse.Namespace) -> int:
             "ideal_time": args.ideal_time,
             "fairness_knob": args.fairness_knob,
             "lease_minutes": args.lease_minutes,
-            "lease_spread_minutes": args.lease_minutes / 2 if args.lease_spread_minutes is None
-            else args.lease_spread_minutes,
+            "lease_spread_minutes": lease_spread(args.lease_minutes, args.lease_spread_minutes),
             "restart_seconds": args.restart_seconds,
             "expiry_quantum_s": args.expiry_quantum,
             "seed": args.seed,

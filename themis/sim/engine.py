@@ -27,7 +27,7 @@ from typing import Any
 
 from themis.mechanism.contention import ContentionTracker
 from themis.mechanism.fairness import DEFAULT_IDEAL_TIME, IdealTime
-from themis.mechanism.round import lease_lengths
+from themis.mechanism.round import lease_lengths, lease_spread
 from themis.mechanism.topology import Gpu, Topology
 from themis.sim.errors import InvariantError, SimError
 from themis.sim.isolated import isolated_finish_times
@@ -57,12 +57,12 @@ class SimConfig:
     # round's apps (themis.mechanism.round.lease_lengths); None: half of lease_s, as the
     # RM's and standalone mode's default; 0: all exactly lease_s (the paper's)
     lease_spread_s: float | None = None
+    # T_id of rho, in the agents' bids and in the reported metric (themis.mechanism.fairness)
+    ideal_time: IdealTime = DEFAULT_IDEAL_TIME
 
     @property
     def spread_s(self) -> float:
-        return self.lease_s / 2 if self.lease_spread_s is None else self.lease_spread_s
-    # T_id of rho, in the agents' bids and in the reported metric (themis.mechanism.fairness)
-    ideal_time: IdealTime = DEFAULT_IDEAL_TIME
+        return lease_spread(self.lease_s, self.lease_spread_s)
 
 
 @dataclass(slots=True)
