@@ -338,3 +338,34 @@ def test_a_job_killed_while_it_writes_leaves_the_stored_checkpoint_whole(
     else:
         assert (weights, meta) == (b"0000" * 1000, b"0")
         assert "checkpoint-save-skipped" in kinds and "checkpoint-saved" not in kinds
+
+
+def test_a_job_killed_by_someone_else_right_after_a_write_is_saved(
+        fake: FakeWebHdfs, am_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+        ) -> None:
+    # a crash or the OOM killer (here: SIGKILL from outside the runner) right after the job
+    # stored a step: the step is saved (only a death by the stop's SIGTERM right after a
+    # write is taken for a cut write); the AM-kill trials count anything less as a lost
+    # checkpoint
+    import signal
+    import threading
+
+    monkeypatch.chdir(tmp_path)
+    job = ("import pathlib, time; d = pathlib.Path('checkpoints'); d.mkdir(exist_ok=True); "
+           "(d / 'step').write_text('35'); pathlib.Path('written').touch(); time.sleep(30)")
+    ckpt = Path("checkpoints")
+    runner = Runner(am_url, "j0", 1, Path("tflogs"), [sys.executable, "-c", job],
+                    report_every=0.05, checkpoint_dir=ckpt,
+                    store=CheckpointMirror(WebHdfs(fake.url), ckpt, REMOTE))
+    events: list[dict[str, Any]] = []
+    monkeypatch.setattr(runner, "_add_event", events.append)
+
+    def kill_after_the_write() -> None:
+        while not Path("written").exists() or runner._child is None:
+            time.sleep(0.01)
+        os.kill(runner._child.pid, signal.SIGKILL)
+
+    threading.Thread(target=kill_after_the_write, daemon=True).start()
+    assert runner.run() == -signal.SIGKILL
+    assert bytes(fake.files[f"{REMOTE}/step"]) == b"35"
+    assert "checkpoint-saved" in [e["event"] for e in events]

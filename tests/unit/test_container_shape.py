@@ -175,7 +175,8 @@ def test_engine_grants_a_two_gpu_ask_both_gpus_of_one_node() -> None:
         view["round"] = seed + 1
         reply = json.loads(RoundEngine().run(json.dumps(view)))
         stock = [g for g in reply["grants"] if g["app_id"] == "application_1_0001"]
-        assert stock == [{"app_id": "application_1_0001", "node_id": "nm2:8141", "gpus": 2}]
+        assert stock == [{"app_id": "application_1_0001", "node_id": "nm2:8141", "gpus": 2,
+                          "lease_ms": 60000}]
 
 
 def test_view_asks_are_parsed_and_checked() -> None:

@@ -29,8 +29,14 @@ def java_defaults() -> dict[str, str]:
     consts.update({var: consts[key] for var, key in alias.items()})
     src = re.sub(r"perRm\(conf, (\w+)\)", r"\1", src)
     out: dict[str, str] = {}
+
+    def key_of_field(m: re.Match[str]) -> str:  # leaseDurationMs -> lease-duration-ms
+        return consts.get(re.sub(r"(?<!^)(?=[A-Z])", "_", m[0]).upper(), m[0])
+
     for const, raw in re.findall(r"read(?:Double|Long|NonEmpty)\(conf, (\w+), ([^,)]+)", src):
-        out[PREFIX + consts[const]] = raw.strip().strip('"').rstrip("L").replace("_", "")
+        # a default computed from another setting names that setting's key
+        value = re.sub(r"\b[a-z]+(?:[A-Z][a-z]*)+\b", key_of_field, raw.strip())
+        out[PREFIX + consts[const]] = value.strip('"').rstrip("L").replace("_", "")
     for const, raw in re.findall(r'conf\.getTrimmed\((\w+), "([^"]*)"\)', src):
         if const not in consts:  # a YARN key (yarn.resourcemanager.bind-host, ...)
             continue

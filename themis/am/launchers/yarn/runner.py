@@ -34,7 +34,7 @@ resumes on any node. While the job runs, the directory is also copied every
 ``--checkpoint-every`` seconds, once nothing in it changed for ``CHECKPOINT_SETTLE_S``: a
 run whose host dies (no exit, no save) resumes from the last copy (docs/am.md, "Faults").
 A stop's SIGTERM waits until the directory was quiet for ``WRITE_QUIET_S``, and a job that
-died of a signal right after a write is not saved (HDFS keeps the last copy whole).
+died of it right after a write is not saved (HDFS keeps the last copy whole).
 A restore that cannot reach HDFS is retried for ``--restore-wait`` seconds; the job never
 starts from scratch instead (its save would put that over the stored state). Each run
 claims the job's HDFS directory (a file beside
@@ -100,9 +100,9 @@ CKPT_DIR = "checkpoints"
 #: this long (seconds): a job writing a checkpoint's files one after the other has
 #: finished them by then (CheckpointMirror.save)
 CHECKPOINT_SETTLE_S = 2.0
-#: a job's SIGTERM waits (at most STOP_HOLD_S) until nothing in its checkpoint directory
-#: changed for this long (seconds), and a job that died of a signal is saved after its exit
-#: only if nothing there changed this long before the signal: a program that dies of
+#: a stop's SIGTERM waits (at most STOP_HOLD_S) until nothing in the job's checkpoint
+#: directory changed for this long (seconds), and a job that died of that SIGTERM is saved
+#: after its exit only if nothing there changed this long before it: a program that dies of
 #: SIGTERM at once (Keras' model.fit) and was cut while it rewrote its backup would
 #: otherwise put a truncated file over the complete one in HDFS, and every later run would
 #: fail to load it (docs/am.md, "Faults")
@@ -146,7 +146,8 @@ class Runner:
         self._child: subprocess.Popen[str] | None = None
         self._signalled = False
         self._term_at: float | None = None  # monotonic time of the job's SIGTERM
-        self._signal_wall = 0.0  # when the job's last signal was sent (files' mtimes)
+        # when a stop's SIGTERM went out after _hold_while_checkpointing (files' mtimes)
+        self._held_term_at: float | None = None
         self._term_why = ""
         self._killed = False  # SIGKILL after stop_grace
         self.stop_grace = stop_grace
@@ -192,8 +193,8 @@ class Runner:
         self._signalled = True
         if hold:
             self._hold_while_checkpointing(child)
+            self._held_term_at = time.time()
         self._term_at, self._term_why = time.monotonic(), why
-        self._signal_wall = time.time()
         log.info("stopping job %s (%s): SIGTERM to process group %d", self.job_id, why, child.pid)
         self._add_event({"event": "stop-requested", "reason": why})
         with contextlib.suppress(ProcessLookupError):
@@ -223,7 +224,7 @@ class Runner:
         if after < self.stop_grace:
             return
         self._killed = True
-        self._signal_wall = time.time()
+        self._held_term_at = None  # the job outlived its SIGTERM: saved as it left it
         what = ("at its step target" if self._stopped_at_target
                 else f"({self._term_why})")
         log.warning("job %s still running %.0f s after its SIGTERM %s: SIGKILL to process "
@@ -488,16 +489,17 @@ class Runner:
         """The job's checkpoint directory to HDFS after its exit, up to ``attempts`` times
         (HDFS may be briefly unwritable: a DataNode gone, the NameNode restarting). A save
         that fails leaves the previous checkpoint in HDFS usable (the index is written
-        last); the next run resumes from it. ``killed_at``: the job died of a signal sent
-        then (seconds since the epoch); if it changed its directory less than
+        last); the next run resumes from it. ``killed_at``: the job died of the stop's
+        SIGTERM sent then (seconds since the epoch); if it changed its directory less than
         WRITE_QUIET_S before, its files may be cut short and nothing is saved: the next
-        run resumes from the last copy in HDFS."""
+        run resumes from the last copy in HDFS. A job that died otherwise (a crash, the
+        OOM killer, the SIGKILL after ``stop_grace``) is saved as it left it."""
         from themis.hadoop.checkpoint_mirror import CheckpointFenced
 
         assert self.store is not None
         if killed_at is not None and (
                 before := killed_at - self.store.last_change()) < WRITE_QUIET_S:
-            why = (f"the job died of a signal {before:.2f} s after it last changed its "
+            why = (f"the job died of its SIGTERM {before:.2f} s after it last changed its "
                    "checkpoint directory (a write may have been cut short): HDFS keeps "
                    "the last copy")
             log.warning("checkpoint not saved: %s", why)
@@ -579,9 +581,9 @@ class Runner:
             if not self._signalled:  # a stopping job's directory is saved after its exit
                 self._sync_checkpoints()
         pump.join(timeout=5)
-        # a job that died of a signal may have been cut in a checkpoint's write
-        killed_at = (self._signal_wall if self._signalled else time.time()) \
-            if rc < 0 or rc - 128 in (signal.SIGTERM, signal.SIGKILL) else None
+        # a job that died of a stop's SIGTERM may have been cut in a checkpoint's write
+        killed_at = self._held_term_at if rc in (-signal.SIGTERM, 128 + signal.SIGTERM) \
+            else None
         if self._stopped_at_target and rc in STOPPED_STATUSES:
             # stopped here at its step target: the run reached it (docs/jobs.md)
             self._add_event({"event": "exit", "step": self._steps, "reason": "max-steps"})

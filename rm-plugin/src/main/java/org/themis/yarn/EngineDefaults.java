@@ -65,14 +65,6 @@ public final class EngineDefaults {
    */
   public static final long DEFAULT_LEASE_DURATION_MS = 600000L;
 
-  /*
-   * yarn.resourcemanager.themis.lease-spread-ms (default: half of lease-duration-ms, at most
-   * all of it): the leases granted in one round last lease-duration-ms +- this / 2, spread
-   * evenly over the round's apps (themis.mechanism.round.lease_lengths), so that they do not
-   * all end together and one round does not offer the whole cluster (docs/yarn.md, "Scale").
-   * The engine picks each length; ThemisSettings.leaseLengthMs keeps it in that range.
-   */
-
   /** The longest lease the engine accepts, in ms (themis.yarn.settings.MAX_LEASE_MS). */
   public static final long MAX_LEASE_DURATION_MS = 31622400000L;
 

@@ -22,6 +22,13 @@ public final class ThemisSettings {
 
   public static final String FAIRNESS_KNOB = PREFIX + "fairness-knob";
   public static final String LEASE_DURATION_MS = PREFIX + "lease-duration-ms";
+  /**
+   * The leases granted in one round last lease-duration-ms +- this / 2 (default: half of
+   * lease-duration-ms, at most all of it), spread evenly over the round's apps by the engine
+   * (themis.mechanism.round.lease_lengths), so that they do not all end together and one round
+   * does not offer the whole cluster (docs/yarn.md, "Scale"); {@link #leaseLengthMs} keeps the
+   * engine's lengths in that range.
+   */
   public static final String LEASE_SPREAD_MS = PREFIX + "lease-spread-ms";
   public static final String GRACE_PERIOD_MS = PREFIX + "grace-period-ms";
   public static final String SOLVER = PREFIX + "solver";
@@ -116,7 +123,6 @@ public final class ThemisSettings {
       throw bad(LEASE_DURATION_MS, conf.get(LEASE_DURATION_MS),
           "must be <= " + EngineDefaults.MAX_LEASE_DURATION_MS);
     }
-    // the leases of one round last lease +- spread / 2 (EngineDefaults.leaseSpreadMs)
     leaseSpreadMs = readLong(conf, LEASE_SPREAD_MS, leaseDurationMs / 2, 0L);
     if (leaseSpreadMs > leaseDurationMs) {
       throw bad(LEASE_SPREAD_MS, conf.get(LEASE_SPREAD_MS),

@@ -252,7 +252,7 @@ public final class RoundDriver {
         free.put(node, free.get(node) - gpus);
         // the lease records its node's partition (docs/yarn.md, "Partitions")
         String partition = partitionOf(node);
-        // the length the engine spread this app's leases to (EngineDefaults: lease-spread-ms)
+        // the length the engine spread this app's leases to (ThemisSettings.LEASE_SPREAD_MS)
         long lengthMs = settings.leaseLengthMs(
             g.path("lease_ms").asLong(settings.leaseDurationMs()));
         Lease l = leases.grant(app, node, partition, (int) gpus, lengthMs);
