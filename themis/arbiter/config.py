@@ -20,7 +20,13 @@ from themis.mechanism.fairness import (
     parse_starvation,
 )
 from themis.mechanism.model import ModelError
-from themis.mechanism.round import DEFAULT_FAIRNESS_KNOB, check_knob, lease_spread
+from themis.mechanism.round import (
+    DEFAULT_FAIRNESS_KNOB,
+    RoundError,
+    check_knob,
+    check_spread,
+    lease_spread,
+)
 from themis.mechanism.solvers import DEFAULT_SOLVER
 
 MAX_APP_ID = 128
@@ -80,10 +86,10 @@ class ArbiterConfig:
             v = getattr(self, name)
             if not math.isfinite(v) or v <= 0:
                 raise ValueError(f"arbiter config: {name}={v!r} must be a positive number")
-        spread = self.spread_s
-        if not math.isfinite(spread) or not 0 <= spread <= self.lease_s:
-            raise ValueError(f"arbiter config: lease_spread_s={spread!r} must be between 0 "
-                             f"and lease_s={self.lease_s!r}")
+        try:
+            check_spread(self.lease_s, self.spread_s)
+        except RoundError as exc:
+            raise ValueError(f"arbiter config: lease_spread_s: {exc}") from None
         for name in ("warning_s", "round_delay_s"):
             v = getattr(self, name)
             if not math.isfinite(v) or v < 0:

@@ -339,6 +339,13 @@ def lease_spread(lease_s: float, spread_s: float | None) -> float:
     return lease_s / 2 if spread_s is None else spread_s
 
 
+def check_spread(lease_s: float, spread_s: float) -> None:
+    """A lease spread lies between 0 and the lease (:func:`lease_lengths`)."""
+    if not 0 <= spread_s <= lease_s:
+        raise RoundError(f"lease spread {spread_s!r} s must be between 0 and the lease "
+                         f"length {lease_s!r} s")
+
+
 def lease_lengths(apps: Sequence[str], lease_s: float, spread_s: float,
                   rng: random.Random) -> dict[str, float]:
     """How long each app's leases granted in one round last (seconds).
@@ -350,9 +357,7 @@ def lease_lengths(apps: Sequence[str], lease_s: float, spread_s: float,
     ``lease_s - spread_s / 2`` .. ``lease_s + spread_s / 2`` in a random order: the mean
     stays ``lease_s``, an app's GPUs of the round still end together, and the next rounds
     each offer the GPUs of some of the apps. One app alone gets ``lease_s``."""
-    if not 0 <= spread_s <= lease_s:
-        raise RoundError(f"lease spread {spread_s!r} s must be between 0 and the lease "
-                         f"length {lease_s!r} s")
+    check_spread(lease_s, spread_s)
     if spread_s == 0 or len(apps) < 2:
         return dict.fromkeys(apps, lease_s)
     order = list(apps)
@@ -389,6 +394,7 @@ def run_round(
     bundles are theirs. The leases last :func:`lease_lengths` (``spread_s``)."""
     if not math.isfinite(lease_s) or lease_s <= 0:
         raise RoundError(f"lease length {lease_s!r} s must be a positive number")
+    check_spread(lease_s, spread_s)
     bidders, nonbidders = select_bidders(rho_current, fairness_knob, rng, priority, merge)
     free = list(offer)
     if priority is not None:

@@ -27,7 +27,7 @@ from typing import Any
 
 from themis.mechanism.contention import ContentionTracker
 from themis.mechanism.fairness import DEFAULT_IDEAL_TIME, IdealTime
-from themis.mechanism.round import lease_lengths, lease_spread
+from themis.mechanism.round import RoundError, check_spread, lease_lengths, lease_spread
 from themis.mechanism.topology import Gpu, Topology
 from themis.sim.errors import InvariantError, SimError
 from themis.sim.isolated import isolated_finish_times
@@ -153,8 +153,10 @@ class Simulator:
         self.cfg = config or SimConfig()
         if self.cfg.lease_s <= 0 or self.cfg.restart_s < 0:
             raise SimError("lease_s must be > 0 and restart_s >= 0")
-        if not 0 <= self.cfg.spread_s <= self.cfg.lease_s:
-            raise SimError("lease_spread_s must be between 0 and lease_s")
+        try:
+            check_spread(self.cfg.lease_s, self.cfg.spread_s)
+        except RoundError as exc:
+            raise SimError(f"lease_spread_s: {exc}") from None
         self.rng = random.Random(self.cfg.seed)
         # the lease lengths' own draws: a spread leaves the policies' draws as they were
         self._lease_rng = random.Random(f"lease-{self.cfg.seed}")

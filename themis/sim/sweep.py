@@ -98,10 +98,7 @@ class Options:
     lease_spread_minutes: float | None = None  # None: half of lease_minutes
 
     def fingerprint(self) -> str:
-        fields = asdict(self)
-        if fields["lease_spread_minutes"] == 0:  # runs cached before the option keep their key
-            del fields["lease_spread_minutes"]
-        doc = json.dumps({"v": SWEEP_VERSION, **fields}, sort_keys=True)
+        doc = json.dumps({"v": SWEEP_VERSION, **asdict(self)}, sort_keys=True)
         return hashlib.sha256(doc.encode()).hexdigest()[:10]
 
 
