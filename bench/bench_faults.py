@@ -41,7 +41,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.integration.fault_trials import KINDS, OVERRIDES, PARTITION_S, FaultResult, run_trials
+from tests.integration.fault_trials import (
+    KINDS,
+    NM_OVERRIDES,
+    OVERRIDES,
+    PARTITION_S,
+    FaultResult,
+    run_trials,
+)
 from tests.integration.minicluster import am_jar_and_mounts, running_minicluster
 
 
@@ -77,6 +84,7 @@ def main() -> None:
                  for r in range(args.rounds)]
     with tempfile.TemporaryDirectory(prefix="faults-") as tmp, \
             running_minicluster("faults", conf_overrides=OVERRIDES,
+                                nm_conf_overrides=NM_OVERRIDES,
                                 mounts=am_jar_and_mounts()) as cluster:
         for r, n in enumerate(per_round):
             if n == 0:
@@ -90,6 +98,8 @@ def main() -> None:
             total.trials += res.trials
             total.apps.update(res.apps)
             total.double_runs += res.double_runs
+            total.thaw_runs += res.thaw_runs
+            total.thaw_kills += res.thaw_kills
             total.job_containers += res.job_containers
             total.gpu_violations = res.gpu_violations  # every container in the logs so far
     out = {**total.summary(), "double_run_details": total.double_runs[:10],

@@ -40,7 +40,10 @@ Checks (per trial, and over the cluster at the end):
   leases / over a node's GPUs** (:func:`stockapps.gpu_use_violations`), from the
   NodeManagers' logs and the RM's lease log, with the hosts' down times taken into account:
   a killed host's containers ended when it was killed (its log never says so), a paused
-  host's processes did not run while it was frozen;
+  host's processes did not run while it was frozen, and a job its runner killed at the
+  thaw (its log says when) ended then. A thawed job that ran again for at most
+  :data:`THAW_RUN_S` before that kill, beside the job's next run, is counted apart
+  (``thaw_runs``): nothing can stop a frozen process from running when it thaws;
 * **apps**: every app (trial apps and competitors) ends FINISHED/SUCCEEDED, its job at its
   last step;
 * **recovery time**: the fault's end -> the job makes progress again in a run other than the
@@ -72,7 +75,14 @@ from tests.integration.am_kill_trials import (
 from tests.integration.am_kill_trials import OVERRIDES as AM_KILL_OVERRIDES
 from tests.integration.minicluster import ADDR, NMS, RM, SUBNET, _get, hosts
 from tests.integration.slowlink import DelayRelay, slow_rules
-from tests.integration.stockapps import gpu_containers, gpu_use_violations, nm_logs, wait_for
+from tests.integration.stockapps import (
+    _TS,
+    _ts,
+    gpu_containers,
+    gpu_use_violations,
+    nm_logs,
+    wait_for,
+)
 
 KINDS = ("nm-lost", "nm-paused", "am-partition", "am-latency", "datanode-lost",
          "namenode-restart")
@@ -90,10 +100,16 @@ DATANODE_DOWN_S = 40.0  # > LEASE_MS: a lease ends (a save, a restore) while it 
 #: the RM's ports the AM uses: AMRM scheduler (yarn.resourcemanager.scheduler.address) and
 #: the agents' endpoint (yarn.resourcemanager.themis.agent-port)
 AM_PORTS = (8030, 8642)
+#: the longest a thawed host's job may run again before its runner kills it (thaw.py: one
+#: look at the clock every 0.1 s, and the unpause command's own return)
+THAW_RUN_S = 0.5
 OVERRIDES = {
     **AM_KILL_OVERRIDES,
     "yarn.nm.liveness-monitor.expiry-interval-ms": str(NM_EXPIRY_MS),
 }
+#: the NodeManagers' hosts read the expiry too, as on a cluster with one yarn-site.xml:
+#: the AMs there give their runners the thaw fence from it (thaw.py)
+NM_OVERRIDES = {"yarn.nm.liveness-monitor.expiry-interval-ms": str(NM_EXPIRY_MS)}
 
 
 @dataclass
@@ -132,6 +148,10 @@ class FaultResult:
     trials: list[FaultTrial] = field(default_factory=list)
     apps: dict[str, str] = field(default_factory=dict)
     double_runs: list[str] = field(default_factory=list)
+    #: a thawed host's job that ran again after the thaw, until its runner killed it
+    #: (thaw.py), while the job's next run ran: the seconds of each
+    thaw_runs: list[float] = field(default_factory=list)
+    thaw_kills: int = 0  # job containers whose runner killed the job at a thaw
     gpu_violations: list[str] = field(default_factory=list)
     job_containers: int = 0
     down: dict[str, list[tuple[float, float, str]]] = field(default_factory=dict)
@@ -155,6 +175,9 @@ class FaultResult:
             "trials": len(self.trials),
             "lost_checkpoints": sum(t.lost_checkpoint for t in self.trials),
             "double_runs": len(self.double_runs),
+            "thaw_kills": self.thaw_kills,
+            "thaw_runs": {"count": len(self.thaw_runs),
+                          "max_s": round(max(self.thaw_runs), 2) if self.thaw_runs else None},
             "gpu_use_violations": len(self.gpu_violations),
             "apps_failed": len(failed),
             "job_containers": self.job_containers,
@@ -396,10 +419,27 @@ def _intervals(c: Mapping[str, Any], down: Sequence[tuple[float, float, str]]
     return spans
 
 
+def thaw_kills(cluster: Mapping[str, Any], apps: Sequence[str]) -> dict[str, float]:
+    """container -> when its runner killed its job at its host's thaw (the runner's log
+    line: thaw.py)."""
+    out = {}
+    for app in apps:
+        for cid, text in job_logs(cluster, app).items():
+            m = re.search(_TS + r".*killed at the thaw", text, re.M)
+            if m:
+                out[cid] = _ts(m[1])
+    return out
+
+
 def check_cluster(cluster: Mapping[str, Any], result: FaultResult, apps: Sequence[str]) -> None:
     logs = nm_logs(dict(cluster))
+    killed = thaw_kills(cluster, apps)
+    result.thaw_kills = len(killed)
+    thaws = {b for down in result.down.values() for _a, b, how in down if how == "paused"}
     fixed = []
     for c in gpu_containers(logs):
+        if c["container"] in killed:  # its job died then; the runner's exit came later
+            c = {**c, "end": min(c["end"], killed[c["container"]])}
         spans = _intervals(c, result.down.get(c["host"], []))
         if not spans:
             continue
@@ -413,11 +453,18 @@ def check_cluster(cluster: Mapping[str, Any], result: FaultResult, apps: Sequenc
         cs.sort(key=lambda c: c["start"])
         for i, b in enumerate(cs):
             for a in cs[:i]:
-                if a["container"] != b["container"] and b["start"] < a["end"]:
-                    result.double_runs.append(
-                        f"{app}: {b['container']} on {b['host']} ran "
-                        f"{min(a['end'], b['end']) - b['start']:.1f} s while {a['container']} "
-                        f"on {a['host']} ran")
+                if a["container"] == b["container"] or b["start"] >= a["end"]:
+                    continue
+                both = min(a["end"], b["end"]) - b["start"]
+                # the thawed job's processes between the thaw and its runner's kill
+                thawed = next((x for x in (a, b) if x["start"] in thaws
+                               and x["container"] in killed), None)
+                if thawed is not None and thawed["end"] - thawed["start"] <= THAW_RUN_S:
+                    result.thaw_runs.append(both)
+                    continue
+                result.double_runs.append(
+                    f"{app}: {b['container']} on {b['host']} ran {both:.1f} s while "
+                    f"{a['container']} on {a['host']} ran")
     rm = hosts(cluster)["rm"]
     result.gpu_violations = gpu_use_violations(
         logs, {n: g for n, (g, _r) in NMS.items()}, rm.logs().decode(errors="replace"),

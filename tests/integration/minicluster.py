@@ -308,6 +308,7 @@ def running_minicluster(
     secure: bool = False,
     cs_overrides: Mapping[str, str] | None = None,
     nm_gpus: Mapping[str, int] | None = None,
+    nm_conf_overrides: Mapping[str, str] | None = None,
 ) -> Iterator[dict[str, Any]]:
     """Start the mini-cluster (Docker set up and images built when needed), wait until every
     NodeManager runs and HDFS has left safe mode, yield ``{"containers", "image",
@@ -323,7 +324,9 @@ def running_minicluster(
     out for the users; the dict has ``"kerberos": {"realm", "krb5_conf", "keytabs": {user:
     path}, "dir"}`` in addition (host paths; ``kinit`` and ``negotiate`` use it).
     ``cs_overrides``: capacity-scheduler.xml settings for the RM (queues, node labels);
-    ``nm_gpus``: GPUs of some NodeManagers instead of ``NMS``' (0: a CPU-only node)."""
+    ``nm_gpus``: GPUs of some NodeManagers instead of ``NMS``' (0: a CPU-only node);
+    ``nm_conf_overrides``: yarn-site.xml settings for the NodeManagers' hosts (what the
+    AMs and job containers there read)."""
     if secure and ha:
         raise ValueError("running_minicluster: secure=True with ha=True is not supported")
     ok, why = _docker_available()  # runs scripts/docker-setup.sh when no daemon answers
@@ -386,6 +389,9 @@ def running_minicluster(
         rm_env["THEMIS_CONF_OVERRIDES"] = ";".join(f"{k}={v}" for k, v in conf_overrides.items())
     if cs_overrides:
         rm_env["THEMIS_CS_OVERRIDES"] = ";".join(f"{k}={v}" for k, v in cs_overrides.items())
+    nm_env = {"THEMIS_CONF_OVERRIDES": ";".join(f"{k}={v}" for k, v
+                                                in nm_conf_overrides.items())} \
+        if nm_conf_overrides else {}
     containers: list[DockerContainer] = []
     if secure:  # first: the others wait for the keytabs it publishes; /krb read-write
         containers.append(daemon("kdc", image, "kdc", {krb_dir: "/krb"}, skip=("/krb",)))
@@ -405,7 +411,7 @@ def running_minicluster(
         gpus = (nm_gpus or {}).get(name, gpus)
         containers.append(
             daemon("nodemanager", nm_image, name, THEMIS_NM_NAME=name,
-                   THEMIS_NM_INDEX=str(i), THEMIS_NM_GPUS=str(gpus))
+                   THEMIS_NM_INDEX=str(i), THEMIS_NM_GPUS=str(gpus), **nm_env)
         )
     started: list[DockerContainer] = []
     t0 = time.monotonic()

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.fault_trials import KINDS, OVERRIDES, run_trials
+from tests.integration.fault_trials import KINDS, NM_OVERRIDES, OVERRIDES, run_trials
 from tests.integration.minicluster import am_jar_and_mounts, running_minicluster, skip_or_fail
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.timeout(1800)]
@@ -32,6 +32,7 @@ def test_jobs_survive_a_lost_node_a_frozen_node_and_a_partitioned_am(tmp_path: P
             skip_or_fail(f"{tool} not found on this machine (the am-partition and "
                          "am-latency faults)")
     with running_minicluster("faults", conf_overrides=OVERRIDES,
+                             nm_conf_overrides=NM_OVERRIDES,
                              mounts=am_jar_and_mounts()) as cluster:
         result = run_trials(cluster, tmp_path, kinds=KINDS, trials=1, apps=1, competitors=3,
                             steps=300, seed=1)
@@ -41,5 +42,8 @@ def test_jobs_survive_a_lost_node_a_frozen_node_and_a_partitioned_am(tmp_path: P
     assert {k: v["trials"] for k, v in s["by_kind"].items()} == dict.fromkeys(KINDS, 1), s
     assert s["lost_checkpoints"] == 0, details
     assert not result.double_runs, result.double_runs
+    # the frozen host's job was killed by its runner at the thaw (thaw.py), not by its
+    # NodeManager's resync a second or more later
+    assert s["thaw_kills"] >= 1, s
     assert not result.gpu_violations, result.gpu_violations
     assert all(v == "FINISHED/SUCCEEDED" for v in result.apps.values()), result.apps

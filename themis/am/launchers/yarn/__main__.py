@@ -20,6 +20,7 @@ from themis.am.launchers.yarn.commands import default_arbiter
 from themis.am.launchers.yarn.records import parse_container_id
 from themis.am.launchers.yarn.shell import JvmShell
 from themis.am.launchers.yarn.stock import StockAppMaster, no_arbiter
+from themis.am.launchers.yarn.thaw import fence_after
 from themis.am.spec import AppSpec
 from themis.hadoop.security import agent_options
 from themis.hadoop.webhdfs import WebHdfs
@@ -62,6 +63,8 @@ def main(argv: Sequence[str] | None = None) -> int:
              webhdfs_url=webhdfs_url, attempt=attempt,
              python=env.get("THEMIS_JOB_PYTHON") or sys.executable)
     am.agent_options = options
+    # the runners' thaw fence (thaw.py) from the cluster's liveness expiry
+    am.fence_after_s = fence_after(lambda k, d: str(gateway.entry_point.conf(k, d) or ""))
     signal.signal(signal.SIGTERM, lambda s, f: am.kill())
     try:
         rc = am.run()

@@ -59,6 +59,7 @@ from themis.am.launchers.yarn.runner import CKPT_DIR
 from themis.am.launchers.yarn.shell import JvmShell, Shell
 from themis.am.launchers.yarn.status import snapshot
 from themis.am.launchers.yarn.tbcontainer import TensorBoardContainer, tbserve_command
+from themis.am.launchers.yarn.thaw import fence_after
 from themis.am.margins import LeaseMargins
 from themis.am.master import AppMasterBase
 from themis.am.spec import AppSpec
@@ -122,6 +123,9 @@ class AppMaster(AppMasterBase):
         self.heartbeat_ms = heartbeat_ms
         self.stop_timeout_s = stop_timeout_s
         self.report_every_s = report_every_s
+        # a job's host frozen this long may have been taken for lost: its runner kills the
+        # job at the thaw (thaw.py); YARN's defaults until __main__ reads the cluster's
+        self.fence_after_s = fence_after(lambda _key, default: default)
         self.idle_release_s = idle_release_s
         self._no_park: dict[str, float] = {}  # node -> until when no ask is parked there
         self._released: set[str] = set()
@@ -292,7 +296,8 @@ class AppMaster(AppMasterBase):
             self.python, self.tracking_url.rstrip("/"), run.job_id, run.run_id,
             tensorboard_dir(self.app_dir, run.job_id), self.report_every_s, job_cmd,
             self.spec.objective.metric, f"{self.app_dir}/ckpt-dir/{run.job_id}",
-            task=(run.task, run.task_index) if run.group else None)
+            task=(run.task, run.task_index) if run.group else None,
+            fence_after_s=self.fence_after_s)
         env = {**self._base_env(self.spec.docker_image_of(run.task)),
                "TF_CPP_MIN_LOG_LEVEL": "2", **contract_env(values), **self.spec.env,
                REPORT_TOKEN_ENV: self.report_tokens.token_for(run.container)}

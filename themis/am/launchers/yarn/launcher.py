@@ -344,6 +344,11 @@ class YarnContainerLauncher:
         now = self.clock()
         if run.state in ("allocated", "launched"):
             run.state = "running"
+        if not run.stop_reason and any(e.get("event") == "stop-thawed"
+                                       for e in r.get("events", [])):
+            # its runner killed it when its frozen host thawed (thaw.py): a stop, as for
+            # a lost node, not a failure
+            run.stop_reason = "killed when its frozen host thawed"
         if not run.chief:  # a distributed job's other tasks: their container's state only
             return
         for e in r.get("events", []):

@@ -40,6 +40,8 @@ starts from scratch instead (its save would put that over the stored state). Eac
 claims the job's HDFS directory (a file beside
 it names its container); a run that finds another claim there writes nothing more and
 stops its job: a newer run of the job runs elsewhere (its host was frozen or cut off).
+With ``--fence-after`` a runner that finds its host was frozen that long kills its job the
+moment the host thaws (:mod:`~themis.am.launchers.yarn.thaw`): the job may run elsewhere.
 
 Distributed jobs: with ``--task TYPE:INDEX`` (a task of a job's task group,
 :mod:`themis.am.taskgroup`) the runner binds a free port on its host and sends it with its
@@ -81,6 +83,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from themis.am.launchers.yarn.report import MAX_REPORT_BYTES
+from themis.am.launchers.yarn.thaw import ThawWatch
 from themis.am.margins import PAST_TARGET_GRACE_S, STOP_GRACE_S, PastTarget
 from themis.hadoop.security import (
     REPORT_CONTAINER_HEADER,
@@ -131,7 +134,8 @@ class Runner:
                  metric: str = "eval_loss", checkpoint_dir: Path | None = None,
                  store: CheckpointMirror | None = None, task: tuple[str, int] | None = None,
                  rendezvous_wait: float = 600.0, stop_grace: float = STOP_GRACE_S,
-                 checkpoint_every: float = 0.0, restore_wait: float = 300.0) -> None:
+                 checkpoint_every: float = 0.0, restore_wait: float = 300.0,
+                 fence_after: float = 0.0) -> None:
         self.am_url = am_url.rstrip("/")
         self.job_id = job_id
         self.run_id = run_id
@@ -150,6 +154,10 @@ class Runner:
         self._held_term_at: float | None = None
         self._term_why = ""
         self._killed = False  # SIGKILL after stop_grace
+        # a freeze this long (s) may have got the run replaced: the job is killed at the
+        # thaw (thaw.py; 0: never)
+        self.fence_after = fence_after
+        self._thawed_at: float | None = None  # when the job was killed at a thaw
         self.stop_grace = stop_grace
         self._profiler: Any = None
         self._job_started = False  # the job's "start" event was seen
@@ -234,6 +242,23 @@ class Runner:
                                    "killed (SIGKILL)"})
         with contextlib.suppress(ProcessLookupError):
             os.killpg(child.pid, signal.SIGKILL)
+
+    def _kill_thawed(self, late_s: float) -> None:
+        """The runner woke ``late_s`` seconds late (thaw.py): its host was frozen long
+        enough for YARN to take it for lost and the AM to run the job elsewhere, so the job
+        is killed at once, without a grace (its checkpoints are saved after, unless it
+        wrote in the 0.5 s before, and only while no newer run claimed them)."""
+        child = self._child
+        if child is None or child.poll() is not None:
+            return
+        self._signalled = self._killed = True
+        self._thawed_at = time.time()
+        why = (f"this host was frozen for {late_s:.1f} s (the fence is {self.fence_after:g} "
+               "s): YARN may have taken it for lost and the job may run elsewhere")
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signal.SIGKILL)
+        log.error("job %s killed at the thaw: %s", self.job_id, why)
+        self._add_event({"event": "stop-thawed", "frozen_s": round(late_s, 1), "reason": why})
 
     def _stop_past_target(self) -> None:
         """The step budget of a job that does not read ``$THEMIS_MAX_STEPS`` (Keras'
@@ -567,6 +592,8 @@ class Runner:
         pump = threading.Thread(target=self._pump_stdout, args=(self._child.stdout,),
                                 daemon=True)
         pump.start()
+        watch = ThawWatch(self.fence_after, self._kill_thawed)
+        watch.start()
         while True:
             try:
                 rc = self._child.wait(timeout=self.report_every)
@@ -580,10 +607,14 @@ class Runner:
             self._kill_unstopped()
             if not self._signalled:  # a stopping job's directory is saved after its exit
                 self._sync_checkpoints()
+        watch.stop()
         pump.join(timeout=5)
-        # a job that died of a stop's SIGTERM may have been cut in a checkpoint's write
+        # a job that died of a stop's SIGTERM, or was killed at a thaw, may have been cut
+        # in a checkpoint's write
         killed_at = self._held_term_at if rc in (-signal.SIGTERM, 128 + signal.SIGTERM) \
             else None
+        if self._thawed_at is not None:
+            killed_at = self._thawed_at
         if self._stopped_at_target and rc in STOPPED_STATUSES:
             # stopped here at its step target: the run reached it (docs/jobs.md)
             self._add_event({"event": "exit", "step": self._steps, "reason": "max-steps"})
@@ -694,6 +725,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--stop-grace", type=float, default=STOP_GRACE_S,
                    help="seconds a job may take to exit after its SIGTERM before it gets "
                         f"SIGKILL (default {STOP_GRACE_S:.0f})")
+    p.add_argument("--fence-after", type=float, default=0.0,
+                   help="seconds this host may be frozen before the job is taken for run "
+                        "elsewhere and killed when the host thaws (the AM passes the "
+                        "NodeManager liveness expiry less two heartbeats; default 0: never)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- the job command")
     args = p.parse_args(argv)
     task = parse_task(args.task, p) if args.task else None
@@ -734,7 +769,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                   metric=args.metric, checkpoint_dir=args.checkpoint_dir, store=store,
                   task=task, rendezvous_wait=args.rendezvous_wait,
                   stop_grace=args.stop_grace, checkpoint_every=args.checkpoint_every,
-                  restore_wait=args.restore_wait).run()
+                  restore_wait=args.restore_wait, fence_after=args.fence_after).run()
 
 
 def parse_task(value: str, p: argparse.ArgumentParser) -> tuple[str, int]:
