@@ -17,6 +17,8 @@ app's job stored a step in its newest run:
   ports 8030 and 8642 (in the host's network namespace) for ``--partition-s`` seconds;
 * ``am-latency``: the same traffic through a relay on this machine that holds what the AM
   host sends for 2 s (NAT rules in its namespace; the kernel has no netem), for 60 s;
+* ``job-hdfs-partition``: iptables DROP of all traffic between the job's host and the
+  NameNode and DataNode hosts (in the host's network namespace) for 40 s;
 * ``datanode-lost``: ``docker kill`` of HDFS's only DataNode for 40 s (longer than a
   lease: saves and restores meet HDFS away), then started again;
 * ``namenode-restart``: ``docker restart`` of the NameNode host.

@@ -22,6 +22,10 @@ Fault kinds, each injected with the real tool on the host that runs the job (or 
 * ``am-latency``: the same traffic of the AM's host goes through a relay on this machine
   that holds everything the host sends for :data:`LATENCY_MS` (:mod:`slowlink`: NAT rules in
   the host's namespace; this kernel has no ``netem``), for :data:`LATENCY_S` seconds.
+* ``job-hdfs-partition``: iptables rules in the network namespace of the host running the
+  app's job drop all its traffic to and from the NameNode and the DataNode, for
+  :data:`HDFS_PARTITION_S` seconds (longer than a lease: the job's copies, its save at the
+  lease end and a restore there meet HDFS cut off), then deleted (the fault's end).
 * ``datanode-lost``: ``docker kill -s KILL`` of the DataNode host (HDFS's only one: every
   read and write of a block fails) for :data:`DATANODE_DOWN_S` seconds, longer than a
   lease, then started again; the fault ends when HDFS takes a write.
@@ -85,18 +89,21 @@ from tests.integration.stockapps import (
 )
 
 KINDS = ("nm-lost", "nm-paused", "am-partition", "am-latency", "datanode-lost",
-         "namenode-restart")
+         "namenode-restart", "job-hdfs-partition")
 #: kinds whose hit run may go on through the fault (its progress then counts as recovery)
-RUN_MAY_GO_ON = ("am-partition", "am-latency", "datanode-lost", "namenode-restart")
+RUN_MAY_GO_ON = ("am-partition", "am-latency", "datanode-lost", "namenode-restart",
+                 "job-hdfs-partition")
 #: kinds after which a job resumes from what HDFS held when the fault began: the hit run's
 #: host is gone, or HDFS could not take its saves
-FROM_HDFS = ("nm-lost", "nm-paused", "datanode-lost", "namenode-restart")
+FROM_HDFS = ("nm-lost", "nm-paused", "datanode-lost", "namenode-restart",
+             "job-hdfs-partition")
 NM_EXPIRY_MS = 15000
 PARTITION_S = 40.0  # > LEASE_MS: a lease of the partitioned AM ends while it is cut off
 LATENCY_MS = 2000  # added to what the AM's host sends the RM host (slowlink.DelayRelay)
 LATENCY_S = 60.0  # > two leases
 GATEWAY = f"{SUBNET}.1"  # this machine on the mini-cluster network
 DATANODE_DOWN_S = 40.0  # > LEASE_MS: a lease ends (a save, a restore) while it is down
+HDFS_PARTITION_S = 40.0  # > LEASE_MS: the job's save at its lease end meets HDFS cut off
 #: the RM's ports the AM uses: AMRM scheduler (yarn.resourcemanager.scheduler.address) and
 #: the agents' endpoint (yarn.resourcemanager.themis.agent-port)
 AM_PORTS = (8030, 8642)
@@ -243,6 +250,16 @@ def partition_rules(op: str, rm_addr: str) -> list[list[str]]:
              "--sports", ports, "-j", "DROP"]]
 
 
+def hdfs_partition_rules(op: str) -> list[list[str]]:
+    """iptables argument lists (``op``: -I to add, -D to delete) dropping all traffic
+    between a host and HDFS's hosts (the NameNode and the DataNode of the mini-cluster)."""
+    out = []
+    for addr in (ADDR["nn"], ADDR["dn"]):
+        out += [["-" + op.lstrip("-"), "OUTPUT", "-d", addr, "-j", "DROP"],
+                ["-" + op.lstrip("-"), "INPUT", "-s", addr, "-j", "DROP"]]
+    return out
+
+
 def hdfs_step(app: str, job: str) -> int:
     """The step in the job's checkpoint directory in HDFS (0: none)."""
     from hdfs import InsecureClient
@@ -334,6 +351,15 @@ def one_trial(cluster: Mapping[str, Any], app: str, kind: str, rng: random.Rando
         finally:
             relay.stop()
         assert relay.connections > 0, "no connection of the AM went through the slow link"
+        t_end = time.time()
+    elif kind == "job-hdfs-partition":
+        for r in hdfs_partition_rules("I"):
+            _netns(w, *r)
+        try:
+            time.sleep(HDFS_PARTITION_S)
+        finally:
+            for r in hdfs_partition_rules("D"):
+                _netns(w, *r)
         t_end = time.time()
     elif kind == "datanode-lost":
         dn = hosts(cluster)["dn"]

@@ -11,7 +11,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -369,3 +369,27 @@ def test_a_job_killed_by_someone_else_right_after_a_write_is_saved(
     assert runner.run() == -signal.SIGKILL
     assert bytes(fake.files[f"{REMOTE}/step"]) == b"35"
     assert "checkpoint-saved" in [e["event"] for e in events]
+
+
+class _Unsettled:
+    """A store whose first ``busy`` saves find the job writing."""
+
+    def __init__(self, busy: int) -> None:
+        self.busy = busy
+        self.saves = 0
+
+    def save(self, settle_s: float = 0.0) -> tuple[int, int]:
+        self.saves += 1
+        return (0, -1) if self.saves <= self.busy else (1, 0)
+
+
+def test_a_copy_put_off_while_the_job_writes_is_tried_again_at_the_next_look(
+        tmp_path: Path) -> None:
+    store = _Unsettled(busy=2)
+    runner = Runner("http://127.0.0.1:9", "j0", 1, tmp_path / "tflogs", ["true"],
+                    report_every=0.1, checkpoint_dir=tmp_path / "ckpt",
+                    store=cast(CheckpointMirror, store), checkpoint_every=3600.0)
+    for _ in range(5):
+        runner._sync_checkpoints()
+    # two looks found the job writing, the third copied; the next is an hour away
+    assert store.saves == 3

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from themis.am.appstate import hyperband_to_dict, restore_hyperband
+from themis.am.core import LaunchCode, LaunchEvent
 from themis.am.launchers.yarn.am import AppMaster, parse_container_id
 from themis.am.launchers.yarn.records import Run
 from themis.am.spec import parse_spec
@@ -507,3 +508,86 @@ def test_with_a_docker_image_no_job_launches_on_a_nodemanager_without_the_runtim
     assert f"{RUNTIMES_KEY} is 'default' (needs docker)" in am.docker_nodes["nm2:8141"]
     assert am._no_park["nm2:8141"] == float("inf")  # no ask parked there again
     assert am._docker_ready("nm1:8041") and not am._docker_ready("nm2:8141")
+
+
+class _NoGrpcAgent(_FakeAgent):
+    """AgentClient's stand-in for :meth:`AppMaster.start_agent` (no gRPC): the AM builds
+    its bidder exactly as with an arbiter."""
+
+    def __init__(self, address: str, app_id: str, bidder: Any, **options: Any) -> None:
+        super().__init__({})
+        self.bidder = bidder
+        self.secret: str | None = None
+
+    def start(self) -> None:
+        pass
+
+
+def test_a_restarted_am_holding_no_gpu_wins_whole_containers_in_the_auction(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # bench/RESULTS.md, "a restarted AM can starve after a node loss": the app's AM and job
+    # were on the lost node; the new attempt (resumed from HDFS) holds no GPU, so its rho is
+    # +inf and it is the round's bidder every round. Its job runs in one container of
+    # resources.gpus = 2 GPUs (the AM's ask, hence its shape in the round), so its bid table
+    # must name 2-GPU bundles: a 1-GPU bundle (the model's rung-0 demand, eta^0, which the
+    # YARN AM never runs) wins in the auction, is cut as a partial container, goes to the
+    # leftover of the others, and the app won nothing round after round.
+    import random
+
+    from themis.hadoop.webhdfs import WebHdfs
+    from themis.mechanism.bidder import OfferInfo
+    from themis.mechanism.round import run_round
+    from themis.mechanism.solvers import make_solver
+
+    from ._fake_webhdfs import FakeWebHdfs
+
+    monkeypatch.setattr("themis.agent.client.AgentClient", _NoGrpcAgent)
+    spec = parse_spec({"name": "hit", "kind": "single-job", "max_steps": 500,
+                       "job": {"command": "train --max-steps {max_steps} "
+                                          "--checkpoint-uri {checkpoint_uri}"},
+                       "resources": {"gpus": 2}})
+    app = "application_1700000000000_0011"
+    fake = FakeWebHdfs()
+    try:
+        clock = _Clock()
+        first = AppMaster(spec, app, FakeShell(), arbiter="-", hdfs=WebHdfs(fake.url),
+                          app_dir="/themis/hit", clock=clock, attempt=1)
+        first.start_agent("-", max_gpus=spec.max_gpus(), cluster_gpus=8)  # as registered
+        job = next(iter(first.hb.jobs))
+        first.core.apply(LaunchEvent(job, LaunchCode.STARTED, 0))  # its container on nm1
+        clock.t += 60.0
+        first.core.progress(job, 100, None, 0.5)
+        first.save_state(force=True)  # then nm1 is lost with the AM and the job
+        clock.t += 30.0
+        shell = FakeShell()
+        am = AppMaster(spec, app, shell, arbiter="-", hdfs=WebHdfs(fake.url),
+                       app_dir="/themis/hit", clock=clock, attempt=3)
+        shell.am = am
+        assert am.load_state() and am._saved_cluster_gpus == 8
+        am.start_agent("-", max_gpus=spec.max_gpus(), cluster_gpus=am._saved_cluster_gpus)
+    finally:
+        fake.close()
+    am.cluster_nodes = json.loads(shell.nodes())
+    am.state = "RUNNING"
+    am.reconcile()  # the job's ask, parked: what the RM's view shows of the app
+    assert [gpus for _, gpus in shell.asks.values()] == [2]
+    assert am.bidder is not None and am.live_rho() == float("inf")  # status: rho null
+    # a competitor's lease on nm2's 2 GPUs ended; 4 competitors hold the other GPUs
+    offer = [Gpu(f"nm2:8141/{k}", "nm2:8141", "/rack2", f"s{k}") for k in range(2)]
+    rho = {app: am.live_rho(), **{f"other{i}": 1.2 + 0.1 * i for i in range(4)}}
+    bidder = am.bidder
+
+    def collect(bidders: Any) -> dict[str, Any]:
+        table = bidder.bid(OfferInfo(round_id=1, gpus=tuple(offer), held=(),
+                                     deadline=clock.t + 5, cluster_gpus=4, active_apps=5))
+        return {app: table} if app in bidders else {}
+
+    for seed in range(3):
+        out = run_round(offer, rho, collect, fairness_knob=0.8, lease_s=60.0, now=clock.t,
+                        solver=make_solver("highs"), rng=random.Random(seed),
+                        room=dict.fromkeys(rho, 2), shape={a: {2: 1} for a in rho},
+                        previous={g.id: "other0" for g in offer})
+        assert out.bidders == (app,)
+        assert out.allocation.get(app) == tuple(g.id for g in offer), (
+            seed, out.auction.allocation if out.auction else None, out.allocation,
+            bidder.bid(OfferInfo(1, tuple(offer), (), clock.t + 5, 4, 5)))

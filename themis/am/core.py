@@ -214,17 +214,30 @@ class AmCore:
 
     def __init__(self, spec: AppSpec, app_id: str, *, clock: Callable[[], float],
                  default_iter_time: float = 1.0, backoff_s: float = 2.0,
-                 on_outcome: Callable[[RungOutcome], None] | None = None) -> None:
+                 on_outcome: Callable[[RungOutcome], None] | None = None,
+                 whole_jobs: bool = False) -> None:
+        """``whole_jobs``: every job runs on exactly ``spec.job_gpus()`` GPUs whatever its
+        rung (the YARN AM: one container of that size per job, docs/am.md "Known limits"),
+        so the app model says so and the bidder bids for whole jobs (:attr:`gang`)."""
         self.spec = spec
         self.app_id = app_id
         self.clock = clock
         self.backoff_s = backoff_s
         self.default_iter_time = default_iter_time
-        self.hb: Hyperband = spec.make_hyperband(app_id, default_iter_time)
+        self.whole_jobs = whole_jobs
+        self.hb: Hyperband = self._hyperband()
         self.jobs: dict[str, JobRecord] = {}
         self.on_outcome = on_outcome or (lambda outcome: None)
         #: lines for the AM's log that no launcher event carries (:meth:`take_notes`)
         self.notes: list[str] = []
+
+    def _hyperband(self) -> Hyperband:
+        """The spec's Hyperband; with :attr:`whole_jobs`, every job's demand (the app
+        model's, :meth:`Hyperband.demand_at`) is the GPUs it runs on, not eta^rung."""
+        hb = self.spec.make_hyperband(self.app_id, self.default_iter_time)
+        if self.whole_jobs:
+            hb.gang = True
+        return hb
 
     def record(self, job_id: str) -> JobRecord:
         return self.jobs.setdefault(job_id, JobRecord())
@@ -327,8 +340,9 @@ class AmCore:
 
     @property
     def gang(self) -> int:
-        """GPUs of every job when jobs are distributed (task groups), else 0."""
-        return self.spec.job_gpus() if self.spec.gang else 0
+        """GPUs of every job when jobs are distributed (task groups) or the AM runs every
+        job on its full size (:attr:`whole_jobs`), else 0."""
+        return self.spec.job_gpus() if self.spec.gang or self.whole_jobs else 0
 
     def gpu_counts(self, jobs: Sequence[JobNeed], num_gpus: int) -> dict[str, int]:
         """How many of ``num_gpus`` GPUs each job runs on: whole task groups for
@@ -418,7 +432,7 @@ class AmCore:
         try:
             if d.get("format") != STATE_FORMAT:
                 raise ValueError(f"format {d.get('format')!r}")
-            hb = self.spec.make_hyperband(self.app_id, self.default_iter_time)
+            hb = self._hyperband()
             restore_hyperband(hb, d["hyperband"])
             jobs = {k: JobRecord(**v) for k, v in d.get("jobs", {}).items()}
         except (KeyError, TypeError, AttributeError) as e:

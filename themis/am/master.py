@@ -63,13 +63,15 @@ class AppMasterBase:
     ended = False  # finish() ran
     outcome = ""  # one of OUTCOMES once ended
     end_time: float | None = None
+    #: every job runs on exactly ``spec.job_gpus()`` GPUs (:class:`AmCore`'s ``whole_jobs``)
+    whole_jobs = False
 
     def __init__(self, spec: AppSpec, app_id: str, clock: Callable[[], float],
                  default_iter_time: float = 1.0, *, margins: LeaseMargins | None = None,
                  report_s: float = 2.0) -> None:
         self.spec, self.app_id, self.clock = spec, app_id, clock
         self.core = AmCore(spec, app_id, clock=clock, default_iter_time=default_iter_time,
-                           on_outcome=self._on_outcome)
+                           on_outcome=self._on_outcome, whole_jobs=self.whole_jobs)
         self.margins = margins or LeaseMargins()
         self.report_s = report_s
         #: the one allocation log: every allocation the agent received, in order

@@ -134,10 +134,10 @@ class CheckpointMirror:
         Files in :data:`LAST_FILES` (the index of a checkpoint, the metadata of a
         backup) are written after every other changed file, so a save cut short leaves
         HDFS's index naming complete checkpoints."""
-        self.check_owner()
         before = _local_files(self.local)
         if settle_s > 0 and time.time_ns() - _newest_ns(before) < settle_s * 1e9:
-            return 0, -1
+            return 0, -1  # (tried again soon: the owner is read only for a save that may write)
+        self.check_owner()
         changed = sorted((rel for rel, st in before.items() if self._restored.get(rel) != st),
                          key=lambda rel: (rel in LAST_FILES, rel))
         data: dict[str, bytes] = {}

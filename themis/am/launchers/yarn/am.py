@@ -90,6 +90,11 @@ __all__ = ["AppMaster", "JvmShell", "Shell", "node_of", "parse_container_id"]
 # ------------------------------------------------------------------------------ the AM
 class AppMaster(AppMasterBase):
     launcher: YarnContainerLauncher
+    #: a job runs in one container of ``spec.job_gpus()`` GPUs whatever its rung (the ask
+    #: of placement.reconcile, hence the app's container shape in the RM's rounds): the app
+    #: model and the bids say so, else the bids name bundles the round cuts as partial
+    #: containers (round._whole_containers) and an app holding no GPU never wins any
+    whole_jobs = True
 
     def __init__(
         self,

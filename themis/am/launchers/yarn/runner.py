@@ -557,7 +557,9 @@ class Runner:
 
     def _sync_checkpoints(self) -> None:
         """While the job runs: its checkpoint directory to HDFS every ``checkpoint_every``
-        seconds (a failure is logged and retried at the next one)."""
+        seconds (a failure is logged and retried at the next one). A copy put off because
+        the job was writing (CHECKPOINT_SETTLE_S) is tried again at each look after, until
+        one is taken."""
         if self.store is None or not self.chief or self.checkpoint_every <= 0:
             return
         now = time.monotonic()
@@ -575,6 +577,11 @@ class Runner:
         except Exception as e:
             log.warning("checkpoint copy to %s failed (retried in %.0f s): %s",
                         self.store.remote, self.checkpoint_every, e)
+            return
+        if deleted < 0:
+            # the job was writing: tried again at the next look, not checkpoint_every
+            # seconds later (a job storing every few seconds would rarely be copied)
+            self._next_sync = now
             return
         if written or deleted > 0:
             self._add_event({"event": "checkpoint-synced", "written": written,
