@@ -38,6 +38,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import filterfalse
+from operator import attrgetter
 
 from themis.mechanism.bids import BidTable
 from themis.mechanism.errors import InvalidBid, InvalidOffer
@@ -48,6 +49,7 @@ from themis.mechanism.split import plan_split, restrict_problem
 from themis.mechanism.topology import Gpu
 
 _EPS = 1e-12
+_ID = attrgetter("id")
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,10 +65,10 @@ class AuctionResult:
 
 def validate_tables(offer_ids: Sequence[str], tables: Sequence[BidTable]) -> None:
     """Raise InvalidOffer / InvalidBid naming the first problem found."""
-    if len(set(offer_ids)) != len(offer_ids):
+    offered = set(offer_ids)
+    if len(offered) != len(offer_ids):
         dup = sorted({g for g in offer_ids if offer_ids.count(g) > 1})
         raise InvalidOffer(f"offer: duplicate GPU ids {dup}")
-    offered = set(offer_ids)
     # every id a str (the type check at C level; str subclasses take the slow path)
     if "" in offered or (set(map(type, offer_ids)) - {str}
                          and any(not isinstance(g, str) for g in offer_ids)):
@@ -227,14 +229,13 @@ def run_auction(
     policy = None
     if isinstance(solver, SplitSolver):
         policy, solver = solver.policy, solver.inner
-    offer_ids = [g.id for g in offer]
+    offer_ids = list(map(_ID, offer))
     validate_tables(offer_ids, tables)
     # The solver breaks ties between equally good allocations by app order: shuffle it
     # (seeded) so that no app is favoured round after round for its id or arrival.
     tables = list(tables)
     rng.shuffle(tables)
     draw = {t.app_id: rng.random() for t in sorted(tables, key=lambda t: t.app_id)}
-    by_id = dict(zip(offer_ids, offer, strict=True))
     index = dict(zip(offer_ids, range(len(offer_ids)), strict=True))
     problem, origin = _gains(tables, index)
     plan = None if policy is None else plan_split(offer, tables, policy, rng)
@@ -255,7 +256,7 @@ def run_auction(
         proportional_fair[t.app_id] = tuple(sorted(t.bids[origin[i][choice[i]]].gpus))
         kept_fraction[t.app_id] = min(1.0, max(0.0, math.exp(min(0.0, log_kept[i]))))
     for app in sorted(proportional_fair):
-        bundle = [by_id[g] for g in proportional_fair[app]]
+        bundle = [offer[index[g]] for g in proportional_fair[app]]
         c = kept_fraction[app]
         exact = c * len(bundle)
         keep = math.floor(exact)

@@ -196,9 +196,13 @@ def _deal(
     load drops, with a few apps asking for a few GPUs), so the per-GPU work is kept to
     sorts and C-level grouping; the order of ``rest`` below does not matter, as it is
     sorted on a unique key (GPU ids are unique)."""
+    if not any(asks.values()):  # nobody asks for anything: every GPU is unused
+        return {}, tuple(sorted(map(_ID, gpus)))
     grants: dict[str, list[str]] = {}
     rest: list[Gpu]
-    if previous:
+    # Renewal only when a previous holder asks for GPUs: otherwise every renewal
+    # candidate would just go back to ``rest``, whose order does not matter (see above).
+    if previous and any(asks.get(h) for h in set(previous.values())):
         # Renewal: only the GPUs with a previous holder, in ``gpus`` order.
         had = list(map(previous.__contains__, map(_ID, gpus)))
         renew = list(compress(gpus, had))
@@ -411,10 +415,12 @@ def run_round(
     if tables:
         auction = run_auction(free, tables, solver, rng)
         won = _whole_containers(auction.allocation, offer, shape)
-        cut = {g for gs in auction.allocation.values() for g in gs}
-        cut -= {g for gs in won.values() for g in gs}  # partial containers: leftover too
-        left_ids = set(auction.leftover) | cut
-        free = list(compress(free, map(left_ids.__contains__, map(_ID, free))))
+        # The leftover: the auction's (the offer less its allocation) and the GPUs of
+        # partial containers (its allocation less ``won``, a subset of it), i.e. the offer
+        # less ``won``: the offer's GPU ids are unique (run_auction validated them).
+        kept = {g for gs in won.values() for g in gs}
+        if kept:
+            free = list(compress(free, map(not_, map(kept.__contains__, map(_ID, free)))))
     asks = _asks(nonbidders, len(free), room, shape)
     order = list(nonbidders)
     rng.shuffle(order)
@@ -427,20 +433,24 @@ def run_round(
         held = Counter({a: len(gs) for a, gs in leftover.items()})
         held.update({a: len(gs) for a, gs in won.items()})
         everyone = [*bidders, *nonbidders]
-        idle = set(unallocated)
-        spare = list(compress(free, map(idle.__contains__, map(_ID, free))))
         left = None if room is None else {a: room.get(a, 0) - held[a] for a in everyone}
-        # shaped apps keep the containers still unplaced (a bidder's: minus what it won)
-        again = _asks(everyone, len(spare), left, None)
+        # shaped apps keep the containers still unplaced (a bidder's: minus what it won);
+        # ``unallocated`` holds distinct ids of ``free`` (so as many as ``spare`` below)
+        again = _asks(everyone, len(unallocated), left, None)
         for a in everyone:
             if shape is not None and a in shape:
                 rest = asks[a] if a in asks else _asks([a], 0, None, shape)[a]
                 again[a] = rest if left is None else _trim(rest, left[a])
         order = list(everyone)
         rng.shuffle(order)
-        extra, unallocated = _deal(spare, order, again, previous)
-        for app, gs in extra.items():
-            leftover[app] = tuple(sorted((*leftover.get(app, ()), *gs)))
+        # Nobody asking for anything (the usual case: the bidders' rooms are filled),
+        # _deal would give nothing and return ``unallocated`` as it is (sorted ids).
+        if any(again.values()):
+            idle = set(unallocated)
+            spare = list(compress(free, map(idle.__contains__, map(_ID, free))))
+            extra, unallocated = _deal(spare, order, again, previous)
+            for app, gs in extra.items():
+                leftover[app] = tuple(sorted((*leftover.get(app, ()), *gs)))
     allocation: dict[str, tuple[str, ...]] = {}
     grants: list[LeaseGrant] = []
     length = lease_lengths(sorted({*(a for a, gs in won.items() if gs), *leftover}),

@@ -2,12 +2,13 @@
 
 Events live in a heap ordered by (time, sequence): app arrivals, lease expiries (one event
 per lease cohort - the GPUs granted in one round share an expiry; expiries at the same
-instant are processed together), job completions (versioned per app; stale ones are
-dropped). After the events of an instant are applied, finished phases advance
-(successive-halving early stops), finished apps release their GPUs, apps release GPUs no
-running job can use, and - if GPUs were released or an app arrived or started a phase
-that can use more GPUs than it holds, and GPUs are free - the policy runs one round;
-grants become leases expiring ``lease_s`` later (section 3.3.2).
+instant are processed together), job completions (an event only makes its instant happen:
+what completed is found by advancing the apps, so there is one event per time). After the
+events of an instant are applied, finished phases advance (successive-halving early stops),
+finished apps release their GPUs, apps release GPUs no running job can use, and - if GPUs
+were released or an app arrived or started a phase that can use more GPUs than it holds,
+and GPUs are free - the policy runs one round; grants become leases expiring ``lease_s``
+later (section 3.3.2).
 
 Between events every job progresses at n / (serial_iter_time * S(locality)) iterations/s
 (Eq. 1), except during the checkpoint/restart pause that follows any change of its GPU
@@ -23,6 +24,7 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import compress
 from typing import Any
 
 from themis.mechanism.contention import ContentionTracker
@@ -162,8 +164,10 @@ class Simulator:
         self._lease_rng = random.Random(f"lease-{self.cfg.seed}")
         self.now = 0.0
         self.free: set[str] = set(topology)
-        # each round lists the free GPUs in topology order by sorting their indexes
+        # each round lists the free GPUs in topology order: the GPUs (and their ids) in
+        # that order, filtered by membership in ``free`` (one C-level pass, no sort)
         self._gpus: list[Gpu] = list(topology.values())
+        self._gpu_ids: list[str] = [g.id for g in self._gpus]
         self.apps: dict[str, AppState] = {}
         self.tracker = ContentionTracker(0.0)
         self.heap: list[tuple[float, int, int, object]] = []
@@ -176,6 +180,8 @@ class Simulator:
         self._sched_version: dict[str, int] = {}
         self._dirty: set[str] = set()  # apps whose held GPUs changed at this instant
         self._expired: dict[str, str] = {}  # GPU -> app whose lease ended at this instant
+        # the times of the completion events in the heap (see _schedule_completions)
+        self._completions: set[float] = set()
 
     def _push(self, t: float, kind: int, payload: object) -> None:
         self._seq += 1
@@ -207,6 +213,8 @@ class Simulator:
             need_round = False
             while self.heap and self.heap[0][0] <= t:
                 _, _, kind, payload = heapq.heappop(self.heap)
+                if kind == COMPLETE:
+                    self._completions.discard(t)
                 need_round |= self._handle(kind, payload)
             need_round |= self._settle()
             if need_round and self.free and any(a.room() > 0 for a in self.apps.values()):
@@ -346,8 +354,7 @@ class Simulator:
     def _round(self) -> None:
         t0 = time.perf_counter()
         active = sorted(self.apps.values(), key=lambda a: (a.spec.arrival, a.spec.id))
-        gpus = self._gpus
-        free = [gpus[i] for i in sorted(map(self.topo.indexes.__getitem__, self.free))]
+        free = list(compress(self._gpus, map(self.free.__contains__, self._gpu_ids)))
         ctx = RoundContext(
             self.now,
             free,
@@ -391,7 +398,12 @@ class Simulator:
             if self._sched_version.get(app.spec.id) == app.version:
                 continue
             t = app.next_completion(self.now)
-            if math.isfinite(t):
+            # A completion event only makes the instant t happen (handling it changes
+            # nothing; events of one time are applied together), so one event per time is
+            # enough: each renewal of an app's leases makes it schedule its completion
+            # again, often at the very time already in the heap.
+            if math.isfinite(t) and t not in self._completions:
+                self._completions.add(t)
                 self._push(t, COMPLETE, (app.spec.id, app.version))
             self._sched_version[app.spec.id] = app.version
 

@@ -131,7 +131,7 @@ class AppState:
         return self.open_demand
 
     def room(self) -> int:
-        return max(0, self.demand_now() - len(self.held))
+        return max(0, self.open_demand - len(self.held))  # demand_now(), inlined
 
     # --- progress -------------------------------------------------------------------
     def rate(self, j: JobState) -> float:

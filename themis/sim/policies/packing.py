@@ -11,8 +11,8 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from itertools import groupby
-from operator import attrgetter
+from itertools import groupby, islice
+from operator import attrgetter, lt
 
 from themis.mechanism.topology import Gpu, Topology
 
@@ -29,9 +29,13 @@ class FreePool:
         # Each machine's GPUs in topology order. Built every round from every free GPU,
         # so the sort and the grouping run at C level (a machine's GPUs need not be
         # consecutive in the topology: runs of one machine are joined).
+        # (The simulator's free GPUs come in topology order already: kept as they are.)
         gpus = list(free)
         keys = list(map(topo.indexes.__getitem__, map(_ID, gpus)))
-        ordered = [gpus[i] for i in sorted(range(len(gpus)), key=keys.__getitem__)]
+        if all(map(lt, keys, islice(keys, 1, None))):
+            ordered = gpus
+        else:
+            ordered = list(map(gpus.__getitem__, sorted(range(len(gpus)), key=keys.__getitem__)))
         for m, run in groupby(ordered, key=_MACHINE):
             self.by_machine.setdefault(m, []).extend(run)
 

@@ -13,9 +13,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from itertools import compress
+from operator import attrgetter, not_
 
 from themis.sim.policies.base import Allocation, RoundContext
 from themis.sim.policies.packing import FreePool
+
+_ID = attrgetter("id")
 
 
 def place(ctx: RoundContext, counts: Mapping[str, int]) -> Allocation:
@@ -23,21 +27,25 @@ def place(ctx: RoundContext, counts: Mapping[str, int]) -> Allocation:
     if sum(counts.values()) > len(ctx.free):
         raise ValueError(f"counts {dict(counts)} exceed the {len(ctx.free)} free GPUs")
     topo = ctx.topology
-    free = {g.id for g in ctx.free}
     previous: dict[str, list[str]] = {}
-    for gid, holder in ctx.previous.items():
-        if gid in free:
-            previous.setdefault(holder, []).append(gid)
+    if ctx.previous:
+        free = set(map(_ID, ctx.free))
+        for gid, holder in ctx.previous.items():
+            if gid in free:
+                previous.setdefault(holder, []).append(gid)
     out: dict[str, list[str]] = {}
     taken: set[str] = set()
     for app, k in counts.items():
         keep = sorted(previous.get(app, ()), key=topo.index)[: max(0, k)]
         out[app] = keep
         taken.update(keep)
-    pool = FreePool([g for g in ctx.free if g.id not in taken], topo)
     rest = sorted(counts, key=lambda a: -(counts[a] - len(out[a])))  # stable: priority order
-    for app in rest:
-        need = counts[app] - len(out[app])
-        if need > 0:
-            out[app].extend(g.id for g in pool.first_fit(need))
+    if any(counts[a] > len(out[a]) for a in rest):  # else no GPU comes from the pool
+        pool = FreePool(
+            compress(ctx.free, map(not_, map(taken.__contains__, map(_ID, ctx.free))))
+            if taken else ctx.free, topo)
+        for app in rest:
+            need = counts[app] - len(out[app])
+            if need > 0:
+                out[app].extend(g.id for g in pool.first_fit(need))
     return {a: tuple(sorted(gs)) for a, gs in out.items() if gs}
