@@ -80,7 +80,43 @@ class RmRestartIT {
     return conf;
   }
 
+  private static final java.util.Set<Integer> GIVEN =
+      java.util.concurrent.ConcurrentHashMap.newKeySet();
+
+  /**
+   * A port free now and below the kernel's ephemeral range (ip_local_port_range), so that no
+   * outgoing connection is given it before the daemon that is to listen there binds it: a
+   * port from {@code new ServerSocket(0)} is an ephemeral one, and RmHaIT's second RM once
+   * found its agents' port taken by a connection made meanwhile ("Address already in use").
+   */
   static int freePort() {
+    int low = 32768;  // (ports handed out before are not handed out again: GIVEN)
+    try {
+      // (line by line: readAllBytes trusts procfs's size of 0 and reads a piece)
+      String range = Files.readAllLines(
+          java.nio.file.Paths.get("/proc/sys/net/ipv4/ip_local_port_range")).get(0).trim();
+      low = Integer.parseInt(range.split("\\s+")[0]);
+    } catch (java.io.IOException | RuntimeException e) {
+      // not Linux: the default low end of the ephemeral range on Linux and most others
+    }
+    if (low < 14000) {
+      low = 32768;  // an odd range: the usual one
+    }
+    int base = Math.min(low, 32768) - 12000;
+    java.util.Random rng = new java.util.Random();
+    for (int attempt = 0; attempt < 200; attempt++) {
+      int port = base + rng.nextInt(Math.max(1, low - base));
+      if (!GIVEN.add(port)) {
+        continue;
+      }
+      try (java.net.ServerSocket ss = new java.net.ServerSocket()) {
+        ss.setReuseAddress(false);
+        ss.bind(new java.net.InetSocketAddress("0.0.0.0", port));
+        return port;
+      } catch (java.io.IOException e) {
+        // taken: try another
+      }
+    }
     try (java.net.ServerSocket ss = new java.net.ServerSocket(0)) {
       return ss.getLocalPort();
     } catch (java.io.IOException e) {
