@@ -26,7 +26,7 @@ import threading
 import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from themis.arbiter.cluster_backend import ClusterBackend
@@ -68,6 +68,9 @@ class OpenRound:
     gpus: tuple[Gpu, ...] = ()  # the offered GPUs, in offer order
     nodes: NodeIndex | None = None  # the node table the offer refers to
     fill: dict[int, list[str]] = field(default_factory=dict)  # node -> ids in fill order
+    #: the GPUs each bidder holds, when the lease owner is outside the core (the RM);
+    #: None: the core's own lease table says
+    held: Mapping[str, Sequence[Gpu]] | None = None
 
 
 class CoreBase(ABC):

@@ -19,7 +19,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from themis.arbiter.base import CoreBase, OpenRound
 from themis.arbiter.config import MAX_KEY
@@ -28,7 +28,7 @@ from themis.mechanism.auction import validate_tables
 from themis.mechanism.bids import BidTable
 from themis.mechanism.errors import InvalidBid, InvalidOffer
 from themis.mechanism.fairness import parse_starvation
-from themis.mechanism.topology import Gpu
+from themis.mechanism.topology import Gpu, Topology
 from themis.rpc.convert import shape_to_pb
 from themis.rpc.offers import BundleError, encode_gpus, fill_orders, node_index, table_from_pb
 from themis.rpc.v1 import arbiter_pb2 as pb
@@ -141,7 +141,9 @@ class BidIntake(CoreBase):
         event = pb.Event()
         offer = event.offer
         offer.CopyFrom(r.offer)
-        offer.held.CopyFrom(encode_gpus((topo[g] for g in self._held_ids(app_id)), ni))
+        held = (r.held.get(app_id, ()) if r.held is not None
+                else [topo[g] for g in self._held_ids(app_id)])
+        offer.held.CopyFrom(encode_gpus(held, ni))
         rec = self._apps.get(app_id)
         if rec is not None and rec.node_table != ni.version:
             offer.node_table.CopyFrom(ni.table)
@@ -149,12 +151,21 @@ class BidIntake(CoreBase):
         return event
 
     def _collect(self, rid: int, offer: Sequence[Gpu], bidders: Sequence[str],
-                 times: dict[str, float]) -> dict[str, BidTable]:
-        """Open round ``rid`` over ``offer``, send the offers and wait for the bids."""
+                 times: dict[str, float], held: Mapping[str, Sequence[Gpu]] | None = None,
+                 ) -> dict[str, BidTable]:
+        """Open round ``rid`` over ``offer``, send the offers and wait for the bids.
+        ``held``: each bidder's GPUs when the lease owner is outside the core (the node
+        table then also lists their nodes); None: the core's lease table."""
         with self._cond:
             r = OpenRound(rid, tuple(g.id for g in offer), frozenset(bidders),
                           self.clock() + self.config.bid_timeout_s, gpus=tuple(offer))
-            r.nodes = node_index(self.backend.topology())
+            topo = self.backend.topology()
+            if held is not None:
+                r.held = {a: tuple(held.get(a, ())) for a in bidders}
+                extra = [g for gs in r.held.values() for g in gs]
+                if extra:
+                    topo = Topology([*topo.values(), *extra])
+            r.nodes = node_index(topo)
             r.fill = fill_orders(offer, r.nodes)
             self._open = r
             for a in bidders:

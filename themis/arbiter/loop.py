@@ -313,14 +313,17 @@ class RoundLoop(BidIntake):
         with self._cond:
             return self._priority(app_ids, self.clock())
 
-    def collect_external(self, offer: Sequence[Gpu], bidders: Sequence[str]
+    def collect_external(self, offer: Sequence[Gpu], bidders: Sequence[str],
+                         held: Mapping[str, Sequence[Gpu]] | None = None,
                          ) -> tuple[int, dict[str, BidTable]]:
-        """Offer ``offer`` to the registered, connected ``bidders``; (round id, bid tables)."""
+        """Offer ``offer`` to the registered, connected ``bidders``; (round id, bid tables).
+        ``held``: the GPUs each bidder holds, from the lease owner (None: the core's own
+        lease table), sent with its offer for the rho of its current allocation."""
         with self._cond:
             self._round_id += 1
             rid = self._round_id
             live = [a for a in bidders if self._live(a)]
-        return rid, self._collect(rid, offer, live, {})
+        return rid, self._collect(rid, offer, live, {}, held)
 
     def announce_external(self, rid: int, outcome: RoundOutcome) -> None:
         """Tell the registered apps of round ``rid`` what they were granted (see _announce)."""

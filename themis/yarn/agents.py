@@ -214,9 +214,11 @@ class AgentEndpoint:
     def merged_keys(self, app_ids: Sequence[str]) -> Collection[str]:
         return self.server.core.merged_keys(app_ids)
 
-    def collect(self, bidders: Sequence[str], offer: Sequence[Gpu]) -> Mapping[str, BidTable]:
+    def collect(self, bidders: Sequence[str], offer: Sequence[Gpu],
+                held: Mapping[str, Sequence[Gpu]] | None = None) -> Mapping[str, BidTable]:
         self.view.set_offer(offer)
-        rid, tables = self.server.core.collect_external(offer, bidders)
+        rid, tables = self.server.core.collect_external(offer, bidders,
+                                                        held if held is not None else {})
         self._round_id = rid
         return tables
 

@@ -39,8 +39,11 @@ class BidSource(Protocol):
         apps granted GPUs before; none otherwise."""
         ...
 
-    def collect(self, bidders: Sequence[str], offer: Sequence[Gpu]) -> Mapping[str, BidTable]:
-        """Bid tables of the bidders for this offer; missing apps count as non-bidders."""
+    def collect(self, bidders: Sequence[str], offer: Sequence[Gpu],
+                held: Mapping[str, Sequence[Gpu]]) -> Mapping[str, BidTable]:
+        """Bid tables of the bidders for this offer; missing apps count as non-bidders.
+        ``held``: the GPUs each bidder holds (containers and live leases, from the RM's
+        view), which its offer carries so that its bids and rho_current count them."""
         ...
 
     def announce(self, offer: Sequence[Gpu], outcome: RoundOutcome) -> None:
@@ -92,7 +95,9 @@ class ReportedBids:
         with self._lock:
             return {a: self._rho.get(a, self._default_rho) for a in app_ids}
 
-    def collect(self, bidders: Sequence[str], offer: Sequence[Gpu]) -> Mapping[str, BidTable]:
+    def collect(self, bidders: Sequence[str], offer: Sequence[Gpu],
+                held: Mapping[str, Sequence[Gpu]] | None = None) -> Mapping[str, BidTable]:
+        # reported tables were built by their apps, who knew what they held
         offered = {g.id for g in offer}
         out: dict[str, BidTable] = {}
         with self._lock:

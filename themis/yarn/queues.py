@@ -39,7 +39,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from themis.mechanism.topology import Gpu
-from themis.yarn.view import ClusterView, QueueView
+from themis.yarn.view import ClusterView, QueueView, held_per_node
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,19 +83,9 @@ RunRound = Callable[[QueueRound], Mapping[str, Sequence[str]]]
 
 
 def held_gpus(view: ClusterView) -> dict[str, int]:
-    """GPUs each app holds: per node, the larger of its containers' and its live leases'
-    (as the RM's ``ClusterView.grantableGpus`` counts them)."""
-    leased: dict[tuple[str, str], int] = {}
-    for lease in view.leases:
-        if lease.live(view.now_ms):
-            key = (lease.app_id, lease.node_id)
-            leased[key] = leased.get(key, 0) + max(0, lease.gpus)
-    out: dict[str, int] = {}
-    for a in view.apps:
-        nodes = set(a.running_gpus) | {n for (app, n) in leased if app == a.app_id}
-        out[a.app_id] = sum(max(max(0, a.running_gpus.get(n, 0)), leased.get((a.app_id, n), 0))
-                            for n in nodes)
-    return out
+    """GPUs each app holds (:func:`themis.yarn.view.held_per_node`, summed over nodes)."""
+    per = held_per_node(view)
+    return {a.app_id: sum(per.get(a.app_id, {}).values()) for a in view.apps}
 
 
 def shares(free: int, caps: Mapping[str, int], held: Mapping[str, int],

@@ -21,7 +21,14 @@ from themis.mechanism.solvers import Solver, make_solver
 from themis.yarn.bids import BidSource, ReportedBids
 from themis.yarn.partitions import plan_partitions
 from themis.yarn.queues import QueueRound
-from themis.yarn.view import DEFAULT_PARTITION, cluster_of, grants_json, offer_of, parse_view
+from themis.yarn.view import (
+    DEFAULT_PARTITION,
+    cluster_of,
+    grants_json,
+    held_of,
+    offer_of,
+    parse_view,
+)
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +62,8 @@ class RoundEngine:
                 return grants_json([], {"round": view.round_id, "skipped": True,
                                         "bids_rejected": dict(self.source.rejected_bids())})
             rho = source.rho(sorted(wanting))
+            # what each app holds in every partition: its offers carry them (section 4.2)
+            held = held_of(view)
             prepared = time.perf_counter()
             waited = [0.0]  # seconds spent waiting for bids (offers sent to tables in)
             rng = random.Random(view.round_id)
@@ -67,7 +76,7 @@ class RoundEngine:
                 def collect(who: Sequence[str]) -> Mapping[str, BidTable]:
                     t = time.perf_counter()
                     try:
-                        return source.collect(who, gpus)
+                        return source.collect(who, gpus, {a: held.get(a, ()) for a in who})
                     finally:
                         waited[0] += time.perf_counter() - t
 

@@ -344,6 +344,38 @@ def cluster_of(view: ClusterView) -> list[Gpu]:
     ]
 
 
+def held_per_node(view: ClusterView) -> dict[str, dict[str, int]]:
+    """GPUs each app holds, per node: the larger of its containers' and its live leases'
+    there (as the RM's ``ClusterView.grantableGpus`` counts them); apps holding none are
+    left out."""
+    leased: dict[str, dict[str, int]] = {}
+    for lease in view.leases:
+        if lease.live(view.now_ms):
+            per = leased.setdefault(lease.app_id, {})
+            per[lease.node_id] = per.get(lease.node_id, 0) + max(0, lease.gpus)
+    out: dict[str, dict[str, int]] = {}
+    for a in view.apps:
+        mine = leased.get(a.app_id, {})
+        per = {n: max(max(0, a.running_gpus.get(n, 0)), mine.get(n, 0))
+               for n in sorted(set(a.running_gpus) | set(mine))}
+        per = {n: k for n, k in per.items() if k > 0}
+        if per:
+            out[a.app_id] = per
+    return out
+
+
+def held_of(view: ClusterView) -> dict[str, tuple[Gpu, ...]]:
+    """The GPUs each app holds (:func:`held_per_node`) as stand-in topology GPUs
+    (``<node>/held-<app>-<k>``: never offered, never leased by these ids) on the view's
+    nodes, so that an agent's rho of its current allocation counts them (section 4.2: the
+    bid table's empty bundle is the app's rho with what it holds). GPUs on a node the view
+    no longer lists (lost) are gone and left out."""
+    rack = {n.node_id: n.rack for n in view.nodes}
+    return {a: tuple(Gpu(f"{n}/held-{a}-{k}", n, rack[n])
+                     for n, c in per.items() if n in rack for k in range(c))
+            for a, per in held_per_node(view).items()}
+
+
 def grants_json(allocation: Iterable[tuple[str, Iterable[str]]], info: Mapping[str, Any],
                 lease_s: Mapping[str, float] | None = None) -> str:
     """Sum per-GPU allocations to per-(app, node) grants and encode the reply; ``lease_s``:
