@@ -73,6 +73,21 @@ def test_randomized_rounding_keeps_c_in_expectation() -> None:
     assert sum(kept) / (2 * len(kept)) == pytest.approx(1.5 / 1.6, abs=0.03)
 
 
+def test_rounding_in_containers_keeps_c_in_expectation() -> None:
+    """An app of 2-GPU containers keeps its 2-GPU bundle whole or not at all, with
+    probability c (rounding GPUs and then cutting to containers would keep it with
+    probability 2c - 1 = 0.875 here, and c = 0.94)."""
+    gpus = [Gpu(f"g{i}", f"m{i // 2}", "r") for i in range(4)]
+    tables = [
+        BidTable("a", 4.0, (Bid(("g0", "g1"), 1.0),)),
+        BidTable("b", 3.0, (Bid(("g0", "g1"), 1.5), Bid(("g2", "g3"), 1.6))),
+    ]
+    kept = [len(run_auction(gpus, tables, SOLVER, random.Random(s), unit={"a": 2})
+                .allocation.get("a", ())) for s in range(400)]
+    assert set(kept) == {0, 2}
+    assert sum(kept) / (2 * len(kept)) == pytest.approx(1.5 / 1.6, abs=0.03)
+
+
 def test_starving_app_is_served_first() -> None:
     gpus = [Gpu("g0", "m", "r")]
     tables = [

@@ -245,6 +245,28 @@ def test_the_auction_grants_exactly_the_gpus_of_the_exact_payments(
         assert c >= exact.kept_fraction[app] - 1e-9  # from a value <= OPT^-i
 
 
+@settings(deadline=None, max_examples=10)
+@given(seed=st.integers(0, 10_000), size=st.sampled_from([(32, 6), (64, 10)]),
+       unit=st.sampled_from([2, 3, 4]))
+def test_rounding_in_containers_grants_the_gpus_of_the_exact_payments(
+    seed: int, size: tuple[int, int], unit: int
+) -> None:
+    """Apps of ``unit``-GPU containers are rounded in containers; the bracketing solves
+    then bracket over the bundle's containers and still grant exactly what the exact
+    payments grant, in whole containers."""
+    inst = random_instance(*size, seed=seed)
+    units = {t.app_id: unit for t in inst.tables[::2]}  # half the apps, the others 1 GPU
+    exact = run_auction(inst.offer, inst.tables, make_solver("open-fast"),
+                        random.Random(seed), exact_payments=True, unit=units)
+    fast = run_auction(inst.offer, inst.tables, make_solver("open-fast"), random.Random(seed),
+                       unit=units)
+    assert fast.allocation == exact.allocation
+    for app, gs in fast.allocation.items():
+        n = len(fast.proportional_fair[app])
+        if app in units and n >= unit:
+            assert len(gs) % unit == 0, (app, len(gs), n)
+
+
 class _GivesUpOnOptimum(_Bracketer):
     """A primary that gives up on every proportional-fair solve (excluded None) and
     records what it adopts."""

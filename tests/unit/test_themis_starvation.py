@@ -141,13 +141,36 @@ def test_default_is_served_now_and_bad_names_are_refused() -> None:
         ThemisPolicy(starvation="x")
 
 
+def _free(*per_machine: int) -> list[Any]:
+    from themis.mechanism.topology import Gpu
+    return [Gpu(f"m{m}-g{k}", f"m{m}", "r0") for m, n in enumerate(per_machine)
+            for k in range(n)]
+
+
 def test_cap_keeps_as_many_starving_bidders_as_free_gpus_worst_first() -> None:
     rho = {"a": math.inf, "b": math.inf, "c": math.inf, "d": 2.0, "e": 1.0}
-    bidders, non = round_mod.cap_starving_bidders(["c", "a", "b", "d"], ["e"], rho, 2)
+    bidders, non = round_mod.cap_starving_bidders(["c", "a", "b", "d"], ["e"], rho, _free(2))
     assert bidders == ["c", "a", "d"] and non == ["e", "b"]
     # enough GPUs for every starving bidder: nothing changes
-    assert round_mod.cap_starving_bidders(["c", "a", "d"], ["e"], rho, 3) == (
+    assert round_mod.cap_starving_bidders(["c", "a", "d"], ["e"], rho, _free(1, 2)) == (
         ["c", "a", "d"], ["e"])
+
+
+def test_cap_counts_whole_containers_on_one_machine() -> None:
+    """Two starving apps asking 2-GPU containers and 2 free GPUs on one machine: only the
+    worse off one bids (both bidding, the winner's payment took all it won and neither got
+    a container); on two machines of one free GPU each, neither container fits, so neither
+    bids; an app of 1-GPU containers after them still fits on what is left."""
+    rho = {"a": math.inf, "b": math.inf, "c": math.inf, "d": 2.0}
+    shape = {"a": {2: 1}, "b": {2: 3, 4: 1}, "c": {1: 2}, "d": {2: 1}}
+    assert round_mod.cap_starving_bidders(["b", "a", "c", "d"], [], rho, _free(3), shape) == (
+        ["b", "c", "d"], ["a"])
+    assert round_mod.cap_starving_bidders(["b", "a", "c", "d"], [], rho, _free(1, 1),
+                                          shape) == (["c", "d"], ["b", "a"])
+    # best fit: b's container goes to the machine of 2, leaving a's room on the one of 4
+    assert round_mod.cap_starving_bidders(["b", "a", "c"], [], rho, _free(4, 2),
+                                          {"a": {4: 1}, "b": {2: 1}, "c": {1: 1}}) == (
+        ["b", "a"], ["c"])
 
 
 def test_run_round_with_priority_serves_the_worst_starving_app_on_one_gpu() -> None:
@@ -173,3 +196,28 @@ def test_run_round_with_priority_serves_the_worst_starving_app_on_one_gpu() -> N
         return dict(out.allocation)
     assert run(None) == {"long": ("m0/0",)}
     assert run({"short": 30.0, "long": 2.0}) == {"short": ("m0/0",)}
+
+
+def test_two_starving_apps_after_one_container_the_worse_off_gets_it() -> None:
+    """YARN's shape: two starving apps each asking one 2-GPU container, 2 free GPUs on one
+    machine, and an app holding GPUs that asks one too (a non-bidder at f = 0.5). Both
+    starving apps bidding, the winner's payment took all it won and the GPUs went to the
+    app that held GPUs; capped by containers, the worse-off starving app bids alone and
+    gets the container."""
+    from themis.mechanism.bids import Bid, BidTable
+    from themis.mechanism.solvers import make_solver
+    from themis.mechanism.topology import Gpu
+
+    gpus = [Gpu("m0/0", "m0", "r0"), Gpu("m0/1", "m0", "r0")]
+    both = ("m0/0", "m0/1")
+    tables = {"a": BidTable("a", math.inf, (Bid(both, 1.5),)),
+              "b": BidTable("b", math.inf, (Bid(both, 1.2),)),
+              "h": BidTable("h", 1.1, (Bid(both, 1.05),))}
+    rho = {"a": math.inf, "b": math.inf, "h": 1.1}
+    shape = {a: {2: 1} for a in rho}
+    out = round_mod.run_round(gpus, rho, lambda bs: {x: tables[x] for x in bs},
+                              fairness_knob=0.5, lease_s=60, now=0.0,
+                              solver=make_solver("highs"), rng=random.Random(0),
+                              priority={"a": 9.0, "b": 3.0}, shape=shape)
+    assert out.bidders == ("a",)
+    assert dict(out.allocation) == {"a": both}

@@ -15,7 +15,13 @@ Gkatzelis and Goel, EC 2013).
    truthfulness argument of Cole et al. needs (a deterministic floor would over-charge
    small bundles: a 1-GPU winner with c_i = 0.95 would lose its GPU). The kept GPUs are
    the best-placed subset of the bundle (fullest machine, then fullest slot). Withheld
-   GPUs are leftover (line 10).
+   GPUs are leftover (line 10). An app that can use its GPUs only in containers of k GPUs
+   on one node (YARN's container shape, ``unit``) is rounded in containers instead:
+   e = c_i n_i / k, keeping k (floor(e) + [U < e - floor(e)]) GPUs, so that the expected
+   share kept is still c_i and the container cut afterwards
+   (:func:`themis.mechanism.round.run_round`) takes nothing more from it (rounding GPUs
+   and then cutting to whole containers would keep less than c_i in expectation: a
+   2-GPU bundle at c_i = 0.7 would keep its container with probability 0.4, not 0.7).
 4. Payments only as exact as the allocation needs: k_i changes only where OPT_{-i}
    crosses one of n_i thresholds (:func:`rounding_thresholds`), and U is drawn before
    the solves, so each solve without a winner stops once OPT_{-i} is bracketed between
@@ -35,7 +41,7 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import filterfalse
 from operator import attrgetter
@@ -169,8 +175,15 @@ def rounding_thresholds(base: float, n: int, u: float) -> list[float]:
     return sorted(base - math.log(r) if r > 0.0 else math.inf for r in ratios)
 
 
+def rounding_step(n: int, unit: int) -> int:
+    """GPUs per rounding step of a bundle of ``n`` GPUs for an app of containers of
+    ``unit`` GPUs: ``unit``, or 1 for a bundle smaller than one container."""
+    return unit if 1 < unit <= n else 1
+
+
 def _solve_parts(
-    problem: PackingProblem, solver: Solver, draws: Sequence[float] | None = None
+    problem: PackingProblem, solver: Solver, draws: Sequence[float] | None = None,
+    units: Sequence[int] | None = None,
 ) -> tuple[list[int], float, dict[int, float]]:
     """Proportional-fair choice per app, its objective, and log c_i per winner i.
 
@@ -180,7 +193,8 @@ def _solve_parts(
     log c_i = (OPT - g_i) - OPT^-i = (OPT_p - g_i) - OPT_p^-i (Pseudocode 1, line 8).
 
     With ``draws`` (app i's rounding draw u_i), each solve without a winner only
-    brackets OPT_p^-i among the :func:`rounding_thresholds` (:meth:`Solver.bracket_many`):
+    brackets OPT_p^-i among the :func:`rounding_thresholds` (:meth:`Solver.bracket_many`;
+    over the bundle's containers with ``units``, app i's container size):
     log c_i is then computed from a value in the same bracket as OPT_p^-i, which gives
     the winner exactly the GPUs the exact c_i would."""
     choice = [-1] * len(problem.apps)
@@ -197,10 +211,13 @@ def _solve_parts(
         elif draws is None:
             without = solver.solve_many(part.problem, winners)
         else:
+            steps = [1 if units is None else
+                     rounding_step(b.mask.bit_count(), units[part.apps[k]])
+                     for k, b in zip(winners, own, strict=True)]
             without = solver.bracket_many(part.problem, winners, [
-                rounding_thresholds(pf.objective - b.gain, b.mask.bit_count(),
+                rounding_thresholds(pf.objective - b.gain, b.mask.bit_count() // step,
                                     draws[part.apps[k]])
-                for k, b in zip(winners, own, strict=True)])
+                for k, b, step in zip(winners, own, steps, strict=True)])
         for k, b, sol in zip(winners, own, without, strict=True):
             log_kept[part.apps[k]] = (pf.objective - b.gain) - sol.objective
         for k, c in enumerate(pf.choice):
@@ -214,6 +231,7 @@ def run_auction(
     solver: Solver,
     rng: random.Random,
     exact_payments: bool = False,
+    unit: Mapping[str, int] | None = None,
 ) -> AuctionResult:
     """Pseudocode 1, AUCTION: proportional-fair allocation, hidden payments, leftover.
 
@@ -225,7 +243,9 @@ def run_auction(
 
     A :class:`SplitSolver` splits a round above its policy's size into independent
     sub-auctions (:mod:`themis.mechanism.split`; ``rng`` then draws the partition after
-    the u_i) and solves with its inner solver; below that size the auction is unchanged."""
+    the u_i) and solves with its inner solver; below that size the auction is unchanged.
+    ``unit`` (app -> GPUs per container, default 1): round such an app's kept GPUs in
+    whole containers (module docstring, step 3)."""
     policy = None
     if isinstance(solver, SplitSolver):
         policy, solver = solver.policy, solver.inner
@@ -243,7 +263,8 @@ def run_auction(
         problem, origin = restrict_problem(problem, origin, tables, index, plan)
     started = time.perf_counter()
     draws = None if exact_payments else [draw[t.app_id] for t in tables]
-    choice, objective, log_kept = _solve_parts(problem, solver, draws)
+    units = [max(1, (unit or {}).get(t.app_id, 1)) for t in tables]
+    choice, objective, log_kept = _solve_parts(problem, solver, draws, units)
     solve_ms = (time.perf_counter() - started) * 1e3
 
     proportional_fair: dict[str, tuple[str, ...]] = {}
@@ -258,11 +279,12 @@ def run_auction(
     for app in sorted(proportional_fair):
         bundle = [offer[index[g]] for g in proportional_fair[app]]
         c = kept_fraction[app]
-        exact = c * len(bundle)
+        step = rounding_step(len(bundle), max(1, (unit or {}).get(app, 1)))
+        exact = c * (len(bundle) // step)
         keep = math.floor(exact)
         if draw[app] < exact - keep:
             keep += 1
-        kept = keep_order(bundle)[:keep]
+        kept = keep_order(bundle)[:keep * step]
         if kept:
             allocation[app] = tuple(sorted(g.id for g in kept))
     granted = {g for gs in allocation.values() for g in gs}

@@ -104,31 +104,52 @@ def select_bidders(
     return ranked[:keep], ranked[keep:]
 
 
+Shape = Mapping[str, Mapping[int, int]]
+"""Container asks per app: GPUs per container -> number of containers (all of a container's
+GPUs on one machine, as YARN places a container on one node)."""
+
+
 def cap_starving_bidders(
     bidders: Sequence[str], nonbidders: Sequence[str], rho_current: Mapping[str, float],
-    free_gpus: int,
+    free: Sequence[Gpu], shape: Shape | None = None,
 ) -> tuple[list[str], list[str]]:
-    """Starvation-aware filtering, second half (docs/mechanism.md, "Starvation"): at most
-    ``free_gpus`` starving bidders (rho = +inf) stay bidders, the first in ``bidders``' order
-    (the filter's: worst off first); the others join the non-bidders this round.
+    """Starvation-aware filtering, second half (docs/mechanism.md, "Starvation"): only as
+    many starving bidders (rho = +inf) stay bidders as the offer can serve at once; the
+    others join the non-bidders this round.
 
     Why: the auction serves as many starving bidders as the offer allows and, among them,
     prefers the one with the *lowest* rho once served (the largest gain log(rho_ref /
     rho(b))), the opposite of the filter's order; with fewer free GPUs than starving bidders
     the worst-off one then loses every round and, being a bidder, never gets leftover GPUs.
-    Each bundle holds at least one GPU, so ``free_gpus`` bidders can all be served, and the
-    auction itself (bids, gains, payments) is unchanged."""
+    Worse, two starving bidders after the same GPUs make the winner's hidden payment
+    (section 3.3.1) all it won: its presence keeps the other unserved, so c_i ~ 0 and
+    neither gets anything.
+
+    Who stays: in the filter's order (worst off first), a starving bidder keeps its place
+    when its smallest container (one GPU without a ``shape``: all of a container's GPUs on
+    one machine, as YARN places it) still fits on one machine of the offer beside those of
+    the starving bidders kept before it (best fit: the machine with the fewest GPUs left
+    that fit it). Without shapes this keeps the first ``len(free)`` of them. The auction
+    itself (bids, gains, payments) is unchanged."""
     starving = [a for a in bidders if math.isinf(rho_current[a])]
-    if len(starving) <= free_gpus:
+    unit = {a: min((k for k, n in (shape or {}).get(a, {}).items() if n > 0), default=1)
+            for a in starving}
+    if len(starving) <= len(free) and all(k == 1 for k in unit.values()):
         return list(bidders), list(nonbidders)
-    dropped = set(starving[free_gpus:])
+    left = sorted(Counter(map(_MACHINE, free)).values())
+    dropped: set[str] = set()
+    for a in starving:
+        k = unit[a]
+        i = next((j for j, c in enumerate(left) if c >= k), None)  # ``left`` is ascending
+        if i is None:
+            dropped.add(a)
+            continue
+        left[i] -= k
+        left.sort()
+    if not dropped:
+        return list(bidders), list(nonbidders)
     return ([a for a in bidders if a not in dropped],
             [*nonbidders, *(a for a in bidders if a in dropped)])
-
-
-Shape = Mapping[str, Mapping[int, int]]
-"""Container asks per app: GPUs per container -> number of containers (all of a container's
-GPUs on one machine, as YARN places a container on one node)."""
 
 
 def _asks(
@@ -279,20 +300,29 @@ def _deal(
     return {a: tuple(sorted(gs)) for a, gs in grants.items()}, tuple(sorted(unused))
 
 
+def container_units(shape: Shape | None) -> dict[str, int]:
+    """Per app with a shape, the GPUs of which any of its asks is a whole number of
+    containers (the gcd of its container sizes; 1 without asks)."""
+    return {a: math.gcd(*(k for k, n in ask.items() if n > 0)) or 1
+            for a, ask in (shape or {}).items()}
+
+
 def _whole_containers(
     allocation: Mapping[str, tuple[str, ...]], offer: Sequence[Gpu], shape: Shape | None
 ) -> dict[str, tuple[str, ...]]:
     """The auction's allocation with, for apps whose asks have a shape, each machine's GPUs
-    cut down to a multiple of the gcd of their container sizes: partial allocation keeps a
-    fraction c_i of the winning bundle (section 3.3.2), which can leave a GPU on a machine
-    that no container of the app fits (3 GPUs for 2-GPU containers). Such GPUs go to the
-    leftover instead of idling under the app's lease; the app loses nothing it could use."""
+    cut down to a multiple of the gcd of their container sizes. The auction already rounds
+    such an app's kept share in whole containers (:func:`container_units`), but a bundle
+    spread over machines can still leave a GPU on a machine that no container of the app
+    fits (3 + 1 GPUs for 2-GPU containers). Such GPUs go to the leftover instead of idling
+    under the app's lease; the app loses nothing it could use."""
     if not shape:
         return dict(allocation)
     machine = {g.id: g.machine for g in offer}
     out: dict[str, tuple[str, ...]] = {}
+    units = container_units(shape)
     for app, gs in allocation.items():
-        unit = math.gcd(*(k for k, n in shape.get(app, {}).items() if n > 0)) or 1
+        unit = units.get(app, 1)
         if unit == 1:
             out[app] = gs
             continue
@@ -402,7 +432,8 @@ def run_round(
     bidders, nonbidders = select_bidders(rho_current, fairness_knob, rng, priority, merge)
     free = list(offer)
     if priority is not None:
-        bidders, nonbidders = cap_starving_bidders(bidders, nonbidders, rho_current, len(free))
+        bidders, nonbidders = cap_starving_bidders(bidders, nonbidders, rho_current, free,
+                                                   shape)
     auction: AuctionResult | None = None
     tables: list[BidTable] = []
     if bidders and free:
@@ -413,7 +444,7 @@ def run_round(
         bidders = [t.app_id for t in tables]
     won: dict[str, tuple[str, ...]] = {}
     if tables:
-        auction = run_auction(free, tables, solver, rng)
+        auction = run_auction(free, tables, solver, rng, unit=container_units(shape))
         won = _whole_containers(auction.allocation, offer, shape)
         # The leftover: the auction's (the offer less its allocation) and the GPUs of
         # partial containers (its allocation less ``won``, a subset of it), i.e. the offer
