@@ -84,4 +84,28 @@ class WaitDiagnosticsPartitionTest {
     assertTrue(r.text().startsWith("Themis: waiting for GPUs: "), r.text());
     assertTrue(r.text().contains("all 12 GPUs of the cluster leased"), r.text());
   }
+
+  /**
+   * Between a lease granted and its containers allocated (the nodes' next heartbeats), an app
+   * still asking is told where YARN places them; once its containers run and it asks nothing
+   * more, an app without an agent is told it holds them. The mini-cluster test sees the first
+   * only when a status update falls in that window, so the texts are checked here.
+   */
+  @Test
+  void aLeasedAppIsPlacingItsContainersThenHoldsThem() {
+    AppGpus asking = app(4, "");
+    Lease lease = new Lease(1, asking.app(), PLAIN, 2, 0, 60_000, Lease.State.ACTIVE, 0);
+    WaitDiagnostics.Reason r = waits.reason(asking, 10, free(0, 0, 0), 12,
+        Arrays.asList(lease), NodePartitions.none());
+    assertEquals("placing", r.kind(), r.text());
+    assertTrue(r.text().startsWith("Themis: placing its containers: "), r.text());
+    assertTrue(r.text().contains("leased to it: 2 GPUs on p1:1"), r.text());
+    Map<NodeId, Long> running = new HashMap<>();
+    running.put(PLAIN, 2L);
+    AppGpus placed = new AppGpus(asking.app(), false, new TreeMap<Long, Long>(), running, "");
+    WaitDiagnostics.Reason held = waits.reason(placed, 10, free(0, 0, 0), 12,
+        Arrays.asList(lease), NodePartitions.none());
+    assertEquals("holding", held.kind(), held.text());
+    assertTrue(held.text().startsWith("Themis: holds 2 GPUs on p1:1 until "), held.text());
+  }
 }
