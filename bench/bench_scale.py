@@ -5,7 +5,8 @@ Drives a real ResourceManager (YARN's MockRM/MockNM test harness from the
 and AMs calling the RM's services directly) twice in one JVM, with the same simulated
 NodeManagers (GPUs spread evenly), apps and asks: first the stock CapacityScheduler, then
 ThemisCapacityScheduler with its Python engine (``themis.yarn.engine`` over Py4J) and one
-real agent per GPU app speaking gRPC to the engine (bench/scale_agents.py). The driver is
+real agent per GPU app speaking gRPC to the engine (bench/scale_agents.py), the agents split
+over ``--agent-procs`` processes (each AM is its own process on a real cluster). The driver is
 ``rm-plugin/src/bench/java/org/themis/yarn/ScaleBench.java`` (Maven profile ``scale-bench``;
 not in the plugin jar nor in the JUnit suite).
 
@@ -18,11 +19,14 @@ cluster has GPUs); the others ask ``--nongpu`` 128 MB containers in total per ba
 * Themis only: time from a lease's expiry (its containers are killed, no grace period) to
   the next lease granted on that node and to the next GPU container committed there
   (median, p95; target <= 1 s / <= 3 s at 1,000 NMs / 4,096 GPUs / 1,000 apps), with where
-  the time goes (round in the RM, auction in the engine, the freed-round delay);
+  the time goes (round in the RM, the engine's round, the freed-round delay) and the
+  auction's share of the engine's round (its solve time / the round's time, median over the
+  rounds in which apps bid, from the engine's round log lines);
 * RM heap after full GC (used heap minus the JVM's before the RM started; target: Themis
   minus stock <= 200 MB), the engine's RSS and the agents' driver RSS.
 
-Prints one JSON document on stdout; progress on stderr. Sizes: ``quick`` (8 NMs, 32 GPUs,
+Prints one JSON document on stdout (``summary``: one line per size with the figures above;
+``results``: everything per size); progress on stderr. Sizes: ``quick`` (8 NMs, 32 GPUs,
 20 apps: about 1 minute), ``paper`` (38 NMs, 256 GPUs, 100 apps: the paper's cluster),
 ``mid`` (250 NMs, 2,000 GPUs, 500 apps), ``large`` (1,000 NMs, 4,096 GPUs, 1,000 apps).
 Needs Java 17 and Maven (the first run downloads the Hadoop test jars); Python deps as for
@@ -82,6 +86,16 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                    help="which scheduler runs first in the JVM (default stock,themis)")
     p.add_argument("--python", default=sys.executable,
                    help="Python for the engine and the agents (default: this one)")
+    p.add_argument("--agent-procs", type=int, default=None,
+                   help="processes the GPU apps' agents are split over, each with its own "
+                   "gRPC channel (bench/scale_agents.py --procs; 1: all in one process, as "
+                   "before). Default: min(8, GPU apps): on a real cluster each agent runs in "
+                   "its own AM process, so one process for all serialises the agents' offer "
+                   "parsing and bid tables; 8 lets up to 8 cores do that in parallel while "
+                   "keeping memory and start-up bounded (~50 MB and ~1 s of CPU per process). "
+                   "Processes beyond the host's cores add no parallelism but cost CPU and "
+                   "memory that the RM JVM and the engine share (on a 2-core machine 8 "
+                   "processes compete with them)")
     p.add_argument("--offline", action="store_true",
                    help="run Maven offline (-o): the Hadoop test jars are already in ~/.m2")
     args = p.parse_args(argv)
@@ -93,13 +107,26 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         p.error("--gpu-share must be between 0 and 1 (exclusive)")
     if args.nongpu < 1 or args.batches < 1 or args.demand < 1 or args.lease_ms < 1000:
         p.error("--nongpu, --batches, --demand must be >= 1 and --lease-ms >= 1000")
+    if args.agent_procs is not None and args.agent_procs < 1:
+        p.error("--agent-procs must be >= 1")
     args.size_list = sizes
     return args
+
+
+DEFAULT_AGENT_PROCS = 8
+
+
+def agent_procs(requested: int | None, gpu_apps: int) -> int:
+    """Agent processes for a size: ``requested`` (default :data:`DEFAULT_AGENT_PROCS`), at
+    most one per GPU app and at least one."""
+    n = DEFAULT_AGENT_PROCS if requested is None else requested
+    return max(1, min(n, gpu_apps))
 
 
 def run_size(args: argparse.Namespace, size: str) -> dict[str, Any]:
     nms, gpus, apps = SIZES[size]
     gpu_apps = round(apps * args.gpu_share)
+    procs = agent_procs(args.agent_procs, gpu_apps)
     per_app = max(1, args.nongpu // max(1, apps - gpu_apps))
     target = ROOT / "rm-plugin" / "target" / "scale-bench"
     target.mkdir(parents=True, exist_ok=True)
@@ -111,15 +138,15 @@ def run_size(args: argparse.Namespace, size: str) -> dict[str, Any]:
         "bench.batches": args.batches, "bench.demand": args.demand,
         "bench.lease-ms": args.lease_ms, "bench.turnover-ms": int(args.turnover_s * 1000),
         "bench.heartbeat-ms": args.heartbeat_ms, "bench.python": args.python,
-        "bench.order": args.order, "bench.out": out,
+        "bench.order": args.order, "bench.agent-procs": procs, "bench.out": out,
     }
     cmd = ["mvn", "-B", "-P", "scale-bench", "-pl", "rm-plugin", "test", "-Dtest=ScaleBench",
            "-Dsurefire.failIfNoSpecifiedTests=false"]
     cmd += ["-o"] if args.offline else []
     cmd += [f"-D{k}={v}" for k, v in props.items()]
     logfile = target / f"bench-scale-{size}.log"
-    log(f"{size}: {nms} NMs, {gpus} GPUs, {apps} apps ({gpu_apps} with GPU asks); "
-        f"Maven output in {logfile}")
+    log(f"{size}: {nms} NMs, {gpus} GPUs, {apps} apps ({gpu_apps} with GPU asks, their "
+        f"agents in {procs} process(es)); Maven output in {logfile}")
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     started = time.time()
     with open(logfile, "w") as lf:
@@ -160,12 +187,52 @@ def engine_rounds(log_text: str) -> list[dict[str, Any]]:
         if not isinstance(info, dict) or info.get("skipped") or "bid_wait_ms" not in info:
             continue
         elapsed = float(info["elapsed_ms"])
+        auction = info.get("auction_ms")  # absent in engines before it was logged
         out.append({"round": int(m.group(1)), "offered_gpus": info.get("offered_gpus"),
                     "bidders": len(info.get("bidders", [])),
-                    "elapsed_ms": round(elapsed), "prepare_ms": round(info["prepare_ms"]),
-                    "bid_wait_ms": round(info["bid_wait_ms"]),
-                    "rest_ms": round(elapsed - info["prepare_ms"] - info["bid_wait_ms"])})
+                    "elapsed_ms": round(elapsed, 1), "prepare_ms": round(info["prepare_ms"], 1),
+                    "bid_wait_ms": round(info["bid_wait_ms"], 1),
+                    "auction_ms": None if auction is None else round(float(auction), 2),
+                    "rest_ms": round(elapsed - info["prepare_ms"] - info["bid_wait_ms"], 1)})
     return out
+
+
+def _median(xs: list[float]) -> float | None:
+    """The lower median (as ScaleBench's figures), None for no values."""
+    s = sorted(xs)
+    return s[(len(s) - 1) // 2] if s else None
+
+
+def auction_share(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """The auction's share of the engine's round: per round in which apps bid (and the
+    engine logged ``auction_ms``), auction ms / the round's elapsed ms; medians of the share,
+    of the auction's and of the round's time. Rounds without bidders run no auction."""
+    bid = [r for r in rounds if r.get("bidders") and r.get("auction_ms") is not None
+           and r.get("elapsed_ms", 0) > 0]
+    med_share = _median([r["auction_ms"] / r["elapsed_ms"] for r in bid])
+    return {"rounds": len(rounds), "rounds_with_bids": len(bid),
+            "median": None if med_share is None else round(med_share, 4),
+            "auction_ms_median": _median([float(r["auction_ms"]) for r in bid]),
+            "round_ms_median": _median([float(r["elapsed_ms"]) for r in bid]),
+            "bid_wait_ms_median": _median([float(r["bid_wait_ms"]) for r in bid])}
+
+
+def summary_line(result: dict[str, Any]) -> dict[str, Any]:
+    """The per-size headline: expiry -> lease granted and -> container committed (median,
+    p95, n) and the auction's share of a round (median)."""
+    if "error" in result:
+        return {"size": result["size"], "error": result["error"]}
+    e = result["lease_expiry"]
+
+    def pick(d: dict[str, Any] | None) -> dict[str, Any]:
+        d = d or {}
+        return {"median": d.get("median"), "p95": d.get("p95"), "n": d.get("n")}
+
+    return {"size": result["size"], "agent_procs": result.get("agent_procs"),
+            "expiry_to_grant_ms": pick(e.get("to_grant_ms")),
+            "expiry_to_commit_ms": pick(e.get("to_commit_ms")),
+            "auction_share_median": result["auction_share"]["median"],
+            "nongpu_ratio": result["nongpu_per_s"]["ratio"]}
 
 
 def summarise(raw: dict[str, Any], size: str, wall_s: float) -> dict[str, Any]:
@@ -178,6 +245,8 @@ def summarise(raw: dict[str, Any], size: str, wall_s: float) -> dict[str, Any]:
         "size": size,
         "setup": raw["setup"],
         "order": raw.get("order"),
+        "agent_procs": raw["setup"].get("agent_procs"),
+        "agents_registered": _json_or_none(themis.get("agents_registered")),
         "wall_s": round(wall_s, 1),
         "nongpu_per_s": {"stock": round(stock["nongpu_per_s"], 1),
                          "themis": round(themis["nongpu_per_s"], 1),
@@ -196,12 +265,20 @@ def summarise(raw: dict[str, Any], size: str, wall_s: float) -> dict[str, Any]:
         "rm_heap_mb": {"stock": stock["rm_heap_mb"], "themis": themis["rm_heap_mb"],
                        "overhead": overhead, "target_overhead": 200, "met": overhead <= 200},
         "engine_compiled_parts": raw.get("engine_compiled_parts"),
+        "auction_share": auction_share(raw.get("engine_rounds", [])),
         "engine_rounds": raw.get("engine_rounds", []),
         "engine_rss_mb": themis.get("engine_rss_mb"),
         "engine_peak_rss_mb": themis.get("engine_peak_rss_mb"),
-        "agents_driver_rss_mb": themis.get("agents_rss_mb"),
+        "agents_rss_mb": themis.get("agents_rss_mb"),  # every agent process's
         "raw": raw,
     }
+
+
+def _json_or_none(text: object) -> Any:
+    try:
+        return json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -214,12 +291,14 @@ def main(argv: list[str] | None = None) -> int:
         except RuntimeError as exc:
             log(str(exc))
             results.append({"size": size, "error": str(exc)})
-        log(f"{size}: {json.dumps({k: v for k, v in results[-1].items() if k != 'raw'})}")
+        log(f"{size}: {json.dumps(summary_line(results[-1]))}")
     doc = {
         "command": "python bench/bench_scale.py " + " ".join(sys.argv[1:] if argv is None
                                                                 else argv),
         "loadavg_before": [round(x, 2) for x in load_before],
         "loadavg_after": [round(x, 2) for x in os.getloadavg()],
+        "cpus": os.cpu_count(),
+        "summary": [summary_line(r) for r in results],
         "results": results,
     }
     print(json.dumps(doc, indent=2))

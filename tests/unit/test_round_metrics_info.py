@@ -72,3 +72,23 @@ def test_refused_bids_are_counted_by_cause_and_drained() -> None:
     assert core.drain_rejected_bids() == {}
     assert set(REJECT_CAUSES.values()) == {"invalid", "too_large", "not_open",
                                            "unauthenticated"}
+
+
+def test_round_info_times_the_auction_apart_from_the_round() -> None:
+    """bench/bench_scale.py reports the auction's share of a round from ``auction_ms`` /
+    ``elapsed_ms``: the auctions' solve time is there when apps bid, 0 when none does."""
+    from themis.mechanism.bids import Bid, BidTable
+    from themis.yarn.view import offer_of, parse_view
+
+    gpus = sorted(g.id for g in offer_of(parse_view(_view())))
+    bids = ReportedBids()
+    for i, app in enumerate(("application_1_0001", "application_1_0002")):
+        bids.report_table(BidTable(app, 2.0, (Bid((gpus[i],), 1.0),)))
+    info = _strict(RoundEngine(bids).run(_view()))["info"]
+    assert isinstance(info, dict)
+    assert info["bidders"]  # the fairness filter offers to (1 - f) of the apps: one here
+    assert isinstance(info["auction_ms"], float)
+    assert 0.0 < info["auction_ms"] <= info["elapsed_ms"]  # type: ignore[operator]
+    idle = _strict(RoundEngine(ReportedBids()).run(_view()))["info"]
+    assert isinstance(idle, dict)
+    assert idle["bidders"] == [] and idle["auction_ms"] == 0.0

@@ -66,6 +66,7 @@ class RoundEngine:
             held = held_of(view)
             prepared = time.perf_counter()
             waited = [0.0]  # seconds spent waiting for bids (offers sent to tables in)
+            solved = [0.0]  # ms spent in the auctions (each queue's, summed)
             rng = random.Random(view.round_id)
             bidders: list[str] = []
             nonbidders: list[str] = []
@@ -94,6 +95,8 @@ class RoundEngine:
                     priority=priority,
                     merge=merge,
                 )
+                if outcome.auction is not None:
+                    solved[0] += outcome.auction.solve_ms
                 source.announce(gpus, outcome)
                 bidders.extend(a for a in outcome.bidders if a not in bidders)
                 nonbidders.extend(a for a in outcome.nonbidders if a not in nonbidders)
@@ -113,6 +116,9 @@ class RoundEngine:
                 "offered_gpus": len(offer),
                 "prepare_ms": round((prepared - started) * 1000.0, 3),
                 "bid_wait_ms": round(waited[0] * 1000.0, 3),
+                # the auctions' solve time (proportional-fair allocation and payments),
+                # part of the rest beside leftover, lease grants and allocation notices
+                "auction_ms": round(solved[0], 3),
                 # for the RM's metrics: each app's rho this round (null when infinite:
                 # JSON has no infinity) and bids refused since the last round, by cause
                 "rho": {a: (r if math.isfinite(r) else None) for a, r in rho.items()},

@@ -19,6 +19,7 @@ import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.function.BooleanSupplier;
 import org.apache.hadoop.metrics2.lib.MutableRate;
 import org.apache.hadoop.metrics2.util.SampleStat;
+import org.apache.hadoop.yarn.api.records.ApplicationId;
 import org.apache.hadoop.yarn.api.records.NodeId;
 import org.apache.hadoop.yarn.api.records.Priority;
 import org.apache.hadoop.yarn.api.records.Resource;
@@ -30,8 +31,10 @@ import org.apache.hadoop.yarn.server.resourcemanager.MockRM;
 import org.apache.hadoop.yarn.server.resourcemanager.MockRMAppSubmissionData;
 import org.apache.hadoop.yarn.server.resourcemanager.MockRMAppSubmitter;
 import org.apache.hadoop.yarn.server.resourcemanager.rmapp.RMApp;
+import org.apache.hadoop.yarn.server.resourcemanager.rmapp.attempt.RMAppAttempt;
 import org.apache.hadoop.yarn.util.resource.ResourceUtils;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
 import org.themis.yarn.engine.EngineSupervisor;
 import org.themis.yarn.lease.Lease;
 import org.themis.yarn.status.ThemisMetrics;
@@ -55,6 +58,8 @@ class ScaleBench {
   private final double gpuShare = Double.parseDouble(System.getProperty("bench.gpu-share", "0.5"));
   private final int nonGpuPerApp = Integer.getInteger("bench.nongpu-per-app", 50);
   private final int demand = Integer.getInteger("bench.demand", 4);
+  // agent processes: the GPU apps' ids split over them (bench/scale_agents.py --procs)
+  private final int agentProcs = Integer.getInteger("bench.agent-procs", 1);
   private final long leaseMs = Long.getLong("bench.lease-ms", 8_000L);
   private final long turnoverMs = Long.getLong("bench.turnover-ms", 20_000L);
   private final long heartbeatMs = Long.getLong("bench.heartbeat-ms", 1_000L);
@@ -65,6 +70,7 @@ class ScaleBench {
   private final Path out = Path.of(System.getProperty("bench.out", "target/bench-scale.json"));
 
   @Test
+  @Timeout(value = 6, unit = java.util.concurrent.TimeUnit.HOURS) // not the suite's 5 minutes
   void scale() throws Exception {
     ObjectNode root = JSON.createObjectNode();
     ObjectNode setup = root.putObject("setup");
@@ -74,6 +80,7 @@ class ScaleBench {
     setup.put("gpu_apps", gpuApps());
     setup.put("nongpu_containers", (long) nonGpuPerApp * (apps - gpuApps()));
     setup.put("demand", demand);
+    setup.put("agent_procs", agentProcs);
     setup.put("lease_ms", leaseMs);
     setup.put("turnover_ms", turnoverMs);
     setup.put("heartbeat_ms", heartbeatMs);
@@ -115,6 +122,10 @@ class ScaleBench {
     conf.setBoolean(YarnConfiguration.RECOVERY_ENABLED, false);
     conf.set(ThemisSettings.PYTHON_EXECUTABLE, python);
     conf.setInt(ThemisSettings.AGENT_PORT, 0);
+    // the agents run on this host and scale_agents.py speaks plaintext to 127.0.0.1 only (as
+    // ThemisMiniCluster): the endpoint's defaults (TLS on, bound to the RM's host) set aside
+    conf.setBoolean(ThemisSettings.AGENT_TLS_ENABLED, false);
+    conf.set(ThemisSettings.AGENT_BIND_HOST, "127.0.0.1");
     conf.setLong(ThemisSettings.LEASE_DURATION_MS, leaseMs);
     conf.setLong(ThemisSettings.GRACE_PERIOD_MS, 0);
     conf.setLong(ThemisSettings.MONITOR_INTERVAL_MS, 100);
@@ -188,13 +199,20 @@ class ScaleBench {
         Path ids = Files.createTempFile("bench-apps", ".txt");
         StringBuilder sb = new StringBuilder();
         for (MockAM am : gpuAms) {
-          sb.append(am.getApplicationAttemptId().getApplicationId()).append('\n');
+          // each agent proves it is its app's AM with the attempt's AMRMToken, as a real AM
+          // does (docs/yarn.md, "Security"): "<app id> <token>" per line
+          ApplicationId id = am.getApplicationAttemptId().getApplicationId();
+          RMAppAttempt attempt = rm.getRMContext().getRMApps().get(id).getAppAttempts()
+              .get(am.getApplicationAttemptId());
+          sb.append(id).append(' ').append(attempt.getAMRMToken().encodeToUrlString())
+              .append('\n');
         }
         Files.writeString(ids, sb.toString());
         agents = new ProcessBuilder(python, Path.of(System.getenv().getOrDefault(
             "THEMIS_REPO_ROOT", "..")).resolve("bench/scale_agents.py").toString(),
             "--arbiter", address, "--apps-file", ids.toString(), "--demand",
-            Integer.toString(demand)).redirectError(ProcessBuilder.Redirect.INHERIT).start();
+            Integer.toString(demand), "--procs", Integer.toString(agentProcs))
+            .redirectError(ProcessBuilder.Redirect.INHERIT).start();
         BufferedReader r = new BufferedReader(new InputStreamReader(agents.getInputStream()));
         String line = r.readLine();
         if (line == null || !line.contains("\"registered\"")) {
@@ -271,7 +289,15 @@ class ScaleBench {
         o.put("engine_pid", pid);
         o.put("engine_rss_mb", procStatusMb(pid, "VmRSS"));
         o.put("engine_peak_rss_mb", procStatusMb(pid, "VmHWM"));
-        o.put("agents_rss_mb", agents == null ? -1 : procStatusMb(agents.pid(), "VmRSS"));
+        // the agents' driver and, with --procs > 1, its agent processes
+        long agentsRss = -1;
+        if (agents != null) {
+          agentsRss = procStatusMb(agents.pid(), "VmRSS");
+          for (ProcessHandle h : agents.descendants().toList()) {
+            agentsRss += Math.max(0, procStatusMb(h.pid(), "VmRSS"));
+          }
+        }
+        o.put("agents_rss_mb", agentsRss);
         o.put("rounds", s.runtime().driver().rounds());
         o.put("grants_applied", s.runtime().driver().grantsApplied());
         o.put("grants_refused", s.runtime().driver().grantsRefused());
@@ -289,7 +315,13 @@ class ScaleBench {
       }
       if (agents != null) {
         agents.getOutputStream().close();
+        // the driver kills its agent processes on SIGTERM; in case it cannot, they go too
+        List<ProcessHandle> children = agents.descendants().toList();
         agents.destroy();
+        if (!agents.waitFor(15, java.util.concurrent.TimeUnit.SECONDS)) {
+          agents.destroyForcibly();
+        }
+        children.forEach(ProcessHandle::destroyForcibly);
       }
       rm.stop();
     }
