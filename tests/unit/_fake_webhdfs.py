@@ -4,6 +4,11 @@ It answers the REST calls the ``hdfs`` package makes, the way Hadoop 3 does: CRE
 APPEND are two-step (the "NameNode" answers 307 with a ``Location`` on the "DataNode"),
 errors are ``RemoteException`` JSON bodies with Hadoop's exception names. ``fail_appends``
 makes the next N APPENDs fail as a lease conflict does (``AlreadyBeingCreatedException``).
+``cut_writes`` cuts the next N CREATE data transfers (a DataNode lost mid-write): as in
+HDFS, the file has been replaced by the part written, and its lease, held by the writer
+that is gone (``leased``), has every CREATE or APPEND of that file refused with
+``AlreadyBeingCreatedException`` (until the NameNode recovers the lease, which the fake
+never does); a DELETE, or a RENAME with ``renameoptions=OVERWRITE`` over it, takes it.
 """
 
 from __future__ import annotations
@@ -24,8 +29,11 @@ class FakeWebHdfs:
         self.files: dict[str, bytearray] = {}
         self.dirs: set[str] = {"/"}
         self.ops: list[tuple[str, str]] = []  # (op, path) as the NameNode saw them
+        self.placed: list[str] = []  # paths whose content a CREATE or RENAME set, in order
         self.bytes_received = 0
         self.fail_appends = 0
+        self.cut_writes = 0
+        self.leased: set[str] = set()  # files whose write was cut (module docstring)
         self.lock = threading.Lock()
         fake = self
 
@@ -133,15 +141,42 @@ class FakeWebHdfs:
                                        f"Failed to APPEND_FILE {path}: lease held")
             loc = f"{self.url}{PREFIX}{path}?{urlencode({**q, 'datanode': 'true'})}"
             return 307, None, {"Location": loc}, None
+        if op in ("CREATE", "APPEND") and path in self.leased:
+            return self._error(403, "AlreadyBeingCreatedException",
+                               f"Failed to {op} {path}: the lease is held by a client "
+                               "that is gone, until the NameNode recovers it")
         if op == "CREATE":
             self._mkdirs(posixpath.dirname(path))
+            if self.cut_writes > 0:  # the old file is gone, the new one cut short
+                self.cut_writes -= 1
+                self.files[path] = bytearray(body[: len(body) // 2])
+                self.leased.add(path)
+                return self._error(500, "IOException", f"{path}: DataNode lost mid-write")
             self.files[path] = bytearray(body)
             self.bytes_received += len(body)
+            self.placed.append(path)
             return 201, None, {}, None
         if op == "APPEND":
             self.files[path] += body
             self.bytes_received += len(body)
             return 200, None, {}, None
+        if op == "RENAME" and "OVERWRITE" in q.get("renameoptions", "").upper().split(","):
+            dst = q["destination"]  # Hadoop's rename2: errors are exceptions, no boolean
+            if path not in self.files:
+                return missing
+            if dst in self.dirs:
+                return self._error(403, "IOException", f"{dst} is a directory")
+            if posixpath.dirname(dst) not in self.dirs:
+                return self._error(404, "FileNotFoundException",
+                                   f"rename destination parent {posixpath.dirname(dst)} "
+                                   "not found")
+            self.files[dst] = self.files.pop(path)
+            self.placed.append(dst)
+            self.leased.discard(dst)
+            if path in self.leased:
+                self.leased.discard(path)
+                self.leased.add(dst)
+            return 200, None, {"Content-Type": "application/octet-stream"}, b""
         if op == "RENAME":
             dst = q["destination"]
             if self._status(path) is None or self._status(dst) is not None:
@@ -151,6 +186,7 @@ class FakeWebHdfs:
                 return dst + p[len(path):] if p == path or p.startswith(path + "/") else p
 
             self._mkdirs(posixpath.dirname(dst))
+            self.placed += [moved(p) for p in self.files if moved(p) != p]
             self.files = {moved(p): data for p, data in self.files.items()}
             self.dirs = {moved(d) for d in self.dirs}
             return 200, {"boolean": True}, {}, None
@@ -158,6 +194,7 @@ class FakeWebHdfs:
             gone = [p for p in self.files if p == path or p.startswith(path + "/")]
             for p in gone:
                 del self.files[p]
+                self.leased.discard(p)
             found = bool(gone) or path in self.dirs
             self.dirs = {d for d in self.dirs if not (d == path or d.startswith(path + "/"))}
             return 200, {"boolean": found}, {}, None

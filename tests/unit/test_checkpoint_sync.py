@@ -17,7 +17,7 @@ import pytest
 
 from themis.am.launchers.yarn.runner import Runner
 from themis.hadoop.checkpoint_mirror import CheckpointFenced, CheckpointMirror
-from themis.hadoop.webhdfs import WebHdfs
+from themis.hadoop.webhdfs import WebHdfs, WebHdfsError
 
 from ._fake_webhdfs import FakeWebHdfs
 from ._http import recording_am
@@ -135,8 +135,8 @@ def test_a_directory_changed_while_it_is_read_is_not_written(
     assert store.save() == (2, 0)  # at rest: epoch 3's pair, the metadata last
     assert bytes(fake.files[f"{REMOTE}/latest.weights.h5"]) == b"weights-epoch-3 (longer)"
     assert bytes(fake.files[f"{REMOTE}/training_metadata.json"]) == b'{"epoch": 3}'
-    creates = [p.rsplit("/", 1)[1] for op, p in fake.ops if op == "CREATE"]
-    assert creates[-2:] == ["latest.weights.h5", "training_metadata.json"]
+    placed = [p.rsplit("/", 1)[1] for p in fake.placed if p.startswith(f"{REMOTE}/")]
+    assert placed[-2:] == ["latest.weights.h5", "training_metadata.json"]
 
     # a file rotated away while the directory is read: nothing written, nothing deleted
     (local / "ckpt-10.index").write_bytes(b"ten")
@@ -393,3 +393,53 @@ def test_a_copy_put_off_while_the_job_writes_is_tried_again_at_the_next_look(
         runner._sync_checkpoints()
     # two looks found the job writing, the third copied; the next is an hour away
     assert store.saves == 3
+
+
+def test_a_write_cut_by_an_hdfs_fault_neither_damages_the_stored_copy_nor_blocks_the_next(
+        fake: FakeWebHdfs, tmp_path: Path) -> None:
+    # A DataNode lost mid-write: in HDFS the file written has been replaced by the part
+    # that arrived, and the writer that is gone holds its lease, so a CREATE that overwrites
+    # it is refused until the NameNode recovers the lease (60 s or more): the copies of a
+    # running job lagged that long after HDFS faults
+    fs = WebHdfs(fake.url)
+    local = tmp_path / "ckpt"
+    store = CheckpointMirror(fs, local, REMOTE, owner="container_1")
+    store.restore()
+    (local / "ckpt-5.index").write_bytes(b"five")
+    (local / "checkpoint").write_text("ckpt-5")
+    assert store.save() == (2, 0)
+    (local / "ckpt-9.index").write_bytes(b"nine")
+    (local / "checkpoint").write_text("ckpt-9")
+    fake.cut_writes = 2
+    with pytest.raises(WebHdfsError):
+        store.save()
+    with pytest.raises(WebHdfsError):
+        store.save()
+    assert fake.leased  # the two cut writes hold their leases
+    # the stored copy is the last complete one, whole
+    assert bytes(fake.files[f"{REMOTE}/checkpoint"]) == b"ckpt-5"
+    assert bytes(fake.files[f"{REMOTE}/ckpt-5.index"]) == b"five"
+    assert f"{REMOTE}/ckpt-9.index" not in fake.files
+    # the next copy goes through at once, leases or not
+    assert store.save() == (2, 0)
+    assert bytes(fake.files[f"{REMOTE}/checkpoint"]) == b"ckpt-9"
+    assert bytes(fake.files[f"{REMOTE}/ckpt-9.index"]) == b"nine"
+    # the next run's restore gets the complete copy only, and deletes the cut parts
+    again = CheckpointMirror(fs, tmp_path / "run2", REMOTE, owner="container_2")
+    assert again.restore() == (3, 14)
+    assert sorted(p.name for p in (tmp_path / "run2").iterdir()) == [
+        "checkpoint", "ckpt-5.index", "ckpt-9.index"]
+    assert not fake.leased and not [p for p in fake.files if ".part/" in p]
+    assert bytes(fake.files[f"{REMOTE}.owner"]) == b"container_2"
+
+
+def test_a_claim_whose_write_was_cut_blocks_no_later_claim(
+        fake: FakeWebHdfs, tmp_path: Path) -> None:
+    fs = WebHdfs(fake.url)
+    fs.write(f"{REMOTE}.owner", b"container_1")
+    fake.cut_writes = 1
+    with pytest.raises(WebHdfsError):
+        CheckpointMirror(fs, tmp_path / "a", REMOTE, owner="container_2").restore()
+    assert bytes(fake.files[f"{REMOTE}.owner"]) == b"container_1"  # whole
+    CheckpointMirror(fs, tmp_path / "b", REMOTE, owner="container_2").restore()
+    assert bytes(fake.files[f"{REMOTE}.owner"]) == b"container_2"

@@ -67,8 +67,7 @@ def test_checkpoint_store_mirrors_the_local_directory(fake: FakeWebHdfs, tmp_pat
     (local / "sub" / "data").write_bytes(b"d")
     (local / "checkpoint").write_text("ckpt-5")
     assert store.save() == (3, 0)
-    writes = [p for op, p in fake.ops if op == "CREATE"]
-    assert writes[-1] == "/app/ckpt-dir/j0/checkpoint"  # the index is written last
+    assert fake.placed[-1] == "/app/ckpt-dir/j0/checkpoint"  # the index is written last
     (local / "ckpt-5.index").unlink()
     (local / "ckpt-9.index").write_bytes(b"nine")
     assert store.save() == (1, 1)

@@ -59,6 +59,15 @@ def test_adapter_reads_writes_and_replaces(fake: FakeWebHdfs) -> None:
     fs.write_atomic("/app/state.json", b"v2")
     assert fs.read_latest("/app/state.json") == b"v2"
     assert "/app/state.json.tmp" not in fake.files
+    assert not [p for p in fake.files if p.startswith("/app/state.json.tmp")]
+    # a write cut by an HDFS fault leaves the state whole and blocks no later write (its
+    # temp file's lease is held by the writer that is gone)
+    fake.cut_writes = 1
+    with pytest.raises(WebHdfsError):
+        fs.write_atomic("/app/state.json", b"v3")
+    assert fs.read_latest("/app/state.json") == b"v2"
+    fs.write_atomic("/app/state.json", b"v4")
+    assert fs.read_latest("/app/state.json") == b"v4"
     fake.files["/app/only.tmp"] = bytearray(b"half")  # an interrupted write_atomic
     assert fs.read_latest("/app/only") == b"half"
     assert fs.rename("/app/a.json", "/app/b.json") and not fs.rename("/app/a.json", "/app/c")

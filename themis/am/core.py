@@ -65,6 +65,8 @@ if TYPE_CHECKING:
     from themis.am.spec import AppSpec
 
 STATE_FORMAT = "themis-am-core-v1"
+#: JobRecord fields of the live run, not saved (a new AM attempt has no live run)
+LIVE_FIELDS = frozenset({"live", "live_restored"})
 
 
 class LaunchCode(StrEnum):
@@ -81,6 +83,9 @@ class LaunchEvent:
     step: int | None = None  # STARTED: restored step; exits: last step known
     status: int | None = None  # exit status
     detail: str = ""
+    #: STARTED: the live run's start told again, with the step it did resume from (YARN:
+    #: the job's own ``start`` after its runner took it as started from its event files)
+    restated: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +150,8 @@ class JobRecord:
     missing_objective: bool = False
     #: a run of the job has started and not ended (its steps are capped, module doc)
     live: bool = False
+    #: that run resumed from a checkpoint (its step is the last of ``restored_steps``)
+    live_restored: bool = False
     #: the most steps reported for the job, uncapped (the past-target stop reads it)
     seen_steps: int = 0
 
@@ -248,8 +255,13 @@ class AmCore:
         rec = self.record(ev.job_id)
         job = self.hb.jobs.get(ev.job_id)
         if ev.code is LaunchCode.STARTED:
-            rec.runs += 1
-            rec.live = True
+            if ev.restated:  # the same run, resumed from the restated step
+                if rec.live_restored and rec.restored_steps:
+                    rec.restored_steps.pop()
+            else:
+                rec.runs += 1
+                rec.live = True
+            rec.live_restored = bool(ev.step)
             if ev.step:
                 rec.restored_steps.append(ev.step)
             return ""
@@ -424,7 +436,7 @@ class AmCore:
 
     def to_state(self) -> dict[str, Any]:
         return {"format": STATE_FORMAT, "hyperband": hyperband_to_dict(self.hb),
-                "jobs": {k: {f: x for f, x in asdict(v).items() if f != "live"}
+                "jobs": {k: {f: x for f, x in asdict(v).items() if f not in LIVE_FIELDS}
                          for k, v in self.jobs.items()}}  # (a new attempt has no live run)
 
     def restore(self, d: dict[str, Any]) -> None:

@@ -9,6 +9,15 @@ exited (:meth:`CheckpointMirror.save`): files that changed are written, files th
 deleted (checkpoint rotation) are deleted. A save writes one state of the directory, with
 TensorFlow's ``checkpoint`` index (and Keras' backup metadata) last, so an interrupted save
 leaves the index naming checkpoints whose files are complete.
+
+Each file is written under a name of its own beside the directory (``<dir>.part/``) and then
+renamed over the stored one (:meth:`~themis.hadoop.webhdfs.WebHdfs.rename_over`): the
+stored file stays whole until its new copy is complete, and a write cut by an HDFS fault (a
+DataNode lost, the NameNode restarting) leaves only its part file, whose lease, held by the
+writer that is gone, blocks no later copy. Overwriting the stored file in place would fail
+until the NameNode recovered that lease (60 s or more), and the copies of a running job
+would lag that long (docs/am.md, "Faults"). Part files left by cut writes are deleted by
+the next run's restore.
 """
 
 from __future__ import annotations
@@ -17,6 +26,7 @@ import logging
 import posixpath
 import re
 import time
+import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -37,6 +47,9 @@ LAST_FILES = frozenset({INDEX_FILE, "training_metadata.json"})
 #: beside the job's HDFS directory (``<dir>.owner``): the container of the run that may
 #: write it, claimed by each run's restore
 OWNER_SUFFIX = ".owner"
+#: beside the job's HDFS directory (``<dir>.part``): files being written, each renamed into
+#: place once complete
+PART_SUFFIX = ".part"
 
 
 class CheckpointFenced(Exception):
@@ -87,9 +100,32 @@ class CheckpointMirror:
     def owner_path(self) -> str:
         return self.remote + OWNER_SUFFIX
 
+    @property
+    def part_dir(self) -> str:
+        return self.remote + PART_SUFFIX
+
+    def _put(self, path: str, data: bytes) -> None:
+        """``data`` as the HDFS file ``path``: written as a new part file, then renamed
+        over ``path`` (module docstring); ``path``'s directory must exist."""
+        part = posixpath.join(self.part_dir,
+                              f"{uuid.uuid4().hex[:16]}-{posixpath.basename(path)}")
+        self.fs.write(part, data, overwrite=False)
+        self.fs.rename_over(part, path)
+
     def _claim(self) -> None:
-        self.fs.write(self.owner_path, self.owner.encode())
+        self.fs.mkdirs(posixpath.dirname(self.owner_path))
+        self._put(self.owner_path, self.owner.encode())
         self._claimed = True
+
+    def _drop_parts(self) -> None:
+        """Part files of writes that were cut (runs before this one): deleted, whatever
+        leases they hold; a failure is only logged (they are tried again next run)."""
+        from themis.hadoop.webhdfs import WebHdfsError
+
+        try:
+            self.fs.delete(self.part_dir, recursive=True)
+        except WebHdfsError as e:
+            log.warning("part files of cut writes in %s not deleted: %s", self.part_dir, e)
 
     def check_owner(self) -> None:
         """Raise :class:`CheckpointFenced` when another run claimed the directory. A run
@@ -112,6 +148,7 @@ class CheckpointMirror:
 
         if self.owner:
             self._claim()
+            self._drop_parts()  # (a run that only reads, a task's, leaves the chief's)
         self.local.mkdir(parents=True, exist_ok=True)
         _, copied, nbytes = download(self.fs, self.remote, self.local)
         self._restored = _local_files(self.local)
@@ -150,8 +187,11 @@ class CheckpointMirror:
             log.info("checkpoint dir %s changed while being read: copied next time",
                      self.local)
             return 0, -1
+        for parent in sorted({posixpath.dirname(posixpath.join(self.remote, rel))
+                              for rel in changed}):
+            self.fs.mkdirs(parent)  # (a rename's target directory must exist)
         for rel in changed:
-            self.fs.write(posixpath.join(self.remote, rel), data[rel])
+            self._put(posixpath.join(self.remote, rel), data[rel])
         gone = [rel for rel in self._restored if rel not in before]
         for rel in gone:
             self.fs.delete(posixpath.join(self.remote, rel))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import posixpath
+import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
@@ -166,19 +167,33 @@ class WebHdfs:
             raise
         return True
 
+    def rename_over(self, src: str, dst: str) -> None:
+        """Rename ``src`` to ``dst``, replacing the file ``dst`` if there is one: WebHDFS
+        RENAME with ``renameoptions=OVERWRITE`` (Hadoop's ``rename2``, one NameNode
+        operation; ``dst``'s parent must exist). It replaces a file whose write was cut
+        too, whose lease a writer that is gone still holds: an overwriting CREATE of that
+        file is refused (``AlreadyBeingCreatedException``) until the NameNode recovers the
+        lease, 60 s or more after the cut."""
+        self._call("RENAME", src, lambda: self.client._rename(
+            src, destination=self.client.resolve(dst), renameoptions="OVERWRITE"))
+
     def delete(self, path: str, recursive: bool = False) -> bool:
         return bool(self._call("DELETE", path,
                                lambda: self.client.delete(path, recursive=recursive)))
 
     def write_atomic(self, path: str, data: bytes) -> None:
-        """Write a sibling temp file, then replace ``path`` with it (rename)."""
-        tmp = f"{path}.tmp"
-        self.write(tmp, data)
-        self.delete(path)
-        if not self.rename(tmp, path):
-            raise WebHdfsError(f"WebHDFS RENAME {tmp} -> {path} failed")
+        """Write a sibling temp file of a name of its own, then rename it over ``path``
+        (:meth:`rename_over`): ``path`` is the old content or the new, never missing or
+        partial. A write cut by an HDFS fault leaves only its temp file, whose lease blocks
+        no later write (a fixed temp name would refuse every write until the NameNode
+        recovered that lease, 60 s or more)."""
+        tmp = f"{path}.tmp-{uuid.uuid4().hex[:12]}"
+        self.write(tmp, data, overwrite=False)
+        self.rename_over(tmp, path)
 
     def read_latest(self, path: str) -> bytes | None:
-        """``path``, else its temp file from an interrupted :meth:`write_atomic`."""
+        """``path``, else the temp file of an interrupted write of an older version, which
+        deleted ``path`` before renaming ``path.tmp`` to it (:meth:`write_atomic` now
+        replaces ``path`` in one rename)."""
         data = self.read_or_none(path)
         return data if data is not None else self.read_or_none(f"{path}.tmp")

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from typing import Any
 
 from themis.am.core import JobLaunch, LaunchCode, LaunchEvent
-from themis.am.launchers.yarn.records import Reallocation, Run
+from themis.am.launchers.yarn.records import INFERRED_START, Reallocation, Run
 from themis.am.launchers.yarn.shell import Shell
 from themis.am.taskgroup import PS, WORKER, TaskGroup, cluster_spec, tf_config
 
@@ -77,6 +77,7 @@ class YarnContainerLauncher:
         self.stop_set: set[str] = set()  # containers whose runner must stop its job
         self.stop_durations: deque[float] = deque(maxlen=5)  # lease-end stop -> gone
         self.reallocations: list[Reallocation] = []
+        self._moves: dict[int, Reallocation] = {}  # run id -> the reallocation it ended
         self.next_run = 1
         self.shutdown: str = ""  # why the RM ended the attempt ("" while it runs)
         self._events: list[LaunchEvent] = []
@@ -354,13 +355,7 @@ class YarnContainerLauncher:
         for e in r.get("events", []):
             ev = e.get("event")
             if ev == "start":
-                run.t_started = float(e.get("time", now))
-                run.restored_step = int(e.get("step", 0)) if e.get("restored_from") else None
-                run.restored_from = e.get("restored_from")
-                run.steps = max(run.steps, int(e.get("step", 0)))
-                self._events.append(LaunchEvent(run.job_id, LaunchCode.STARTED,
-                                                run.restored_step))
-                self._note_reallocation(run)
+                self._started(run, e, now)
             elif ev == "checkpoint" and str(e.get("reason", "")).startswith("signal"):
                 run.checkpoint_s = float(e.get("seconds", 0.0))
                 run.checkpoint_step = int(e.get("step", 0))
@@ -374,6 +369,33 @@ class YarnContainerLauncher:
             run.steps = max(run.steps, steps)
         self.on_progress(run, r)
 
+    def _started(self, run: Run, e: dict[str, Any], now: float) -> None:
+        """A ``start`` event of ``run``. A run starts once: the runner's inference from the
+        job's first event file (INFERRED_START) stands only until the job's own ``start``
+        comes, which then restates the run's start - its time (when its restore ended) and
+        the step it restored, in the run, its reallocation record and the core's job record
+        (a job that opens its event writer before its restore ends, or whose ``start`` line
+        the runner read after it saw the file). Any other later ``start`` is ignored."""
+        inferred = e.get("from") == INFERRED_START
+        restated = run.t_started is not None
+        if restated and (inferred or not run.start_inferred):
+            return
+        run.t_started = float(e.get("time", now))
+        run.start_inferred = inferred
+        run.restored_step = int(e.get("step", 0)) if e.get("restored_from") else None
+        run.restored_from = e.get("restored_from")
+        run.steps = max(run.steps, int(e.get("step", 0)))
+        if not (restated and run.state == "done"):  # (the core took the run as ended)
+            self._events.append(LaunchEvent(run.job_id, LaunchCode.STARTED,
+                                            run.restored_step, restated=restated))
+        move = self._moves.get(run.run_id)
+        if move is not None:
+            move.started, move.restored_step = run.t_started, run.restored_step
+            log.info("reallocation of %s restated by the job's own start: in %.2fs "
+                     "(restored step %s)", run.job_id, move.latency_s, run.restored_step)
+        elif not restated:
+            self._note_reallocation(run)
+
     def _note_reallocation(self, run: Run) -> None:
         """A run restored from a checkpoint after a previous run of the job lost its lease."""
         # the job's previous run that actually ran (asks withdrawn or moved in between never
@@ -385,11 +407,13 @@ class YarnContainerLauncher:
         last = max(prev, key=lambda x: x.run_id)
         if last.lease_expiry is None or last.t_stop is None:
             return
-        self.reallocations.append(Reallocation(
+        move = Reallocation(
             job_id=run.job_id, from_node=last.node, to_node=run.node,
             lease_expiry=last.lease_expiry, stop_requested=last.t_stop,
             stopped=last.t_done or last.t_stop, started=run.t_started,
             restored_step=run.restored_step, checkpoint_s=last.checkpoint_s,
-            checkpoint_step=last.checkpoint_step))
+            checkpoint_step=last.checkpoint_step)
+        self.reallocations.append(move)
+        self._moves[run.run_id] = move
         log.info("reallocation of %s: %s -> %s in %.2fs (restored step %s)", run.job_id,
                  last.node, run.node, run.t_started - last.lease_expiry, run.restored_step)

@@ -8,6 +8,11 @@ import math
 import re
 from dataclasses import dataclass
 
+#: the ``from`` of a ``start`` event the runner reports itself for a job whose first event
+#: file appeared before it printed a ``start`` of its own (runner.py; docs/jobs.md): an
+#: inference, which the job's own ``start`` replaces (``YarnContainerLauncher.handle_report``)
+INFERRED_START = "event files"
+
 
 # ------------------------------------------------------------------------------ runs
 @dataclass
@@ -30,6 +35,7 @@ class Run:
     t_requested: float = 0.0
     t_allocated: float | None = None
     t_started: float | None = None  # job's "start" event: checkpoint restored, training begins
+    start_inferred: bool = False  # that start was the runner's inference (INFERRED_START)
     t_stop: float | None = None
     t_done: float | None = None
     target_steps: int = 0  # the job's step target for this run

@@ -82,6 +82,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from themis.am.launchers.yarn.records import INFERRED_START
 from themis.am.launchers.yarn.report import MAX_REPORT_BYTES
 from themis.am.launchers.yarn.thaw import ThawWatch
 from themis.am.margins import PAST_TARGET_GRACE_S, STOP_GRACE_S, PastTarget
@@ -277,26 +278,36 @@ class Runner:
 
     def _pump_stdout(self, stream: Any) -> None:
         for line in stream:
-            sys.stdout.write(line)
-            sys.stdout.flush()
+            # the job's event is taken before the line is echoed to the container's log,
+            # a write that can wait on a loaded disk while the job goes on to open its
+            # event file (_check_started would then take the job as started itself)
             e = parse_event(line)
             if e is not None:
                 if e["event"] == "start":
-                    self._job_started = True
+                    with self._lock:  # (with _check_started's test: one or the other first)
+                        self._job_started = True
                     self._release_slot()
                 self._add_event(e)
+            sys.stdout.write(line)
+            sys.stdout.flush()
 
     def _check_started(self) -> None:
         """A job that prints no ``start`` event has started when its first event file
-        appears: report ``start`` for it, with the step of its newest local checkpoint."""
+        appears: report ``start`` for it, with the step of its newest local checkpoint.
+        A job that prints one may have that file first (its event writer opened before its
+        restore ended, or its ``start`` line not read yet): its own ``start``, reported
+        after, restates the run's start at the AM (INFERRED_START)."""
         if self._job_started or not any(self.logdir.rglob("events.out.tfevents.*")):
             return
-        self._job_started = True
-        self._release_slot()
         step = self._restorable_step
-        self._add_event({"event": "start", "step": step,
-                         "restored_from": str(self.checkpoint_dir) if step else None,
-                         "from": "event files"})
+        with self._lock:
+            if self._job_started:  # the job's own start came meanwhile
+                return
+            self._job_started = True
+            self._events.append({"event": "start", "step": step,
+                                 "restored_from": str(self.checkpoint_dir) if step else None,
+                                 "from": INFERRED_START, "time": time.time()})
+        self._release_slot()
 
     # ---------------------------------------------------------------- reports
     def _progress(self) -> dict[str, Any]:
