@@ -21,17 +21,41 @@ import pytest
 from themis.arbiter.cluster_backend import uniform_cluster
 from themis.arbiter.config import ArbiterConfig
 from themis.arbiter.service import ArbiterServer
-from themis.arbiter.testing import bundle, creds, register_request, settle, stub, wait_for
+from themis.arbiter.testing import (
+    GatedCluster,
+    bundle,
+    creds,
+    register_request,
+    settle,
+    stub,
+    wait_for,
+)
 from themis.rpc.v1 import arbiter_pb2 as pb
 
 SC = grpc.StatusCode
+
+
+def _gated(machines: int, gpus: int) -> GatedCluster:
+    """``uniform_cluster``'s GPUs, free once the test opens the gate (:func:`_open_round`)."""
+    return GatedCluster(uniform_cluster(machines, gpus).topology().values())
+
+
+def _connected_then_open(server: ArbiterServer, *streams: Stream) -> None:
+    """Every stream has its Hello (the app is connected), then the GPUs become free: the
+    first round offers them to all the apps (a round that started before an app's stream
+    opened would give every GPU to the others as leftover, and that app no offer)."""
+    for st in streams:
+        st.next("hello", timeout=10.0)
+    backend = server.core.backend
+    assert isinstance(backend, GatedCluster)
+    backend.gate.set()
 
 
 @pytest.fixture
 def server() -> Iterator[ArbiterServer]:
     cfg = ArbiterConfig(lease_s=30.0, bid_timeout_s=3.0, warning_s=1.0, fairness_knob=0.0,
                         heartbeat_s=0.5, round_delay_s=0.01, solver="bnb", seed=1)
-    srv = ArbiterServer(uniform_cluster(2, 2), cfg, max_workers=32)
+    srv = ArbiterServer(_gated(2, 2), cfg, max_workers=32)
     srv.start(0)
     yield srv
     srv.stop(0)
@@ -163,11 +187,10 @@ def _open_round(server: ArbiterServer, arb: Any) -> tuple[str, str, Stream, Any]
     sb = register(arb, "b")
     st_a = Stream(arb, "a", sa)
     st_b = Stream(arb, "b", sb)
+    _connected_then_open(server, st_a, st_b)
     offer = st_a.next("offer")
     other = st_b.next("offer", timeout=10.0)
-    # On a loaded machine b's stream may open after a first round started without it
-    # (round_delay_s is 10 ms): that round ends at its bid timeout and the next one offers
-    # both apps (seen once in CI-like runs: a had round 1, b round 2).
+    # (both connected before the GPUs were free: one round offers both; kept as a check)
     while offer.round_id < other.round_id:
         offer = st_a.next("offer", timeout=10.0)
     while other.round_id < offer.round_id:
@@ -249,7 +272,7 @@ def test_bid_tables_beyond_the_limits_are_refused_naming_the_field(
 def test_total_gpu_ids_of_a_table_are_bounded() -> None:
     cfg = ArbiterConfig(bid_timeout_s=3.0, fairness_knob=0.0, round_delay_s=0.01,
                         solver="bnb", max_table_gpu_ids=6)
-    srv = ArbiterServer(uniform_cluster(2, 2), cfg, max_workers=8)
+    srv = ArbiterServer(_gated(2, 2), cfg, max_workers=8)
     srv.start(0)
     channel, s = stub(srv.address)
     try:
@@ -315,7 +338,7 @@ def test_a_huge_bid_table_does_not_delay_the_others() -> None:
 
     cfg = ArbiterConfig(bid_timeout_s=5.0, fairness_knob=0.0, round_delay_s=0.01,
                         solver="bnb")
-    srv = ArbiterServer(uniform_cluster(2, 2), cfg, max_workers=8)
+    srv = ArbiterServer(_gated(2, 2), cfg, max_workers=8)
     srv.start(0)
     channel, s = stub(srv.address)
     try:
@@ -398,13 +421,14 @@ class OneBidder:
 def one_bidder(bid_timeout_s: float, heartbeat_s: float) -> Iterator[OneBidder]:
     cfg = ArbiterConfig(lease_s=30.0, bid_timeout_s=bid_timeout_s, fairness_knob=0.5,
                         solver="bnb", heartbeat_s=heartbeat_s, round_delay_s=0.05)
-    srv = ArbiterServer(uniform_cluster(2, 2), cfg, max_workers=16)
+    srv = ArbiterServer(_gated(2, 2), cfg, max_workers=16)
     srv.start(0)
     try:
         ch, s = stub(srv.address)
         sa = register(s, "a", rho=5.0)  # worst rho: the only bidder with f=0.5
         sb = register(s, "b", rho=1.0)
         st_a, st_b = Stream(s, "a", sa), Stream(s, "b", sb)
+        _connected_then_open(srv, st_a, st_b)
         yield OneBidder(srv, s, sa, st_a, st_b, st_a.next("offer"))
         st_a.close()
         st_b.close()

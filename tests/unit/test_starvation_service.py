@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -18,12 +17,12 @@ import grpc
 import pytest
 
 from themis.agent.client import AgentClient
-from themis.arbiter.cluster_backend import StaticCluster, uniform_cluster
+from themis.arbiter.cluster_backend import uniform_cluster
 from themis.arbiter.config import ArbiterConfig
 from themis.arbiter.errors import CallError
 from themis.arbiter.service import ArbiterServer
 from themis.arbiter.state import ArbiterCore
-from themis.arbiter.testing import creds, register_request, settle, stub, wait_for
+from themis.arbiter.testing import GatedCluster, creds, register_request, settle, stub, wait_for
 from themis.mechanism.bidder import ModelBidder
 from themis.mechanism.fairness import (
     DEFAULT_STARVATION,
@@ -46,18 +45,6 @@ SC = grpc.StatusCode
 
 
 # ------------------------------------------------------------------ a round, real gRPC
-class GatedCluster(StaticCluster):
-    """A static cluster whose GPUs are offered only once ``gate`` is set, so that both
-    agents have registered (and reported their keys) before the first round."""
-
-    def __init__(self, gpus: list[Gpu]) -> None:
-        super().__init__(gpus)
-        self.gate = threading.Event()
-
-    def free_gpus(self) -> list[Gpu]:
-        return super().free_gpus() if self.gate.is_set() else []
-
-
 def _short_waited(name: str, now: float) -> AppModel:
     """Arrived 1,000 s ago, ~100 s of work: a large served-now key."""
     return AppModel(name, now - 1000.0, [Job("j", 1.0, 100.0, 1)])

@@ -20,6 +20,7 @@ from themis.agent.client import AgentClient
 from themis.arbiter.cluster_backend import StaticCluster, gpus_from_spec
 from themis.arbiter.config import ArbiterConfig
 from themis.arbiter.service import ArbiterServer
+from themis.arbiter.testing import GatedCluster
 from themis.mechanism.bidder import ModelBidder
 from themis.mechanism.model import AppModel, Job
 from themis.mechanism.round import LeaseGrant
@@ -29,17 +30,6 @@ from themis.mechanism.topology import Gpu
 def cluster_gpus(machines: int, per_machine: int) -> list[Gpu]:
     return gpus_from_spec({"racks": [{"name": "r0", "machines": [
         {"name": f"m{m}", "gpus": per_machine} for m in range(machines)]}]})
-
-
-class GatedCluster(StaticCluster):
-    """GPUs that come online only once ``gate`` is set - nothing tells the arbiter."""
-
-    def __init__(self, gpus: list[Gpu]) -> None:
-        super().__init__(gpus)
-        self.gate = threading.Event()
-
-    def free_gpus(self) -> list[Gpu]:
-        return super().free_gpus() if self.gate.is_set() else []
 
 
 class FailingOnceCluster(StaticCluster):

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import grpc
 
+from themis.arbiter.cluster_backend import StaticCluster
 from themis.arbiter.state import ArbiterCore
 from themis.mechanism.topology import Gpu, Topology
 from themis.rpc.offers import PROTOCOL_VERSION, fill_orders, node_index
@@ -66,3 +68,16 @@ def bundle(topo: Topology, gpu_ids: Sequence[str], rho: float,
 def register_request(**fields: Any) -> pb.RegisterAppRequest:
     """A RegisterAppRequest of this protocol version (tests that call the service raw)."""
     return pb.RegisterAppRequest(protocol_version=PROTOCOL_VERSION, **fields)
+
+
+class GatedCluster(StaticCluster):
+    """A static cluster whose GPUs are free only once ``gate`` is set (nothing tells the
+    arbiter: its periodic round finds them), so that every app of a test has connected
+    before the first round offers anything."""
+
+    def __init__(self, gpus: Iterable[Gpu]) -> None:
+        super().__init__(gpus)
+        self.gate = threading.Event()
+
+    def free_gpus(self) -> list[Gpu]:
+        return super().free_gpus() if self.gate.is_set() else []
