@@ -159,6 +159,19 @@ def _rss_mb() -> float:
     return -1.0
 
 
+def stdin_closed() -> threading.Event:
+    """An event set once stdin closes (the benchmark's JVM went away), watched by a
+    daemon thread."""
+    gone = threading.Event()
+
+    def _watch() -> None:
+        sys.stdin.read()
+        gone.set()
+
+    threading.Thread(target=_watch, daemon=True).start()
+    return gone
+
+
 def _child_cmd(args: argparse.Namespace, apps_file: Path) -> list[str]:
     return [sys.executable, str(Path(__file__).resolve()), "--arbiter", args.arbiter,
             "--apps-file", str(apps_file), "--demand", str(args.demand),
@@ -223,13 +236,7 @@ def run_procs(args: argparse.Namespace, groups: list[list[tuple[str, str]]]) -> 
             line = merge_registered([registered[i] for i in sorted(registered)])
             line["s"] = round(max(line["s"], time.time() - start), 3)
             print(json.dumps(line), flush=True)
-            gone = threading.Event()
-
-            def _watch_stdin() -> None:
-                sys.stdin.read()
-                gone.set()
-
-            threading.Thread(target=_watch_stdin, daemon=True).start()
+            gone = stdin_closed()
             end = start + args.timeout_s
             next_stats = time.time() + args.stats_s
             while not gone.is_set() and time.time() < end and len(closed) < len(procs):
@@ -312,13 +319,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f"{args.register_timeout_s} s ({c.stats.last_error})", file=sys.stderr)
             return 1
     _emit("registered", n=len(clients), s=round(time.time() - start, 3))
-    gone = threading.Event()
-
-    def _watch_stdin() -> None:
-        sys.stdin.read()
-        gone.set()
-
-    threading.Thread(target=_watch_stdin, daemon=True).start()
+    gone = stdin_closed()
     end = start + args.timeout_s
     while not gone.wait(max(0.0, min(args.stats_s, end - time.time()))):
         _emit("stats", **_stats(clients))
