@@ -36,6 +36,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+# this checkout's themis, whatever else is installed
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 from themis.preview import report
 from themis.preview.cluster import current_given, uniform_topology
 from themis.preview.history import parse_json, read_apps

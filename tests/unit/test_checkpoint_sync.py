@@ -15,7 +15,7 @@ from typing import Any, cast
 
 import pytest
 
-from themis.am.launchers.yarn.runner import Runner
+from themis.am.launchers.yarn.runner import CHECKPOINT_SETTLE_S, Runner
 from themis.hadoop.checkpoint_mirror import CheckpointFenced, CheckpointMirror
 from themis.hadoop.webhdfs import WebHdfs, WebHdfsError
 
@@ -372,27 +372,76 @@ def test_a_job_killed_by_someone_else_right_after_a_write_is_saved(
 
 
 class _Unsettled:
-    """A store whose first ``busy`` saves find the job writing."""
+    """A store whose first ``busy`` saves find the job writing (it last wrote
+    ``written_ago`` seconds before each look), and whose next ``fail`` saves fail."""
 
-    def __init__(self, busy: int) -> None:
+    def __init__(self, busy: int, written_ago: float = 0.5, fail: int = 0) -> None:
         self.busy = busy
+        self.fail = fail
+        self.written_ago = written_ago
         self.saves = 0
+        self.remote = "/ckpt"
 
     def save(self, settle_s: float = 0.0) -> tuple[int, int]:
         self.saves += 1
-        return (0, -1) if self.saves <= self.busy else (1, 0)
+        if self.saves <= self.busy:
+            return 0, -1
+        if self.saves <= self.busy + self.fail:
+            raise WebHdfsError("WebHDFS CREATE /ckpt.part/x: http://nn:9870 unreachable")
+        return 1, 0
+
+    def last_change(self) -> float:
+        return time.time() - self.written_ago
 
 
-def test_a_copy_put_off_while_the_job_writes_is_tried_again_at_the_next_look(
+def _sync_runner(tmp_path: Path, store: _Unsettled, every: float = 3600.0) -> Runner:
+    return Runner("http://127.0.0.1:9", "j0", 1, tmp_path / "tflogs", ["true"],
+                  report_every=0.1, checkpoint_dir=tmp_path / "ckpt",
+                  store=cast(CheckpointMirror, store), checkpoint_every=every)
+
+
+def _next_look_in(runner: Runner) -> float:
+    return runner._next_sync - time.monotonic()
+
+
+def test_a_copy_put_off_while_the_job_writes_is_tried_when_the_directory_is_quiet(
         tmp_path: Path) -> None:
-    store = _Unsettled(busy=2)
-    runner = Runner("http://127.0.0.1:9", "j0", 1, tmp_path / "tflogs", ["true"],
-                    report_every=0.1, checkpoint_dir=tmp_path / "ckpt",
-                    store=cast(CheckpointMirror, store), checkpoint_every=3600.0)
-    for _ in range(5):
-        runner._sync_checkpoints()
+    # The job wrote 0.5 s ago: the directory will have been quiet for CHECKPOINT_SETTLE_S
+    # (2 s) 1.5 s from now, and that is when the next look comes - not at a fixed period
+    # that can keep missing the quiet windows of a job checkpointing every few seconds.
+    store = _Unsettled(busy=2, written_ago=0.5)
+    runner = _sync_runner(tmp_path, store)
+    runner._sync_checkpoints()
+    assert store.saves == 1
+    assert CHECKPOINT_SETTLE_S - 0.5 - 0.2 < _next_look_in(runner) <= CHECKPOINT_SETTLE_S - 0.5
+    assert runner._until_next_look(time.monotonic() + 60) <= CHECKPOINT_SETTLE_S - 0.5
+    runner._sync_checkpoints()
+    assert store.saves == 1  # not before then
+    runner._next_sync = time.monotonic()
+    runner._sync_checkpoints()
+    runner._next_sync = time.monotonic()
+    runner._sync_checkpoints()
     # two looks found the job writing, the third copied; the next is an hour away
+    assert store.saves == 3 and _next_look_in(runner) > 3000
+    runner._sync_checkpoints()
     assert store.saves == 3
+
+
+def test_a_failed_copy_is_tried_again_soon_backing_off_to_the_interval(
+        tmp_path: Path) -> None:
+    store = _Unsettled(busy=0, fail=5)
+    runner = _sync_runner(tmp_path, store, every=6.0)
+    waits = []
+    for _ in range(6):
+        runner._next_sync = time.monotonic()
+        runner._sync_checkpoints()
+        waits.append(round(_next_look_in(runner)))
+    # HDFS away for five tries: 1, 2, 4 s, then the interval; back: the interval again
+    assert waits == [1, 2, 4, 6, 6, 6] and store.saves == 6
+    store.fail, store.saves = 1, 0
+    runner._next_sync = time.monotonic()
+    runner._sync_checkpoints()
+    assert round(_next_look_in(runner)) == 1  # the backoff starts over after a success
 
 
 def test_a_write_cut_by_an_hdfs_fault_neither_damages_the_stored_copy_nor_blocks_the_next(

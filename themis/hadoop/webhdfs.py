@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 import hdfs
 import requests
 
-from themis.identity.http import HadoopSession, container_session, login_user
+from themis.identity.http import HadoopSession, container_session, login_user, timeouts
 
 # The hdfs package logs every call at INFO; the AM logs at INFO.
 logging.getLogger("hdfs").setLevel(logging.WARNING)
@@ -44,7 +44,8 @@ class WebHdfs:
         self.url = url.rstrip("/")
         self.session = session or HadoopSession(user=user or login_user())
         self.user = self.session.user or ""
-        self.client: Any = hdfs.Client(self.url, timeout=timeout, session=self.session)
+        self.timeout = timeouts(timeout)
+        self.client: Any = hdfs.Client(self.url, timeout=self.timeout, session=self.session)
 
     @classmethod
     def in_container(cls, url: str, env: Mapping[str, str] | None = None,
@@ -68,7 +69,7 @@ class WebHdfs:
         ``keys`` of its JSON answer."""
         def call() -> Any:
             r = self.session.get(f"{self.url}/webhdfs/v1/", params={"op": op, **params},
-                                 timeout=30)
+                                 timeout=self.timeout)
             if r.status_code >= 400:
                 raise WebHdfsError(f"WebHDFS {op}: HTTP {r.status_code}: {r.text[:300]}")
             doc = r.json()

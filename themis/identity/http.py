@@ -30,6 +30,18 @@ import requests
 from themis.identity.tokens import container_tokens, webhdfs_token
 
 USER_ENV = "HADOOP_USER_NAME"
+
+#: seconds to open a connection to the NameNode or a DataNode: a host that is gone or cut
+#: off (SYNs dropped) costs a call this long, not the whole read timeout; 5 s leaves room
+#: for the two SYN retransmissions of a loaded host (at 1 s and 3 s)
+CONNECT_TIMEOUT_S = 5.0
+
+
+def timeouts(read_s: float) -> tuple[float, float]:
+    """``requests``' (connect, read) timeouts for a read timeout of ``read_s``."""
+    return min(CONNECT_TIMEOUT_S, read_s), read_s
+
+
 # requests-gssapi logs a failed exchange with its traceback at ERROR; AuthError says it once
 logging.getLogger("requests_gssapi").setLevel(logging.CRITICAL)
 

@@ -10,10 +10,14 @@ manifest. Restoring walks the complete-looking entries from the newest step down
 entry whose manifest is missing or does not match, or whose restore raises, is logged as
 a warning and skipped - never fatal, never deleted. If the job later reaches the step of
 a skipped entry, that entry is renamed ``corrupt-<name>-<random>`` (logged) to make room
-for the new checkpoint. Only retention (keep the newest N) deletes, and it logs every
-deletion; a deletion takes the entry's name away in one step (the store renames it
-``.deleting-*`` first), and a deletion interrupted by a kill is finished by the next
-retention pass.
+for the new checkpoint. A store that cannot be read (HDFS unreachable, the NameNode
+restarting, a DataNode gone) is not a corrupt checkpoint: the restore tries again for up
+to ``wait_s`` seconds and then fails with :class:`StoreUnreadable`, rather than start from
+an older checkpoint (or from step 0) and lose the steps since. Only an entry that is gone
+from the listing when its read failed (removed meanwhile) is skipped. Only retention
+(keep the newest N) deletes, and it logs every deletion; a deletion takes the entry's
+name away in one step (the store renames it ``.deleting-*`` first), and a deletion
+interrupted by a kill is finished by the next retention pass.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import logging
 import re
 import shutil
 import tempfile
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,12 +39,18 @@ from themis.jobs.storage import DELETING_PREFIX, TMP_PREFIX, CheckpointStore, St
 LOG = logging.getLogger(__name__)
 
 MANIFEST = "MANIFEST.json"
+#: how long a restore keeps trying a store it cannot read (the runners' --restore-wait)
+RESTORE_WAIT_S = 300.0
 FORMAT = "themis-ckpt-v1"
 _NAME_RE = re.compile(r"^ckpt-(\d{12})$")
 
 
 class CheckpointError(RuntimeError):
     """A checkpoint could not be written or verified (names the checkpoint and why)."""
+
+
+class StoreUnreadable(CheckpointError):
+    """The store could not be listed or read for the whole of a restore's wait."""
 
 
 def checkpoint_name(step: int) -> str:
@@ -174,26 +185,38 @@ class CheckpointManager:
             except StorageError as e:
                 LOG.warning("could not delete %s: %s", name, e)
 
-    def restore_latest(self, restore: Callable[[Path, int], None]) -> RestoreResult | None:
+    def restore_latest(self, restore: Callable[[Path, int], None],
+                       wait_s: float = RESTORE_WAIT_S,
+                       sleep: Callable[[float], None] = time.sleep,
+                       clock: Callable[[], float] = time.monotonic) -> RestoreResult | None:
         """Restore the newest checkpoint that verifies and restores; None if there is none.
 
         ``restore(local_dir, step)`` loads the framework state; any exception it raises
-        marks that checkpoint as unusable and the next older one is tried."""
+        marks that checkpoint as unusable and the next older one is tried. A store that
+        cannot be listed or read is tried again (pauses of 1 s doubling to 15 s) until
+        ``wait_s`` seconds have passed, then :class:`StoreUnreadable` is raised: an older
+        checkpoint is never restored because the newer one could not be *read*."""
+        deadline = clock() + wait_s
+        names = self._until(deadline, "list", self.store.list_names, sleep, clock)
         skipped: list[str] = []
-        for name in self.store.list_names():
+        for name in names:
             if parse_step(name) is None:
                 kind = ("incomplete upload" if name.startswith(TMP_PREFIX) else
                         "interrupted deletion" if name.startswith(DELETING_PREFIX) else "entry")
                 LOG.warning("ignoring %s %r in %s (not deleted)",
                             kind, name, self.store.description)
-        for step in reversed(self.steps()):
+        steps = sorted(s for n in names if (s := parse_step(n)) is not None)
+        for step in reversed(steps):
             name = checkpoint_name(step)
             tmp = Path(tempfile.mkdtemp(prefix="themis-restore-"))
             try:
                 local = tmp / name
-                self.store.get_dir(name, local)
+                if not self._fetch(name, local, deadline, sleep, clock):
+                    continue  # removed while it was read: not a checkpoint any more
                 verify_manifest(local, step)
                 restore(local, step)
+            except StoreUnreadable:
+                raise
             except Exception as e:
                 LOG.warning("skipping checkpoint %s in %s: %s (left in place)",
                             name, self.store.description, e)
@@ -204,3 +227,50 @@ class CheckpointManager:
                 shutil.rmtree(tmp, ignore_errors=True)
             return RestoreResult(step=step, name=name, skipped=tuple(skipped))
         return None
+
+    def _fetch(self, name: str, local: Path, deadline: float,
+               sleep: Callable[[float], None], clock: Callable[[], float]) -> bool:
+        """Copy entry ``name`` to ``local``; False when the entry left the store's listing
+        after a failed read. Raises :class:`StoreUnreadable` when
+        the store could not be read until ``deadline``."""
+        pause = 1.0
+        while True:
+            try:
+                self.store.get_dir(name, local)
+                return True
+            except StorageError as e:
+                shutil.rmtree(local, ignore_errors=True)
+                listed = self._until(deadline, "list", self.store.list_names, sleep, clock)
+                if name not in listed:
+                    LOG.warning("checkpoint %s left %s while it was read (%s): not restored",
+                                name, self.store.description, e)
+                    return False
+                if clock() + pause > deadline:
+                    raise StoreUnreadable(
+                        f"could not read {name} from {self.store.description} for the "
+                        f"restore's wait ({e}); an older checkpoint is not restored instead, "
+                        "which would lose the steps since: every checkpoint is left in place"
+                    ) from e
+                LOG.warning("cannot read checkpoint %s from %s (tried again in %.0f s): %s",
+                            name, self.store.description, pause, e)
+                sleep(pause)
+                pause = min(2 * pause, 15.0)
+
+    def _until(self, deadline: float, what: str, fn: Callable[[], list[str]],
+               sleep: Callable[[float], None], clock: Callable[[], float]) -> list[str]:
+        """``fn()``, tried again on :class:`StorageError` until ``deadline``."""
+        pause = 1.0
+        while True:
+            try:
+                return fn()
+            except StorageError as e:
+                if clock() + pause > deadline:
+                    raise StoreUnreadable(
+                        f"could not read the checkpoints of {self.store.description} for the "
+                        f"restore's wait ({what}: {e}); the job does not start without them"
+                    ) from e
+                LOG.warning("cannot %s %s (tried again in %.0f s): %s",
+                            what, self.store.description, pause, e)
+                sleep(pause)
+                pause = min(2 * pause, 15.0)
+

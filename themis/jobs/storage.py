@@ -161,7 +161,7 @@ class WebHdfsStore(CheckpointStore):
     def __init__(self, http_url: str, root: str, user: str | None = None) -> None:
         from hdfs import Client  # imported lazily: only needed for HDFS stores
 
-        from themis.identity.http import HadoopSession, container_session
+        from themis.identity.http import HadoopSession, container_session, timeouts
 
         self.http_url = http_url.rstrip("/")
         self.root = root.rstrip("/") or "/"
@@ -169,9 +169,9 @@ class WebHdfsStore(CheckpointStore):
         # the user's name
         session = HadoopSession(user=user) if user else container_session()
         self.user = session.user or ""
-        # timeout: per connect and per read; without one a NameNode that stops answering
-        # would hang the checkpoint a job writes when it is told to stop
-        self._client: Any = Client(self.http_url, timeout=60, session=session)
+        # timeouts: without them a NameNode that stops answering would hang the checkpoint
+        # a job writes when it is told to stop; a host that is gone costs the connect one
+        self._client: Any = Client(self.http_url, timeout=timeouts(60.0), session=session)
         try:
             self._client.makedirs(self.root)
         except Exception as e:

@@ -14,7 +14,8 @@ generated data) with hyper-parameters from the command line, and:
   (local directory or HDFS through WebHDFS; see :mod:`themis.jobs.storage`), keeping the
   newest ``--keep-checkpoints``;
 * resumes from the newest complete checkpoint on start (corrupt or partial ones are logged
-  and skipped, never deleted);
+  and skipped, never deleted; a store it cannot read is tried again for
+  ``--restore-wait`` seconds, then the job fails rather than resume from an older one);
 * on SIGTERM or SIGINT finishes the current step, checkpoints, and exits.
 
 Exit status: 0 when ``--max-steps`` is reached or after a clean checkpoint on
@@ -130,6 +131,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="checkpoint every this many steps")
     c.add_argument("--keep-checkpoints", type=_positive_int, default=3,
                    help="keep the newest N checkpoints, delete older ones")
+    c.add_argument("--restore-wait", type=float, default=300.0,
+                   help="seconds the start keeps trying a checkpoint store it cannot read "
+                        "(HDFS down or restarting) before the job fails; an older checkpoint "
+                        "is never restored instead (default: 300)")
     c.add_argument("--hdfs-user", default=None,
                    help="WebHDFS user (default: $HADOOP_USER_NAME, else the login name)")
     s = p.add_argument_group("logging and placement")
@@ -215,7 +220,7 @@ def run(args: argparse.Namespace) -> int:
             trainer.reset()
             raise
 
-    restored: RestoreResult | None = manager.restore_latest(restore)
+    restored: RestoreResult | None = manager.restore_latest(restore, args.restore_wait)
     start = trainer.global_step
     _emit("start", job_id=args.job_id, step=start,
           restored_from=restored.name if restored else None,
@@ -290,6 +295,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.num_layers < 0:
         build_parser().error("--num-layers must be >= 0")
+    if not args.restore_wait >= 0:
+        build_parser().error("--restore-wait must be >= 0 seconds")
     if not 0.0 <= args.dropout < 1.0:
         build_parser().error("--dropout must be in [0, 1)")
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,

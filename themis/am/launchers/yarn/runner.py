@@ -112,6 +112,9 @@ CHECKPOINT_SETTLE_S = 2.0
 #: fail to load it (docs/am.md, "Faults")
 WRITE_QUIET_S = 0.5
 STOP_HOLD_S = 5.0
+#: a copy that failed (HDFS away) is tried again after this many seconds, doubling up to
+#: ``--checkpoint-every``: the copy catches up within seconds of HDFS's return
+SYNC_RETRY_S = 1.0
 
 
 def parse_event(line: str) -> dict[str, Any] | None:
@@ -178,6 +181,7 @@ class Runner:
         # exited): what a run on a host that dies can resume from (docs/am.md, "Faults")
         self.checkpoint_every = checkpoint_every
         self._next_sync = 0.0  # monotonic time of the next copy
+        self._sync_retry = SYNC_RETRY_S  # pause before the next try after a failed copy
         # how long a restore is retried while HDFS is unreachable before the run gives up
         self.restore_wait = restore_wait
         self.task = task  # a distributed job's task (None: a single-process job)
@@ -566,11 +570,22 @@ class Runner:
         self._add_event({"event": "checkpoint-save-failed",
                          "error": "the directory kept changing while it was read"})
 
+    def _syncing(self) -> bool:
+        return (self.store is not None and self.chief and self.checkpoint_every > 0
+                and not self._signalled)
+
+    def _until_next_look(self, next_report: float) -> float:
+        """Seconds until the loop of :meth:`_run_job` next reports or copies."""
+        due = min(next_report, self._next_sync) if self._syncing() else next_report
+        return max(0.01, due - time.monotonic())
+
     def _sync_checkpoints(self) -> None:
         """While the job runs: its checkpoint directory to HDFS every ``checkpoint_every``
-        seconds (a failure is logged and retried at the next one). A copy put off because
-        the job was writing (CHECKPOINT_SETTLE_S) is tried again at each look after, until
-        one is taken."""
+        seconds. A copy that failed is tried again after SYNC_RETRY_S, doubling up to
+        ``checkpoint_every``. A copy put off because the job was writing
+        (CHECKPOINT_SETTLE_S) is tried again the moment the directory will have been quiet
+        that long: a job that checkpoints every few seconds leaves quiet windows of a
+        fraction of a second, which looks at a fixed period can miss for minutes."""
         if self.store is None or not self.chief or self.checkpoint_every <= 0:
             return
         now = time.monotonic()
@@ -586,13 +601,18 @@ class Runner:
             self._signal_child("a newer run of the job owns its checkpoints")
             return
         except Exception as e:
-            log.warning("checkpoint copy to %s failed (retried in %.0f s): %s",
-                        self.store.remote, self.checkpoint_every, e)
+            retry = min(self._sync_retry, self.checkpoint_every)
+            self._next_sync = now + retry
+            self._sync_retry = min(2 * self._sync_retry, self.checkpoint_every)
+            log.warning("checkpoint copy to %s failed (tried again in %.0f s): %s",
+                        self.store.remote, retry, e)
             return
+        self._sync_retry = SYNC_RETRY_S
         if deleted < 0:
-            # the job was writing: tried again at the next look, not checkpoint_every
-            # seconds later (a job storing every few seconds would rarely be copied)
-            self._next_sync = now
+            # the job was writing: tried again when the directory will have been quiet
+            # for CHECKPOINT_SETTLE_S, not checkpoint_every seconds later
+            quiet_at = self.store.last_change() + CHECKPOINT_SETTLE_S
+            self._next_sync = now + min(max(0.0, quiet_at - time.time()), CHECKPOINT_SETTLE_S)
             return
         if written or deleted > 0:
             self._add_event({"event": "checkpoint-synced", "written": written,
@@ -612,17 +632,20 @@ class Runner:
         pump.start()
         watch = ThawWatch(self.fence_after, self._kill_thawed)
         watch.start()
+        next_report = time.monotonic() + self.report_every
         while True:
             try:
-                rc = self._child.wait(timeout=self.report_every)
+                rc = self._child.wait(timeout=self._until_next_look(next_report))
                 break
             except subprocess.TimeoutExpired:
                 pass
-            self._check_started()
-            if self.report():
-                self._signal_child("asked by the AM")
-            self._stop_past_target()
-            self._kill_unstopped()
+            if time.monotonic() >= next_report:
+                next_report = time.monotonic() + self.report_every
+                self._check_started()
+                if self.report():
+                    self._signal_child("asked by the AM")
+                self._stop_past_target()
+                self._kill_unstopped()
             if not self._signalled:  # a stopping job's directory is saved after its exit
                 self._sync_checkpoints()
         watch.stop()
