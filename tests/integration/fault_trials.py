@@ -129,6 +129,7 @@ class FaultTrial:
     stored: int  # the last step that run stored (locally)
     reached: int
     durable: int  # the step of the job's checkpoint in HDFS when the fault began
+    stored_at_fault: int = 0  # the last step that run had stored when the fault began
     fault_s: float = 0.0  # fault begin -> end (LOST declared, unpaused, healed)
     resumed: int | None = None  # the step the job's next run started at (or went on from)
     end_to_running_s: float | None = None
@@ -142,6 +143,12 @@ class FaultTrial:
     @property
     def lost_checkpoint(self) -> bool:
         return self.resumed is None or self.resumed < self.must_resume_from
+
+    @property
+    def copy_lag(self) -> int:
+        """Steps the hit run had stored locally but not yet copied to HDFS when the fault
+        began (what a fault that loses the run's host takes with it)."""
+        return max(0, self.stored_at_fault - self.durable)
 
     @property
     def lost_steps(self) -> int | None:
@@ -175,6 +182,8 @@ class FaultResult:
                                            "max": times[-1] if times else None},
                 "fault_s_max": max((t.fault_s for t in ts), default=None),
                 "lost_steps_max": max(lost) if lost else None,
+                "copy_lag_steps": {"median": _pct(sorted(float(t.copy_lag) for t in ts), 0.5),
+                                   "max": max(t.copy_lag for t in ts)},
                 "runs_went_on": sum(t.run_went_on for t in ts),
             }
         failed = {a: s for a, s in self.apps.items() if s != "FINISHED/SUCCEEDED"}
@@ -405,7 +414,8 @@ def one_trial(cluster: Mapping[str, Any], app: str, kind: str, rng: random.Rando
     went_on = nxt.get("container") == run["container"]
     resumed = (run["reached"] if went_on else nxt.get("start"))
     return FaultTrial(kind, app, host, am_host, run["container"], stored=hit["stored"],
-                      reached=hit["reached"], durable=durable, fault_s=round(t_end - t0, 1),
+                      reached=hit["reached"], durable=durable,
+                      stored_at_fault=int(run["stored"]), fault_s=round(t_end - t0, 1),
                       resumed=resumed, end_to_running_s=round(t_running - t_end, 1),
                       run_went_on=went_on, am_attempts=len(attempts(app)))
 
@@ -523,7 +533,8 @@ def run_trials(cluster: Mapping[str, Any], tmp: Path, *, kinds: Sequence[str], t
             continue
         result.trials.append(t)
         emit(json.dumps({"trial": len(result.trials), **t.__dict__,
-                         "lost_checkpoint": t.lost_checkpoint, "lost_steps": t.lost_steps}))
+                         "lost_checkpoint": t.lost_checkpoint, "lost_steps": t.lost_steps,
+                         "copy_lag": t.copy_lag}))
     for app in names + others:
         rep = wait_for(f"{app} to end", 900, lambda a=app: (
             r if (r := app_report(a))["state"] in ("FINISHED", "FAILED", "KILLED") else None),
