@@ -367,6 +367,8 @@ def make_bid_table(
     *,
     alternatives: int = 2,
     previous: Iterable[str] = (),
+    t_id: float | None = None,
+    remaining: RemainingTime | None = None,
 ) -> BidTable:
     """Compute an app's bid table for an offer (rho of Eq. 1/2 for held + bundle).
 
@@ -378,15 +380,20 @@ def make_bid_table(
     that would idle until the lease ends (section 3.3.2: leases are re-auctioned, so GPUs
     for a later phase are bid for when that phase runs).
 
+    ``t_id`` and ``remaining``: the app's :func:`ideal_time` in ``ctx`` and its
+    :class:`RemainingTime`, when the caller already has them (the same values).
+
     Compiled (``_menu.bids``: menu, locality and rho of each bundle, the bid rows) when the
     extension was built; :func:`make_bid_table_py` is the reference."""
     index = offer if isinstance(offer, OfferIndex) else OfferIndex(offer)
     if _menu is None or index.native is None:
         return make_bid_table_py(app, held, index, ctx, alternatives=alternatives,
                                  previous=previous)
-    t_id = ideal_time(app, ctx)
+    if t_id is None:
+        t_id = ideal_time(app, ctx)
     elapsed = max(0.0, ctx.now - app.start_time)
-    remaining = RemainingTime(app)
+    if remaining is None:
+        remaining = RemainingTime(app)
     slowdown = app.placement.slowdown
     slowdowns = (slowdown(Locality.SLOT), slowdown(Locality.MACHINE),
                  slowdown(Locality.RACK), slowdown(Locality.CLUSTER))

@@ -175,58 +175,103 @@ def remaining_time(app: AppModel, gpus: int, slowdown: float = 1.0) -> float:
     return RemainingTime(app)(gpus, slowdown)
 
 
+class PlanTime:
+    """``plan_time(app, g)`` for many g at once: the shapes of the app's plan (each
+    completed phase, the work done they do not cover, the current phase at full size, the
+    future phases) are taken once, so a call costs O(phases + caps). The values are those
+    of :func:`plan_time`, bit for bit: it is this class, evaluated once."""
+
+    __slots__ = ("_current", "_demand_max", "_done", "_future", "_scale", "_unknown")
+
+    def __init__(self, app: AppModel) -> None:
+        self._done = app.done_phases
+        known = 0.0
+        for shape in app.done_phases:
+            known += shape.total
+        unknown = app.work_done - known
+        # work_done the completed phases do not cover: one phase capped at app_demand_max
+        self._unknown = unknown if unknown > 1e-9 * max(1.0, app.work_done) else None
+        self._demand_max = app.app_demand_max if self._unknown is not None else 1
+        current = PhaseShape.of((j.iters_total * j.serial_iter_time, j.max_demand)
+                                for j in app.jobs)
+        self._current = current
+        work = app.work_done + current.total
+        future: list[PhaseShape] = []
+        if app.future_phases:
+            median = app.median_iter_time()
+            cap = app.job_demand_max
+            for p in app.future_phases:
+                one = p.iters * median
+                phase = PhaseShape(p.jobs * one, ((cap, one),))
+                future.append(phase)
+                work += phase.total
+        self._future = tuple(future)
+        # with an explicit budget B the plan is scaled to B
+        self._scale = app.budget / work if app.budget is not None and work > 0 else None
+
+    @property
+    def progress_free(self) -> bool:
+        """Whether the value depends on the plan alone, not on the jobs' progress (the
+        work done beyond the completed phases, capped at app_demand_max, does)."""
+        return self._unknown is None
+
+    def __call__(self, gpus: float) -> float:
+        """Length of the plan on ``gpus`` GPUs (see :func:`plan_time`)."""
+        if gpus <= 0:
+            return math.inf
+        t = 0.0
+        for shape in self._done:
+            t += shape.time(gpus)
+        if self._unknown is not None:
+            t += self._unknown / min(gpus, self._demand_max)
+        t += self._current.time(gpus)
+        for phase in self._future:
+            t += phase.time(gpus)
+        if self._scale is not None:
+            t *= self._scale
+        return t
+
+
 def plan_time(app: AppModel, gpus: float) -> float:
     """Length of the app's whole plan on ``gpus`` GPUs (may be fractional), no slowdown:
     each completed phase (``done_phases``; work_done they do not cover counts as one
     phase capped at app_demand_max), the current phase at full size (each job's
     ``iters_total``), and the future phases at the median iteration time with cap
     job_demand_max (section 4.3.3), one after the other. With an explicit budget B the
-    plan is scaled to B (the budget apportioned as the plan apportions it)."""
+    plan is scaled to B (the budget apportioned as the plan apportions it).
+    :class:`PlanTime` evaluates it for many ``gpus``."""
     if gpus <= 0:
         return math.inf
-    t = 0.0
-    known = 0.0
-    for shape in app.done_phases:
-        t += shape.time(gpus)
-        known += shape.total
-    unknown = app.work_done - known
-    if unknown > 1e-9 * max(1.0, app.work_done):
-        t += unknown / min(gpus, app.app_demand_max)
-    current = PhaseShape.of((j.iters_total * j.serial_iter_time, j.max_demand) for j in app.jobs)
-    t += current.time(gpus)
-    work = app.work_done + current.total
-    if app.future_phases:
-        median = app.median_iter_time()
-        cap = app.job_demand_max
-        for p in app.future_phases:
-            one = p.iters * median
-            phase = PhaseShape(p.jobs * one, ((cap, one),))
-            t += phase.time(gpus)
-            work += phase.total
-    if app.budget is not None and work > 0:
-        t *= app.budget / work
-    return t
+    return PlanTime(app)(gpus)
 
 
-def ideal_time(app: AppModel, ctx: FairnessContext) -> float:
+def ideal_time(app: AppModel, ctx: FairnessContext, plan: PlanTime | None = None) -> float:
     """T_id in the form ``ctx.ideal`` selects (module doc): ``exact`` = the plan on
     R_C / N_avg GPUs; ``paper`` = T_cluster * N_avg, T_cluster = B / min(R_C,
-    app_demand_max)."""
+    app_demand_max). ``plan``: the app's :class:`PlanTime`, when the caller keeps one."""
     if ctx.ideal is IdealTime.EXACT:
+        if plan is not None:
+            return plan(ctx.cluster_gpus / ctx.n_avg)
         return plan_time(app, ctx.cluster_gpus / ctx.n_avg)
     t_cluster = app.total_work() / min(ctx.cluster_gpus, app.app_demand_max)
     return t_cluster * ctx.n_avg
 
 
-def rho(app: AppModel, gpus: int, locality: Locality, ctx: FairnessContext) -> float:
+def rho(app: AppModel, gpus: int, locality: Locality, ctx: FairnessContext, *,
+        t_id: float | None = None, remaining: RemainingTime | None = None) -> float:
     """rho(G) for an allocation of ``gpus`` GPUs at ``locality`` (whole allocation, i.e.
-    GPUs already held plus the bundle under consideration)."""
-    t_id = ideal_time(app, ctx)
+    GPUs already held plus the bundle under consideration). ``t_id`` (the app's
+    :func:`ideal_time` in ``ctx``) and ``remaining`` (its :class:`RemainingTime`): the
+    same values computed by a caller that evaluates many rho of one app."""
+    if t_id is None:
+        t_id = ideal_time(app, ctx)
     if t_id <= 0:
         raise ModelError(f"app {app.id!r}: ideal finish time is zero (no work?)")
     elapsed = max(0.0, ctx.now - app.start_time)
     s = app.placement.slowdown(locality)
-    return (elapsed + remaining_time(app, gpus, s)) / t_id
+    if remaining is None:
+        remaining = RemainingTime(app)
+    return (elapsed + remaining(gpus, s)) / t_id
 
 
 class Starvation(StrEnum):
@@ -326,7 +371,8 @@ def best_locality(cluster: Sequence[Gpu], gpus: int) -> Locality:
 
 
 def served_now_rho(
-    app: AppModel, ctx: FairnessContext, place: Callable[[int], Locality]
+    app: AppModel, ctx: FairnessContext, place: Callable[[int], Locality], *,
+    t_id: float | None = None, remaining: RemainingTime | None = None,
 ) -> float:
     """The filter key of a starving app under ``served-now``: Eq. 1's rho if the app were
     granted its full current demand now (``demand_now``, at most R_C GPUs) at the best
@@ -334,6 +380,7 @@ def served_now_rho(
     :func:`best_locality` on the cluster), i.e. (time since arrival + remaining time on
     that allocation) / T_id. It grows with the time already spent waiting and is larger
     for an app whose wait weighs more against its ideal time (a short app that has waited
-    long): the app the filter should let bid first."""
+    long): the app the filter should let bid first. ``t_id``, ``remaining``: as for
+    :func:`rho`."""
     g = max(1, min(app.demand_now, ctx.cluster_gpus))
-    return rho(app, g, place(g), ctx)
+    return rho(app, g, place(g), ctx, t_id=t_id, remaining=remaining)

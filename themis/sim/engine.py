@@ -29,12 +29,19 @@ from typing import Any
 
 from themis.mechanism.contention import ContentionTracker
 from themis.mechanism.fairness import DEFAULT_IDEAL_TIME, IdealTime
+from themis.mechanism.placement import PlacementProfile
 from themis.mechanism.round import RoundError, check_spread, lease_lengths, lease_spread
 from themis.mechanism.topology import Gpu, Topology
 from themis.sim.errors import InvariantError, SimError
 from themis.sim.isolated import isolated_finish_times
 from themis.sim.policies.base import Policy, RoundContext, check_allocation
-from themis.sim.state import AppState, app_ideal_time, check_owners, floor_time
+from themis.sim.state import (
+    AppState,
+    app_ideal_time,
+    best_slowdowns,
+    check_owners,
+    floor_time,
+)
 from themis.sim.workload import AppSpec, Workload
 
 ARRIVE, EXPIRE, COMPLETE = 0, 1, 2
@@ -165,9 +172,11 @@ class Simulator:
         self.now = 0.0
         self.free: set[str] = set(topology)
         # each round lists the free GPUs in topology order: the GPUs (and their ids) in
-        # that order, filtered by membership in ``free`` (one C-level pass, no sort)
+        # that order, filtered by membership in ``free`` (one C-level pass, no sort), or,
+        # when few are free, the free GPUs' positions in that order, sorted
         self._gpus: list[Gpu] = list(topology.values())
         self._gpu_ids: list[str] = [g.id for g in self._gpus]
+        self._gpu_pos: dict[str, int] = {g: i for i, g in enumerate(self._gpu_ids)}
         self.apps: dict[str, AppState] = {}
         self.tracker = ContentionTracker(0.0)
         self.heap: list[tuple[float, int, int, object]] = []
@@ -182,6 +191,10 @@ class Simulator:
         self._expired: dict[str, str] = {}  # GPU -> app whose lease ended at this instant
         # the times of the completion events in the heap (see _schedule_completions)
         self._completions: set[float] = set()
+        self._slowdowns: dict[PlacementProfile, list[float]] = {}  # _best_slowdowns
+        # the active apps by (arrival, id), as each round lists them; None when an app
+        # arrived or finished since it was sorted
+        self._by_arrival: list[AppState] | None = None
 
     def _push(self, t: float, kind: int, payload: object) -> None:
         self._seq += 1
@@ -250,11 +263,15 @@ class Simulator:
     def _advance(self, t: float) -> None:
         if t < self.now:
             raise InvariantError(f"clock went backwards: {t} < {self.now}")
+        apps = self.apps.values()
         if t > self.now and self.free:
-            wanted = sum(a.room() for a in self.apps.values())
+            wanted = sum(a.room() for a in apps)
             self._idle_wanted_s += (t - self.now) * min(len(self.free), wanted)
-        for a in self.apps.values():
-            a.progress(t)
+        for a in apps:
+            if a.busy or a.held:
+                a.progress(t)
+            else:  # holds nothing: progress(t) would only move its clock
+                a.last_progress = t
         self.now = t
 
     def _handle(self, kind: int, payload: object) -> bool:
@@ -262,6 +279,7 @@ class Simulator:
             assert isinstance(payload, AppSpec)
             new = AppState(payload)
             self.apps[new.spec.id] = new
+            self._by_arrival = None
             self.tracker.arrive(new.spec.id, self.now)
             return True
         if kind == EXPIRE:
@@ -282,6 +300,8 @@ class Simulator:
         """Phase ends, app completions and surplus releases at the current instant."""
         released = False
         for app in list(self.apps.values()):
+            if app.open_jobs and not app.busy and not app.held:
+                continue  # a phase under way, nothing held: nothing ends or goes back
             changed = False
             while app.phase_done:
                 changed = True
@@ -322,6 +342,7 @@ class Simulator:
         app.held.clear()
         app.finish = self.now
         del self.apps[app.spec.id]
+        self._by_arrival = None
         self._sched_version.pop(app.spec.id, None)
         self._done_iters.pop(app.spec.id, None)
         self.policy.observe_finish(app, self.now)
@@ -347,14 +368,29 @@ class Simulator:
                 t_id_exact=t_id[IdealTime.EXACT],
                 t_alone_paper=app_ideal_time(app.spec, gpus, 1.0, IdealTime.PAPER),
                 t_alone_exact=app_ideal_time(app.spec, gpus, 1.0, IdealTime.EXACT),
-                t_floor=floor_time(app.spec, self.topo, self.cfg.restart_s),
+                t_floor=floor_time(app.spec, self.topo, self.cfg.restart_s,
+                                   self._best_slowdowns(app.spec.profile)),
             )
         )
 
+    def _best_slowdowns(self, profile: PlacementProfile) -> list[float]:
+        """:func:`best_slowdowns` on the cluster, once per placement profile."""
+        slow = self._slowdowns.get(profile)
+        if slow is None:
+            slow = self._slowdowns[profile] = best_slowdowns(self.topo, profile)
+        return slow
+
     def _round(self) -> None:
         t0 = time.perf_counter()
-        active = sorted(self.apps.values(), key=lambda a: (a.spec.arrival, a.spec.id))
-        free = list(compress(self._gpus, map(self.free.__contains__, self._gpu_ids)))
+        if self._by_arrival is None:  # the apps changed since the last round
+            self._by_arrival = sorted(self.apps.values(),
+                                      key=lambda a: (a.spec.arrival, a.spec.id))
+        active = list(self._by_arrival)
+        if len(self.free) * 8 < len(self._gpus):  # few free: sort their positions
+            gpus = self._gpus
+            free = [gpus[i] for i in sorted(map(self._gpu_pos.__getitem__, self.free))]
+        else:
+            free = list(compress(self._gpus, map(self.free.__contains__, self._gpu_ids)))
         ctx = RoundContext(
             self.now,
             free,
@@ -365,6 +401,7 @@ class Simulator:
             self.cfg.lease_s,
             previous={g: a for g, a in self._expired.items() if g in self.free},
             ideal=self.cfg.ideal_time,
+            free_ids=self.free,
         )
         alloc = self.policy.allocate(ctx)
         if self.cfg.check_invariants:

@@ -10,7 +10,7 @@ checkpoint/restart pause (section 6.2.3: 35 s median container reallocation).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from themis.mechanism.fairness import IdealTime
@@ -78,6 +78,9 @@ class AppState:
     # the completed phases' shapes (the agent's view of its plan, for the exact T_id)
     done_shapes: tuple[PhaseShape, ...] = field(init=False, repr=False)
     work_finished: float = 0.0  # serial GPU-seconds of finished jobs (progress display)
+    # changes whenever what model() reports may have changed (iterations done, the
+    # phase): a policy may keep an app's model while the stamp holds
+    stamp: int = 0
 
     def __post_init__(self) -> None:
         self.done_shapes = ()
@@ -91,6 +94,7 @@ class AppState:
     # --- phases ---------------------------------------------------------------------
     def _start_phase(self, p: int, now: float) -> None:
         self.phase = p
+        self.stamp += 1
         jobs = self.spec.jobs
         self.jobs = [
             JobState(i, it, it, self.iters_done.get(i, 0.0), paused_until=now,
@@ -108,6 +112,7 @@ class AppState:
 
     def advance_phase(self, now: float) -> bool:
         """Called when every job of the phase is done: next phase (True) or app done."""
+        self.stamp += 1
         works = [(j.iters_phase * j.iter_time, j.demand) for j in self.jobs]
         for work, _ in works:
             self.work_done_prev += work
@@ -148,6 +153,8 @@ class AppState:
         dt = max(0.0, now - t0)
         n_held = len(self.held)
         self.gpu_time += n_held * dt
+        if self.busy:
+            self.stamp += 1
         for j in self.busy:  # the hot loop of the simulator: jobs without GPUs do nothing
             n = len(j.gpus)
             self.service += n * dt
@@ -256,6 +263,14 @@ class AppState:
             done_phases=done,
         )
 
+    def update_model(self, m: AppModel, error: float = 0.0) -> None:
+        """Bring ``m``, what :meth:`model` returned with ``error`` earlier in the same
+        phase, up to date with the jobs' progress in place: within a phase only the
+        iterations left change (the same values as a new :meth:`model`)."""
+        f = 1.0 + error
+        for job, j in zip(m.jobs, self.jobs, strict=True):
+            job.iters_left = max(0.0, j.iters_left) * f
+
     def held_gpus(self, topo: Topology) -> list[Gpu]:
         return [topo[g] for g in sorted(self.held)]
 
@@ -321,14 +336,16 @@ def best_slowdowns(topo: Topology, profile: PlacementProfile) -> list[float]:
     return out
 
 
-def floor_time(spec: AppSpec, topo: Topology, restart_s: float) -> float:
+def floor_time(spec: AppSpec, topo: Topology, restart_s: float,
+               slowdowns: Sequence[float] | None = None) -> float:
     """The app's completion time with the whole cluster to itself from its arrival - what
     no scheduler can beat: each phase on all R_C GPUs, every job at the slowdown of the
     tightest placement its GPUs can have (a lower bound when not all jobs can get theirs
     at once), ``max(sum_j S_j w_j / R_C, max_j S_j w_j / min(d_j, R_C))``, plus the
-    checkpoint/restart pause that starts each phase's jobs."""
+    checkpoint/restart pause that starts each phase's jobs. ``slowdowns``:
+    ``best_slowdowns(topo, spec.profile)``, when the caller keeps it."""
     g = len(topo)
-    slow = best_slowdowns(topo, spec.profile)
+    slow = best_slowdowns(topo, spec.profile) if slowdowns is None else slowdowns
     total = 0.0
     for ph in spec.phases:
         works = [(it * spec.jobs[i].serial_iter_time * slow[min(spec.jobs[i].max_demand, g)],

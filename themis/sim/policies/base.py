@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import random
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from themis.mechanism.fairness import DEFAULT_IDEAL_TIME, FairnessContext, IdealTime
@@ -27,6 +27,14 @@ class RoundContext:
     # GPU id -> the app whose lease on it expired at this instant (renewal candidates).
     previous: dict[str, str] = field(default_factory=dict)
     ideal: IdealTime = DEFAULT_IDEAL_TIME  # the form of T_id in rho (SimConfig.ideal_time)
+    # the ids of ``free`` when the caller has them as a set (read only); else built on use
+    free_ids: Collection[str] | None = None
+
+    def free_id_set(self) -> Collection[str]:
+        """The ids of the free GPUs (membership tests)."""
+        if self.free_ids is None:
+            self.free_ids = {g.id for g in self.free}
+        return self.free_ids
 
     def fairness(self, app_id: str) -> FairnessContext:
         return FairnessContext(self.now, len(self.topology), self.n_avg(app_id), self.ideal)

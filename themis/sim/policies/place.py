@@ -29,7 +29,7 @@ def place(ctx: RoundContext, counts: Mapping[str, int]) -> Allocation:
     topo = ctx.topology
     previous: dict[str, list[str]] = {}
     if ctx.previous:
-        free = set(map(_ID, ctx.free))
+        free = ctx.free_id_set()
         for gid, holder in ctx.previous.items():
             if gid in free:
                 previous.setdefault(holder, []).append(gid)

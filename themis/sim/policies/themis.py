@@ -5,6 +5,10 @@ rho_current of each app = rho at its current allocation (the GPUs it still holds
 expired leases returned) with N_avg from the ContentionTracker; the arbiter keeps the
 (1-f) worst apps as bidders, each bidder's agent runs ``make_bid_table`` on the offer, and
 ``run_round`` runs the partial-allocation auction and hands the leftover to non-bidders.
+Each app's model is built once per phase and brought up to date in place as its jobs
+progress; its remaining time per GPU count is recomputed only after they did
+(:attr:`AppState.stamp`) and its plan (the exact T_id's) once per phase; T_id, which
+moves with N_avg, is evaluated once per round for rho, the filter key and the bid table.
 
 GPUs the leftover step cannot place (no non-bidder has room) go to bidders that still
 have room inside ``run_round`` (work conservation, section 3.3.2), as in YARN and
@@ -24,12 +28,17 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 from themis.mechanism.bids import BidTable, OfferIndex, make_bid_table
 from themis.mechanism.fairness import (
     DEFAULT_STARVATION,
+    IdealTime,
+    PlanTime,
+    RemainingTime,
     Starvation,
     best_locality,
+    ideal_time,
     parse_starvation,
     rho,
     served_now_rho,
@@ -41,6 +50,22 @@ from themis.mechanism.solvers import DEFAULT_SOLVER, Solver, make_solver
 from themis.mechanism.topology import Locality, Topology, locality_of
 from themis.sim.policies.base import Allocation, Policy, RoundContext
 from themis.sim.state import AppState
+
+
+@dataclass(slots=True)
+class _View:
+    """An app's agent-side model and the parts of rho that depend on it alone (its
+    remaining time per GPU count, its plan for the exact T_id), kept while the app's
+    :attr:`AppState.stamp` holds: an app that did not progress reports the same model.
+    Within a phase the model is updated in place, and the plan is kept when it does not
+    depend on progress."""
+
+    app: AppState
+    stamp: int
+    phase: int
+    model: AppModel
+    remaining: RemainingTime
+    plan: PlanTime | None  # for IdealTime.EXACT only
 
 
 class ThemisPolicy(Policy):
@@ -63,9 +88,36 @@ class ThemisPolicy(Policy):
         self.reported = dict(reported_profiles or {})  # app id -> lying profile (Fig. 18)
         self.bid_ms: list[float] = []
         self.auction_ms: list[float] = []
+        self._views: dict[str, _View] = {}
 
     def _model(self, app: AppState) -> AppModel:
         return app.model(self.errors.get(app.spec.id, 0.0), self.reported.get(app.spec.id))
+
+    def _view(self, app: AppState, ideal: IdealTime) -> _View:
+        """The app's :class:`_View`, brought up to date when its stamp changed."""
+        v = self._views.get(app.spec.id)
+        if v is not None and v.app is app and v.stamp == app.stamp and \
+                (v.plan is not None or ideal is not IdealTime.EXACT):
+            return v
+        same_phase = v is not None and v.app is app and v.phase == app.phase
+        if v is not None and same_phase:  # within a phase only the iterations left change
+            m = v.model
+            app.update_model(m, self.errors.get(app.spec.id, 0.0))
+        else:
+            m = self._model(app)
+        plan = None
+        if ideal is IdealTime.EXACT:
+            # the plan changes with the phase only (unless it depends on progress)
+            if v is not None and same_phase and v.plan is not None and v.plan.progress_free:
+                plan = v.plan
+            else:
+                plan = PlanTime(m)
+        v = _View(app, app.stamp, app.phase, m, RemainingTime(m), plan)
+        self._views[app.spec.id] = v
+        return v
+
+    def observe_finish(self, app: AppState, now: float) -> None:
+        self._views.pop(app.spec.id, None)
 
     def _place(self, topo: Topology) -> Callable[[int], Locality]:
         """GPU count -> the best locality the cluster allows, memoised per topology."""
@@ -84,14 +136,19 @@ class ThemisPolicy(Policy):
         by_id = {a.spec.id: a for a in ctx.apps}
         # An app that cannot use more GPUs does not take part in the round.
         active = [a for a in ctx.apps if a.room() > 0]
-        models = {a.spec.id: self._model(a) for a in active}
+        # the models and what rho needs of them, from the last round for an app that did
+        # not progress since (the same values); T_id changes with N_avg, once per round
+        views = {a.spec.id: self._view(a, ctx.ideal) for a in active}
+        models = {i: v.model for i, v in views.items()}
         held = {a.spec.id: a.held_gpus(topo) for a in active}
         fairness = {a.spec.id: ctx.fairness(a.spec.id) for a in active}
+        t_id = {i: ideal_time(v.model, fairness[i], v.plan) for i, v in views.items()}
         rho_now: dict[str, float] = {}
         for a in active:
-            m = models[a.spec.id]
-            r = rho(m, len(held[a.spec.id]), locality_of(held[a.spec.id]), fairness[a.spec.id])
-            rho_now[a.spec.id] = r if not math.isnan(r) else math.inf
+            i = a.spec.id
+            r = rho(models[i], len(held[i]), locality_of(held[i]), fairness[i],
+                    t_id=t_id[i], remaining=views[i].remaining)
+            rho_now[i] = r if not math.isnan(r) else math.inf
         if not rho_now:
             return {}
         priority: dict[str, float] | None = None
@@ -104,7 +161,9 @@ class ThemisPolicy(Policy):
             # the apps in ``merge`` among all apps
             if len(starving) > 1 or merge:
                 place = self._place(topo)
-                priority = {a: served_now_rho(models[a], fairness[a], place) for a in starving}
+                priority = {a: served_now_rho(models[a], fairness[a], place, t_id=t_id[a],
+                                              remaining=views[a].remaining)
+                            for a in starving}
         room = {a: by_id[a].room() for a in rho_now}
         # The GPUs whose lease each app just lost: its agent names them first among
         # equally placed bundles, and the leftover step renews them (docs/simulator.md).
@@ -120,7 +179,8 @@ class ThemisPolicy(Policy):
             for b in bidders:
                 t0 = time.perf_counter()
                 out[b] = make_bid_table(
-                    models[b], held[b], index, fairness[b], previous=previous.get(b, ())
+                    models[b], held[b], index, fairness[b], previous=previous.get(b, ()),
+                    t_id=t_id[b], remaining=views[b].remaining,
                 )
                 self.bid_ms.append((time.perf_counter() - t0 + setup) * 1e3)
             return out
