@@ -273,4 +273,3 @@ class CheckpointManager:
                             what, self.store.description, pause, e)
                 sleep(pause)
                 pause = min(2 * pause, 15.0)
-
