@@ -33,10 +33,12 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from themis.jobs.storage import DELETING_PREFIX, TMP_PREFIX, CheckpointStore, StorageError
 
 LOG = logging.getLogger(__name__)
+T = TypeVar("T")
 
 MANIFEST = "MANIFEST.json"
 #: how long a restore keeps trying a store it cannot read (the runners' --restore-wait)
@@ -231,34 +233,26 @@ class CheckpointManager:
     def _fetch(self, name: str, local: Path, deadline: float,
                sleep: Callable[[float], None], clock: Callable[[], float]) -> bool:
         """Copy entry ``name`` to ``local``; False when the entry left the store's listing
-        after a failed read. Raises :class:`StoreUnreadable` when
-        the store could not be read until ``deadline``."""
-        pause = 1.0
-        while True:
+        after a failed read. Raises :class:`StoreUnreadable` when the store could not be
+        read until ``deadline``."""
+        def attempt() -> bool:
             try:
                 self.store.get_dir(name, local)
                 return True
             except StorageError as e:
                 shutil.rmtree(local, ignore_errors=True)
-                listed = self._until(deadline, "list", self.store.list_names, sleep, clock)
-                if name not in listed:
+                if name not in self.store.list_names():  # (a failed listing is retried too)
                     LOG.warning("checkpoint %s left %s while it was read (%s): not restored",
                                 name, self.store.description, e)
                     return False
-                if clock() + pause > deadline:
-                    raise StoreUnreadable(
-                        f"could not read {name} from {self.store.description} for the "
-                        f"restore's wait ({e}); an older checkpoint is not restored instead, "
-                        "which would lose the steps since: every checkpoint is left in place"
-                    ) from e
-                LOG.warning("cannot read checkpoint %s from %s (tried again in %.0f s): %s",
-                            name, self.store.description, pause, e)
-                sleep(pause)
-                pause = min(2 * pause, 15.0)
+                raise
 
-    def _until(self, deadline: float, what: str, fn: Callable[[], list[str]],
-               sleep: Callable[[float], None], clock: Callable[[], float]) -> list[str]:
-        """``fn()``, tried again on :class:`StorageError` until ``deadline``."""
+        return self._until(deadline, f"read {name} from", attempt, sleep, clock)
+
+    def _until(self, deadline: float, what: str, fn: Callable[[], T],
+               sleep: Callable[[float], None], clock: Callable[[], float]) -> T:
+        """``fn()``, tried again on :class:`StorageError` (pauses of 1 s doubling to 15 s)
+        until ``deadline``, then :class:`StoreUnreadable`."""
         pause = 1.0
         while True:
             try:
@@ -266,8 +260,10 @@ class CheckpointManager:
             except StorageError as e:
                 if clock() + pause > deadline:
                     raise StoreUnreadable(
-                        f"could not read the checkpoints of {self.store.description} for the "
-                        f"restore's wait ({what}: {e}); the job does not start without them"
+                        f"could not {what} {self.store.description} for the restore's wait "
+                        f"({e}); the job does not start without them: an older checkpoint is "
+                        "not restored instead, which would lose the steps since, and every "
+                        "checkpoint is left in place"
                     ) from e
                 LOG.warning("cannot %s %s (tried again in %.0f s): %s",
                             what, self.store.description, pause, e)
