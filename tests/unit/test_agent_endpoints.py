@@ -183,13 +183,15 @@ def test_agent_leaves_an_endpoint_whose_host_vanished() -> None:
 
     first, second = arbiter(), arbiter()
     proxy = _BlackHoleProxy(first.start(0))
-    p2 = second.start(0)
+    p2 = free_port()  # the second endpoint comes up once the agent is at the first: on a
+    # loaded machine a slow first registration would otherwise send it to the second at once
     model = AppModel("app-a", time.time(), [Job("j", 1.0, 10_000.0, 2)])
     c = AgentClient(f"127.0.0.1:{proxy.port},127.0.0.1:{p2}", model.id,
                     ModelBidder(model, time.time), backoff=(0.02, 0.3)).start()
     try:
-        assert wait_for(lambda: c.connected.is_set(), timeout=5)
+        assert wait_for(lambda: c.connected.is_set(), timeout=30)
         assert c.address == f"127.0.0.1:{proxy.port}" and c.stats.registrations == 1
+        assert second.start(p2) == p2
         proxy.vanish()
         bound = (keepalive.TIME_MS + keepalive.TIMEOUT_MS) / 1000 + 5
         assert wait_for(lambda: c.address == f"127.0.0.1:{p2}" and c.connected.is_set(),

@@ -12,7 +12,10 @@ import time
 from pathlib import Path
 
 # The "engine": the real parent watch, as main() runs it (here on the main thread).
-CHILD = "import os\nfrom themis.yarn.engine import _watch_parent\n_watch_parent(os.getppid())\n"
+# The parent is read before anything slow (as main() does): an RM killed while the engine
+# still imports must not leave it watching its new parent.
+CHILD = ("import os\nparent = os.getppid()\nfrom themis.yarn.engine import _watch_parent\n"
+         "_watch_parent(parent)\n")
 # The "RM": starts the engine, prints its PID, then lives until killed.
 PARENT = (
     "import subprocess, sys, time\n"

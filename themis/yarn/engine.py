@@ -301,6 +301,9 @@ def _watch_parent(parent: int) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # The RM that started us, read first: read after the gateway registration, an RM killed
+    # in between would leave us watching our new parent (init) for ever.
+    parent = os.getppid()
     logging.basicConfig(
         level=logging.INFO, stream=sys.stdout, format="%(asctime)s %(levelname)s %(message)s"
     )
@@ -352,7 +355,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     log.info(
         "registered with the RM gateway on port %d (callback port %d)", args.port, callback_port
     )
-    watcher = threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True)
+    watcher = threading.Thread(target=_watch_parent, args=(parent,), daemon=True)
     watcher.start()
     try:
         while True:
