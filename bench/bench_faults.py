@@ -21,7 +21,10 @@ app's job stored a step in its newest run:
   NameNode and DataNode hosts (in the host's network namespace) for 40 s;
 * ``datanode-lost``: ``docker kill`` of HDFS's only DataNode for 40 s (longer than a
   lease: saves and restores meet HDFS away), then started again;
-* ``namenode-restart``: ``docker restart`` of the NameNode host.
+* ``namenode-restart``: ``docker restart`` of the NameNode host;
+* ``nm-disk-full``: the job's NodeManager host's local directories (a tmpfs of 1 GiB on
+  every NodeManager host of this cluster) filled with one file until the RM marks the
+  node UNHEALTHY and for at least 40 s, then the file deleted.
 
 Definitions of the checks: tests/integration/fault_trials.py. ``--rounds`` rounds of fresh
 apps on one cluster. Progress (one JSON line per trial) goes to stderr; one JSON object to
@@ -45,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.integration.fault_trials import (
     KINDS,
+    NM_LOCAL_MB,
     NM_OVERRIDES,
     OVERRIDES,
     PARTITION_S,
@@ -86,7 +90,7 @@ def main() -> None:
                  for r in range(args.rounds)]
     with tempfile.TemporaryDirectory(prefix="faults-") as tmp, \
             running_minicluster("faults", conf_overrides=OVERRIDES,
-                                nm_conf_overrides=NM_OVERRIDES,
+                                nm_conf_overrides=NM_OVERRIDES, nm_local_mb=NM_LOCAL_MB,
                                 mounts=am_jar_and_mounts()) as cluster:
         for r, n in enumerate(per_round):
             if n == 0:

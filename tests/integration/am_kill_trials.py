@@ -5,7 +5,8 @@ checkpoints, 0 double grants over >= 20 kill/restart trials" on the multi-host c
 Apps: single jobs (``themis submit``, ``am.max_attempts`` > 1) whose command counts steps
 (0.5 s each) from the one stored in ``{checkpoint_dir}`` and stores every fifth step there
 (the runner keeps that directory in HDFS across containers, docs/jobs.md), logging
-``amkill-job <job> starts at step S`` and ``... stored step N`` on stderr.
+``amkill-job <job> starts at step S`` and ``... stored step N`` on stderr. A store that
+fails (a full disk) ends it with exit status 1, as a training job's failed save does.
 
 One trial: wait until the app's job runs and has stored a step in that run, then
 
@@ -63,8 +64,10 @@ JOB = ('d={checkpoint_dir}; mkdir -p "$d"; s=$(cat "$d/step" 2>/dev/null || echo
        'echo "amkill-job {job_id} starts at step $s" >&2; '
        'while [ "$s" -lt {max_steps} ]; do sleep 0.5; s=$((s + 1)); '
        'echo "amkill-job {job_id} at step $s" >&2; '
-       'if [ $((s % 5)) -eq 0 ]; then echo "$s" > "$d/step.new"; mv "$d/step.new" "$d/step"; '
-       'echo "amkill-job {job_id} stored step $s" >&2; fi; done')
+       'if [ $((s % 5)) -eq 0 ]; then '
+       'if echo "$s" > "$d/step.new" && mv "$d/step.new" "$d/step"; then '
+       'echo "amkill-job {job_id} stored step $s" >&2; '
+       'else echo "amkill-job {job_id} cannot store step $s" >&2; exit 1; fi; fi; done')
 SPEC = """\
 name: {name}
 kind: single-job

@@ -32,14 +32,22 @@ Fault kinds, each injected with the real tool on the host that runs the job (or 
 * ``namenode-restart``: ``docker restart`` of the NameNode host (its daemon stopped, then
   started on its stored namespace; safe mode until the DataNode reported its blocks); the
   fault ends when HDFS takes a write.
+* ``nm-disk-full``: the local directories of the NodeManager host running the app's job (a
+  tmpfs of :data:`NM_LOCAL_MB` MiB: the containers' working directories, the job's local
+  checkpoint directory among them) filled with one file, kept full until the RM marks the
+  node UNHEALTHY (its disk checker every :data:`DISK_CHECK_MS`) and for at least
+  :data:`DISK_FULL_S` seconds, then the file deleted (the fault's end). The job's next store
+  fails and it exits with status 1, as a training job's failed save does; YARN removes the
+  UNHEALTHY node and its containers, as a lost one's.
 
 Checks (per trial, and over the cluster at the end):
 
 * **lost checkpoint**: the job's next run started below the last checkpoint it could
   resume from: for :data:`FROM_HDFS` kinds the step in HDFS when the fault began (the
   checkpoint of a run on the lost host is in its local directory until the run ends, and
-  the host's disk is gone with it; with HDFS away no save can store a newer one:
-  docs/am.md "Faults"), else the last step the interrupted run stored;
+  the host's disk is gone with it; with HDFS away no save can store a newer one; a job
+  that failed on a full disk is not saved: docs/am.md "Faults"), else the last step the
+  interrupted run stored;
 * **double run** (any two containers of an app's job running at once) and **GPU use outside
   leases / over a node's GPUs** (:func:`stockapps.gpu_use_violations`), from the
   NodeManagers' logs and the RM's lease log, with the hosts' down times taken into account:
@@ -89,14 +97,14 @@ from tests.integration.stockapps import (
 )
 
 KINDS = ("nm-lost", "nm-paused", "am-partition", "am-latency", "datanode-lost",
-         "namenode-restart", "job-hdfs-partition")
+         "namenode-restart", "job-hdfs-partition", "nm-disk-full")
 #: kinds whose hit run may go on through the fault (its progress then counts as recovery)
 RUN_MAY_GO_ON = ("am-partition", "am-latency", "datanode-lost", "namenode-restart",
                  "job-hdfs-partition")
 #: kinds after which a job resumes from what HDFS held when the fault began: the hit run's
 #: host is gone, or HDFS could not take its saves
 FROM_HDFS = ("nm-lost", "nm-paused", "datanode-lost", "namenode-restart",
-             "job-hdfs-partition")
+             "job-hdfs-partition", "nm-disk-full")
 NM_EXPIRY_MS = 15000
 PARTITION_S = 40.0  # > LEASE_MS: a lease of the partitioned AM ends while it is cut off
 LATENCY_MS = 2000  # added to what the AM's host sends the RM host (slowlink.DelayRelay)
@@ -104,6 +112,11 @@ LATENCY_S = 60.0  # > two leases
 GATEWAY = f"{SUBNET}.1"  # this machine on the mini-cluster network
 DATANODE_DOWN_S = 40.0  # > LEASE_MS: a lease ends (a save, a restore) while it is down
 HDFS_PARTITION_S = 40.0  # > LEASE_MS: the job's save at its lease end meets HDFS cut off
+NM_LOCAL_MB = 1024  # the NodeManagers' local directories: a tmpfs of this size (the disk
+# checker of docker/conf/yarn-site.xml wants 512 MiB free: ...min-free-space-per-disk-mb)
+DISK_FULL_S = 40.0  # > LEASE_MS: the app's lease on the full host ends while it is full
+DISK_CHECK_MS = 5000  # yarn.nodemanager.disk-health-checker.interval-ms (default 2 min)
+FILL = "/data/nm-local/themis-fault-fill"
 #: the RM's ports the AM uses: AMRM scheduler (yarn.resourcemanager.scheduler.address) and
 #: the agents' endpoint (yarn.resourcemanager.themis.agent-port)
 AM_PORTS = (8030, 8642)
@@ -116,7 +129,8 @@ OVERRIDES = {
 }
 #: the NodeManagers' hosts read the expiry too, as on a cluster with one yarn-site.xml:
 #: the AMs there give their runners the thaw fence from it (thaw.py)
-NM_OVERRIDES = {"yarn.nm.liveness-monitor.expiry-interval-ms": str(NM_EXPIRY_MS)}
+NM_OVERRIDES = {"yarn.nm.liveness-monitor.expiry-interval-ms": str(NM_EXPIRY_MS),
+                "yarn.nodemanager.disk-health-checker.interval-ms": str(DISK_CHECK_MS)}
 
 
 @dataclass
@@ -382,6 +396,17 @@ def one_trial(cluster: Mapping[str, Any], app: str, kind: str, rng: random.Rando
     elif kind == "namenode-restart":
         hosts(cluster)["nn"].restart(timeout=30)  # SIGTERM, then SIGKILL after 30 s; start
         wait_for("HDFS writable again", 300, hdfs_writable, 2.0)
+        t_end = time.time()
+    elif kind == "nm-disk-full":
+        r = w.exec_run(["sh", "-c", f"dd if=/dev/zero of={FILL} bs=1M 2>/dev/null; "
+                                    "df -m /data/nm-local | tail -n 1"])
+        assert r.output.split()[-2:-1] == [b"100%"], f"{host}: not full: {r.output!r}"
+        try:
+            wait_for(f"{host} UNHEALTHY", DISK_CHECK_MS / 1000 + 60,
+                     lambda: node_state(host) == "UNHEALTHY", 0.5)
+            time.sleep(max(0.0, t0 + DISK_FULL_S - time.time()))
+        finally:
+            w.exec_run(["rm", "-f", FILL])
         t_end = time.time()
     else:
         raise ValueError(f"unknown fault kind {kind!r}")

@@ -309,6 +309,7 @@ def running_minicluster(
     cs_overrides: Mapping[str, str] | None = None,
     nm_gpus: Mapping[str, int] | None = None,
     nm_conf_overrides: Mapping[str, str] | None = None,
+    nm_local_mb: int | None = None,
 ) -> Iterator[dict[str, Any]]:
     """Start the mini-cluster (Docker set up and images built when needed), wait until every
     NodeManager runs and HDFS has left safe mode, yield ``{"containers", "image",
@@ -326,7 +327,10 @@ def running_minicluster(
     ``cs_overrides``: capacity-scheduler.xml settings for the RM (queues, node labels);
     ``nm_gpus``: GPUs of some NodeManagers instead of ``NMS``' (0: a CPU-only node);
     ``nm_conf_overrides``: yarn-site.xml settings for the NodeManagers' hosts (what the
-    AMs and job containers there read)."""
+    AMs and job containers there read); ``nm_local_mb``: the NodeManagers' local directories
+    (``/data/nm-local``: containers' working directories, localized files) on a tmpfs of that
+    many MiB instead of the image's file system, so that a test can fill them without filling
+    this machine's disk (fault_trials.py, ``nm-disk-full``)."""
     if secure and ha:
         raise ValueError("running_minicluster: secure=True with ha=True is not supported")
     ok, why = _docker_available()  # runs scripts/docker-setup.sh when no daemon answers
@@ -362,7 +366,7 @@ def running_minicluster(
 
     def daemon(role: str, image_: str, name: str, volumes: Mapping[str, str] | None = None,
                extra_mounts: Mapping[str, str] | None = None, skip: Sequence[str] = (),
-               **env: str) -> DockerContainer:
+               tmpfs: Mapping[str, str] | None = None, **env: str) -> DockerContainer:
         c = (
             DockerContainer(image_)
             .with_command(role)
@@ -373,6 +377,8 @@ def running_minicluster(
                     ipv4_address=addr[name])},
                 extra_hosts=dict(addr))
         )
+        for inside, options in (tmpfs or {}).items():  # Docker's tmpfs mount options
+            c = c.with_tmpfs_mount(inside, options)
         for host, inside in {**all_mounts, **krb_ro, **(extra_mounts or {})}.items():
             if inside in skip or any(inside.startswith(v.rstrip("/") + "/")
                                      for v in (volumes or {}).values()):
@@ -411,6 +417,7 @@ def running_minicluster(
         gpus = (nm_gpus or {}).get(name, gpus)
         containers.append(
             daemon("nodemanager", nm_image, name, THEMIS_NM_NAME=name,
+                   tmpfs={"/data/nm-local": f"size={nm_local_mb}m"} if nm_local_mb else None,
                    THEMIS_NM_INDEX=str(i), THEMIS_NM_GPUS=str(gpus), **nm_env)
         )
     started: list[DockerContainer] = []

@@ -3,8 +3,10 @@
 NodeManager host killed (``nm-lost``) and one frozen past its liveness expiry
 (``nm-paused``) under a running job, the AM's host cut off from the RM host for longer
 than a lease (``am-partition``) and slowed by 2 s per round trip to it (``am-latency``),
-HDFS's DataNode killed for longer than a lease (``datanode-lost``) and its NameNode
-restarted (``namenode-restart``). Checks: the job resumed from its last durable checkpoint
+HDFS's DataNode killed for longer than a lease (``datanode-lost``), its NameNode
+restarted (``namenode-restart``), the job's host cut off from HDFS
+(``job-hdfs-partition``) and its NodeManager's local directories filled
+(``nm-disk-full``). Checks: the job resumed from its last durable checkpoint
 after each fault, no job ran in two containers at once, no GPU was used outside a lease or
 twice, and every app SUCCEEDED with its job at its last step (docs/am.md, docs/yarn.md
 "Faults"). ``bench/bench_faults.py`` runs many trials.
@@ -20,7 +22,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.fault_trials import KINDS, NM_OVERRIDES, OVERRIDES, run_trials
+from tests.integration.fault_trials import (
+    KINDS,
+    NM_LOCAL_MB,
+    NM_OVERRIDES,
+    OVERRIDES,
+    run_trials,
+)
 from tests.integration.minicluster import am_jar_and_mounts, running_minicluster, skip_or_fail
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.timeout(1800)]
@@ -32,10 +40,10 @@ def test_jobs_survive_a_lost_node_a_frozen_node_and_a_partitioned_am(tmp_path: P
             skip_or_fail(f"{tool} not found on this machine (the am-partition and "
                          "am-latency faults)")
     with running_minicluster("faults", conf_overrides=OVERRIDES,
-                             nm_conf_overrides=NM_OVERRIDES,
+                             nm_conf_overrides=NM_OVERRIDES, nm_local_mb=NM_LOCAL_MB,
                              mounts=am_jar_and_mounts()) as cluster:
         result = run_trials(cluster, tmp_path, kinds=KINDS, trials=1, apps=1, competitors=3,
-                            steps=300, seed=1)
+                            steps=400, seed=1)
     s = result.summary()
     print("fault trials:", json.dumps(s))
     details = [t.__dict__ for t in result.trials]

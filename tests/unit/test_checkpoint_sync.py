@@ -340,6 +340,20 @@ def test_a_job_killed_while_it_writes_leaves_the_stored_checkpoint_whole(
         assert "checkpoint-save-skipped" in kinds and "checkpoint-saved" not in kinds
 
 
+def _step_runner(am_url: str, fake: FakeWebHdfs, then: str, monkeypatch: pytest.MonkeyPatch
+                 ) -> tuple[Runner, list[dict[str, Any]]]:
+    """A runner of a job that stores step 35 in ./checkpoints, then runs ``then``."""
+    job = ("import pathlib, sys, time; d = pathlib.Path('checkpoints'); "
+           f"d.mkdir(exist_ok=True); (d / 'step').write_text('35'); {then}")
+    ckpt = Path("checkpoints")
+    runner = Runner(am_url, "j0", 1, Path("tflogs"), [sys.executable, "-c", job],
+                    report_every=0.05, checkpoint_dir=ckpt,
+                    store=CheckpointMirror(WebHdfs(fake.url), ckpt, REMOTE))
+    events: list[dict[str, Any]] = []
+    monkeypatch.setattr(runner, "_add_event", events.append)
+    return runner, events
+
+
 def test_a_job_killed_by_someone_else_right_after_a_write_is_saved(
         fake: FakeWebHdfs, am_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         ) -> None:
@@ -351,14 +365,8 @@ def test_a_job_killed_by_someone_else_right_after_a_write_is_saved(
     import threading
 
     monkeypatch.chdir(tmp_path)
-    job = ("import pathlib, time; d = pathlib.Path('checkpoints'); d.mkdir(exist_ok=True); "
-           "(d / 'step').write_text('35'); pathlib.Path('written').touch(); time.sleep(30)")
-    ckpt = Path("checkpoints")
-    runner = Runner(am_url, "j0", 1, Path("tflogs"), [sys.executable, "-c", job],
-                    report_every=0.05, checkpoint_dir=ckpt,
-                    store=CheckpointMirror(WebHdfs(fake.url), ckpt, REMOTE))
-    events: list[dict[str, Any]] = []
-    monkeypatch.setattr(runner, "_add_event", events.append)
+    runner, events = _step_runner(
+        am_url, fake, "pathlib.Path('written').touch(); time.sleep(30)", monkeypatch)
 
     def kill_after_the_write() -> None:
         while not Path("written").exists() or runner._child is None:
@@ -492,3 +500,40 @@ def test_a_claim_whose_write_was_cut_blocks_no_later_claim(
     assert bytes(fake.files[f"{REMOTE}.owner"]) == b"container_1"  # whole
     CheckpointMirror(fs, tmp_path / "b", REMOTE, owner="container_2").restore()
     assert bytes(fake.files[f"{REMOTE}.owner"]) == b"container_2"
+
+
+@pytest.mark.parametrize(("free", "saved"), [(0, False), (64 << 20, True)])
+def test_a_job_that_fails_on_a_full_disk_is_not_saved(
+        fake: FakeWebHdfs, am_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        free: int, saved: bool) -> None:
+    # a job that failed (exit 1) while its checkpoint directory's disk was full may have died
+    # of a write cut short there: HDFS keeps its last copy (here: none). With room left, a
+    # failed job is saved as it left it
+    import themis.am.launchers.yarn.runner as runner_mod
+
+    monkeypatch.chdir(tmp_path)
+    seen: list[Path] = []
+
+    def fake_free(path: Path) -> int:
+        seen.append(path)
+        return free
+
+    monkeypatch.setattr(runner_mod, "free_bytes", fake_free)
+    runner, events = _step_runner(am_url, fake, "sys.exit(1)", monkeypatch)
+    assert runner.run() == 1
+    assert seen == [Path("checkpoints")]
+    kinds = [e["event"] for e in events]
+    if saved:
+        assert bytes(fake.files[f"{REMOTE}/step"]) == b"35"
+        assert "checkpoint-saved" in kinds
+    else:
+        assert f"{REMOTE}/step" not in fake.files
+        assert "checkpoint-save-skipped" in kinds and "checkpoint-saved" not in kinds
+
+
+def test_free_bytes_reads_the_nearest_existing_directory(tmp_path: Path) -> None:
+    from themis.am.launchers.yarn.runner import free_bytes
+
+    st = os.statvfs(tmp_path)
+    here = free_bytes(tmp_path / "not" / "yet")  # a checkpoint directory not made yet
+    assert here is not None and 0 < here <= st.f_blocks * st.f_frsize

@@ -34,7 +34,8 @@ resumes on any node. While the job runs, the directory is also copied every
 ``--checkpoint-every`` seconds, once nothing in it changed for ``CHECKPOINT_SETTLE_S``: a
 run whose host dies (no exit, no save) resumes from the last copy (docs/am.md, "Faults").
 A stop's SIGTERM waits until the directory was quiet for ``WRITE_QUIET_S``, and a job that
-died of it right after a write is not saved (HDFS keeps the last copy whole).
+died of it right after a write is not saved (HDFS keeps the last copy whole); nor is a job
+that failed with its directory's disk full (``DISK_FULL_BYTES``).
 A restore that cannot reach HDFS is retried for ``--restore-wait`` seconds; the job never
 starts from scratch instead (its save would put that over the stored state). Each run
 claims the job's HDFS directory (a file beside
@@ -115,6 +116,24 @@ STOP_HOLD_S = 5.0
 #: a copy that failed (HDFS away) is tried again after this many seconds, doubling up to
 #: ``--checkpoint-every``: the copy catches up within seconds of HDFS's return
 SYNC_RETRY_S = 1.0
+#: a job that failed (not stopped) while the file system of its checkpoint directory had
+#: less than this free (bytes) may have died of a write cut short by the full disk (a
+#: program rewriting its backup in place leaves a truncated file): it is not saved, and
+#: HDFS keeps the last copy whole (docs/am.md, "Faults")
+DISK_FULL_BYTES = 1 << 20
+
+
+def free_bytes(path: Path) -> int | None:
+    """What this process could still write on the file system of ``path`` (or of its
+    nearest existing parent): the blocks free to every user, or all free blocks for root,
+    which may use the ones reserved for it. None when it cannot be read."""
+    for p in (path, *path.parents):
+        try:
+            st = os.statvfs(p)
+        except OSError:
+            continue
+        return (st.f_bfree if os.geteuid() == 0 else st.f_bavail) * st.f_frsize
+    return None
 
 
 def parse_event(line: str) -> dict[str, Any] | None:
@@ -525,7 +544,7 @@ class Runner:
         return True
 
     def _save_checkpoints(self, killed_at: float | None = None, attempts: int = 3,
-                          pause: float = 1.0) -> None:
+                          pause: float = 1.0, failed: bool = False) -> None:
         """The job's checkpoint directory to HDFS after its exit, up to ``attempts`` times
         (HDFS may be briefly unwritable: a DataNode gone, the NameNode restarting). A save
         that fails leaves the previous checkpoint in HDFS usable (the index is written
@@ -533,10 +552,20 @@ class Runner:
         SIGTERM sent then (seconds since the epoch); if it changed its directory less than
         WRITE_QUIET_S before, its files may be cut short and nothing is saved: the next
         run resumes from the last copy in HDFS. A job that died otherwise (a crash, the
-        OOM killer, the SIGKILL after ``stop_grace``) is saved as it left it."""
+        OOM killer, the SIGKILL after ``stop_grace``) is saved as it left it, unless it
+        ``failed`` with its directory's file system full (DISK_FULL_BYTES): its last write
+        may have been cut short there too."""
         from themis.hadoop.checkpoint_mirror import CheckpointFenced
 
         assert self.store is not None
+        if failed and self.checkpoint_dir is not None and (
+                free := free_bytes(self.checkpoint_dir)) is not None \
+                and free < DISK_FULL_BYTES:
+            why = (f"the job failed with {free} bytes free on the disk of its checkpoint "
+                   "directory (a write may have been cut short): HDFS keeps the last copy")
+            log.warning("checkpoint not saved: %s", why)
+            self._add_event({"event": "checkpoint-save-skipped", "reason": why})
+            return
         if killed_at is not None and (
                 before := killed_at - self.store.last_change()) < WRITE_QUIET_S:
             why = (f"the job died of its SIGTERM {before:.2f} s after it last changed its "
@@ -663,7 +692,8 @@ class Runner:
         self._check_started()
         self._release_slot()
         if self.store is not None and self.chief:
-            self._save_checkpoints(killed_at)  # before the AM hears of the exit
+            # before the AM hears of the exit
+            self._save_checkpoints(killed_at, failed=rc not in STOPPED_STATUSES)
         if self.upload is not None:
             self.upload.close()  # the last events, before the AM hears of the exit
             self._add_event({"event": "tensorboard-copied", "bytes": self.upload.uploaded})
