@@ -43,7 +43,7 @@ def test_jobs_survive_a_lost_node_a_frozen_node_and_a_partitioned_am(tmp_path: P
                              nm_conf_overrides=NM_OVERRIDES, nm_local_mb=NM_LOCAL_MB,
                              mounts=am_jar_and_mounts()) as cluster:
         result = run_trials(cluster, tmp_path, kinds=KINDS, trials=1, apps=1, competitors=3,
-                            steps=400, seed=1)
+                            steps=500, seed=1)
     s = result.summary()
     print("fault trials:", json.dumps(s))
     details = [t.__dict__ for t in result.trials]
