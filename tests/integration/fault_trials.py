@@ -560,8 +560,11 @@ def run_trials(cluster: Mapping[str, Any], tmp: Path, *, kinds: Sequence[str], t
         emit(json.dumps({"trial": len(result.trials), **t.__dict__,
                          "lost_checkpoint": t.lost_checkpoint, "lost_steps": t.lost_steps,
                          "copy_lag": t.copy_lag}))
+    # a job's steps are 0.5 s, but its moves at lease ends and their restarts slow it: the
+    # 2,000-step apps of eight 3-minute partitions had not ended 900 s after the last trial
+    end_wait = max(900.0, 1.5 * steps)
     for app in names + others:
-        rep = wait_for(f"{app} to end", 900, lambda a=app: (
+        rep = wait_for(f"{app} to end", end_wait, lambda a=app: (
             r if (r := app_report(a))["state"] in ("FINISHED", "FAILED", "KILLED") else None),
             2.0)
         result.apps[app] = f"{rep['state']}/{rep.get('finalStatus')}"
