@@ -558,19 +558,8 @@ class Runner:
         from themis.hadoop.checkpoint_mirror import CheckpointFenced
 
         assert self.store is not None
-        if failed and self.checkpoint_dir is not None and (
-                free := free_bytes(self.checkpoint_dir)) is not None \
-                and free < DISK_FULL_BYTES:
-            why = (f"the job failed with {free} bytes free on the disk of its checkpoint "
-                   "directory (a write may have been cut short): HDFS keeps the last copy")
-            log.warning("checkpoint not saved: %s", why)
-            self._add_event({"event": "checkpoint-save-skipped", "reason": why})
-            return
-        if killed_at is not None and (
-                before := killed_at - self.store.last_change()) < WRITE_QUIET_S:
-            why = (f"the job died of its SIGTERM {before:.2f} s after it last changed its "
-                   "checkpoint directory (a write may have been cut short): HDFS keeps "
-                   "the last copy")
+        if (why := self._write_maybe_cut(killed_at, failed)) is not None:
+            why += " (a write may have been cut short): HDFS keeps the last copy"
             log.warning("checkpoint not saved: %s", why)
             self._add_event({"event": "checkpoint-save-skipped", "reason": why})
             return
@@ -598,6 +587,21 @@ class Runner:
         log.error("checkpoint dir %s kept changing: not saved", self.checkpoint_dir)
         self._add_event({"event": "checkpoint-save-failed",
                          "error": "the directory kept changing while it was read"})
+
+    def _write_maybe_cut(self, killed_at: float | None, failed: bool) -> str | None:
+        """Why the job's last write may have been cut short (see :meth:`_save_checkpoints`),
+        or None."""
+        assert self.store is not None
+        if failed and self.checkpoint_dir is not None and (
+                free := free_bytes(self.checkpoint_dir)) is not None \
+                and free < DISK_FULL_BYTES:
+            return (f"the job failed with {free} bytes free on the disk of its checkpoint "
+                    "directory")
+        if killed_at is not None and (
+                before := killed_at - self.store.last_change()) < WRITE_QUIET_S:
+            return (f"the job died of its SIGTERM {before:.2f} s after it last changed its "
+                    "checkpoint directory")
+        return None
 
     def _syncing(self) -> bool:
         return (self.store is not None and self.chief and self.checkpoint_every > 0
