@@ -74,14 +74,20 @@ def test_model_fit_trials_are_ranked_by_their_validation_epoch_loss(tmp_path: Pa
     assert first and (first[1], first[2]) == ("3", "6"), out.read_text()[-2000:]
     assert app["best"]["job"] == promoted[0]
     # rung 0 promoted the best: the promoted trial's value after its first 58 steps (epoch
-    # index 1, validation run) is below the final values of the trials it stopped
+    # index 1, validation run) is below the final values of the trials it stopped. All read
+    # exactly from the trials' own event files: the report rounds to 4 decimals, and two
+    # trials can tie there.
     from themis.profiler import Profiler
 
     prof = Profiler(metric="epoch_loss")
-    prof.add_job("p", tmp_path / "out" / "apps" / "keras-fit" / "jobs" / promoted[0] / "logs")
+    for k in jobs:
+        prof.add_job(k, tmp_path / "out" / "apps" / "keras-fit" / "jobs" / k / "logs")
     prof.poll()
-    at_rung0 = dict(prof.job("p").metric_series["validation/epoch_loss"])[1]
-    assert at_rung0 <= min(j["loss"] for k, j in jobs.items() if k != promoted[0]), jobs
+    at_rung0 = dict(prof.job(promoted[0]).metric_series["validation/epoch_loss"])[1]
+    stopped = {k: prof.job(k).objective_value() for k in jobs if k != promoted[0]}
+    for k, v in stopped.items():
+        assert v is not None and abs(v - jobs[k]["loss"]) <= 5e-5, (k, v, jobs[k])
+    assert all(at_rung0 <= v for v in stopped.values() if v is not None), (at_rung0, stopped)
 
 
 def test_a_search_whose_objective_no_trial_writes_fails_and_says_which_tags_exist(
