@@ -147,8 +147,13 @@ class RmEngineKillIT {
       bRunning.addAll(launch(b, 2));
       assertEquals(n1, bRunning.get(1).getNodeId());
 
-      // A finishes: B gets its third GPU on n0
+      // A finishes: B gets its third GPU on n0. Woken here once A's GPUs are back, as above:
+      // the round woken by A's container ends can still see them in use (on a loaded machine
+      // it did, and the next round came 60 s later)
       a.finish();
+      ThemisMiniCluster.waitFor("A's GPUs on n0 free", 30_000,
+          () -> s2.runtime().cluster().grantableGpus().getOrDefault(n0, 0L) >= 1L);
+      s2.runtime().driver().signal();
       bRunning.addAll(launch(b, 3));
       assertEquals(n0, bRunning.get(2).getNodeId());
       assertTrue(b.pollFor(1000).isEmpty(), "B got more than it asked for");
