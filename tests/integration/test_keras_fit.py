@@ -86,7 +86,7 @@ def test_model_fit_trials_are_ranked_by_their_validation_epoch_loss(tmp_path: Pa
     at_rung0 = dict(prof.job(promoted[0]).metric_series["validation/epoch_loss"])[1]
     stopped = {k: prof.job(k).objective_value() for k in jobs if k != promoted[0]}
     for k, v in stopped.items():
-        assert v is not None and abs(v - jobs[k]["loss"]) <= 5e-5, (k, v, jobs[k])
+        assert v is not None and abs(v - jobs[k]["loss"]) <= 5e-5 + 1e-9, (k, v, jobs[k])
     assert all(at_rung0 <= v for v in stopped.values() if v is not None), (at_rung0, stopped)
 
 
