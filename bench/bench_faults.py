@@ -108,8 +108,10 @@ def main() -> None:
             total.thaw_kills += res.thaw_kills
             total.job_containers += res.job_containers
             total.gpu_violations = res.gpu_violations  # every container in the logs so far
+            total.cut_off_grants += res.cut_off_grants
     out = {**total.summary(), "double_run_details": total.double_runs[:10],
            "gpu_use_violation_details": total.gpu_violations[:10],
+           "cut_off_grant_details": total.cut_off_grants[:10],
            "trial_details": [{**t.__dict__, "lost_checkpoint": t.lost_checkpoint}
                              for t in total.trials],
            "wall_s": round(time.monotonic() - t0, 1)}

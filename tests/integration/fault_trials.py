@@ -107,6 +107,10 @@ FROM_HDFS = ("nm-lost", "nm-paused", "datanode-lost", "namenode-restart",
              "job-hdfs-partition", "nm-disk-full")
 NM_EXPIRY_MS = 15000
 PARTITION_S = 40.0  # > LEASE_MS: a lease of the partitioned AM ends while it is cut off
+#: how long after an AM is cut off the RM's rounds may still grant to its app: the agents'
+#: endpoint's keepalive (ping every 5 s, 5 s to answer) closes the agent's stream, then a
+#: round (themis.rpc.keepalive; docs/yarn.md, "Faults"), with room for a loaded machine
+PARTITION_NOTICE_S = 20.0
 LATENCY_MS = 2000  # added to what the AM's host sends the RM host (slowlink.DelayRelay)
 LATENCY_S = 60.0  # > two leases
 GATEWAY = f"{SUBNET}.1"  # this machine on the mini-cluster network
@@ -181,6 +185,10 @@ class FaultResult:
     thaw_runs: list[float] = field(default_factory=list)
     thaw_kills: int = 0  # job containers whose runner killed the job at a thaw
     gpu_violations: list[str] = field(default_factory=list)
+    #: (app, cut, healed): an app's AM cut off from the RM host (am-partition)
+    partitions: list[tuple[str, float, float]] = field(default_factory=list)
+    #: leases the RM granted to an app while its AM was cut off, after PARTITION_NOTICE_S
+    cut_off_grants: list[str] = field(default_factory=list)
     job_containers: int = 0
     down: dict[str, list[tuple[float, float, str]]] = field(default_factory=dict)
 
@@ -209,6 +217,7 @@ class FaultResult:
             "thaw_runs": {"count": len(self.thaw_runs),
                           "max_s": round(max(self.thaw_runs), 2) if self.thaw_runs else None},
             "gpu_use_violations": len(self.gpu_violations),
+            "grants_to_cut_off_apps": len(self.cut_off_grants),
             "apps_failed": len(failed),
             "job_containers": self.job_containers,
             "apps": self.apps,
@@ -360,6 +369,7 @@ def one_trial(cluster: Mapping[str, Any], app: str, kind: str, rng: random.Rando
             for r in partition_rules("D", ADDR["rm"]):
                 _netns(w, *r)
         t_end = time.time()
+        result.partitions.append((app, t0, t_end))
     elif kind == "am-latency":
         relay = DelayRelay(GATEWAY, ADDR["rm"], AM_PORTS, LATENCY_MS / 1000)
         ports = relay.start()
@@ -527,9 +537,26 @@ def check_cluster(cluster: Mapping[str, Any], result: FaultResult, apps: Sequenc
                     f"{app}: {b['container']} on {b['host']} ran {both:.1f} s while "
                     f"{a['container']} on {a['host']} ran")
     rm = hosts(cluster)["rm"]
+    rm_text = rm.logs().decode(errors="replace")
     result.gpu_violations = gpu_use_violations(
-        logs, {n: g for n, (g, _r) in NMS.items()}, rm.logs().decode(errors="replace"),
+        logs, {n: g for n, (g, _r) in NMS.items()}, rm_text,
         lease_s=LEASE_MS / 1000, grace_s=GRACE_MS / 1000, containers=fixed)
+    result.cut_off_grants = cut_off_grants(rm_text, result.partitions)
+
+
+def cut_off_grants(rm_text: str, partitions: Sequence[tuple[str, float, float]]) -> list[str]:
+    """The RM's lease grants (its log's "Themis lease N: k GPU(s) on host to app until")
+    to an app while its AM was cut off from the RM host, from PARTITION_NOTICE_S after the
+    cut until it healed: GPUs its AM could not hear of (docs/yarn.md, "Faults")."""
+    out = []
+    for m in re.finditer(_TS + r".*Themis lease \d+: (\d+) GPU\(s\) on (\S+?):\d+ to (\S+) "
+                         r"until", rm_text, re.M):
+        t = _ts(m[1])
+        for app, cut, healed in partitions:
+            if m[4] == app and cut + PARTITION_NOTICE_S <= t <= healed:
+                out.append(f"{app}: {m[2]} GPU(s) on {m[3]} granted {t - cut:.1f} s into "
+                           "the cut")
+    return out
 
 
 def run_trials(cluster: Mapping[str, Any], tmp: Path, *, kinds: Sequence[str], trials: int,

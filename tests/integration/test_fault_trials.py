@@ -54,4 +54,6 @@ def test_jobs_survive_a_lost_node_a_frozen_node_and_a_partitioned_am(tmp_path: P
     # NodeManager's resync a second or more later
     assert s["thaw_kills"] >= 1, s
     assert not result.gpu_violations, result.gpu_violations
+    # the AM cut off from the RM host: no lease for its app once its stream is known down
+    assert not result.cut_off_grants, result.cut_off_grants
     assert all(v == "FINISHED/SUCCEEDED" for v in result.apps.values()), result.apps

@@ -295,6 +295,14 @@ class RoundLoop(BidIntake):
         with self._cond:
             return {a: self._apps[a].rho if a in self._apps else default for a in app_ids}
 
+    def unreachable(self, app_ids: Sequence[str]) -> frozenset[str]:
+        """The apps of ``app_ids`` that registered and whose event stream is down now (an
+        AM cut off from this host, or between two streams): they would hear of no grant
+        until their stream is back, so the owner's round leaves them out. Apps that never
+        registered (no agent) are not among them."""
+        with self._cond:
+            return frozenset(a for a in app_ids if a in self._apps and not self._live(a))
+
     def merged_keys(self, app_ids: Sequence[str]) -> frozenset[str]:
         """The apps of ``app_ids`` whose starving key the filter ranks among the others'
         rho (``run_round``'s ``merge``): under starvation = ranked, the registered apps

@@ -214,6 +214,9 @@ class AgentEndpoint:
     def merged_keys(self, app_ids: Sequence[str]) -> Collection[str]:
         return self.server.core.merged_keys(app_ids)
 
+    def unreachable(self, app_ids: Sequence[str]) -> Collection[str]:
+        return self.server.core.unreachable(app_ids)
+
     def collect(self, bidders: Sequence[str], offer: Sequence[Gpu],
                 held: Mapping[str, Sequence[Gpu]] | None = None) -> Mapping[str, BidTable]:
         self.view.set_offer(offer)

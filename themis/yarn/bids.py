@@ -39,6 +39,13 @@ class BidSource(Protocol):
         apps granted GPUs before; none otherwise."""
         ...
 
+    def unreachable(self, app_ids: Sequence[str]) -> Collection[str]:
+        """The apps of ``app_ids`` whose agent registered but cannot hear this round's
+        grants now (its stream is down): the round leaves them out, as GPUs granted to
+        them would sit leased and idle until the lease ends. Apps without an agent are
+        never among them."""
+        ...
+
     def collect(self, bidders: Sequence[str], offer: Sequence[Gpu],
                 held: Mapping[str, Sequence[Gpu]]) -> Mapping[str, BidTable]:
         """Bid tables of the bidders for this offer; missing apps count as non-bidders.
@@ -90,6 +97,9 @@ class ReportedBids:
 
     def merged_keys(self, app_ids: Sequence[str]) -> Collection[str]:
         return ()
+
+    def unreachable(self, app_ids: Sequence[str]) -> Collection[str]:
+        return ()  # reported out of band: no stream that could be down
 
     def rho(self, app_ids: Sequence[str]) -> Mapping[str, float]:
         with self._lock:

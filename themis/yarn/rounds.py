@@ -51,9 +51,14 @@ class RoundEngine:
             view = parse_view(request_json)
             # what each app asks, as container shapes (k GPUs on one node per container)
             shape = {a.app_id: a.shape() for a in view.apps if a.wanted() > 0}
+            source = self.source
+            # an app whose agent cannot hear grants now (its stream is down: an AM cut off
+            # from the RM host) sits this round out, rather than hold leased, idle GPUs
+            unreachable = sorted(source.unreachable(sorted(shape)))
+            for a in unreachable:
+                del shape[a]
             wanting = {a: sum(k * n for k, n in s.items()) for a, s in shape.items()}
             offer = offer_of(view)
-            source = self.source
             # starvation = served-now or ranked: the starving apps' filter keys (else
             # None); the source also learns the whole cluster, announced to agents
             priority = source.priority(sorted(wanting), cluster_of(view))
@@ -110,6 +115,7 @@ class RoundEngine:
                 "bidders": bidders,
                 "nonbidders": [a for a in nonbidders if a not in bidders],
                 "unallocated": len(offer) - granted,
+                "unreachable": unreachable,
                 "elapsed_ms": round((time.perf_counter() - started) * 1000.0, 3),
                 # where the round's time went (docs/yarn.md, "Scale"): view parsed and rho
                 # read, bids awaited, the rest (auction, leftover, allocation notices)
