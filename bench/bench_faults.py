@@ -109,6 +109,7 @@ def main() -> None:
             total.job_containers += res.job_containers
             total.gpu_violations = res.gpu_violations  # every container in the logs so far
             total.cut_off_grants += res.cut_off_grants
+            total.unreachable_rounds = res.unreachable_rounds  # the RM's log so far
     out = {**total.summary(), "double_run_details": total.double_runs[:10],
            "gpu_use_violation_details": total.gpu_violations[:10],
            "cut_off_grant_details": total.cut_off_grants[:10],

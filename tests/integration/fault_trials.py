@@ -185,10 +185,13 @@ class FaultResult:
     thaw_runs: list[float] = field(default_factory=list)
     thaw_kills: int = 0  # job containers whose runner killed the job at a thaw
     gpu_violations: list[str] = field(default_factory=list)
-    #: (app, cut, healed): an app's AM cut off from the RM host (am-partition)
+    #: (app, cut, healed): an app whose AM was cut off from the RM host (am-partition:
+    #: the trial's app and any other app whose AM shared its host)
     partitions: list[tuple[str, float, float]] = field(default_factory=list)
     #: leases the RM granted to an app while its AM was cut off, after PARTITION_NOTICE_S
     cut_off_grants: list[str] = field(default_factory=list)
+    #: the engine's rounds that left out an app whose agent's stream was down
+    unreachable_rounds: int = 0
     job_containers: int = 0
     down: dict[str, list[tuple[float, float, str]]] = field(default_factory=dict)
 
@@ -218,6 +221,7 @@ class FaultResult:
                           "max_s": round(max(self.thaw_runs), 2) if self.thaw_runs else None},
             "gpu_use_violations": len(self.gpu_violations),
             "grants_to_cut_off_apps": len(self.cut_off_grants),
+            "rounds_leaving_out_unreachable_apps": self.unreachable_rounds,
             "apps_failed": len(failed),
             "job_containers": self.job_containers,
             "apps": self.apps,
@@ -244,6 +248,17 @@ def host_of(cluster: Mapping[str, Any], app: str, container: str) -> str:
                 ["test", "-d", f"/data/nm-logs/{app}/{container}"]).exit_code == 0:
             return name
     raise AssertionError(f"{container}: on no running NodeManager")
+
+
+def apps_with_am_on(host: str) -> list[str]:
+    """The running apps whose current AM attempt runs on ``host``."""
+    doc = _get(f"{RM}/ws/v1/cluster/apps?states=RUNNING", timeout=10)
+    out = []
+    for a in (doc.get("apps") or {}).get("app", []):
+        tries = attempts(a["id"])
+        if tries and str(max(tries, key=lambda x: int(x["id"]))["nodeId"]).split(":")[0] == host:
+            out.append(a["id"])
+    return out
 
 
 def _netns(w: Any, *args: str) -> None:
@@ -360,6 +375,7 @@ def one_trial(cluster: Mapping[str, Any], app: str, kind: str, rng: random.Rando
         t_end = time.time()
         result.down.setdefault(host, []).append((t0, t_end, "paused"))
     elif kind == "am-partition":
+        cut_off = apps_with_am_on(am_host)  # the trial's app and any other AM there
         rules = partition_rules("I", ADDR["rm"])
         for r in rules:
             _netns(w, *r)
@@ -369,7 +385,7 @@ def one_trial(cluster: Mapping[str, Any], app: str, kind: str, rng: random.Rando
             for r in partition_rules("D", ADDR["rm"]):
                 _netns(w, *r)
         t_end = time.time()
-        result.partitions.append((app, t0, t_end))
+        result.partitions += [(a, t0, t_end) for a in cut_off]
     elif kind == "am-latency":
         relay = DelayRelay(GATEWAY, ADDR["rm"], AM_PORTS, LATENCY_MS / 1000)
         ports = relay.start()
@@ -542,6 +558,7 @@ def check_cluster(cluster: Mapping[str, Any], result: FaultResult, apps: Sequenc
         logs, {n: g for n, (g, _r) in NMS.items()}, rm_text,
         lease_s=LEASE_MS / 1000, grace_s=GRACE_MS / 1000, containers=fixed)
     result.cut_off_grants = cut_off_grants(rm_text, result.partitions)
+    result.unreachable_rounds = len(re.findall(r"'unreachable': \['", rm_text))
 
 
 def cut_off_grants(rm_text: str, partitions: Sequence[tuple[str, float, float]]) -> list[str]:
