@@ -12,7 +12,7 @@ The arbiter pings its agents on the same schedule. An agent whose host is cut of
 arbiter's (a network partition) sends no reset either, and the arbiter's heartbeat events
 would only queue up in its send buffers; with pings it drops the connection within
 :data:`TIME_MS` + :data:`TIMEOUT_MS`, the app's event stream closes, and rounds leave the
-app out until its agent is back (``ArbiterCore.unreachable``, docs/yarn.md, "Rounds").
+app out until its agent is back (``ArbiterCore.unreachable``; docs/yarn.md, "Faults").
 """
 
 from __future__ import annotations
