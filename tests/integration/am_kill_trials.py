@@ -158,6 +158,17 @@ def attempts(app: str) -> list[dict[str, Any]]:
     return list((doc.get("appAttempts") or {}).get("appAttempt", []))
 
 
+def current_attempt(app: str) -> dict[str, Any] | None:
+    """The app's newest AM attempt (None before its first)."""
+    tries = attempts(app)
+    return max(tries, key=lambda a: int(a["id"])) if tries else None
+
+
+def am_host(attempt: Mapping[str, Any]) -> str:
+    """The host an AM attempt runs on."""
+    return str(attempt["nodeId"]).split(":")[0]
+
+
 def job_logs(cluster: Mapping[str, Any], app: str, files: str = "stderr") -> dict[str, str]:
     """container id -> the app's container log files named ``files`` (a glob: ``stderr``, the
     runner's and the job's; ``std*`` with stdout too), from every NodeManager."""
@@ -217,9 +228,10 @@ def _kill(cluster: Mapping[str, Any], host: str, cid: str, skip: str = "") -> bo
 
 def kill_am(cluster: Mapping[str, Any], app: str) -> int:
     """SIGKILL every process of the app's current AM container; returns the attempt."""
-    current = max(attempts(app), key=lambda a: int(a["id"]))
+    current = current_attempt(app)
+    assert current is not None, f"{app}: no AM attempt"
     cid = str(current["containerId"])
-    assert _kill(cluster, str(current["nodeId"]).split(":")[0], cid), f"{cid}: no process"
+    assert _kill(cluster, am_host(current), cid), f"{cid}: no process"
     return int(current["id"])
 
 

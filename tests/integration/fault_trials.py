@@ -78,8 +78,10 @@ from tests.integration.am_kill_trials import (
     GRACE_MS,
     LEASE_MS,
     _pct,
+    am_host,
     app_report,
     attempts,
+    current_attempt,
     job_logs,
     runs,
     submit,
@@ -255,8 +257,8 @@ def apps_with_am_on(host: str) -> list[str]:
     doc = _get(f"{RM}/ws/v1/cluster/apps?states=RUNNING", timeout=10)
     out = []
     for a in (doc.get("apps") or {}).get("app", []):
-        tries = attempts(a["id"])
-        if tries and str(max(tries, key=lambda x: int(x["id"]))["nodeId"]).split(":")[0] == host:
+        current = current_attempt(a["id"])
+        if current is not None and am_host(current) == host:
             out.append(a["id"])
     return out
 
@@ -354,9 +356,10 @@ def one_trial(cluster: Mapping[str, Any], app: str, kind: str, rng: random.Rando
         return None
     assert isinstance(run, dict)
     job = _job_id(cluster, app)
-    current = max(attempts(app), key=lambda a: int(a["id"]))
-    am_host = str(current["nodeId"]).split(":")[0]
-    host = (am_host if kind.startswith("am-") else "dn" if kind == "datanode-lost"
+    current = current_attempt(app)
+    assert current is not None, f"{app}: no AM attempt"
+    am_node = am_host(current)
+    host = (am_node if kind.startswith("am-") else "dn" if kind == "datanode-lost"
             else "nn" if kind == "namenode-restart"
             else host_of(cluster, app, run["container"]))
     w = hosts(cluster)[host]
@@ -375,7 +378,7 @@ def one_trial(cluster: Mapping[str, Any], app: str, kind: str, rng: random.Rando
         t_end = time.time()
         result.down.setdefault(host, []).append((t0, t_end, "paused"))
     elif kind == "am-partition":
-        cut_off = apps_with_am_on(am_host)  # the trial's app and any other AM there
+        cut_off = apps_with_am_on(am_node)  # the trial's app and any other AM there
         rules = partition_rules("I", ADDR["rm"])
         for r in rules:
             _netns(w, *r)
@@ -464,7 +467,7 @@ def one_trial(cluster: Mapping[str, Any], app: str, kind: str, rng: random.Rando
     hit = next((r for r in runs(cluster, app) if r["container"] == run["container"]), run)
     went_on = nxt.get("container") == run["container"]
     resumed = (run["reached"] if went_on else nxt.get("start"))
-    return FaultTrial(kind, app, host, am_host, run["container"], stored=hit["stored"],
+    return FaultTrial(kind, app, host, am_node, run["container"], stored=hit["stored"],
                       reached=hit["reached"], durable=durable,
                       stored_at_fault=int(run["stored"]), fault_s=round(t_end - t0, 1),
                       resumed=resumed, end_to_running_s=round(t_running - t_end, 1),
