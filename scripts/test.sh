@@ -66,17 +66,19 @@ skip() { SUMMARY+=("$(printf '%-44s %-34s %4s' "$1" "skipped ($2)" "-")"); }
 
 # in_background FUNCTION: run FUNCTION's stages beside the next ones (their output goes to
 # out/test-logs/background.out and each stage's own log; the console shows the others);
-# join_background adds their summary lines and failures. What runs so times nothing: Docker's
-# engine and the image build beside the pytest integration tests (and the unit and fuzz
-# tests when the build is still going after those), and otherwise the unit and fuzz tests
-# beside the mini-cluster tests (whose jobs mostly sleep through their steps and leases). The
-# JUnit ITs and the pytest integration tests time rounds, restarts and lease ends, and run
-# beside each other on two cores they missed.
+# join_background adds their summary lines and failures. Two lanes, once the Maven build has
+# left the plugin jar that the images package: Docker's engine, the images and the
+# mini-cluster tests (the longest stage; its jobs mostly sleep through their steps and
+# leases) in the background, and the Hadoop lines, the pytest integration, TensorFlow, unit
+# and fuzz tests in the foreground. The JUnit ITs of "mvn verify" stay alone: they rewrite
+# the jars that the mini-cluster tests read. The JUnit ITs and the pytest integration tests
+# time rounds, restarts and lease ends, and run beside each other on two cores they missed;
+# beside a mini-cluster they passed (docs/development.md).
 in_background() {
   ( SUMMARY=(); FAILURES=(); ANY_FAILED=0
     "$1"
     BG_SUMMARY=("${SUMMARY[@]}"); BG_FAILURES=("${FAILURES[@]}"); BG_FAILED=$ANY_FAILED
-    declare -p BG_SUMMARY BG_FAILURES BG_FAILED DOCKER_READY 2>/dev/null \
+    declare -p BG_SUMMARY BG_FAILURES BG_FAILED 2>/dev/null \
       | sed -e 's/^declare -- /declare -g /' -e 's/^declare -\([a-z]*\) /declare -g\1 /' \
       > "$LOGS/.background"
   ) > "$LOGS/background.out" 2>&1 &
@@ -94,10 +96,9 @@ join_background() {
   [[ $BG_FAILED -ne 0 ]] && ANY_FAILED=1
 }
 
-# Beside pytest: Docker's engine and the images (and the headless browser that a
-# mini-cluster test opens themis preview's report in).
-DOCKER_READY=0
-docker_engine_and_images() {
+# The background lane: Docker's engine, the images (and the headless browser that a
+# mini-cluster test opens themis preview's report in), then the mini-cluster tests.
+docker_lane() {
   if [[ "${THEMIS_SKIP_DOCKER:-0}" == "1" ]]; then
     skip "docker mini-cluster" "THEMIS_SKIP_DOCKER=1"
   elif ! stage "docker engine (scripts/docker-setup.sh)" 8 plain scripts/docker-setup.sh; then
@@ -105,17 +106,15 @@ docker_engine_and_images() {
   elif ! stage "docker images (build.sh --with-tf)" 25 plain "${LOCK[@]}" docker/build.sh --with-tf; then
     skip "docker mini-cluster" "images not built"
   else
-    DOCKER_READY=1
     stage "browser (scripts/browser-setup.sh)" 10 plain scripts/browser-setup.sh
+    export THEMIS_REQUIRE_DOCKER=1  # a skipped mini-cluster test fails this stage
+    stage "docker mini-cluster" 60 pytest \
+      "${LOCK[@]}" "${PYTEST[@]}" -m docker tests/integration
   fi
 }
 
 # pytest exits 5 when it collects nothing; stage() counts that as a failure.
 PYTEST=("$PY" -m pytest -q --durations=15 -p no:cacheprovider)
-unit_and_fuzz() {
-  stage "pytest (unit + fuzz)" 20 pytest \
-    "${PYTEST[@]}" -m "not docker and not tensorflow" tests/unit tests/fuzz
-}
 
 if stage "setup (python, locked versions)" 15 plain scripts/setup.sh dev,train; then
   stage "lint (ruff)" 5 plain "$PY" -m ruff check themis tests bench
@@ -123,38 +122,25 @@ if stage "setup (python, locked versions)" 15 plain scripts/setup.sh dev,train; 
   # the layout's contracts ([tool.importlinter] in pyproject.toml; docs/architecture.md)
   stage "layout (lint-imports)" 5 plain \
     "$("$PY" -c 'import sys, os; print(os.path.dirname(sys.executable))')/lint-imports"
-  if [[ -f pom.xml ]]; then
-    stage "maven build + JUnit" 15 maven mvn -B -ntp verify
-    # the other Hadoop lines: the same Java 8 classes against 3.3.6 and 3.4.3, the unit tests
-    # and the ITs that reach line-specific code (scripts/hadoop-lines.sh --help; docs/yarn.md)
-    stage "maven: Hadoop 3.3 + 3.4 lines (quick)" 15 maven \
-      scripts/hadoop-lines.sh --lines 3.3,3.4 --quick
-  fi
+  # (the image build packages the plugin jar that the Maven build leaves in rm-plugin/target/)
+  [[ -f pom.xml ]] && stage "maven build + JUnit" 15 maven mvn -B -ntp verify
   LOCK=()
   [[ -n "${THEMIS_DOCKER_LOCK:-}" ]] && LOCK=(flock "$THEMIS_DOCKER_LOCK")
-  # (the image build packages the plugin jar that the Maven build left in rm-plugin/target/)
-  in_background docker_engine_and_images
-  stage "pytest (integration)" 25 pytest \
+  in_background docker_lane
+  if [[ -f pom.xml ]]; then
+    # the other Hadoop lines: the same Java 8 classes against 3.3.6 and 3.4.3, the unit tests
+    # and the ITs that reach line-specific code (scripts/hadoop-lines.sh --help; docs/yarn.md);
+    # they build in target/hadoop-3.x/, not over the jars the mini-cluster reads
+    stage "maven: Hadoop 3.3 + 3.4 lines (quick)" 20 maven \
+      scripts/hadoop-lines.sh --lines 3.3,3.4 --quick
+  fi
+  stage "pytest (integration)" 30 pytest \
     "${PYTEST[@]}" -m "not docker and not tensorflow" tests/integration
-  stage "pytest (TensorFlow in-process)" 15 pytest \
+  stage "pytest (TensorFlow in-process)" 20 pytest \
     "${PYTEST[@]}" -m "tensorflow and not docker" tests
-  # the unit and fuzz tests: now if the images are still being built (a fresh machine),
-  # else beside the mini-cluster tests
-  UNIT_DONE=0
-  if kill -0 "$BG_PID" 2>/dev/null; then
-    unit_and_fuzz
-    UNIT_DONE=1
-  fi
+  stage "pytest (unit + fuzz)" 25 pytest \
+    "${PYTEST[@]}" -m "not docker and not tensorflow" tests/unit tests/fuzz
   join_background
-  if [[ $DOCKER_READY -eq 1 ]]; then
-    [[ $UNIT_DONE -eq 0 ]] && in_background unit_and_fuzz
-    export THEMIS_REQUIRE_DOCKER=1  # a skipped mini-cluster test fails this stage
-    stage "docker mini-cluster" 50 pytest \
-      "${LOCK[@]}" "${PYTEST[@]}" -m docker tests/integration
-    [[ $UNIT_DONE -eq 0 ]] && join_background
-  elif [[ $UNIT_DONE -eq 0 ]]; then
-    unit_and_fuzz
-  fi
 else
   skip "everything else" "setup failed"
 fi
