@@ -96,6 +96,12 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                    "Processes beyond the host's cores add no parallelism but cost CPU and "
                    "memory that the RM JVM and the engine share (on a 2-core machine 8 "
                    "processes compete with them)")
+    p.add_argument("--split-cpus", metavar="RM:AGENTS", default=None,
+                   help="pin the RM side (Maven, the RM's JVM and its Python engine, in "
+                   "both the stock and the Themis phase) to the CPUs before the colon and the "
+                   "agents to those after it, as taskset -c lists (e.g. 0:1): on a real "
+                   "cluster the AMs and their agents run on other hosts, so this takes their "
+                   "CPU off the RM's cores. Default: no pinning (everything shares every CPU)")
     p.add_argument("--offline", action="store_true",
                    help="run Maven offline (-o): the Hadoop test jars are already in ~/.m2")
     args = p.parse_args(argv)
@@ -110,7 +116,38 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     if args.agent_procs is not None and args.agent_procs < 1:
         p.error("--agent-procs must be >= 1")
     args.size_list = sizes
+    args.cpus = None
+    if args.split_cpus is not None:
+        try:
+            args.cpus = split_cpus(args.split_cpus, os.sched_getaffinity(0))
+        except ValueError as exc:
+            p.error(f"--split-cpus: {exc}")
     return args
+
+
+def split_cpus(text: str, usable: set[int]) -> tuple[str, str]:
+    """``RM:AGENTS`` checked: two non-empty, disjoint CPU lists of CPUs this process may use."""
+    rm, colon, agents = text.partition(":")
+    if not colon:
+        raise ValueError(f"{text!r} is not RM:AGENTS (e.g. 0:1)")
+    sets = [agents_mod().cpu_list(rm), agents_mod().cpu_list(agents)]
+    if sets[0] & sets[1]:
+        raise ValueError(f"{text!r}: CPUs {sorted(sets[0] & sets[1])} on both sides")
+    missing = sorted((sets[0] | sets[1]) - usable)
+    if missing:
+        raise ValueError(f"{text!r}: CPUs {missing} are not usable here (usable: "
+                         f"{sorted(usable)})")
+    return rm.strip(), agents.strip()
+
+
+def agents_mod() -> Any:
+    """bench/scale_agents.py (its CPU-list parser), imported from beside this script."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import scale_agents
+    finally:
+        sys.path.pop(0)
+    return scale_agents
 
 
 DEFAULT_AGENT_PROCS = 8
@@ -144,10 +181,13 @@ def run_size(args: argparse.Namespace, size: str) -> dict[str, Any]:
            "-Dsurefire.failIfNoSpecifiedTests=false"]
     cmd += ["-o"] if args.offline else []
     cmd += [f"-D{k}={v}" for k, v in props.items()]
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    if args.cpus is not None:  # Maven's JVMs and the engine inherit the RM side's CPUs
+        cmd = ["taskset", "-c", args.cpus[0], *cmd]
+        env["THEMIS_BENCH_AGENT_CPUS"] = args.cpus[1]
     logfile = target / f"bench-scale-{size}.log"
     log(f"{size}: {nms} NMs, {gpus} GPUs, {apps} apps ({gpu_apps} with GPU asks, their "
         f"agents in {procs} process(es)); Maven output in {logfile}")
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
     started = time.time()
     with open(logfile, "w") as lf:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
@@ -159,13 +199,28 @@ def run_size(args: argparse.Namespace, size: str) -> dict[str, Any]:
                 print(line.rstrip()[:400], file=sys.stderr, flush=True)
         rc = proc.wait()
     if rc != 0 or not out.exists():
-        raise RuntimeError(f"size {size}: the benchmark failed (exit {rc}); see {logfile}")
+        why = maven_failure(logfile.read_text(errors="replace"), args.offline)
+        raise RuntimeError(f"size {size}: the benchmark failed (exit {rc}){why}; see {logfile}")
     raw = json.loads(out.read_text())
     text = logfile.read_text()
     raw["engine_rounds"] = engine_rounds(text)
     # without the C extensions (python setup.py build_ext) the engine's LP runs in pure Python
     raw["engine_compiled_parts"] = "compiled parts missing" not in text
+    raw["cpus"] = None if args.cpus is None else {"rm": args.cpus[0], "agents": args.cpus[1]}
     return summarise(raw, size, time.time() - started)
+
+
+def maven_failure(log_text: str, offline: bool) -> str:
+    """The first line of Maven's own error in ``log_text`` (': ' + it, else ''), with what to
+    do when an offline run missed an artifact that was never downloaded."""
+    first = next((ln.removeprefix("[ERROR]").strip() for ln in log_text.splitlines()
+                  if ln.startswith("[ERROR]") and ln.removeprefix("[ERROR]").strip()), "")
+    if not first:
+        return ""
+    hint = ""
+    if offline and ("offline" in first or "has not been downloaded" in first):
+        hint = " (an artifact is missing from ~/.m2: run once without --offline)"
+    return f": {first[:300]}{hint}"
 
 
 ROUND_LINE = re.compile(r"\[engine \d+\] .* INFO round (\d+): (\{.*\})\s*$")
@@ -246,6 +301,7 @@ def summarise(raw: dict[str, Any], size: str, wall_s: float) -> dict[str, Any]:
         "setup": raw["setup"],
         "order": raw.get("order"),
         "agent_procs": raw["setup"].get("agent_procs"),
+        "cpus": raw.get("cpus"),  # --split-cpus: the RM side's and the agents' CPUs
         "agents_registered": _json_or_none(themis.get("agents_registered")),
         "wall_s": round(wall_s, 1),
         "nongpu_per_s": {"stock": round(stock["nongpu_per_s"], 1),

@@ -19,6 +19,10 @@ child's agents registered (``n`` summed, ``s`` the slowest child's), ``stats`` w
 counters summed over the children (``rss_mb`` includes the parent's own) and ``procs``.
 Exits when stdin closes (the benchmark's JVM went away), on SIGTERM or after ``--timeout-s``;
 the parent then closes its children's stdin and kills any child still running.
+
+``THEMIS_BENCH_AGENT_CPUS`` (a CPU list as ``taskset -c`` takes it, e.g. ``1`` or ``2-3``):
+run on those CPUs only, the children too (``bench_scale.py --split-cpus``: the agents off the
+RM's cores, as on a cluster where the AMs run on other hosts).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import queue
 import signal
 import subprocess
@@ -289,8 +294,29 @@ def _terminate(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)  # so that run_procs' finally kills the children
 
 
+def cpu_list(text: str) -> set[int]:
+    """CPUs of a list as ``taskset -c`` takes it: ``0``, ``0,2``, ``1-3`` (ValueError else)."""
+    cpus: set[int] = set()
+    for part in text.split(","):
+        lo, dash, hi = part.strip().partition("-")
+        if not lo.isdigit() or (dash and not hi.isdigit()):
+            raise ValueError(f"CPU list {text!r}: {part!r} is not N or N-M")
+        first, last = int(lo), int(hi) if dash else int(lo)
+        if last < first:
+            raise ValueError(f"CPU list {text!r}: {part!r} runs backwards")
+        cpus.update(range(first, last + 1))
+    return cpus
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parse(argv)
+    pinned = os.environ.get("THEMIS_BENCH_AGENT_CPUS", "")
+    if pinned:
+        try:
+            os.sched_setaffinity(0, cpu_list(pinned))
+        except (ValueError, OSError) as exc:
+            print(f"scale_agents: THEMIS_BENCH_AGENT_CPUS={pinned!r}: {exc}", file=sys.stderr)
+            return 2
     try:
         apps = parse_apps(args.apps_file.read_text())
     except OSError as exc:

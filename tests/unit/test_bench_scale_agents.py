@@ -128,3 +128,40 @@ def test_summary_line_per_size() -> None:
         "expiry_to_commit_ms": {"median": 150, "p95": 250, "n": 4},
         "auction_share_median": 0.05, "nongpu_ratio": 1.1}
     assert scale.summary_line({"size": "mid", "error": "x"}) == {"size": "mid", "error": "x"}
+
+
+OFFLINE_LOG = """[INFO] Scanning for projects...
+[INFO] BUILD FAILURE
+[ERROR] Plugin org.codehaus.mojo:build-helper-maven-plugin:3.6.0 or one of its dependencies \
+could not be resolved: Cannot access central (https://repo.maven.apache.org/maven2) in offline \
+mode and the artifact org.codehaus.mojo:build-helper-maven-plugin:jar:3.6.0 has not been \
+downloaded from it before. -> [Help 1]
+[ERROR]
+[ERROR] To see the full stack trace of the errors, re-run Maven with the -e switch.
+"""
+
+
+def test_a_failed_run_names_mavens_first_error_and_what_to_do_offline() -> None:
+    why = scale.maven_failure(OFFLINE_LOG, offline=True)
+    assert why.startswith(": Plugin org.codehaus.mojo:build-helper-maven-plugin:3.6.0")
+    assert why.endswith("(an artifact is missing from ~/.m2: run once without --offline)")
+    # online, the same error gets no offline hint; a log without Maven errors adds nothing
+    assert "without --offline" not in scale.maven_failure(OFFLINE_LOG, offline=False)
+    assert scale.maven_failure("[INFO] BUILD SUCCESS\n", offline=True) == ""
+
+
+def test_cpu_lists_read_as_taskset_does_and_bad_ones_are_named() -> None:
+    assert agents.cpu_list("0") == {0}
+    assert agents.cpu_list("0,2-3") == {0, 2, 3}
+    for bad in ("", "a", "3-1", "1-", "-1"):
+        with pytest.raises(ValueError, match="CPU list"):
+            agents.cpu_list(bad)
+
+
+def test_split_cpus_wants_two_disjoint_lists_of_usable_cpus() -> None:
+    assert scale.split_cpus("0:1", {0, 1}) == ("0", "1")
+    assert scale.split_cpus(" 0 : 1-2 ", {0, 1, 2}) == ("0", "1-2")
+    for bad, why in (("0", "RM:AGENTS"), ("0:0-1", "on both sides"),
+                     ("0:3", r"CPUs \[3\] are not usable")):
+        with pytest.raises(ValueError, match=why):
+            scale.split_cpus(bad, {0, 1})
