@@ -94,6 +94,7 @@ from tests.integration.stockapps import (
     _ts,
     gpu_containers,
     gpu_use_violations,
+    lease_events,
     nm_logs,
     wait_for,
 )
@@ -569,13 +570,11 @@ def cut_off_grants(rm_text: str, partitions: Sequence[tuple[str, float, float]])
     to an app while its AM was cut off from the RM host, from PARTITION_NOTICE_S after the
     cut until it healed: GPUs its AM could not hear of (docs/yarn.md, "Faults")."""
     out = []
-    for m in re.finditer(_TS + r".*Themis lease \d+: (\d+) GPU\(s\) on (\S+?):\d+ to (\S+) "
-                         r"until", rm_text, re.M):
-        t = _ts(m[1])
+    for e in lease_events(rm_text):
         for app, cut, healed in partitions:
-            if m[4] == app and cut + PARTITION_NOTICE_S <= t <= healed:
-                out.append(f"{app}: {m[2]} GPU(s) on {m[3]} granted {t - cut:.1f} s into "
-                           "the cut")
+            if e.gpus is not None and e.app == app and cut + PARTITION_NOTICE_S <= e.t <= healed:
+                out.append(f"{app}: {e.gpus} GPU(s) on {e.host} granted {e.t - cut:.1f} s "
+                           "into the cut")
     return out
 
 

@@ -17,6 +17,7 @@ import threading
 import time
 import zipfile
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -204,6 +205,29 @@ def gpu_containers(nm_logs: Mapping[str, str]) -> list[dict[str, Any]]:
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class LeaseEvent:
+    """One line of the RM's lease log: a grant ("Themis lease N: k GPU(s) on host:port to
+    app until ...", ``gpus`` = k) or a renewal ("Themis lease N of app on host:port
+    renewed", ``gpus`` None), at ``t`` (seconds, :func:`_ts`)."""
+
+    t: float
+    app: str
+    host: str
+    gpus: int | None
+
+
+_LEASE_LINE = re.compile(_TS + r".*Themis lease \d+(?:: (\d+) GPU\(s\) on (\S+?):\d+ to (\S+) "
+                         r"until| of (\S+) on (\S+?):\d+ renewed)", re.M)
+
+
+def lease_events(rm_text: str) -> list[LeaseEvent]:
+    """The grants and renewals in the RM log, in the log's order."""
+    return [LeaseEvent(_ts(m[1]), m[4], m[3], int(m[2])) if m[2]
+            else LeaseEvent(_ts(m[1]), m[5], m[6], None)
+            for m in _LEASE_LINE.finditer(rm_text)]
+
+
 def lease_windows(rm_text: str, lease_s: float, grace_s: float, spread_s: float | None = None
                   ) -> dict[tuple[str, str], list[tuple[float, float]]]:
     """From the RM log: for each (app, node host), the times its leases allowed it to run GPU
@@ -212,11 +236,8 @@ def lease_windows(rm_text: str, lease_s: float, grace_s: float, spread_s: float 
     it."""
     longest = lease_s + (lease_s / 2 if spread_s is None else spread_s) / 2
     out: dict[tuple[str, str], list[tuple[float, float]]] = {}
-    for m in re.finditer(_TS + r".*Themis lease \d+(?:: \d+ GPU\(s\) on (\S+?):\d+ to (\S+) "
-                         r"until| of (\S+) on (\S+?):\d+ renewed)", rm_text, re.M):
-        t = _ts(m[1])
-        app, host = (m[3], m[2]) if m[2] else (m[4], m[5])
-        out.setdefault((app, host), []).append((t, t + longest + grace_s))
+    for e in lease_events(rm_text):
+        out.setdefault((e.app, e.host), []).append((e.t, e.t + longest + grace_s))
     return out
 
 
