@@ -66,14 +66,15 @@ skip() { SUMMARY+=("$(printf '%-44s %-34s %4s' "$1" "skipped ($2)" "-")"); }
 
 # in_background FUNCTION: run FUNCTION's stages beside the next ones (their output goes to
 # out/test-logs/background.out and each stage's own log; the console shows the others);
-# join_background adds their summary lines and failures. Two lanes, once the Maven build has
-# left the plugin jar that the images package: Docker's engine, the images and the
-# mini-cluster tests (the longest stage; its jobs mostly sleep through their steps and
-# leases) in the background, and the Hadoop lines, the pytest integration, TensorFlow, unit
-# and fuzz tests in the foreground. The JUnit ITs of "mvn verify" stay alone: they rewrite
-# the jars that the mini-cluster tests read. The JUnit ITs and the pytest integration tests
-# time rounds, restarts and lease ends, and run beside each other on two cores they missed;
-# beside a mini-cluster they passed (docs/development.md).
+# join_background adds their summary lines and failures. Two lanes, once Maven has packaged
+# the jars (no tests; copies in out/ci-jars/, so that the JUnit run's repackaging of
+# rm-plugin/target and submarine-am/target cannot change them under a test): Docker's
+# engine, the images and the mini-cluster tests (the longest stage; its jobs mostly sleep
+# through their steps and leases) in the background, and the JUnit tests, the Hadoop lines,
+# the pytest integration, TensorFlow, unit and fuzz tests in the foreground. The JUnit ITs
+# and the pytest integration tests time rounds, restarts and lease ends, and run beside
+# each other on two cores they missed; beside a mini-cluster they pass
+# (docs/development.md).
 in_background() {
   ( SUMMARY=(); FAILURES=(); ANY_FAILED=0
     "$1"
@@ -103,11 +104,14 @@ docker_lane() {
     skip "docker mini-cluster" "THEMIS_SKIP_DOCKER=1"
   elif ! stage "docker engine (scripts/docker-setup.sh)" 8 plain scripts/docker-setup.sh; then
     skip "docker mini-cluster" "no Docker engine"
-  elif ! stage "docker images (build.sh --with-tf)" 25 plain "${LOCK[@]}" docker/build.sh --with-tf; then
+  elif ! THEMIS_PLUGIN_JAR="${CI_JARS[plugin]:-}" stage "docker images (build.sh --with-tf)" 25 \
+      plain "${LOCK[@]}" docker/build.sh --with-tf; then
     skip "docker mini-cluster" "images not built"
   else
     stage "browser (scripts/browser-setup.sh)" 10 plain scripts/browser-setup.sh
     export THEMIS_REQUIRE_DOCKER=1  # a skipped mini-cluster test fails this stage
+    # the AM jar that the tests' `themis submit` uploads: the copy (themis.hadoop.jars)
+    [[ -n ${CI_JARS[am]:-} ]] && export THEMIS_AM_JAR="${CI_JARS[am]}"
     stage "docker mini-cluster" 60 pytest \
       "${LOCK[@]}" "${PYTEST[@]}" -m docker tests/integration
   fi
@@ -122,12 +126,21 @@ if stage "setup (python, locked versions)" 15 plain scripts/setup.sh dev,train; 
   # the layout's contracts ([tool.importlinter] in pyproject.toml; docs/architecture.md)
   stage "layout (lint-imports)" 5 plain \
     "$("$PY" -c 'import sys, os; print(os.path.dirname(sys.executable))')/lint-imports"
-  # (the image build packages the plugin jar that the Maven build leaves in rm-plugin/target/)
-  [[ -f pom.xml ]] && stage "maven build + JUnit" 15 maven mvn -B -ntp verify
+  declare -A CI_JARS=()
+  if [[ -f pom.xml ]] && stage "maven: the jars (package, no tests)" 10 maven \
+      mvn -B -ntp -q package -DskipTests; then
+    rm -rf out/ci-jars && mkdir -p out/ci-jars
+    for j in rm-plugin/target/themis-rm-plugin-*.jar submarine-am/target/themis-submarine-am-*.jar; do
+      cp "$j" out/ci-jars/
+      case $j in rm-plugin/*) CI_JARS[plugin]=$PWD/out/ci-jars/${j##*/} ;;
+                 *) CI_JARS[am]=$PWD/out/ci-jars/${j##*/} ;; esac
+    done
+  fi
   LOCK=()
   [[ -n "${THEMIS_DOCKER_LOCK:-}" ]] && LOCK=(flock "$THEMIS_DOCKER_LOCK")
   in_background docker_lane
   if [[ -f pom.xml ]]; then
+    stage "maven build + JUnit" 20 maven mvn -B -ntp verify
     # the other Hadoop lines: the same Java 8 classes against 3.3.6 and 3.4.3, the unit tests
     # and the ITs that reach line-specific code (scripts/hadoop-lines.sh --help; docs/yarn.md);
     # they build in target/hadoop-3.x/, not over the jars the mini-cluster reads

@@ -175,7 +175,11 @@ def build_wheelhouse(script: str, base: Path) -> Path:
             (src / module / "target").mkdir(parents=True, exist_ok=True)
             shutil.copy2(jar, src / module / "target" / jar.name)
     # `python3` of the block = this interpreter (the images' Python is 3.11 too)
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    # (without the jar overrides a developer or scripts/test.sh may set: the guide's build
+    # takes the jars of its own checkout)
+    env = {**{k: v for k, v in os.environ.items()
+              if k not in ("THEMIS_AM_JAR", "THEMIS_RM_PLUGIN_JAR", "THEMIS_PLUGIN_JAR")},
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     r = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=src, env=env,
                        capture_output=True, text=True, timeout=1200, check=False)
     assert r.returncode == 0, f"build block failed ({r.returncode}):\n{r.stdout[-2000:]}\n" \
