@@ -141,12 +141,14 @@ def split_cpus(text: str, usable: set[int]) -> tuple[str, str]:
 
 
 def agents_mod() -> Any:
-    """bench/scale_agents.py (its CPU-list parser), imported from beside this script."""
-    sys.path.insert(0, str(ROOT / "bench"))
+    """bench/scale_agents.py (its CPU-list parser), imported from beside this script (it
+    imports the themis package: from the checkout, as the agents' PYTHONPATH has it)."""
+    added = [str(ROOT / "bench"), str(ROOT)]
+    sys.path[:0] = added
     try:
         import scale_agents
     finally:
-        sys.path.pop(0)
+        del sys.path[:len(added)]
     return scale_agents
 
 
