@@ -102,6 +102,8 @@ join_background() {
 docker_lane() {
   if [[ "${THEMIS_SKIP_DOCKER:-0}" == "1" ]]; then
     skip "docker mini-cluster" "THEMIS_SKIP_DOCKER=1"
+  elif [[ $JARS_OK -ne 1 ]]; then  # (the image build would run Maven beside mvn verify)
+    skip "docker mini-cluster" "the jars were not packaged"
   elif ! stage "docker engine (scripts/docker-setup.sh)" 8 plain scripts/docker-setup.sh; then
     skip "docker mini-cluster" "no Docker engine"
   elif ! THEMIS_PLUGIN_JAR="${CI_JARS[plugin]:-}" stage "docker images (build.sh --with-tf)" 25 \
@@ -127,14 +129,19 @@ if stage "setup (python, locked versions)" 15 plain scripts/setup.sh dev,train; 
   stage "layout (lint-imports)" 5 plain \
     "$("$PY" -c 'import sys, os; print(os.path.dirname(sys.executable))')/lint-imports"
   declare -A CI_JARS=()
-  if [[ -f pom.xml ]] && stage "maven: the jars (package, no tests)" 10 maven \
-      mvn -B -ntp -q package -DskipTests; then
-    rm -rf out/ci-jars && mkdir -p out/ci-jars
-    for j in rm-plugin/target/themis-rm-plugin-*.jar submarine-am/target/themis-submarine-am-*.jar; do
-      cp "$j" out/ci-jars/
-      case $j in rm-plugin/*) CI_JARS[plugin]=$PWD/out/ci-jars/${j##*/} ;;
-                 *) CI_JARS[am]=$PWD/out/ci-jars/${j##*/} ;; esac
-    done
+  JARS_OK=1
+  if [[ -f pom.xml ]]; then
+    JARS_OK=0
+    if stage "maven: the jars (package, no tests)" 10 maven mvn -B -ntp -q package -DskipTests
+    then
+      rm -rf out/ci-jars && mkdir -p out/ci-jars
+      JARS_OK=1
+      for j in rm-plugin/target/themis-rm-plugin-*.jar submarine-am/target/themis-submarine-am-*.jar; do
+        cp "$j" out/ci-jars/ || JARS_OK=0
+        case $j in rm-plugin/*) CI_JARS[plugin]=$PWD/out/ci-jars/${j##*/} ;;
+                   *) CI_JARS[am]=$PWD/out/ci-jars/${j##*/} ;; esac
+      done
+    fi
   fi
   LOCK=()
   [[ -n "${THEMIS_DOCKER_LOCK:-}" ]] && LOCK=(flock "$THEMIS_DOCKER_LOCK")
