@@ -130,7 +130,8 @@ def split_cpus(text: str, usable: set[int]) -> tuple[str, str]:
     rm, colon, agents = text.partition(":")
     if not colon:
         raise ValueError(f"{text!r} is not RM:AGENTS (e.g. 0:1)")
-    sets = [agents_mod().cpu_list(rm), agents_mod().cpu_list(agents)]
+    parse = agents_mod().cpu_list
+    sets = [parse(rm), parse(agents)]
     if sets[0] & sets[1]:
         raise ValueError(f"{text!r}: CPUs {sorted(sets[0] & sets[1])} on both sides")
     missing = sorted((sets[0] | sets[1]) - usable)
