@@ -21,7 +21,7 @@ from themis.mechanism.topology import Gpu
 from themis.yarn.bids import ReportedBids
 from themis.yarn.queues import pick, shares
 from themis.yarn.rounds import RoundEngine
-from themis.yarn.view import ViewError, grants_json, offer_of, parse_view
+from themis.yarn.view import ViewError, grants_json, offer_of, parse_view, waiting_asks
 
 Json = dict[str, Any]
 
@@ -70,7 +70,7 @@ def _reference(source: ReportedBids, view_json: Json) -> str:
     """The engine's round without queues: one paper round over every free GPU (what
     RoundEngine.run did before queues existed), for the one-queue identity."""
     view = parse_view(json.dumps(view_json))
-    shape = {a.app_id: a.shape() for a in view.apps if a.wanted() > 0}
+    shape = waiting_asks(view)
     wanting = {a: sum(k * n for k, n in s.items()) for a, s in shape.items()}
     offer = offer_of(view)
     if not wanting or not offer:

@@ -25,7 +25,8 @@ A, B = "application_1_0001", "application_1_0002"
 
 def _view(now_ms: int, free: int = 2, lost_lease: bool = False) -> dict[str, Any]:
     """Two nodes of 4 GPUs on two racks. A runs 2 GPUs on n1 and holds a live lease of 3
-    there (one container not started yet) and an expired one of 2 on n2; B holds none."""
+    there (one container not started yet) and an expired one of 2 on n2; A asks 2 more GPUs
+    (one of them the leased one's container); B holds none."""
     leases = [
         {"lease_id": 1, "app_id": A, "node_id": "n1:1", "gpus": 3,
          "expiry_ms": now_ms + 60_000, "state": "ACTIVE"},
@@ -42,7 +43,7 @@ def _view(now_ms: int, free: int = 2, lost_lease: bool = False) -> dict[str, Any
                    "free_gpus": 1},
                   {"node_id": "n2:1", "host": "n2", "rack": "/r2", "total_gpus": 4,
                    "free_gpus": free - 1}],
-        "apps": [{"app_id": A, "pending_gpus": 1, "running_gpus": {"n1:1": 2}},
+        "apps": [{"app_id": A, "pending_gpus": 2, "running_gpus": {"n1:1": 2}},
                  {"app_id": B, "pending_gpus": 1}],
         "leases": leases,
     }

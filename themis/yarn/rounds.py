@@ -28,6 +28,7 @@ from themis.yarn.view import (
     held_of,
     offer_of,
     parse_view,
+    waiting_asks,
 )
 
 log = logging.getLogger(__name__)
@@ -49,8 +50,9 @@ class RoundEngine:
         with self._lock:
             started = time.perf_counter()
             view = parse_view(request_json)
-            # what each app asks, as container shapes (k GPUs on one node per container)
-            shape = {a.app_id: a.shape() for a in view.apps if a.wanted() > 0}
+            # what each app still asks, as container shapes (k GPUs on one node per
+            # container), less what its leased GPUs without a container yet will take
+            shape = waiting_asks(view)
             source = self.source
             # an app whose agent cannot hear grants now (its stream is down: an AM cut off
             # from the RM host) sits this round out, rather than hold leased, idle GPUs

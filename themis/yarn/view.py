@@ -344,15 +344,21 @@ def cluster_of(view: ClusterView) -> list[Gpu]:
     ]
 
 
-def held_per_node(view: ClusterView) -> dict[str, dict[str, int]]:
-    """GPUs each app holds, per node: the larger of its containers' and its live leases'
-    there (as the RM's ``ClusterView.grantableGpus`` counts them); apps holding none are
-    left out."""
+def _live_leased(view: ClusterView) -> dict[str, dict[str, int]]:
+    """GPUs of each app's live leases, per node."""
     leased: dict[str, dict[str, int]] = {}
     for lease in view.leases:
         if lease.live(view.now_ms):
             per = leased.setdefault(lease.app_id, {})
             per[lease.node_id] = per.get(lease.node_id, 0) + max(0, lease.gpus)
+    return leased
+
+
+def held_per_node(view: ClusterView) -> dict[str, dict[str, int]]:
+    """GPUs each app holds, per node: the larger of its containers' and its live leases'
+    there (as the RM's ``ClusterView.grantableGpus`` counts them); apps holding none are
+    left out."""
+    leased = _live_leased(view)
     out: dict[str, dict[str, int]] = {}
     for a in view.apps:
         mine = leased.get(a.app_id, {})
@@ -361,6 +367,46 @@ def held_per_node(view: ClusterView) -> dict[str, dict[str, int]]:
         per = {n: k for n, k in per.items() if k > 0}
         if per:
             out[a.app_id] = per
+    return out
+
+
+def leased_unused(view: ClusterView) -> dict[str, dict[str, int]]:
+    """GPUs of each app's live leases that none of its containers uses yet, per node (apps
+    and nodes with none left out): granted in an earlier round, their containers come at
+    the node's next heartbeat."""
+    leased = _live_leased(view)
+    out: dict[str, dict[str, int]] = {}
+    for a in view.apps:
+        per = {n: k - max(0, a.running_gpus.get(n, 0))
+               for n, k in sorted(leased.get(a.app_id, {}).items())}
+        per = {n: k for n, k in per.items() if k > 0}
+        if per:
+            out[a.app_id] = per
+    return out
+
+
+def waiting_asks(view: ClusterView) -> dict[str, dict[int, int]]:
+    """The container asks a round still has to serve, per app (apps with none left out):
+    its pending asks less those its leased, unused GPUs will take. YARN places a GPU
+    container only where the app holds a lease with room (the RM's lease gate), so a pending
+    ask of an app with such a lease is served there at the node's next heartbeat; counting
+    it again would lease the app a second GPU for the same container. Each node's unused
+    GPUs take the largest containers that fit, one at a time."""
+    unused = leased_unused(view)
+    out: dict[str, dict[int, int]] = {}
+    for a in view.apps:
+        left = a.shape()
+        for free in unused.get(a.app_id, {}).values():
+            while True:
+                fits = [k for k, n in left.items() if n > 0 and k <= free]
+                if not fits:
+                    break
+                k = max(fits)
+                left[k] -= 1
+                free -= k
+        left = {k: n for k, n in left.items() if n > 0}
+        if left:
+            out[a.app_id] = left
     return out
 
 
