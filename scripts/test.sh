@@ -123,11 +123,6 @@ docker_lane() {
 PYTEST=("$PY" -m pytest -q --durations=15 -p no:cacheprovider)
 
 if stage "setup (python, locked versions)" 15 plain scripts/setup.sh dev,train; then
-  stage "lint (ruff)" 5 plain "$PY" -m ruff check themis tests bench
-  stage "types (mypy --strict)" 10 plain "$PY" -m mypy
-  # the layout's contracts ([tool.importlinter] in pyproject.toml; docs/architecture.md)
-  stage "layout (lint-imports)" 5 plain \
-    "$("$PY" -c 'import sys, os; print(os.path.dirname(sys.executable))')/lint-imports"
   declare -A CI_JARS=()
   JARS_OK=1
   if [[ -f pom.xml ]]; then
@@ -146,6 +141,12 @@ if stage "setup (python, locked versions)" 15 plain scripts/setup.sh dev,train; 
   LOCK=()
   [[ -n "${THEMIS_DOCKER_LOCK:-}" ]] && LOCK=(flock "$THEMIS_DOCKER_LOCK")
   in_background docker_lane
+  # (the checks after the lane's start: the mini-cluster lane is the longer one)
+  stage "lint (ruff)" 5 plain "$PY" -m ruff check themis tests bench
+  stage "types (mypy --strict)" 10 plain "$PY" -m mypy
+  # the layout's contracts ([tool.importlinter] in pyproject.toml; docs/architecture.md)
+  stage "layout (lint-imports)" 5 plain \
+    "$("$PY" -c 'import sys, os; print(os.path.dirname(sys.executable))')/lint-imports"
   if [[ -f pom.xml ]]; then
     stage "maven build + JUnit" 20 maven mvn -B -ntp verify
     # the other Hadoop lines: the same Java 8 classes against 3.3.6 and 3.4.3, the unit tests
