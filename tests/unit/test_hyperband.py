@@ -16,7 +16,7 @@ from themis.am.hyperband import (
     hyperband_brackets,
 )
 from themis.am.objective import Objective
-from themis.am.packing import JobNeed, PackingError, gpu_counts, pack
+from themis.am.packing import JobNeed, PackingError, gpu_counts, pack, split
 from themis.am.searchspace import (
     Categorical,
     Double,
@@ -324,3 +324,59 @@ def test_pack_invariants(machines: int, per_machine: int,
             assert len({topo[g].machine for g in gpus}) == 1
         for g in gpus:
             free[topo[g].machine] -= 1
+
+
+def test_split_keeps_a_running_job_whose_count_is_unchanged() -> None:
+    """The app scheduler's split (packing.split, the AM's and the simulator's): b runs on
+    m1's two GPUs and still gets 2; a, with more work, gets the 2 on m0; nothing moves."""
+    topo = _topology(2, 2)
+    gpus = [topo[g] for g in sorted(topo)]
+    needs = [JobNeed("a", 100, 2), JobNeed("b", 50, 2)]
+    out = split(needs, gpus, {"b": ("m1g0", "m1g1")})
+    assert out == {"a": ("m0g0", "m0g1"), "b": ("m1g0", "m1g1")}
+
+
+def test_split_keeps_running_jobs_and_deals_the_rest_one_each_first() -> None:
+    """Three GPUs, three jobs: b runs on two of them and keeps them (a move costs a
+    restart); the third GPU goes to the waiting job with the most work (a), c waits. With
+    one of b's GPUs gone b runs on a single GPU now, placed again, and c still waits; with
+    two GPUs, the job running on one (c, the least work) keeps it and a gets the other."""
+    topo = _topology(3, 1)
+    gpus = [topo[g] for g in sorted(topo)]
+    needs = [JobNeed("a", 100, 2), JobNeed("b", 50, 2), JobNeed("c", 10, 1)]
+    assert split(needs, gpus, {"b": ("m0g0", "m1g0")}) == {"b": ("m0g0", "m1g0"),
+                                                           "a": ("m2g0",)}
+    lost = split(needs, gpus[1:], {"b": ("m0g0", "m1g0")})
+    assert sorted(lost) == ["a", "b"] and all(len(v) == 1 for v in lost.values())
+    assert split(needs, gpus[:2], {"c": ("m1g0",)}) == {"c": ("m1g0",), "a": ("m0g0",)}
+    assert split(needs, gpus, {}, max_jobs=1) == {"a": ("m0g0", "m1g0")}
+    assert gpu_counts(needs, 3) == {"a": 1, "b": 1, "c": 1}  # nobody runs: one each
+    assert gpu_counts(needs, 5, {"b": 2}) == {"b": 2, "a": 2, "c": 1}
+
+
+@settings(max_examples=200, deadline=None)
+@given(machines=st.integers(1, 4), per_machine=st.integers(1, 4),
+       demands=st.lists(st.tuples(st.integers(0, 1000), st.integers(1, 4)), max_size=6),
+       data=st.data())
+def test_split_uses_each_gpu_once_and_keeps_what_it_can(
+    machines: int, per_machine: int, demands: list[tuple[int, int]], data: st.DataObject
+) -> None:
+    """Every GPU at most once, each job within its demand, as many GPUs used as the jobs
+    can use; a running job keeps its GPUs (sticky) unless it gains more."""
+    topo = _topology(machines, per_machine)
+    ids = data.draw(st.lists(st.sampled_from(sorted(topo)), unique=True))
+    needs = [JobNeed(f"j{k}", w, d) for k, (w, d) in enumerate(demands)]
+    pool = list(ids)
+    current: dict[str, tuple[str, ...]] = {}
+    for n in needs:  # some jobs run on some of the GPUs already
+        k = data.draw(st.integers(0, min(n.max_demand, len(pool))))
+        if k:
+            current[n.job_id], pool = tuple(pool[:k]), pool[k:]
+    out = split(needs, [topo[g] for g in ids], current)
+    used = [g for v in out.values() for g in v]
+    assert len(used) == len(set(used)) and set(used) <= set(ids)
+    demand = {n.job_id: n.max_demand for n in needs}
+    assert all(1 <= len(v) <= demand[j] for j, v in out.items())
+    assert len(used) == min(len(ids), sum(demand.values()))
+    for j, mine in current.items():  # kept, or grown (a new placement of more GPUs)
+        assert out[j] == mine or len(out[j]) > len(mine), (j, mine, out)

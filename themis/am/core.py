@@ -42,7 +42,7 @@ is :class:`themis.am.master.AppMasterBase`.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
@@ -356,12 +356,14 @@ class AmCore:
         job on its full size (:attr:`whole_jobs`), else 0."""
         return self.spec.job_gpus() if self.spec.gang or self.whole_jobs else 0
 
-    def gpu_counts(self, jobs: Sequence[JobNeed], num_gpus: int) -> dict[str, int]:
+    def gpu_counts(self, jobs: Sequence[JobNeed], num_gpus: int,
+                   have: Mapping[str, int] | None = None) -> dict[str, int]:
         """How many of ``num_gpus`` GPUs each job runs on: whole task groups for
-        distributed jobs (:func:`gang_counts`), else :func:`~.packing.gpu_counts`."""
+        distributed jobs (:func:`gang_counts`: a group's size never changes), else
+        :func:`~.packing.gpu_counts` (``have``: what running jobs keep)."""
         if self.gang:
             return gang_counts(jobs, num_gpus, self.gang)
-        return gpu_counts(jobs, num_gpus)
+        return gpu_counts(jobs, num_gpus, have)
 
     def launch_for(self, job_id: str, gpus: tuple[str, ...] = (), node: str = "",
                    count: int = 0) -> JobLaunch:

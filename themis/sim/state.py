@@ -1,18 +1,21 @@
 """Runtime state of an app in the simulator, and the agent's view of it (AppModel).
 
-Inside an app, GPUs are split among the running phase's jobs by a simple app scheduler
-(section 4.2.2: the hyper-parameter optimizer decides the split): jobs keep the GPUs they
-have; spare GPUs go to the jobs with the most work left, up to each job's max demand, on
-the machine where the job already runs if possible. A job whose GPU set changes pays a
+Inside an app, GPUs are split among the running phase's jobs by the application
+master's own rule (section 4.2.2: the hyper-parameter optimizer decides the split;
+:func:`themis.am.packing.split`): running jobs keep their GPUs; the others go one to
+each waiting job first, the jobs with the most work left first, then one at a time to
+the job with the most work left per GPU it has, up to its max demand; a job that gains
+GPUs is placed again on as few machines as possible. A job whose GPU set changes pays a
 checkpoint/restart pause (section 6.2.3: 35 s median container reallocation).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from themis.am.packing import JobNeed, split
 from themis.mechanism.fairness import IdealTime
 from themis.mechanism.model import AppKind, AppModel, FuturePhase, Job, ModelError, PhaseShape
 from themis.mechanism.placement import PlacementProfile
@@ -184,27 +187,20 @@ class AppState:
     # --- GPU split among jobs ------------------------------------------------------
     def assign(self, topo: Topology, now: float, restart_s: float) -> None:
         """Re-split the held GPUs among the running jobs (see module doc)."""
-        held = set(self.held)
-        pool = set(held)
         running = [j for j in self.jobs if not j.done]
         for j in self.jobs:
             if j.done:
                 j.gpus = ()
-        before = {j.index: j.gpus for j in running}
+        key = {j.index: f"{j.index:06d}" for j in running}
+        got = split([JobNeed(key[j.index], self._work_left(j), j.demand) for j in running],
+                    [topo[g] for g in sorted(self.held)],
+                    {key[j.index]: j.gpus for j in running if j.gpus})
         for j in running:
-            keep = [g for g in j.gpus if g in pool][: self.spec.jobs[j.index].max_demand]
-            j.gpus = tuple(keep)
-            pool.difference_update(keep)
-        order = sorted(running, key=lambda j: (-self._work_left(j), j.index))
-        for j in order:
-            want = self.spec.jobs[j.index].max_demand - len(j.gpus)
-            if want <= 0 or not pool:
-                continue
-            j.gpus = j.gpus + tuple(_pick(topo, pool, want, {topo[g].machine for g in j.gpus}))
-        for j in running:
-            if set(j.gpus) != set(before[j.index]):
-                j.slowdown = self.profile.slowdown(locality_of(topo[g] for g in j.gpus))
-                if j.gpus:
+            gpus = got.get(key[j.index], ())
+            if set(gpus) != set(j.gpus):
+                j.gpus = gpus
+                j.slowdown = self.profile.slowdown(locality_of(topo[g] for g in gpus))
+                if gpus:
                     j.paused_until = max(j.paused_until, now + restart_s)
                     self.restarts += 1
         self.set_busy()
@@ -277,23 +273,6 @@ class AppState:
     def loss(self) -> float:
         """Best (lowest) current loss among the running jobs."""
         return min(loss_at(j.iters_done_total, self.spec.jobs[j.index].tau) for j in self.jobs)
-
-
-def _pick(topo: Topology, pool: set[str], k: int, near: Iterable[str]) -> list[str]:
-    """k GPUs from ``pool``: machines in ``near`` first, then the fullest machines."""
-    by_machine: dict[str, list[str]] = {}
-    for g in pool:
-        by_machine.setdefault(topo[g].machine, []).append(g)
-    near_set = set(near)
-    machines = sorted(by_machine, key=lambda m: (m not in near_set, -len(by_machine[m]), m))
-    out: list[str] = []
-    for m in machines:
-        for g in sorted(by_machine[m], key=lambda g: (topo[g].slot, g)):
-            if len(out) >= k:
-                break
-            out.append(g)
-            pool.discard(g)
-    return out
 
 
 def phase_shapes(spec: AppSpec) -> list[PhaseShape]:

@@ -51,7 +51,7 @@ from themis.am.launchers.local.jobs import GpuRegistry, GpusBusy, JobRunner, Loc
 from themis.am.launchers.local.spec import AppSpec
 from themis.am.margins import STOP_GRACE_S, LeaseMargins, PastTarget
 from themis.am.master import AppMasterBase
-from themis.am.packing import JobNeed, place
+from themis.am.packing import JobNeed, split
 from themis.mechanism.bidder import AllocationInfo
 from themis.mechanism.placement import DEFAULT
 from themis.mechanism.topology import Gpu, Locality, locality_of
@@ -374,31 +374,16 @@ class AppMaster(AppMasterBase):
         return True
 
     def _assign(self, gpu_ids: list[str]) -> dict[str, tuple[str, ...]]:
-        """Sticky split of the GPUs among the running jobs (see module docstring), in the
-        core's job order with the jobs already running on them first."""
+        """Sticky split of the GPUs among the running jobs (:func:`~themis.am.packing.split`,
+        the simulator's too): the jobs already running on them first."""
         states = {s.job_id: s for s in self.hb.job_states()}
         running = [j for j in self.hb.running_jobs() if not self.core.record(j.id).gave_up]
         avail = set(gpu_ids)
-
-        def bound(job_id: str) -> bool:
-            r = self.runners[job_id]
-            return r.live and r.stop_sent is None and set(r.gpus) <= avail
-
-        order = sorted(self.core.by_remaining_work(running), key=lambda j: not bound(j.id))
-        chosen = order[: min(len(gpu_ids), self.spec.max_parallel_jobs or len(gpu_ids))]
-        counts = self.core.gpu_counts([JobNeed(j.id, self.core.remaining_work(j),
-                                               states[j.id].max_demand)
-                                       for j in chosen], len(gpu_ids))
-        out: dict[str, tuple[str, ...]] = {}
-        for j in chosen:
-            r = self.runners[j.id]
-            if bound(j.id) and len(r.gpus) == counts.get(j.id, 0) and set(r.gpus) <= avail:
-                out[j.id] = r.gpus
-                avail -= set(r.gpus)
-        rest = {k: c for k, c in counts.items() if k not in out and c > 0}
-        placed = place(rest, [self.topology[g] for g in sorted(avail)])
-        out.update({k: tuple(v) for k, v in placed.items()})
-        return out
+        current = {j.id: r.gpus for j in running if (r := self.runners[j.id]).live
+                   and r.stop_sent is None and set(r.gpus) <= avail}
+        return split([JobNeed(j.id, self.core.remaining_work(j), states[j.id].max_demand)
+                      for j in running], [self.topology[g] for g in sorted(avail)], current,
+                     counts=self.core.gpu_counts, max_jobs=self.spec.max_parallel_jobs or 0)
 
     def wind_down(self, now: float) -> None:
         for r in self.runners.values():  # jobs stopped when a trial reached the target,
