@@ -123,8 +123,9 @@ def split(jobs: Sequence[JobNeed], gpus: Sequence[Gpu], current: Mapping[str, Se
     4.2.2), sticky: jobs running on GPUs of ``gpus`` (``current``: job id -> its GPUs)
     come first among the jobs that get GPUs (at most ``max_jobs`` of them, 0: no limit),
     then the others by most work left; :func:`gpu_counts` (or ``counts``) says how many
-    GPUs each gets; a running job whose count is unchanged keeps its GPUs, the others are
-    placed by :func:`place` on what is left. Jobs without GPUs are left out."""
+    GPUs each gets, running jobs keeping theirs; a running job whose count is unchanged
+    keeps its GPUs, the others (new, grown or moved off lost GPUs) are placed by
+    :func:`place` on what is left. Jobs without GPUs are left out."""
     avail = {g.id for g in gpus}
 
     def bound(j: JobNeed) -> bool:
