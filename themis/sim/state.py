@@ -193,7 +193,7 @@ class AppState:
                 j.gpus = ()
         key = {j.index: f"{j.index:06d}" for j in running}
         got = split([JobNeed(key[j.index], self._work_left(j), j.demand) for j in running],
-                    [topo[g] for g in sorted(self.held)],
+                    [topo[g] for g in self.held],  # (place() orders them)
                     {key[j.index]: j.gpus for j in running if j.gpus})
         for j in running:
             gpus = got.get(key[j.index], ())
