@@ -380,3 +380,22 @@ def test_split_uses_each_gpu_once_and_keeps_what_it_can(
     assert len(used) == min(len(ids), sum(demand.values()))
     for j, mine in current.items():  # kept, or grown (a new placement of more GPUs)
         assert out[j] == mine or len(out[j]) > len(mine), (j, mine, out)
+
+
+@settings(max_examples=300, deadline=None)
+@given(machines=st.integers(1, 4), per_machine=st.integers(1, 4),
+       demands=st.lists(st.tuples(st.integers(0, 1000), st.integers(1, 4)), max_size=6),
+       data=st.data())
+def test_split_again_with_the_same_gpus_and_jobs_changes_nothing(
+    machines: int, per_machine: int, demands: list[tuple[int, int]], data: st.DataObject
+) -> None:
+    """Splitting the same GPUs among the same jobs again, whatever work they have left by
+    then, gives every job the GPUs it got: the simulator skips that split
+    (themis.sim.state.AppState.assign)."""
+    topo = _topology(machines, per_machine)
+    ids = data.draw(st.lists(st.sampled_from(sorted(topo)), unique=True))
+    needs = [JobNeed(f"j{k}", w, d) for k, (w, d) in enumerate(demands)]
+    first = split(needs, [topo[g] for g in ids], {})
+    later = [JobNeed(n.job_id, data.draw(st.integers(0, 1000)), n.max_demand) for n in needs]
+    again = split(later, [topo[g] for g in ids], first)
+    assert {j: set(v) for j, v in again.items()} == {j: set(v) for j, v in first.items()}

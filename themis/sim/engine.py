@@ -230,7 +230,8 @@ class Simulator:
                     self._completions.discard(t)
                 need_round |= self._handle(kind, payload)
             need_round |= self._settle()
-            if need_round and self.free and any(a.room() > 0 for a in self.apps.values()):
+            if need_round and self.free and any(  # an app with room (a.room() > 0)
+                    a.open_demand > len(a.held) for a in self.apps.values()):
                 self._round()
             for app_id in sorted(self._dirty):
                 if app_id in self.apps:
@@ -265,7 +266,7 @@ class Simulator:
             raise InvariantError(f"clock went backwards: {t} < {self.now}")
         apps = self.apps.values()
         if t > self.now and self.free:
-            wanted = sum(a.room() for a in apps)
+            wanted = sum([max(0, a.open_demand - len(a.held)) for a in apps])  # a.room()
             self._idle_wanted_s += (t - self.now) * min(len(self.free), wanted)
         for a in apps:
             if a.busy or a.held:
@@ -297,11 +298,12 @@ class Simulator:
         return False  # a completion frees GPUs only through _settle
 
     def _settle(self) -> bool:
-        """Phase ends, app completions and surplus releases at the current instant."""
+        """Phase ends, app completions and surplus releases at the current instant. Only
+        apps whose jobs ended or whose phase started since they were last settled can have
+        any: an app's demand falls only when a job ends, and a round grants at most its room."""
         released = False
-        for app in list(self.apps.values()):
-            if app.open_jobs and not app.busy and not app.held:
-                continue  # a phase under way, nothing held: nothing ends or goes back
+        for app in [a for a in self.apps.values() if a.unsettled]:
+            app.unsettled = False
             changed = False
             while app.phase_done:
                 changed = True

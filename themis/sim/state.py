@@ -84,6 +84,12 @@ class AppState:
     # changes whenever what model() reports may have changed (iterations done, the
     # phase): a policy may keep an app's model while the stamp holds
     stamp: int = 0
+    # a job of the app ended, or its phase started, since the simulator last settled it
+    # (phase ends, done jobs' GPUs, surplus releases): set by progress() and _start_phase()
+    unsettled: bool = field(default=True, init=False, repr=False)
+    # (phase, running jobs' indices, held GPUs) of the last split (assign())
+    _split_of: tuple[int, list[int], frozenset[str]] | None = field(
+        default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.done_shapes = ()
@@ -98,6 +104,7 @@ class AppState:
     def _start_phase(self, p: int, now: float) -> None:
         self.phase = p
         self.stamp += 1
+        self.unsettled = True
         jobs = self.spec.jobs
         self.jobs = [
             JobState(i, it, it, self.iters_done.get(i, 0.0), paused_until=now,
@@ -173,6 +180,7 @@ class AppState:
                     self.work_finished += j.iters_phase * j.iter_time
                     self.open_jobs -= 1
                     self.open_demand -= j.demand
+                    self.unsettled = True
         # Idle held GPUs (not given to any job) still count as service held.
         self.last_progress = now
 
@@ -186,8 +194,18 @@ class AppState:
 
     # --- GPU split among jobs ------------------------------------------------------
     def assign(self, topo: Topology, now: float, restart_s: float) -> None:
-        """Re-split the held GPUs among the running jobs (see module doc)."""
+        """Re-split the held GPUs among the running jobs (see module doc). The split is
+        skipped when the held GPUs and the running jobs are those of the last split (a lease
+        renewed to its holder): it is sticky, so it would give every job the GPUs it has.
+        The version moves on either way, so that the simulator schedules the app's next
+        completion again as it always did (the same events, the same results)."""
         running = [j for j in self.jobs if not j.done]
+        last = self._split_of
+        if (last is not None and last[0] == self.phase and len(last[1]) == len(running)
+                and last[2] == self.held.keys()
+                and all(a == j.index for a, j in zip(last[1], running, strict=True))):
+            self.version += 1
+            return
         for j in self.jobs:
             if j.done:
                 j.gpus = ()
@@ -205,6 +223,7 @@ class AppState:
                     self.restarts += 1
         self.set_busy()
         self.version += 1
+        self._split_of = (self.phase, [j.index for j in running], frozenset(self.held))
 
     def _work_left(self, j: JobState) -> float:
         return j.iters_left * self.spec.jobs[j.index].serial_iter_time
