@@ -16,7 +16,7 @@ from themis.am.hyperband import (
     hyperband_brackets,
 )
 from themis.am.objective import Objective
-from themis.am.packing import JobNeed, PackingError, gpu_counts, pack, split
+from themis.am.packing import JobNeed, gpu_counts, split
 from themis.am.searchspace import (
     Categorical,
     Double,
@@ -265,6 +265,11 @@ def _topology(machines: int, per_machine: int, machines_per_rack: int = 2) -> To
                     for m in range(machines) for g in range(per_machine))
 
 
+def _split(needs: list[JobNeed], ids: list[str], topo: Topology) -> dict[str, list[str]]:
+    """The split of ``ids`` among jobs none of which runs yet."""
+    return {j: list(v) for j, v in split(needs, [topo[g] for g in ids], {}).items()}
+
+
 def test_assign_keeps_jobs_on_one_machine_when_possible() -> None:
     topo = _topology(3, 4)
     hb = Hyperband(SPACE, max_resource=9, eta=3, brackets=[1], max_gpus_per_job=4, seed=0)
@@ -273,7 +278,9 @@ def test_assign_keeps_jobs_on_one_machine_when_possible() -> None:
     for j in jobs:  # finish rung 0 so that the survivor can use 3 GPUs
         hb.report(j.id, 3, float(j.id[-1]))
     (survivor,) = hb.running_jobs()
-    out = hb.assign(["m0g0", "m1g0", "m1g1", "m1g2", "m2g3"], topo)
+    need = JobNeed(survivor.id, survivor.iters_left * hb.iter_time(survivor),
+                   hb.demand_at(survivor.rung))
+    out = _split([need], ["m0g0", "m1g0", "m1g1", "m1g2", "m2g3"], topo)
     assert out == {survivor.id: ["m1g0", "m1g1", "m1g2"]}
 
 
@@ -284,18 +291,15 @@ def test_gpu_counts_and_packing() -> None:
     assert gpu_counts(needs, 20) == {"a": 4, "b": 4, "c": 1}
     topo = _topology(4, 4)
     ids = [g for g in topo if not g.startswith("m3")] + ["m3g0"]
-    out = pack(needs, ids, topo)
+    out = _split(needs, ids, topo)
     assert {topo.locality(v) for v in out.values()} <= {0, 1}  # each on a single machine
     assert sorted(len(v) for v in out.values()) == [1, 4, 4]
-    with pytest.raises(PackingError, match="not in the topology"):
-        pack(needs, ["zz"], topo)
-    with pytest.raises(PackingError, match="duplicate"):
-        pack(needs, ["m0g0", "m0g0"], topo)
 
 
 def test_cross_machine_job_stays_in_one_rack() -> None:
     topo = _topology(4, 2, machines_per_rack=2)  # r0: m0,m1; r1: m2,m3
-    out = pack([JobNeed("big", 10, 4)], ["m0g0", "m1g0", "m2g0", "m2g1", "m3g0", "m3g1"], topo)
+    out = _split([JobNeed("big", 10, 4)], ["m0g0", "m1g0", "m2g0", "m2g1", "m3g0", "m3g1"],
+                 topo)
     assert sorted(out["big"]) == ["m2g0", "m2g1", "m3g0", "m3g1"]
 
 
@@ -305,12 +309,12 @@ def test_cross_machine_job_stays_in_one_rack() -> None:
     demands=st.lists(st.tuples(st.integers(0, 1000), st.integers(1, 8)), min_size=0, max_size=8),
     data=st.data(),
 )
-def test_pack_invariants(machines: int, per_machine: int,
+def test_split_from_nothing_invariants(machines: int, per_machine: int,
                          demands: list[tuple[int, int]], data: st.DataObject) -> None:
     topo = _topology(machines, per_machine)
     ids = data.draw(st.lists(st.sampled_from(sorted(topo)), unique=True))
     needs = [JobNeed(f"j{k}", w, d) for k, (w, d) in enumerate(demands)]
-    out = pack(needs, ids, topo)
+    out = _split(needs, ids, topo)
     given_out = [g for v in out.values() for g in v]
     assert len(given_out) == len(set(given_out)) and set(given_out) <= set(ids)
     demand = {n.job_id: n.max_demand for n in needs}

@@ -33,16 +33,14 @@ from __future__ import annotations
 import math
 import random
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
 from themis.am.objective import Objective
-from themis.am.packing import JobNeed, pack
 from themis.am.searchspace import SearchSpace, Value
 from themis.mechanism.model import AppKind, AppModel, FuturePhase, Job, PhaseShape
 from themis.mechanism.placement import DEFAULT, PlacementProfile
-from themis.mechanism.topology import Gpu
 
 
 class HyperbandError(ValueError):
@@ -322,14 +320,6 @@ class Hyperband:
             return job.serial_iter_time
         known = [j.serial_iter_time for j in self.current_jobs() if j.serial_iter_time]
         return statistics.median(known) if known else self.default_iter_time
-
-    def assign(
-        self, gpu_ids: Sequence[str], topology: Mapping[str, Gpu]
-    ) -> dict[str, list[str]]:
-        """Split the app's GPUs among its running jobs (see :mod:`.packing`)."""
-        needs = [JobNeed(j.id, j.iters_left * self.iter_time(j), self.demand_at(j.rung))
-                 for j in self.running_jobs()]
-        return pack(needs, list(gpu_ids), topology)
 
     # -- agent interface -------------------------------------------------------------------
 

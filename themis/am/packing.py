@@ -23,7 +23,7 @@ from themis.mechanism.topology import Gpu
 
 
 class PackingError(ValueError):
-    """Invalid input to :func:`pack` (names the job or GPU)."""
+    """Invalid input to :func:`gpu_counts` or :func:`place` (names the job or the GPUs)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,19 +100,6 @@ def place(counts: Mapping[str, int], gpus: Iterable[Gpu]) -> dict[str, list[str]
                     break
         out[job_id] = [g.id for g in chosen]
     return out
-
-
-def pack(
-    jobs: Sequence[JobNeed], gpu_ids: Sequence[str], topology: Mapping[str, Gpu]
-) -> dict[str, list[str]]:
-    """GPU ids per job for the app's ``gpu_ids`` (each GPU at most once)."""
-    if len(set(gpu_ids)) != len(gpu_ids):
-        raise PackingError(f"duplicate GPU ids in {sorted(gpu_ids)}")
-    missing = [g for g in gpu_ids if g not in topology]
-    if missing:
-        raise PackingError(f"GPUs not in the topology: {missing}")
-    counts = gpu_counts(jobs, len(gpu_ids))
-    return place(counts, (topology[g] for g in gpu_ids))
 
 
 def split(jobs: Sequence[JobNeed], gpus: Sequence[Gpu], current: Mapping[str, Sequence[str]],

@@ -96,10 +96,6 @@ class AppView:
             return dict(self.asks)
         return {1: self.pending_gpus} if self.pending_gpus > 0 else {}
 
-    def wanted(self) -> int:
-        """GPUs the app can use now: its asks' total."""
-        return sum(k * n for k, n in self.shape().items())
-
 
 @dataclass(frozen=True, slots=True)
 class QueueView:
