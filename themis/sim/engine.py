@@ -230,8 +230,7 @@ class Simulator:
                     self._completions.discard(t)
                 need_round |= self._handle(kind, payload)
             need_round |= self._settle()
-            if need_round and self.free and any(  # an app with room (a.room() > 0)
-                    a.open_demand > len(a.held) for a in self.apps.values()):
+            if need_round and self.free and any(a.room() > 0 for a in self.apps.values()):
                 self._round()
             for app_id in sorted(self._dirty):
                 if app_id in self.apps:
@@ -266,7 +265,7 @@ class Simulator:
             raise InvariantError(f"clock went backwards: {t} < {self.now}")
         apps = self.apps.values()
         if t > self.now and self.free:
-            wanted = sum([max(0, a.open_demand - len(a.held)) for a in apps])  # a.room()
+            wanted = sum(a.room() for a in apps)
             self._idle_wanted_s += (t - self.now) * min(len(self.free), wanted)
         for a in apps:
             if a.busy or a.held:

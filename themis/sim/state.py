@@ -200,10 +200,9 @@ class AppState:
         The version moves on either way, so that the simulator schedules the app's next
         completion again as it always did (the same events, the same results)."""
         running = [j for j in self.jobs if not j.done]
+        indices = [j.index for j in running]
         last = self._split_of
-        if (last is not None and last[0] == self.phase and len(last[1]) == len(running)
-                and last[2] == self.held.keys()
-                and all(a == j.index for a, j in zip(last[1], running, strict=True))):
+        if last is not None and last[:2] == (self.phase, indices) and last[2] == self.held.keys():
             self.version += 1
             return
         for j in self.jobs:
@@ -223,7 +222,7 @@ class AppState:
                     self.restarts += 1
         self.set_busy()
         self.version += 1
-        self._split_of = (self.phase, [j.index for j in running], frozenset(self.held))
+        self._split_of = (self.phase, indices, frozenset(self.held))
 
     def _work_left(self, j: JobState) -> float:
         return j.iters_left * self.spec.jobs[j.index].serial_iter_time
