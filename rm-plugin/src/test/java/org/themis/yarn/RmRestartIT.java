@@ -241,10 +241,14 @@ class RmRestartIT {
     long rounds = s2.runtime().driver().rounds();
     a.finish();
     long t1 = System.currentTimeMillis();
-    ThemisMiniCluster.waitFor("B's container after A finished", 30_000, () -> {
-      b.pollUnchecked();
-      return b.gpuContainers().size() == 1;
-    });
+    try {
+      ThemisMiniCluster.waitFor("B's container after A finished", 30_000, () -> {
+        b.pollUnchecked();
+        return b.gpuContainers().size() == 1;
+      });
+    } catch (AssertionError e) {
+      throw new AssertionError(e.getMessage() + "; " + state(s2, a, b, c), e);
+    }
     System.out.println("restart: settled " + settledMs + " ms after the restart began; A's "
         + "finish -> B's container " + (System.currentTimeMillis() - t1) + " ms");
     assertTrue(s2.runtime().driver().rounds() > rounds);
@@ -322,6 +326,31 @@ class RmRestartIT {
   // ------------------------------------------------------------------ helpers
 
   /** Restarts the RM; returns the new scheduler once its lease recovery has settled. */
+  /** What the RM and the plugin hold now, for a failure's message. */
+  private static String state(ThemisCapacityScheduler s, TestAm... ams) {
+    StringBuilder out = new StringBuilder("rounds " + s.runtime().driver().rounds()
+        + ", grantable " + s.runtime().cluster().grantableGpus() + ", leases "
+        + s.leases().snapshot() + ", recovery settled " + s.recovery().settled());
+    for (org.apache.hadoop.yarn.server.resourcemanager.scheduler.common.fica.FiCaSchedulerNode n
+        : s.getNodeTracker().getAllNodes()) {
+      out.append(", node ").append(n.getNodeID()).append(s.recovery().nodeRecovering(
+          n.getNodeID()) ? " (being added)" : "").append(": unallocated ")
+          .append(n.getUnallocatedResource()).append(", running ");
+      for (org.apache.hadoop.yarn.server.resourcemanager.rmcontainer.RMContainer ct
+          : n.getCopiedListOfRunningContainers()) {
+        out.append(ct.getContainerId()).append('=').append(ct.getState()).append(' ');
+      }
+    }
+    for (TestAm am : ams) {
+      org.apache.hadoop.yarn.server.resourcemanager.rmapp.RMApp app =
+          s.getRMContext().getRMApps().get(am.appId);
+      out.append(", ").append(am.appId).append(' ').append(app == null ? "gone" : app.getState())
+          .append(" used ").append(s.usedGpus(am.appId, n0)).append('+')
+          .append(s.usedGpus(am.appId, n1));
+    }
+    return out.toString();
+  }
+
   private static ThemisCapacityScheduler restart() throws Exception {
     mc.cluster.restartResourceManager(0);
     ThemisCapacityScheduler s = mc.scheduler();
