@@ -29,6 +29,7 @@ import org.apache.hadoop.yarn.server.resourcemanager.scheduler.event.AppAttemptR
 import org.apache.hadoop.yarn.server.resourcemanager.scheduler.event.AppRemovedSchedulerEvent;
 import org.apache.hadoop.yarn.server.resourcemanager.scheduler.event.NodeAddedSchedulerEvent;
 import org.apache.hadoop.yarn.server.resourcemanager.scheduler.event.NodeRemovedSchedulerEvent;
+import org.apache.hadoop.yarn.server.resourcemanager.scheduler.event.NodeUpdateSchedulerEvent;
 import org.apache.hadoop.yarn.server.resourcemanager.scheduler.event.SchedulerEvent;
 import org.apache.hadoop.yarn.server.resourcemanager.scheduler.event.SchedulerEventType;
 import org.apache.hadoop.yarn.util.resource.DominantResourceCalculator;
@@ -165,6 +166,9 @@ public class ThemisCapacityScheduler extends CapacityScheduler {
     if (adding != null && rec != null) {
       rec.nodeAdding(adding); // its GPUs are not grantable before its containers are in
     }
+    FiCaSchedulerNode heartbeat = event.getType() == SchedulerEventType.NODE_UPDATE
+        ? getNode(((NodeUpdateSchedulerEvent) event).getRMNode().getNodeID()) : null;
+    long unallocatedBefore = heartbeat == null ? 0 : Gpus.of(heartbeat.getUnallocatedResource());
     try {
       super.handle(event);
     } finally {
@@ -173,6 +177,14 @@ public class ThemisCapacityScheduler extends CapacityScheduler {
       }
     }
     ThemisRuntime rt = runtime;
+    if (rt != null && heartbeat != null
+        && Gpus.of(heartbeat.getUnallocatedResource()) > unallocatedBefore) {
+      // A container the RM ended while it ran on its node (killed, released by its AM, its
+      // attempt ended) keeps its resources on the node until the NodeManager reports it gone
+      // (YARN-4148), in a later heartbeat, on a path that passes no completedContainer hook:
+      // its GPUs become free here, after the round their end triggered may have run.
+      rt.driver().gpusFreed();
+    }
     if (rt != null && event.getType() == SchedulerEventType.APP_REMOVED) {
       rt.agents().appRemoved(((AppRemovedSchedulerEvent) event).getApplicationID());
     }

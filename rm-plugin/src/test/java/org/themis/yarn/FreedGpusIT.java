@@ -4,6 +4,8 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import org.apache.hadoop.yarn.api.records.Container;
+import org.apache.hadoop.yarn.api.records.ContainerId;
+import org.apache.hadoop.yarn.api.records.ContainerState;
 import org.apache.hadoop.yarn.api.records.NodeId;
 import org.apache.hadoop.yarn.conf.YarnConfiguration;
 import org.junit.jupiter.api.AfterAll;
@@ -15,8 +17,9 @@ import org.junit.jupiter.api.Test;
  * Freed GPUs go back at once: real RM + 1 NM with 2 GPUs + the real Python engine. App A holds
  * both GPUs under 10-minute leases; app B asks; when A's container ends (A asks for no more
  * GPUs and has no agent), when A finishes, or when an agent app releases GPUs, B's container
- * follows within about a second. The periodic round is set to 60 s, so only the freed-GPUs
- * trigger can explain a short wait. Latencies are printed (client side: from the allocate call
+ * follows within about a second, also when A's containers run on the NodeManager and outlive
+ * the RM's kill (their GPUs are free only once the NodeManager reports them gone). The periodic
+ * round is set to 60 s, so only the freed-GPUs triggers can explain a short wait. Latencies are printed (client side: from the allocate call
  * that carried the release / the unregister to B's allocate that returned the container).
  */
 class FreedGpusIT {
@@ -103,6 +106,44 @@ class FreedGpusIT {
     assertEquals(0, s.leases().liveGpus(a.appId, node), "a finished app holds no lease");
     assertEquals(1, s.runtime().driver().rounds() - rounds, "a burst of completions makes one round");
     b.finish();
+  }
+
+  /**
+   * A's two containers run on the NodeManager and ignore SIGTERM (the NodeManager's SIGKILL
+   * follows 250 ms later), so when A finishes, the node keeps their GPUs until its NodeManager
+   * reports them gone, in a heartbeat after the round that A's finish triggered: that report
+   * must trigger a round of its own.
+   */
+  @Test
+  void gpusOfKilledRunningContainersGoBackWhenTheirNodeReportsThemGone() throws Exception {
+    ThemisCapacityScheduler s = mc.scheduler();
+    TestAm a = holder("holder-running");
+    for (Container ct : a.gpuContainers()) {
+      a.launch(mc, ct, "trap '' TERM; while true; do sleep 1; done");
+    }
+    for (Container ct : a.gpuContainers()) {
+      ThemisMiniCluster.waitFor(ct.getId() + " running on its NM", 30_000,
+          () -> nmState(ct.getId()) == ContainerState.RUNNING);
+    }
+    TestAm b = waiter("waiter-after-kill", 2);
+    try {
+      long t0 = System.currentTimeMillis();
+      a.finish();
+      b.awaitGpuContainers(2, 10_000);
+      System.out.println("app finish (containers running, SIGTERM ignored) -> next grant: B's "
+          + "2 containers after " + (System.currentTimeMillis() - t0) + " ms");
+      for (Container ct : a.gpuContainers()) {
+        assertTrue(nmState(ct.getId()) != ContainerState.RUNNING, ct.getId() + " still runs");
+      }
+    } finally {
+      b.finish(); // (the next test waits for every lease to be gone)
+    }
+  }
+
+  private static ContainerState nmState(ContainerId id) {
+    org.apache.hadoop.yarn.server.nodemanager.containermanager.container.Container c =
+        mc.cluster.getNodeManager(0).getNMContext().getContainers().get(id);
+    return c == null ? null : c.cloneAndGetContainerStatus().getState();
   }
 
   @Test
