@@ -144,7 +144,8 @@ public class ThemisCapacityScheduler extends CapacityScheduler {
 
   /**
    * After the base class: an app removed (finished, killed, failed) loses its leases now, and
-   * so does a node removed (lost, shut down, decommissioned: {@link AgentGateway#nodeRemoved}).
+   * so does a node removed (lost, shut down, decommissioned: {@link AgentGateway#nodeRemoved});
+   * a node's heartbeat that left it more unallocated GPUs triggers a round.
    * Before it, on Hadoop 3.3 (no {@code PLACEMENT_CLASS_KEY}), a new app gets the placement
    * allocator as its scheduling env unless it set one itself, which is what 3.4+ do with the
    * key; the attempts created after this event copy the app's env.
