@@ -19,8 +19,9 @@ import org.junit.jupiter.api.Test;
  * GPUs and has no agent), when A finishes, or when an agent app releases GPUs, B's container
  * follows within about a second, also when A's containers run on the NodeManager and outlive
  * the RM's kill (their GPUs are free only once the NodeManager reports them gone). The periodic
- * round is set to 60 s, so only the freed-GPUs triggers can explain a short wait. Latencies are printed (client side: from the allocate call
- * that carried the release / the unregister to B's allocate that returned the container).
+ * round is set to 60 s, so only the freed-GPU triggers can explain a short wait. Latencies are
+ * printed (client side: from the allocate call that carried the release / the unregister to
+ * B's allocate that returned the container).
  */
 class FreedGpusIT {
   private static final long LEASE_MS = 600_000;
@@ -116,18 +117,20 @@ class FreedGpusIT {
    */
   @Test
   void gpusOfKilledRunningContainersGoBackWhenTheirNodeReportsThemGone() throws Exception {
-    ThemisCapacityScheduler s = mc.scheduler();
     TestAm a = holder("holder-running");
-    for (Container ct : a.gpuContainers()) {
-      a.launch(mc, ct, "trap '' TERM; while true; do sleep 1; done");
-    }
-    for (Container ct : a.gpuContainers()) {
-      ThemisMiniCluster.waitFor(ct.getId() + " running on its NM", 30_000,
-          () -> nmState(ct.getId()) == ContainerState.RUNNING);
-    }
-    TestAm b = waiter("waiter-after-kill", 2);
+    TestAm b = null;
+    boolean aFinished = false;
     try {
+      for (Container ct : a.gpuContainers()) {
+        a.launch(mc, ct, "trap '' TERM; while true; do sleep 1; done");
+      }
+      for (Container ct : a.gpuContainers()) {
+        ThemisMiniCluster.waitFor(ct.getId() + " running on its NM", 30_000,
+            () -> nmState(ct.getId()) == ContainerState.RUNNING);
+      }
+      b = waiter("waiter-after-kill", 2);
       long t0 = System.currentTimeMillis();
+      aFinished = true;
       a.finish();
       b.awaitGpuContainers(2, 10_000);
       System.out.println("app finish (containers running, SIGTERM ignored) -> next grant: B's "
@@ -135,8 +138,13 @@ class FreedGpusIT {
       for (Container ct : a.gpuContainers()) {
         assertTrue(nmState(ct.getId()) != ContainerState.RUNNING, ct.getId() + " still runs");
       }
-    } finally {
-      b.finish(); // (the next test waits for every lease to be gone)
+    } finally { // (the next test waits for every lease to be gone)
+      if (!aFinished) {
+        a.finish();
+      }
+      if (b != null) {
+        b.finish();
+      }
     }
   }
 

@@ -325,7 +325,6 @@ class RmRestartIT {
 
   // ------------------------------------------------------------------ helpers
 
-  /** Restarts the RM; returns the new scheduler once its lease recovery has settled. */
   /** What the RM and the plugin hold now, for a failure's message. */
   private static String state(ThemisCapacityScheduler s, TestAm... ams) {
     StringBuilder out = new StringBuilder("rounds " + s.runtime().driver().rounds()
@@ -351,6 +350,7 @@ class RmRestartIT {
     return out.toString();
   }
 
+  /** Restarts the RM; returns the new scheduler once its lease recovery has settled. */
   private static ThemisCapacityScheduler restart() throws Exception {
     mc.cluster.restartResourceManager(0);
     ThemisCapacityScheduler s = mc.scheduler();
