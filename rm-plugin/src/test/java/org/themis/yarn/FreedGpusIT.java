@@ -4,7 +4,6 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import org.apache.hadoop.yarn.api.records.Container;
-import org.apache.hadoop.yarn.api.records.ContainerId;
 import org.apache.hadoop.yarn.api.records.ContainerState;
 import org.apache.hadoop.yarn.api.records.NodeId;
 import org.apache.hadoop.yarn.conf.YarnConfiguration;
@@ -126,7 +125,7 @@ class FreedGpusIT {
       }
       for (Container ct : a.gpuContainers()) {
         ThemisMiniCluster.waitFor(ct.getId() + " running on its NM", 30_000,
-            () -> nmState(ct.getId()) == ContainerState.RUNNING);
+            () -> mc.nmState(ct.getId()) == ContainerState.RUNNING);
       }
       b = waiter("waiter-after-kill", 2);
       long t0 = System.currentTimeMillis();
@@ -136,7 +135,7 @@ class FreedGpusIT {
       System.out.println("app finish (containers running, SIGTERM ignored) -> next grant: B's "
           + "2 containers after " + (System.currentTimeMillis() - t0) + " ms");
       for (Container ct : a.gpuContainers()) {
-        assertTrue(nmState(ct.getId()) != ContainerState.RUNNING, ct.getId() + " still runs");
+        assertTrue(mc.nmState(ct.getId()) != ContainerState.RUNNING, ct.getId() + " still runs");
       }
     } finally { // (the next test waits for every lease to be gone)
       if (!aFinished) {
@@ -146,12 +145,6 @@ class FreedGpusIT {
         b.finish();
       }
     }
-  }
-
-  private static ContainerState nmState(ContainerId id) {
-    org.apache.hadoop.yarn.server.nodemanager.containermanager.container.Container c =
-        mc.cluster.getNodeManager(0).getNMContext().getContainers().get(id);
-    return c == null ? null : c.cloneAndGetContainerStatus().getState();
   }
 
   @Test

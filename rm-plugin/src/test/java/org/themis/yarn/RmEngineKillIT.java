@@ -115,7 +115,7 @@ class RmEngineKillIT {
       // the same leases (ids, expiries, states); A's containers kept running and are the RM's
       assertEquals(before, keys(s2.leases().snapshot()));
       for (Container ct : aRunning) {
-        assertEquals(ContainerState.RUNNING, nmState(ct.getId()), ct.getId() + " on its NM");
+        assertEquals(ContainerState.RUNNING, mc.nmState(ct.getId()), ct.getId() + " on its NM");
       }
       ThemisMiniCluster.waitFor("A's containers recovered by the new RM", 10_000,
           () -> s2.usedGpus(a.appId, n0) == 2 && s2.usedGpus(a.appId, n1) == 1);
@@ -138,7 +138,7 @@ class RmEngineKillIT {
       ContainerId aN1 = on(aRunning, n1).get(0).getId();
       assertNotNull(s2.leases().renew(aOnN1.id(), 1, s2.leases().now() + 500));
       ThemisMiniCluster.waitFor("A's container on n1 killed after the grace period", 30_000,
-          () -> nmState(aN1) != ContainerState.RUNNING
+          () -> mc.nmState(aN1) != ContainerState.RUNNING
               && s2.runtime().cluster().grantableGpus().get(n1) == 1L);
       assertEquals(1, b.gpuContainers().size(), "B got a GPU while A's container ran on it");
       // the round that offers the freed GPU: woken here, as the test's rounds run every 60 s
@@ -269,7 +269,7 @@ class RmEngineKillIT {
     }
     for (Container ct : out) {
       ThemisMiniCluster.waitFor(ct.getId() + " running", 30_000,
-          () -> nmState(ct.getId()) == ContainerState.RUNNING);
+          () -> mc.nmState(ct.getId()) == ContainerState.RUNNING);
     }
     return out;
   }
@@ -296,18 +296,6 @@ class RmEngineKillIT {
   /** GPUs under live leases of {@code am}, all nodes. */
   private static long leasedGpus(ThemisCapacityScheduler s, TestAm am) {
     return s.leases().liveGpus(am.appId, n0) + s.leases().liveGpus(am.appId, n1);
-  }
-
-  /** The container's state on its NodeManager, null when no NM has it. */
-  private static ContainerState nmState(ContainerId id) {
-    for (int i = 0; i < 2; i++) {
-      org.apache.hadoop.yarn.server.nodemanager.containermanager.container.Container c =
-          mc.cluster.getNodeManager(i).getNMContext().getContainers().get(id);
-      if (c != null) {
-        return c.cloneAndGetContainerStatus().getState();
-      }
-    }
-    return null;
   }
 
   private static String key(Lease l) {

@@ -75,7 +75,7 @@ class RmFailoverBench {
             + (tSettled - tActive) + " ms, active -> first grant committed "
             + (grantAt - tActive) + " ms");
         for (Container c : running) {
-          assertEquals(ContainerState.RUNNING, RmHaIT.nmState(c.getId()), "holder restarted");
+          assertEquals(ContainerState.RUNNING, mc.nmState(c.getId()), "holder restarted");
         }
         b.finish();
         mc.cluster.restartResourceManager(from);

@@ -16,7 +16,6 @@ import org.apache.hadoop.ha.HAServiceProtocol.HAServiceState;
 import org.apache.hadoop.service.Service;
 import org.apache.hadoop.yarn.api.records.ApplicationId;
 import org.apache.hadoop.yarn.api.records.Container;
-import org.apache.hadoop.yarn.api.records.ContainerId;
 import org.apache.hadoop.yarn.api.records.ContainerState;
 import org.apache.hadoop.yarn.api.records.NodeId;
 import org.apache.hadoop.yarn.conf.YarnConfiguration;
@@ -171,7 +170,7 @@ class RmHaIT {
     ThemisMiniCluster.waitFor("new active's agents' endpoint", 60_000,
         () -> listening(AGENT_PORTS[second]));
     for (Container ct : aRunning) {
-      assertEquals(ContainerState.RUNNING, nmState(ct.getId()), ct.getId() + " on its NM");
+      assertEquals(ContainerState.RUNNING, mc.nmState(ct.getId()), ct.getId() + " on its NM");
     }
     // the abandoned round's grant is made once, by the new active's own round
     ThemisMiniCluster.waitFor("B's GPU container from the new active", 60_000, () -> {
@@ -210,7 +209,7 @@ class RmHaIT {
         + "settled " + (System.currentTimeMillis() - tActive2) + " ms");
     assertEquals(before2, keys(s2.leases().snapshot()), "leases after the failback");
     for (Container ct : concat(aRunning, bRunning)) {
-      assertEquals(ContainerState.RUNNING, nmState(ct.getId()), ct.getId() + " on its NM");
+      assertEquals(ContainerState.RUNNING, mc.nmState(ct.getId()), ct.getId() + " on its NM");
     }
     ThemisMiniCluster.waitFor("A's and B's containers recovered", 20_000,
         () -> s2.usedGpus(a.appId, n0) == 2 && s2.usedGpus(b.appId, n1) == 1);
@@ -356,20 +355,9 @@ class RmHaIT {
     }
     for (Container ct : out) {
       ThemisMiniCluster.waitFor(ct.getId() + " running", 30_000,
-          () -> nmState(ct.getId()) == ContainerState.RUNNING);
+          () -> mc.nmState(ct.getId()) == ContainerState.RUNNING);
     }
     return out;
-  }
-
-  static ContainerState nmState(ContainerId id) {
-    for (int i = 0; i < 2; i++) {
-      org.apache.hadoop.yarn.server.nodemanager.containermanager.container.Container c =
-          mc.cluster.getNodeManager(i).getNMContext().getContainers().get(id);
-      if (c != null) {
-        return c.cloneAndGetContainerStatus().getState();
-      }
-    }
-    return null;
   }
 
   private static String key(Lease l) {

@@ -149,7 +149,7 @@ class RmRestartBench {
         long gap = beat.gapAcross(tBegin, tReady);
         // the holder's containers: still the same processes, the RM's again
         for (Container c : running) {
-          assertEquals(ContainerState.RUNNING, RmRestartIT.nmState(c.getId()), "holder stopped");
+          assertEquals(ContainerState.RUNNING, mc.nmState(c.getId()), "holder stopped");
           assertEquals(startedAt.get(c.getId()).longValue(),
               nmContainer(mc, c.getId()).getContainerStartTime(), c.getId() + " restarted");
         }
@@ -209,14 +209,12 @@ class RmRestartBench {
 
   private static org.apache.hadoop.yarn.server.nodemanager.containermanager.container.Container
       nmContainer(ThemisMiniCluster mc, ContainerId id) {
-    for (int i = 0; i < 2; i++) {
-      org.apache.hadoop.yarn.server.nodemanager.containermanager.container.Container c =
-          mc.cluster.getNodeManager(i).getNMContext().getContainers().get(id);
-      if (c != null) {
-        return c;
-      }
+    org.apache.hadoop.yarn.server.nodemanager.containermanager.container.Container c =
+        mc.nmContainer(id);
+    if (c == null) {
+      throw new AssertionError(id + " on no NodeManager");
     }
-    throw new AssertionError(id + " on no NodeManager");
+    return c;
   }
 
   /**

@@ -221,7 +221,7 @@ class RmRestartIT {
     assertTrue(s2.runtime().agents().hasAgent(a.appId), "A's agent is remembered");
     // running containers kept running through the restart and are the RM's again
     for (Container ct : concat(aRunning, cRunning)) {
-      assertEquals(ContainerState.RUNNING, nmState(ct.getId()), ct.getId() + " on its NM");
+      assertEquals(ContainerState.RUNNING, mc.nmState(ct.getId()), ct.getId() + " on its NM");
     }
     ThemisMiniCluster.waitFor("A's containers recovered by the new RM", 10_000,
         () -> s2.usedGpus(a.appId, n0) == 2);
@@ -257,7 +257,7 @@ class RmRestartIT {
       assertTrue(s2.leases().liveGpusOnNode(n) <= 2, "over-leased " + n + ": "
           + s2.leases().snapshot());
     }
-    assertEquals(ContainerState.RUNNING, nmState(cRunning.get(0).getId()), "C still runs");
+    assertEquals(ContainerState.RUNNING, mc.nmState(cRunning.get(0).getId()), "C still runs");
   }
 
   @Test
@@ -278,7 +278,7 @@ class RmRestartIT {
     Thread.sleep(Math.max(0, expiry + 1000 - System.currentTimeMillis()));
     ThemisCapacityScheduler s2 = restart();
     long settled = System.currentTimeMillis();
-    assertEquals(ContainerState.RUNNING, nmState(ct.getId()), "not killed by the restart");
+    assertEquals(ContainerState.RUNNING, mc.nmState(ct.getId()), "not killed by the restart");
     // When the restarted RM set the lease EXPIRING, read from its lease table: the lease keeps
     // its id and carries its grace deadline (expiring time + grace). The AM's view of the notice
     // comes up to a heartbeat and an event dispatch later, so the grace is measured from here.
@@ -373,21 +373,9 @@ class RmRestartIT {
     }
     for (Container ct : out) {
       ThemisMiniCluster.waitFor(ct.getId() + " running", 30_000,
-          () -> nmState(ct.getId()) == ContainerState.RUNNING);
+          () -> mc.nmState(ct.getId()) == ContainerState.RUNNING);
     }
     return out;
-  }
-
-  /** The container's state on its NodeManager, null when no NM has it. */
-  static ContainerState nmState(ContainerId id) {
-    for (int i = 0; i < 2; i++) {
-      org.apache.hadoop.yarn.server.nodemanager.containermanager.container.Container c =
-          mc.cluster.getNodeManager(i).getNMContext().getContainers().get(id);
-      if (c != null) {
-        return c.cloneAndGetContainerStatus().getState();
-      }
-    }
-    return null;
   }
 
   private static boolean done(TestAm am, ContainerId id) {

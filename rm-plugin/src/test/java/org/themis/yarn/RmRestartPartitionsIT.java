@@ -12,7 +12,6 @@ import java.util.ArrayList;
 import java.util.Collections;
 import java.util.List;
 import org.apache.hadoop.yarn.api.records.Container;
-import org.apache.hadoop.yarn.api.records.ContainerId;
 import org.apache.hadoop.yarn.api.records.ContainerState;
 import org.apache.hadoop.yarn.api.records.NodeId;
 import org.apache.hadoop.yarn.conf.YarnConfiguration;
@@ -103,7 +102,7 @@ class RmRestartPartitionsIT {
     assertEquals(labeled, held.getNodeId(), "queue a's GPU container outside partition gpu");
     a.launch(mc, held, "sleep 600");
     ThemisMiniCluster.waitFor(held.getId() + " running", 30_000,
-        () -> nmState(held.getId()) == ContainerState.RUNNING);
+        () -> mc.nmState(held.getId()) == ContainerState.RUNNING);
     Lease lease = only(s.leases().snapshot());
     assertEquals(a.appId, lease.app());
     assertEquals(labeled, lease.node());
@@ -122,7 +121,7 @@ class RmRestartPartitionsIT {
     assertEquals("", s2.runtime().cluster().nodePartitions().of(plain));
     // the same lease (id, expiry, partition), its container still running and the RM's again
     assertEquals(Collections.singletonList(lease), s2.leases().snapshot());
-    assertEquals(ContainerState.RUNNING, nmState(held.getId()));
+    assertEquals(ContainerState.RUNNING, mc.nmState(held.getId()));
     ThemisMiniCluster.waitFor("A's container recovered by the new RM", 10_000,
         () -> s2.usedGpus(a.appId, labeled) == 1);
     assertEquals(Long.valueOf(freeOnLabeled), s2.runtime().cluster().grantableGpus()
@@ -193,18 +192,6 @@ class RmRestartPartitionsIT {
     awaitLabeled();
     ThemisMiniCluster.waitFor("lease recovery settled", 60_000, () -> s.recovery().settled());
     return s;
-  }
-
-  /** The container's state on its NodeManager, null when no NM has it. */
-  private static ContainerState nmState(ContainerId id) {
-    for (int i = 0; i < 2; i++) {
-      org.apache.hadoop.yarn.server.nodemanager.containermanager.container.Container c =
-          mc.cluster.getNodeManager(i).getNMContext().getContainers().get(id);
-      if (c != null) {
-        return c.cloneAndGetContainerStatus().getState();
-      }
-    }
-    return null;
   }
 
   private static void awaitLabeled() throws InterruptedException {

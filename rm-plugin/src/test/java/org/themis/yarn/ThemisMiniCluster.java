@@ -5,6 +5,8 @@ import java.util.Collections;
 import java.util.List;
 import java.util.function.BooleanSupplier;
 import org.apache.hadoop.util.VersionInfo;
+import org.apache.hadoop.yarn.api.records.ContainerId;
+import org.apache.hadoop.yarn.api.records.ContainerState;
 import org.apache.hadoop.yarn.api.records.NodeId;
 import org.apache.hadoop.yarn.api.records.NodeLabel;
 import org.apache.hadoop.yarn.client.api.YarnClient;
@@ -19,6 +21,7 @@ public final class ThemisMiniCluster implements AutoCloseable {
   final MiniYARNCluster cluster;
   final YarnConfiguration conf;
   final YarnClient client;
+  private final int nodeManagers;
 
   /**
    * Base configuration: Themis scheduler, GPUs as a countable resource, and LeaseExpiryPolicy
@@ -68,6 +71,7 @@ public final class ThemisMiniCluster implements AutoCloseable {
   ThemisMiniCluster(String name, int resourceManagers, int nodeManagers, YarnConfiguration conf)
       throws Exception {
     this.conf = conf;
+    this.nodeManagers = nodeManagers;
     ResourceUtils.resetResourceTypes(conf);
     cluster = new MiniYARNCluster(name, resourceManagers, nodeManagers, 1, 1);
     cluster.init(conf);
@@ -145,6 +149,25 @@ public final class ThemisMiniCluster implements AutoCloseable {
   /** Waits for the engine, which starts with the round driver (start-up is not measured). */
   void awaitEngine() throws InterruptedException {
     waitFor("engine up", 60_000, () -> scheduler().runtime().engine().pid() > 0);
+  }
+
+  /** The NodeManager's record of container {@code id}, null when no NodeManager has it. */
+  org.apache.hadoop.yarn.server.nodemanager.containermanager.container.Container nmContainer(
+      ContainerId id) {
+    for (int i = 0; i < nodeManagers; i++) {
+      org.apache.hadoop.yarn.server.nodemanager.containermanager.container.Container c =
+          cluster.getNodeManager(i).getNMContext().getContainers().get(id);
+      if (c != null) {
+        return c;
+      }
+    }
+    return null;
+  }
+
+  /** The container's state on its NodeManager, null when no NodeManager has it. */
+  ContainerState nmState(ContainerId id) {
+    org.apache.hadoop.yarn.server.nodemanager.containermanager.container.Container c = nmContainer(id);
+    return c == null ? null : c.cloneAndGetContainerStatus().getState();
   }
 
   public static void waitFor(String what, long timeoutMs, BooleanSupplier cond) throws InterruptedException {
