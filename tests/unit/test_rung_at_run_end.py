@@ -5,6 +5,8 @@ about 40 ms before the epoch's ``epoch_loss``)."""
 
 from __future__ import annotations
 
+import pytest
+
 from themis.am.core import AmCore, LaunchCode, LaunchEvent
 from themis.am.hyperband import JobStatus
 from themis.am.spec import parse_spec
@@ -45,17 +47,50 @@ def test_the_target_step_before_its_value_does_not_decide_the_rung() -> None:
     assert core.hb.jobs[a].loss == 0.9 and core.hb.jobs[a].steps_done == 10
 
 
-def test_a_run_stopped_at_its_target_counts_its_steps() -> None:
-    """A program that ignores its step budget is stopped at the target (SIGTERM): the
-    STOPPED event ends the run, and the steps it was seen at count in full."""
+def test_a_run_that_ran_past_its_target_counts_its_steps() -> None:
+    """A program that ignores its step budget is stopped once it ran past its target; both
+    launchers report that as REACHED (its run is complete), and the steps count in full."""
     core = _core()
     a, b = sorted(core.hb.jobs)
     for j in (a, b):
         _start(core, j)
     core.progress(a, 12, 0.3)  # past the target (one epoch over)
     assert core.hb.jobs[a].steps_done == 9
-    core.apply(LaunchEvent(a, LaunchCode.STOPPED, None, -15))
+    core.apply(LaunchEvent(a, LaunchCode.REACHED, 12, 0))
     assert core.hb.jobs[a].status is JobStatus.RUNG_DONE and core.hb.jobs[a].steps_done == 12
+
+
+@pytest.mark.parametrize("seen", [10, 12])
+def test_a_run_stopped_after_its_target_step_runs_again(seen: int) -> None:
+    """A lease end between the target step and the run's own exit (Keras: the last batch
+    is logged before the epoch's ``epoch_loss`` and backup): the STOPPED run does not decide
+    the rung, nor do reports read after it; the job's next run, from its checkpoint, does."""
+    core = _core()
+    a, b = sorted(core.hb.jobs)
+    for j in (a, b):
+        _start(core, j)
+    core.progress(b, 10, 0.5)
+    core.apply(LaunchEvent(b, LaunchCode.REACHED, 10, 0))
+    core.progress(a, seen, 0.4)  # the previous epoch's value, better than b's
+    core.apply(LaunchEvent(a, LaunchCode.STOPPED, seen, -15))
+    assert core.hb.jobs[a].status is JobStatus.RUNNING and core.hb.jobs[a].steps_done == 9
+    assert a in {j.id for j in core.runnable()}  # launched again
+    assert core.progress(a, seen, 0.4) is None  # a late read of its event files
+    assert core.hb.jobs[a].steps_done == 9
+    core.apply(LaunchEvent(a, LaunchCode.STARTED, 10))  # restored at its last backup
+    core.progress(a, 10, 0.9)  # the target's own value
+    core.apply(LaunchEvent(a, LaunchCode.REACHED, 10, 0))
+    assert core.hb.jobs[a].status is JobStatus.STOPPED and core.hb.jobs[a].loss == 0.9
+    assert core.hb.jobs[b].rung == 1
+
+
+def test_a_run_stopped_before_its_target_counts_its_steps() -> None:
+    core = _core()
+    a, _ = sorted(core.hb.jobs)
+    _start(core, a)
+    core.progress(a, 7, 0.4)
+    core.apply(LaunchEvent(a, LaunchCode.STOPPED, 7, -15))
+    assert core.hb.jobs[a].steps_done == 7 and not core.record(a).stopped_at_target
 
 
 def test_without_a_live_run_steps_count_at_once() -> None:
