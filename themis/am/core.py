@@ -19,11 +19,12 @@ Lifecycle of one job (a Hyperband trial):
   ``evaluation_*_vs_iterations`` series before the epoch's ``epoch_loss``), and a rung
   ranked on the previous epoch's value would promote the wrong trial. A run that ends by
   itself at its target (:attr:`LaunchCode.REACHED`, also a program stopped after it ran
-  past its target) counts its steps in full; a run *stopped* (a lease end, a move) after
-  its target step but before it exited keeps them capped until a later run of the job
-  reaches the target: the stop may have come between the target step and its value (the
-  epoch's end, where Keras also writes its backup), so the job runs again from its
-  checkpoint - at once at its end when the checkpoint holds the target;
+  past its target) counts its steps in full; after a run *stopped* (a lease end, a move)
+  the job's steps stay capped, also in reports that arrive after its end, until a later
+  run reaches the target: the stop may have come between the target step and its value
+  (the epoch's end, where Keras also writes its backup), so a job stopped at or past its
+  target runs once more from its checkpoint - and exits at once when the checkpoint
+  already holds the target;
 * when the app loses the GPUs (lease end) or Hyperband stops the trial, the AM calls
   :meth:`Launcher.stop`: the job checkpoints and exits (:attr:`LaunchCode.STOPPED`); the
   next launch, on whatever GPUs the app holds then, resumes from that checkpoint;
@@ -72,7 +73,7 @@ if TYPE_CHECKING:
 
 STATE_FORMAT = "themis-am-core-v1"
 #: JobRecord fields of the live run, not saved (a new AM attempt has no live run)
-LIVE_FIELDS = frozenset({"live", "live_restored", "stopped_at_target"})
+LIVE_FIELDS = frozenset({"live", "live_restored", "stopped"})
 
 
 class LaunchCode(StrEnum):
@@ -160,9 +161,9 @@ class JobRecord:
     live_restored: bool = False
     #: the most steps reported for the job, uncapped (the past-target stop reads it)
     seen_steps: int = 0
-    #: its last run was stopped at or past its target step: steps stay capped until a
-    #: run of the job reaches the target (module doc)
-    stopped_at_target: bool = False
+    #: its last run was stopped (not ended by itself): steps stay capped until a run of
+    #: the job reaches the target (module doc)
+    stopped: bool = False
 
 
 class LiveBidder(ModelBidder):
@@ -275,15 +276,13 @@ class AmCore:
                 rec.restored_steps.append(ev.step)
             return ""
         rec.live = False  # the run ended: its last values are final, its steps count
-        steps = max(rec.seen_steps, ev.step or 0)
-        # ... unless it was stopped after its target step, perhaps before that step's
+        # ... unless it was stopped, perhaps after its target step and before that step's
         # value (module docstring): capped until a run reaches the target
-        rec.stopped_at_target = (ev.code is LaunchCode.STOPPED and job is not None
-                                 and steps >= job.target_steps)
+        rec.stopped = ev.code is LaunchCode.STOPPED
         if job is not None and job.status is JobStatus.RUNNING:
             # (REACHED's ``step`` is the run's own target: the job may have been promoted
             # meanwhile, and a stopped run may have written steps up to its target)
-            self.progress(ev.job_id, steps)
+            self.progress(ev.job_id, max(rec.seen_steps, ev.step or 0))
         if ev.code in (LaunchCode.REACHED, LaunchCode.STOPPED):
             return ""
         rec.failures += 1
@@ -320,7 +319,7 @@ class AmCore:
             rec.tags = sorted(tags)[:MAX_TAGS]
         rec.seen_steps = max(rec.seen_steps, steps)
         job = self.hb.jobs.get(job_id)
-        capped = rec.live or rec.stopped_at_target
+        capped = rec.live or rec.stopped
         if capped and not rec.gave_up and job is not None and steps >= job.target_steps:
             steps = job.target_steps - 1  # decided when the run ends (module docstring)
         outcome = self.hb.report(job_id, steps, value, iter_time)

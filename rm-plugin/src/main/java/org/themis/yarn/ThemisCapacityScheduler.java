@@ -186,6 +186,14 @@ public class ThemisCapacityScheduler extends CapacityScheduler {
       // its GPUs become free here, after the round their end triggered may have run.
       rt.driver().gpusFreed();
     }
+    if (rt != null && adding != null) {
+      FiCaSchedulerNode added = getNode(adding);
+      if (added != null && Gpus.of(added.getUnallocatedResource()) > 0) {
+        // A node that joins or rejoins (a restarted NodeManager, one back after it was lost)
+        // brings free GPUs that no lease or container change announces.
+        rt.driver().gpusFreed();
+      }
+    }
     if (rt != null && event.getType() == SchedulerEventType.APP_REMOVED) {
       rt.agents().appRemoved(((AppRemovedSchedulerEvent) event).getApplicationID());
     }

@@ -7,6 +7,9 @@ import org.apache.hadoop.yarn.api.records.Container;
 import org.apache.hadoop.yarn.api.records.ContainerState;
 import org.apache.hadoop.yarn.api.records.NodeId;
 import org.apache.hadoop.yarn.conf.YarnConfiguration;
+import org.apache.hadoop.yarn.server.resourcemanager.rmnode.RMNodeEvent;
+import org.apache.hadoop.yarn.server.resourcemanager.rmnode.RMNodeEventType;
+import org.apache.hadoop.yarn.server.resourcemanager.scheduler.common.fica.FiCaSchedulerNode;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.BeforeEach;
@@ -17,7 +20,8 @@ import org.junit.jupiter.api.Test;
  * both GPUs under 10-minute leases; app B asks; when A's container ends (A asks for no more
  * GPUs and has no agent), when A finishes, or when an agent app releases GPUs, B's container
  * follows within about a second, also when A's containers run on the NodeManager and outlive
- * the RM's kill (their GPUs are free only once the NodeManager reports them gone). The periodic
+ * the RM's kill (their GPUs are free only once the NodeManager reports them gone), and when a
+ * node that YARN declared lost registers again with its GPUs free. The periodic
  * round is set to 60 s, so only the freed-GPU triggers can explain a short wait. Latencies are
  * printed (client side: from the allocate call that carried the release / the unregister to
  * B's allocate that returned the container).
@@ -144,6 +148,42 @@ class FreedGpusIT {
       if (b != null) {
         b.finish();
       }
+    }
+  }
+
+  /**
+   * A node YARN declared lost registers again: its GPUs reach the waiting app within the
+   * freed-GPU delay, not at the periodic round. Two triggers can serve it, the round that the
+   * node's ended leases trigger (200 ms after its loss) and the one its registration triggers;
+   * here the NodeManager (100-ms heartbeats) is back before the first runs, so this case also
+   * passes without the registration trigger (282 ms), which serves nodes that return later.
+   */
+  @Test
+  void gpusOfANodeThatRegistersAgainGoBackAtOnce() throws Exception {
+    ThemisCapacityScheduler s = mc.scheduler();
+    TestAm a = TestAm.start(mc, "holder-of-a-lost-node");
+    s.leases().grant(a.appId, node, 2, LEASE_MS); // leases only: no container ends later
+    TestAm b = waiter("waiter-for-the-node", 2);
+    try {
+      long rounds = s.runtime().driver().rounds();
+      // YARN declares the node lost: its leases end with it; the NodeManager heart-beats on,
+      // is told to resync and registers again, with both GPUs free
+      mc.cluster.getResourceManager().getRMContext().getDispatcher().getEventHandler()
+          .handle(new RMNodeEvent(node, RMNodeEventType.EXPIRE));
+      ThemisMiniCluster.waitFor("the node's leases gone", 15_000,
+          () -> s.leases().liveGpusOnNode(node) == 0);
+      ThemisMiniCluster.waitFor("the node registered again", 15_000, () -> {
+        FiCaSchedulerNode n = s.getNode(node);
+        return n != null && Gpus.of(n.getUnallocatedResource()) == 2;
+      });
+      long t0 = System.currentTimeMillis();
+      b.awaitGpuContainers(2, 10_000);
+      System.out.println("node registered again -> next grant: B's 2 containers after "
+          + (System.currentTimeMillis() - t0) + " ms (" + (s.runtime().driver().rounds() - rounds)
+          + " rounds since the node was lost)");
+    } finally {
+      a.finish();
+      b.finish();
     }
   }
 
