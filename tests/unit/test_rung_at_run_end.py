@@ -90,7 +90,7 @@ def test_a_run_stopped_before_its_target_counts_its_steps() -> None:
     _start(core, a)
     core.progress(a, 7, 0.4)
     core.apply(LaunchEvent(a, LaunchCode.STOPPED, 7, -15))
-    assert core.hb.jobs[a].steps_done == 7 and core.record(a).stopped
+    assert core.hb.jobs[a].steps_done == 7 and core.record(a).last_run_stopped
     core.progress(a, 10, 0.4)  # its last value, read after the stop: not the rung's end
     assert core.hb.jobs[a].steps_done == 9
 

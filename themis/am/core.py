@@ -73,7 +73,7 @@ if TYPE_CHECKING:
 
 STATE_FORMAT = "themis-am-core-v1"
 #: JobRecord fields of the live run, not saved (a new AM attempt has no live run)
-LIVE_FIELDS = frozenset({"live", "live_restored", "stopped"})
+LIVE_FIELDS = frozenset({"live", "live_restored", "last_run_stopped"})
 
 
 class LaunchCode(StrEnum):
@@ -163,7 +163,7 @@ class JobRecord:
     seen_steps: int = 0
     #: its last run was stopped (not ended by itself): steps stay capped until a run of
     #: the job reaches the target (module doc)
-    stopped: bool = False
+    last_run_stopped: bool = False
 
 
 class LiveBidder(ModelBidder):
@@ -278,7 +278,7 @@ class AmCore:
         rec.live = False  # the run ended: its last values are final, its steps count
         # ... unless it was stopped, perhaps after its target step and before that step's
         # value (module docstring): capped until a run reaches the target
-        rec.stopped = ev.code is LaunchCode.STOPPED
+        rec.last_run_stopped = ev.code is LaunchCode.STOPPED
         if job is not None and job.status is JobStatus.RUNNING:
             # (REACHED's ``step`` is the run's own target: the job may have been promoted
             # meanwhile, and a stopped run may have written steps up to its target)
@@ -319,7 +319,7 @@ class AmCore:
             rec.tags = sorted(tags)[:MAX_TAGS]
         rec.seen_steps = max(rec.seen_steps, steps)
         job = self.hb.jobs.get(job_id)
-        capped = rec.live or rec.stopped
+        capped = rec.live or rec.last_run_stopped
         if capped and not rec.gave_up and job is not None and steps >= job.target_steps:
             steps = job.target_steps - 1  # decided when the run ends (module docstring)
         outcome = self.hb.report(job_id, steps, value, iter_time)

@@ -409,7 +409,7 @@ class LocalProcessLauncher:
         status = seg.exit_status
         if status == 0 and (seg.reason == "max-steps" or not seg.stopped_by):
             code = LaunchCode.REACHED  # (a user's command exits 0 at its target)
-        elif seg.stopped_by == "max-steps" and status in (-signal.SIGTERM, -signal.SIGKILL):
+        elif seg.stopped_by == "max-steps" and status in (0, -signal.SIGTERM, -signal.SIGKILL):
             code = LaunchCode.REACHED  # stopped after it ran past its target, as in YARN
         elif seg.stopped_by and status in (0, -signal.SIGTERM, -signal.SIGKILL):
             code = LaunchCode.STOPPED
