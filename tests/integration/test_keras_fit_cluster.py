@@ -60,6 +60,7 @@ import itertools
 import json
 import math
 import re
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -257,8 +258,15 @@ def test_model_fit_app_moves_and_resumes_from_its_backups(cluster: dict[str, Any
     status = doc["status"]
     jobs = {j["id"]: j for j in status["jobs"]}
     runs = parse_runs(files)
+    # what the runners did at each stop (the hold before the SIGTERM, each checkpoint save)
+    stops = [f"{cid}: {line}" for (cid, name), text in sorted(files.items()) if name == "stderr"
+             for line in text.splitlines()
+             if "SIGTERM to process group" in line or "checkpoint" in line.lower()]
     why = json.dumps({"jobs": status["jobs"], "runs": [r.__dict__ for r in runs],
-                      "reallocations": status.get("reallocations")}, indent=1)
+                      "reallocations": status.get("reallocations"), "stops": stops[-60:]},
+                     indent=1)
+    # in full in the failure's captured stderr (pytest shortens an assertion's message)
+    print(why, file=sys.stderr)
 
     # --- every trial has a finite objective, from Keras' validation run; none failed
     assert len(jobs) == 3, why

@@ -7,6 +7,8 @@ leaves HDFS's index naming a checkpoint whose files were not complete (docs/am.m
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -306,6 +308,19 @@ def _stored(fake: FakeWebHdfs) -> tuple[bytes, bytes]:
     return bytes(fake.files[f"{REMOTE}/weights"]), bytes(fake.files[f"{REMOTE}/meta"])
 
 
+def _check_saved(fake: FakeWebHdfs, events: list[dict[str, Any]], saved: bool) -> None:
+    """``saved``: a newer backup, whole, is in HDFS; else the complete first one, unsaved
+    over."""
+    weights, meta = _stored(fake)
+    kinds = [e["event"] for e in events]
+    if saved:
+        assert meta != b"0" and weights == (b"%04d" % int(meta)) * 1000
+        assert "checkpoint-saved" in kinds
+    else:
+        assert (weights, meta) == (b"0000" * 1000, b"0")
+        assert "checkpoint-save-skipped" in kinds and "checkpoint-saved" not in kinds
+
+
 def test_a_stop_asked_during_a_checkpoint_write_waits_until_it_is_written(
         fake: FakeWebHdfs, am_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         ) -> None:
@@ -330,14 +345,53 @@ def test_a_job_killed_while_it_writes_leaves_the_stored_checkpoint_whole(
     monkeypatch.setattr(runner_mod, "STOP_HOLD_S", 0.2)
     runner, events = _rewriting_runner(am_url, fake, tmp_path, 0.0, graceful, monkeypatch)
     assert runner.run() == (0 if graceful else -15)
-    weights, meta = _stored(fake)
-    kinds = [e["event"] for e in events]
-    if graceful:
-        assert meta != b"0" and weights == (b"%04d" % int(meta)) * 1000
-        assert "checkpoint-saved" in kinds
-    else:
-        assert (weights, meta) == (b"0000" * 1000, b"0")
-        assert "checkpoint-save-skipped" in kinds and "checkpoint-saved" not in kinds
+    _check_saved(fake, events, saved=graceful)
+
+
+@pytest.mark.skipif(not Path("/proc/self/fdinfo").is_dir(), reason="needs Linux /proc")
+@pytest.mark.parametrize("gap", [0.3, 0.0])
+def test_a_job_that_writes_more_often_than_the_quiet_period_is_stopped_between_writes(
+        fake: FakeWebHdfs, am_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        gap: float) -> None:
+    # a write every 0.6 s with 0.3 s of training in between (Keras' backup after each
+    # short epoch): never quiet for WRITE_QUIET_S, so after QUIET_HOLD_S the job is frozen
+    # in a gap - never in the pause inside its write, where it holds the file open - gets
+    # its SIGTERM there and is saved whole. Without a gap there is no safe moment: the
+    # SIGTERM goes after STOP_HOLD_S and nothing is saved
+    import themis.am.launchers.yarn.runner as runner_mod
+
+    monkeypatch.setattr(runner_mod, "QUIET_HOLD_S", 0.2)
+    monkeypatch.setattr(runner_mod, "STOP_HOLD_S", 2.0)
+    runner, events = _rewriting_runner(am_url, fake, tmp_path, gap, False, monkeypatch)
+    assert runner.run() == -15
+    _check_saved(fake, events, saved=bool(gap))
+
+
+def test_open_for_writing_names_the_groups_files_open_for_writing(tmp_path: Path) -> None:
+    from themis.am.launchers.yarn import openwrites
+
+    if openwrites.open_for_writing(os.getpgid(0), tmp_path) is None:
+        pytest.skip("needs Linux /proc")
+    d = tmp_path / "ckpt"
+    d.mkdir()
+    (d / "old").write_text("x")
+    job = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; f = open(sys.argv[1], 'w'); "
+         "g = open(sys.argv[2]); print('ready', flush=True); time.sleep(30)",
+         str(d / "w"), str(d / "old")], stdout=subprocess.PIPE, start_new_session=True)
+    try:
+        assert job.stdout is not None and job.stdout.readline() == b"ready\n"
+        assert openwrites.open_for_writing(job.pid, d) == [str((d / "w").resolve())]
+        assert openwrites.open_for_writing(job.pid, tmp_path / "elsewhere") == []
+        assert not openwrites.stopped(job.pid)
+        os.killpg(job.pid, signal.SIGSTOP)
+        end = time.time() + 5
+        while not openwrites.stopped(job.pid) and time.time() < end:
+            time.sleep(0.01)
+        assert openwrites.stopped(job.pid)
+    finally:
+        job.kill()
+        job.wait(5)
 
 
 def _step_runner(am_url: str, fake: FakeWebHdfs, then: str, monkeypatch: pytest.MonkeyPatch

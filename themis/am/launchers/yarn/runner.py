@@ -33,7 +33,9 @@ tried 3 times), so that a job checkpointing with plain TensorFlow/Keras to a loc
 resumes on any node. While the job runs, the directory is also copied every
 ``--checkpoint-every`` seconds, once nothing in it changed for ``CHECKPOINT_SETTLE_S``: a
 run whose host dies (no exit, no save) resumes from the last copy (docs/am.md, "Faults").
-A stop's SIGTERM waits until the directory was quiet for ``WRITE_QUIET_S``, and a job that
+A stop's SIGTERM waits until the directory was quiet for ``WRITE_QUIET_S`` - or, for a job
+that writes more often (Keras' backup after every short epoch), goes to the job frozen
+between two writes (``FROZEN_QUIET_S``, no file there open for writing) - and a job that
 died of it right after a write is not saved (HDFS keeps the last copy whole); nor is a job
 that failed with its directory's disk full (``DISK_FULL_BYTES``).
 A restore that cannot reach HDFS is retried for ``--restore-wait`` seconds; the job never
@@ -83,6 +85,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from themis.am.launchers.yarn import openwrites
 from themis.am.launchers.yarn.records import INFERRED_START
 from themis.am.launchers.yarn.report import MAX_REPORT_BYTES
 from themis.am.launchers.yarn.thaw import ThawWatch
@@ -113,6 +116,13 @@ CHECKPOINT_SETTLE_S = 2.0
 #: fail to load it (docs/am.md, "Faults")
 WRITE_QUIET_S = 0.5
 STOP_HOLD_S = 5.0
+#: a job that writes its checkpoint more often than WRITE_QUIET_S (Keras' backup at the end
+#: of every short epoch) is never that quiet: after QUIET_HOLD_S of the hold the runner
+#: instead freezes it (SIGSTOP) once its directory was quiet for FROZEN_QUIET_S and, when no
+#: process of the job holds a file there open for writing (openwrites.py), sends the SIGTERM
+#: to the frozen job: it dies at its SIGCONT without writing again, and is saved
+QUIET_HOLD_S = 2.0
+FROZEN_QUIET_S = 0.1
 #: a copy that failed (HDFS away) is tried again after this many seconds, doubling up to
 #: ``--checkpoint-every``: the copy catches up within seconds of HDFS's return
 SYNC_RETRY_S = 1.0
@@ -175,6 +185,8 @@ class Runner:
         self._term_at: float | None = None  # monotonic time of the job's SIGTERM
         # when a stop's SIGTERM went out after _hold_while_checkpointing (files' mtimes)
         self._held_term_at: float | None = None
+        # the quiet before that SIGTERM which the hold made sure of (seconds)
+        self._held_quiet_s = WRITE_QUIET_S
         self._term_why = ""
         self._killed = False  # SIGKILL after stop_grace
         # a freeze this long (s) may have got the run replaced: the job is killed at the
@@ -223,27 +235,65 @@ class Runner:
         if child is None or child.poll() is not None or self._signalled:
             return
         self._signalled = True
+        frozen = False
         if hold:
-            self._hold_while_checkpointing(child)
+            frozen = self._hold_while_checkpointing(child)
             self._held_term_at = time.time()
         self._term_at, self._term_why = time.monotonic(), why
-        log.info("stopping job %s (%s): SIGTERM to process group %d", self.job_id, why, child.pid)
+        log.info("stopping job %s (%s): SIGTERM to process group %d%s", self.job_id, why,
+                 child.pid, " (frozen between two checkpoint writes)" if frozen else "")
         self._add_event({"event": "stop-requested", "reason": why})
         with contextlib.suppress(ProcessLookupError):
             os.killpg(child.pid, signal.SIGTERM)
+        if frozen:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(child.pid, signal.SIGCONT)
 
-    def _hold_while_checkpointing(self, child: subprocess.Popen[str]) -> None:
+    def _hold_while_checkpointing(self, child: subprocess.Popen[str]) -> bool:
         """Before a SIGTERM: wait until the job's checkpoint directory was quiet for
         WRITE_QUIET_S (at most STOP_HOLD_S), so that a job dying of the signal at once is
-        not cut in the middle of writing a checkpoint."""
+        not cut in the middle of writing a checkpoint; after QUIET_HOLD_S, catch a job that
+        writes more often between two writes instead (:meth:`_freeze_between_writes`).
+        True: the job is left frozen, to get its SIGTERM and then SIGCONT."""
+        self._held_quiet_s = WRITE_QUIET_S
         if self.store is None or not self.chief:
-            return
-        end = time.monotonic() + STOP_HOLD_S
+            return False
+        start = time.monotonic()
+        end = start + STOP_HOLD_S
         while child.poll() is None and (now := time.monotonic()) < end:
             quiet = time.time() - self.store.last_change()
             if quiet >= WRITE_QUIET_S:
-                return
-            time.sleep(min(WRITE_QUIET_S - quiet, end - now))
+                return False
+            if now - start < QUIET_HOLD_S:
+                time.sleep(min(WRITE_QUIET_S - quiet, start + QUIET_HOLD_S - now, end - now))
+            elif quiet >= FROZEN_QUIET_S and self._freeze_between_writes(child):
+                self._held_quiet_s = FROZEN_QUIET_S
+                return True
+            else:
+                time.sleep(min(0.02, end - now))
+        return False
+
+    def _freeze_between_writes(self, child: subprocess.Popen[str]) -> bool:
+        """SIGSTOP to the job's process group; keep it frozen (True) only if its checkpoint
+        directory is still quiet for FROZEN_QUIET_S and none of its processes holds a file
+        there open for writing, else let it go on (SIGCONT). Where ``/proc`` cannot tell,
+        never."""
+        if self.store is None or self.checkpoint_dir is None:
+            return False
+        try:
+            os.killpg(child.pid, signal.SIGSTOP)
+        except ProcessLookupError:
+            return False
+        deadline = time.monotonic() + 0.2
+        while not openwrites.stopped(child.pid) and time.monotonic() < deadline:
+            time.sleep(0.002)
+        writing = openwrites.open_for_writing(child.pid, self.checkpoint_dir)
+        if (openwrites.stopped(child.pid) and writing == []
+                and time.time() - self.store.last_change() >= FROZEN_QUIET_S):
+            return True
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signal.SIGCONT)
+        return False
 
     def _kill_unstopped(self) -> None:
         """Every stop's escalation (asked by the AM, the runner's own SIGTERM, the step
@@ -597,8 +647,9 @@ class Runner:
                 and free < DISK_FULL_BYTES:
             return (f"the job failed with {free} bytes free on the disk of its checkpoint "
                     "directory")
+        quiet_s = self._held_quiet_s if killed_at == self._held_term_at else WRITE_QUIET_S
         if killed_at is not None and (
-                before := killed_at - self.store.last_change()) < WRITE_QUIET_S:
+                before := killed_at - self.store.last_change()) < quiet_s:
             return (f"the job died of its SIGTERM {before:.2f} s after it last changed its "
                     "checkpoint directory")
         return None
