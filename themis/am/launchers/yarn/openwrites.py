@@ -34,15 +34,21 @@ def _group_pids(pgid: int, proc: Path) -> list[int]:
 
 
 def stopped(pgid: int, proc: Path = PROC) -> bool:
-    """Whether every process of group ``pgid`` is stopped (state ``T``: a SIGSTOP took
-    effect; a process in the middle of a write stops once the write's call returned)."""
+    """Whether every thread of every process of group ``pgid`` is stopped (state ``T``: a
+    SIGSTOP took effect; a thread in the middle of a write stops once the write's call
+    returned)."""
     for pid in _group_pids(pgid, proc):
         try:
-            stat = (proc / str(pid) / "stat").read_text()
-        except OSError:
+            tids = os.listdir(proc / str(pid) / "task")
+        except OSError:  # (the process left meanwhile)
             continue
-        if stat[stat.rfind(")") + 2:].split()[0] not in ("T", "t", "Z", "X"):  # (or dead)
-            return False
+        for tid in tids:
+            try:
+                stat = (proc / str(pid) / "task" / tid / "stat").read_text()
+            except OSError:
+                continue
+            if stat[stat.rfind(")") + 2:].split()[0] not in ("T", "t", "Z", "X"):  # or dead
+                return False
     return True
 
 
