@@ -288,10 +288,10 @@ class Runner:
         except ProcessLookupError:
             return False
         deadline = time.monotonic() + 0.2
-        while not openwrites.stopped(child.pid) and time.monotonic() < deadline:
+        while not (frozen := openwrites.stopped(child.pid)) and time.monotonic() < deadline:
             time.sleep(0.002)
-        writing = openwrites.open_for_writing(child.pid, self.checkpoint_dir)
-        if (openwrites.stopped(child.pid) and writing == []
+        # (/proc is read for the open files only once every thread stopped)
+        if (frozen and openwrites.open_for_writing(child.pid, self.checkpoint_dir) == []
                 and time.time() - self.store.last_change() >= FROZEN_QUIET_S):
             return True
         with contextlib.suppress(ProcessLookupError):
