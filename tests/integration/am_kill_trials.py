@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.integration.minicluster import NMS, RM, _get, themis
+from tests.integration.minicluster import NMS, RM, _get, shell_read, themis
 from tests.integration.stockapps import gpu_containers, gpu_use_violations, nm_logs, wait_for
 
 LEASE_MS = 30000
@@ -180,10 +180,10 @@ def job_logs(cluster: Mapping[str, Any], app: str, files: str = "stderr") -> dic
         w.reload()
         if w.status != "running":  # a host down (fault_trials.py): its logs are read later
             continue
-        r = w.exec_run(["sh", "-c", f"for f in /data/nm-logs/{app}/*/{files}; do "
-                                    "echo \"=== $f\"; cat \"$f\"; done"])
+        text = shell_read(w, f"for f in /data/nm-logs/{app}/*/{files}; do "
+                             "echo \"=== $f\"; cat \"$f\"; done", f"the logs of {app}")
         cid = ""
-        for line in r.output.decode(errors="replace").splitlines():
+        for line in text.splitlines():
             m = re.match(rf"=== /data/nm-logs/{app}/(\S+)/std(?:out|err)$", line)
             if m:
                 cid = m[1]
@@ -220,10 +220,12 @@ def _kill(cluster: Mapping[str, Any], host: str, cid: str, skip: str = "") -> bo
               if f"-{host}-" in c.get_wrapped_container().name)
     spare = (f"tr '\\0' ' ' < /proc/$p/cmdline | grep -q -- '{skip}' && continue; "
              if skip else "")
-    script = (f"for p in $(grep -l 'CONTAINER_ID={cid}' /proc/[0-9]*/environ 2>/dev/null "
-              f"| cut -d/ -f3); do {spare}kill -9 $p && echo $p; done")
-    r = nm.exec_run(["sh", "-c", script])
-    return bool(r.output.strip())
+    # the answer is the exit status (exec_inspect), never the output, which a docker exec
+    # can lose (minicluster.exec_stdout)
+    script = (f"n=0; for p in $(grep -l 'CONTAINER_ID={cid}' /proc/[0-9]*/environ "
+              f"2>/dev/null | cut -d/ -f3); do {spare}kill -9 $p && n=$((n + 1)); done; "
+              "[ $n -gt 0 ]")
+    return bool(nm.exec_run(["sh", "-c", script]).exit_code == 0)
 
 
 def kill_am(cluster: Mapping[str, Any], app: str) -> int:

@@ -87,7 +87,16 @@ from tests.integration.am_kill_trials import (
     submit,
 )
 from tests.integration.am_kill_trials import OVERRIDES as AM_KILL_OVERRIDES
-from tests.integration.minicluster import ADDR, NMS, RM, SUBNET, _get, hosts
+from tests.integration.minicluster import (
+    ADDR,
+    NMS,
+    RM,
+    SUBNET,
+    _get,
+    exec_stdout,
+    hosts,
+    shell_read,
+)
 from tests.integration.slowlink import DelayRelay, slow_rules
 from tests.integration.stockapps import (
     _TS,
@@ -428,9 +437,10 @@ def one_trial(cluster: Mapping[str, Any], app: str, kind: str, rng: random.Rando
         wait_for("HDFS writable again", 300, hdfs_writable, 2.0)
         t_end = time.time()
     elif kind == "nm-disk-full":
-        r = w.exec_run(["sh", "-c", f"dd if=/dev/zero of={FILL} bs=1M 2>/dev/null; "
-                                    "df -m /data/nm-local | tail -n 1"])
-        assert r.output.split()[-2:-1] == [b"100%"], f"{host}: not full: {r.output!r}"
+        w.exec_run(["sh", "-c", f"dd if=/dev/zero of={FILL} bs=1M 2>/dev/null"])
+        df = exec_stdout(w, ["sh", "-c", "df -m /data/nm-local | tail -n 1"],
+                         lambda t: len(t.split()) >= 5, f"the disk use of {host}")
+        assert df.split()[-2:-1] == ["100%"], f"{host}: not full: {df!r}"
         try:
             wait_for(f"{host} UNHEALTHY", DISK_CHECK_MS / 1000 + 60,
                      lambda: node_state(host) == "UNHEALTHY", 0.5)
@@ -481,9 +491,10 @@ def _diagnose(cluster: Mapping[str, Any], app: str, since: float) -> str:
     out = []
     for name, w in hosts(cluster).items():
         if name in NMS and w.status == "running":
-            r = w.exec_run(["sh", "-c", f"for f in /data/nm-logs/{app}/*/AppMaster.stderr; do "
-                                        "echo \"== $f\"; grep themis $f | tail -n 40; done"])
-            out.append(f"==== {name}\n" + r.output.decode(errors="replace")[-6000:])
+            text = shell_read(w, f"for f in /data/nm-logs/{app}/*/AppMaster.stderr; do "
+                                 "echo \"== $f\"; grep themis $f | tail -n 40; done",
+                              f"the AM logs of {app}")
+            out.append(f"==== {name}\n" + text[-6000:])
     rm = hosts(cluster)["rm"]
     lines = [ln for ln in rm.logs(since=int(since) - 30).decode(errors="replace").splitlines()
              if app in ln and "Themis" in ln]

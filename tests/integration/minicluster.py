@@ -33,7 +33,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -546,23 +546,46 @@ def _hex_addr(h: str) -> str:
     return "::" if set(h) == {"0"} else "::1" if h == "0" * 24 + "01000000" else h
 
 
+def exec_stdout(container: Any, cmd: Sequence[str], valid: Callable[[str], bool],
+                what: str, attempts: int = 5) -> str:
+    """The stdout of a read-only command run in ``container`` once it passes ``valid``.
+    A docker exec's output sometimes comes back empty although the command ran and exited 0
+    (docker/docker-py#2042, moby/moby#27289; here: the socket table once, an AM's status
+    page once, both on a loaded machine), so an output that fails ``valid`` is read again,
+    and after ``attempts`` tries the check fails naming ``what``, the exit code and stderr.
+    Only for commands that change nothing: they may run more than once."""
+    r: Any = None
+    for attempt in range(attempts):
+        r = container.exec_run(list(cmd), demux=True)
+        text = (r.output[0] or b"").decode(errors="replace")
+        if r.exit_code == 0 and valid(text):
+            return text
+        time.sleep(0.5 * (attempt + 1))
+    out, err = r.output if r is not None else (b"", b"")
+    raise AssertionError(f"{what} ({container.name}): exit {r.exit_code if r else None}, "
+                         f"stdout {(out or b'')[-300:]!r}, stderr {(err or b'')[-300:]!r}")
+
+
+END_OF_OUTPUT = "== end of output =="
+
+
+def shell_read(container: Any, script: str, what: str) -> str:
+    """The stdout of a shell ``script`` that only reads (log files, /proc), run in
+    ``container``: the script's output ends with a marker line, so a lost output
+    (:func:`exec_stdout`) is told from a script that printed nothing; without the marker."""
+    text = exec_stdout(container, ["sh", "-c", f"{script}\necho '{END_OF_OUTPUT}'"],
+                       lambda t: t.rstrip().endswith(END_OF_OUTPUT), what)
+    return text.rstrip()[:-len(END_OF_OUTPUT)]
+
+
 def tcp_sockets(container: Any) -> list[tuple[str, str, int, str, int]]:
     """(state, local address, local port, remote address, remote port) of the container's
     TCP sockets (/proc/net/tcp and tcp6 inside it); state LISTEN or ESTABLISHED or other."""
-    # stdout only (demux), decoded leniently: a docker exec's output stream on a loaded
-    # machine once carried a non-UTF-8 byte; a line that does not parse is skipped. The
-    # table's header ("sl local_address ...") is always there: an output without it is a
-    # failed exec (one came back empty on a loaded machine), read again, not "no sockets".
-    text = ""
-    for attempt in range(5):
-        r = container.exec_run(["cat", "/proc/net/tcp", "/proc/net/tcp6"], demux=True)
-        text = (r.output[0] or b"").decode(errors="replace")
-        if "local_address" in text:
-            break
-        time.sleep(0.5 * (attempt + 1))
-    else:
-        raise AssertionError(f"cannot read the TCP sockets of {container.name}: exit "
-                             f"{r.exit_code}, stderr {(r.output[1] or b'')[-300:]!r}")
+    # decoded leniently: a docker exec's output stream on a loaded machine once carried a
+    # non-UTF-8 byte; a line that does not parse is skipped. The table's header ("sl
+    # local_address ...") is always there: an output without it is a failed exec.
+    text = exec_stdout(container, ["cat", "/proc/net/tcp", "/proc/net/tcp6"],
+                       lambda t: "local_address" in t, "the TCP sockets")
     states = {"0A": "LISTEN", "01": "ESTABLISHED"}
     out = []
     for line in text.splitlines():

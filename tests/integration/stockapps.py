@@ -22,7 +22,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from tests.integration.minicluster import RM, ROOT, _get, am_jar_and_mounts, running_minicluster
+from tests.integration.minicluster import (
+    RM,
+    ROOT,
+    _get,
+    am_jar_and_mounts,
+    running_minicluster,
+    shell_read,
+)
 
 JAR_IN_RM = "/tmp/stock-gpu-app.jar"
 CLASSES = ROOT / "rm-plugin" / "target" / "test-classes" / "org" / "themis" / "yarn"
@@ -155,9 +162,11 @@ def am_log(cluster: dict[str, Any], app_id: str) -> str:
         w = c.get_wrapped_container()
         if "-nm" not in w.name:
             continue
-        r = w.exec_run(["sh", "-c", f"tail -n 40 /data/nm-logs/{app_id}/*_000001/AppMaster.stderr"])
-        if r.exit_code == 0:
-            return f"AM log of {app_id} ({w.name}):\n" + str(r.output.decode(errors="replace"))
+        f = f"/data/nm-logs/{app_id}/*_000001/AppMaster.stderr"
+        text = shell_read(w, f"for f in {f}; do [ -f \"$f\" ] && tail -n 40 \"$f\"; done",
+                          f"the AM log of {app_id}")
+        if text.strip():
+            return f"AM log of {app_id} ({w.name}):\n{text}"
     return f"no AM log of {app_id} found"
 
 

@@ -40,6 +40,7 @@ from tests.integration.minicluster import (
     _get,
     address_of,
     am_jar_and_mounts,
+    exec_stdout,
     hosts,
     running_minicluster,
     tcp_sockets,
@@ -289,10 +290,11 @@ def _assert_multi_host(cluster: dict[str, Any], apps: list[str]) -> None:
         assert any(st == "LISTEN" and p == port and not la.startswith("127.")
                    for st, la, p, _, _ in socks), (url, socks)
         other = next(n for n in NMS if n != am_host)
-        r = box[other].exec_run(["python3", "-c", "import sys, urllib.request; sys.stdout.write("
-                                 f"urllib.request.urlopen({url!r} + 'status', timeout=10)"
-                                 ".read().decode())"])
-        assert r.exit_code == 0 and json.loads(r.output)["app_id"] == a, r.output[-500:]
+        page = exec_stdout(box[other], ["python3", "-c", "import sys, urllib.request; "
+                           f"sys.stdout.write(urllib.request.urlopen({url!r} + 'status', "
+                           "timeout=10).read().decode())"], lambda t: t.startswith("{"),
+                           f"the status page of {a} from {other}")
+        assert json.loads(page)["app_id"] == a, page[-500:]
     # every port another host must reach listens on a network address; loopback listeners
     # are only the Py4J channels between a JVM and its own Python child and Docker's DNS
     # (ephemeral ports)

@@ -74,6 +74,7 @@ from tests.integration.minicluster import (
     ROOT,
     am_jar_and_mounts,
     running_minicluster,
+    shell_read,
     themis,
 )
 
@@ -113,10 +114,11 @@ def app_files(cluster: dict[str, Any], app: str) -> dict[tuple[str, str], str]:
         w = c.get_wrapped_container()
         if not any(f"-{n}-" in w.name for n in NMS):
             continue
-        r = w.exec_run(["sh", "-c", f"for f in /data/nm-logs/{app}/*/*; do "
-                                    "[ -f \"$f\" ] && echo \"=== $f\" && cat \"$f\"; done"])
+        text = shell_read(w, f"for f in /data/nm-logs/{app}/*/*; do "
+                             "[ -f \"$f\" ] && echo \"=== $f\" && cat \"$f\"; done",
+                          f"the container logs of {app}")
         key: tuple[str, str] | None = None
-        for line in r.output.decode(errors="replace").splitlines():
+        for line in text.splitlines():
             m = re.match(rf"=== /data/nm-logs/{app}/(\S+)/(\S+)$", line)
             if m:
                 key = (m[1], m[2])

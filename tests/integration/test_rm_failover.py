@@ -56,6 +56,7 @@ from tests.integration.minicluster import (
     ha_state,
     rm_url,
     running_minicluster,
+    shell_read,
     tcp_sockets,
 )
 from tests.integration.stockapps import gpu_use_violations, nm_logs
@@ -336,9 +337,9 @@ def _job_runs(cluster: dict[str, Any]) -> dict[tuple[str, str], list[tuple[int, 
     container order, from the job's stderr in the NodeManagers' container logs."""
     runs: dict[str, tuple[str, str, int, int]] = {}  # container -> (app, job, start, stored)
     for host in NMS:
-        r = _container(cluster, host).exec_run(
-            ["sh", "-c", "grep -H 'ha-job ' /data/nm-logs/*/*/stderr"])
-        for line in r.output.decode(errors="replace").splitlines():
+        text = shell_read(_container(cluster, host), "grep -H 'ha-job ' /data/nm-logs/*/*/stderr",
+                          f"the job logs on {host}")
+        for line in text.splitlines():
             m = re.match(r"/data/nm-logs/(application_\S+?)/(container_\S+?)/stderr:"
                          r".*ha-job (\S+) (starts at|stored) step (\d+)", line)
             if not m:

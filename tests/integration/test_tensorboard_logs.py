@@ -72,10 +72,11 @@ def _runs_served(cluster: dict[str, Any], url: str) -> list[str]:
     code = ("import json,sys,urllib.request;"
             f"print(json.dumps(json.load(urllib.request.urlopen({url + 'data/runs'!r}, "
             "timeout=10))))")
-    r = rm.exec_run(["python3", "-c", code])
-    if r.exit_code != 0:
+    r = rm.exec_run(["python3", "-c", code], demux=True)
+    lines = (r.output[0] or b"").decode(errors="replace").strip().splitlines()
+    if r.exit_code != 0 or not lines:  # not served yet, or an empty exec output: asked again
         return []
-    runs: list[str] = json.loads(r.output.decode().strip().splitlines()[-1])
+    runs: list[str] = json.loads(lines[-1])
     return runs
 
 
