@@ -7,8 +7,6 @@ import org.apache.hadoop.yarn.api.records.Container;
 import org.apache.hadoop.yarn.api.records.ContainerState;
 import org.apache.hadoop.yarn.api.records.NodeId;
 import org.apache.hadoop.yarn.conf.YarnConfiguration;
-import org.apache.hadoop.yarn.server.resourcemanager.rmnode.RMNodeEvent;
-import org.apache.hadoop.yarn.server.resourcemanager.rmnode.RMNodeEventType;
 import org.apache.hadoop.yarn.server.resourcemanager.scheduler.common.fica.FiCaSchedulerNode;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
@@ -168,8 +166,7 @@ class FreedGpusIT {
       long rounds = s.runtime().driver().rounds();
       // YARN declares the node lost: its leases end with it; the NodeManager heart-beats on,
       // is told to resync and registers again, with both GPUs free
-      mc.cluster.getResourceManager().getRMContext().getDispatcher().getEventHandler()
-          .handle(new RMNodeEvent(node, RMNodeEventType.EXPIRE));
+      mc.expireNode(node);
       ThemisMiniCluster.waitFor("the node's leases gone", 15_000,
           () -> s.leases().liveGpusOnNode(node) == 0);
       ThemisMiniCluster.waitFor("the node registered again", 15_000, () -> {

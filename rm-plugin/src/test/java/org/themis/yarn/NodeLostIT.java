@@ -7,8 +7,6 @@ import org.apache.hadoop.yarn.api.records.ContainerExitStatus;
 import org.apache.hadoop.yarn.api.records.ContainerStatus;
 import org.apache.hadoop.yarn.api.records.NodeId;
 import org.apache.hadoop.yarn.conf.YarnConfiguration;
-import org.apache.hadoop.yarn.server.resourcemanager.rmnode.RMNodeEvent;
-import org.apache.hadoop.yarn.server.resourcemanager.rmnode.RMNodeEventType;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
@@ -50,8 +48,7 @@ class NodeLostIT {
     am.ask(4, 1);
     am.awaitGpuContainers(3, 15_000);
 
-    mc.cluster.getResourceManager().getRMContext().getDispatcher().getEventHandler()
-        .handle(new RMNodeEvent(lost, RMNodeEventType.EXPIRE));
+    mc.expireNode(lost);
     // (not "the node out of the scheduler": the NodeManager heart-beats on, is told to
     // resync and is back within a heartbeat, often before a poll could see it gone)
     ThemisMiniCluster.waitFor("a lost node's leases to end with it", 15_000,

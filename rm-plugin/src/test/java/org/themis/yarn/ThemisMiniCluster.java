@@ -13,6 +13,8 @@ import org.apache.hadoop.yarn.client.api.YarnClient;
 import org.apache.hadoop.yarn.conf.YarnConfiguration;
 import org.apache.hadoop.yarn.server.MiniYARNCluster;
 import org.apache.hadoop.yarn.server.resourcemanager.nodelabels.RMNodeLabelsManager;
+import org.apache.hadoop.yarn.server.resourcemanager.rmnode.RMNodeEvent;
+import org.apache.hadoop.yarn.server.resourcemanager.rmnode.RMNodeEventType;
 import org.apache.hadoop.yarn.server.resourcemanager.scheduler.common.fica.FiCaSchedulerNode;
 import org.apache.hadoop.yarn.util.resource.ResourceUtils;
 
@@ -144,6 +146,16 @@ public final class ThemisMiniCluster implements AutoCloseable {
       }
       return false;
     });
+  }
+
+  /**
+   * Declares {@code node} lost, as YARN's NodeManager liveness monitor does when a node stops
+   * heart-beating (the EXPIRE event, through the RM's dispatcher). The NodeManager itself
+   * heart-beats on, is told to resync and registers again within a heartbeat or two.
+   */
+  void expireNode(NodeId node) {
+    cluster.getResourceManager().getRMContext().getDispatcher().getEventHandler()
+        .handle(new RMNodeEvent(node, RMNodeEventType.EXPIRE));
   }
 
   /** Waits for the engine, which starts with the round driver (start-up is not measured). */
