@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.integration.minicluster import NMS, RM, _get, shell_read, themis
+from tests.integration.minicluster import NMS, RM, _get, docker_exec, shell_read, themis
 from tests.integration.stockapps import gpu_containers, gpu_use_violations, nm_logs, wait_for
 
 LEASE_MS = 30000
@@ -220,8 +220,7 @@ def _kill(cluster: Mapping[str, Any], host: str, cid: str, skip: str = "") -> bo
               if f"-{host}-" in c.get_wrapped_container().name)
     spare = (f"tr '\\0' ' ' < /proc/$p/cmdline | grep -q -- '{skip}' && continue; "
              if skip else "")
-    # the answer is the exit status (exec_inspect), never the output, which a docker exec
-    # can lose (minicluster.exec_stdout)
+    # the answer is the exit status, not the output: a kill is never run twice
     script = (f"n=0; for p in $(grep -l 'CONTAINER_ID={cid}' /proc/[0-9]*/environ "
               f"2>/dev/null | cut -d/ -f3); do {spare}kill -9 $p && n=$((n + 1)); done; "
               "[ $n -gt 0 ]")
@@ -303,8 +302,8 @@ def _rm(cluster: Mapping[str, Any]) -> Any:
 def _engine_trial(cluster: Mapping[str, Any], app: str, run: dict[str, Any]) -> Trial:
     """SIGKILL the engine; wait until it registered again and the job stored a step more."""
     rm = _rm(cluster)
-    r = rm.exec_run(["pkill", "-9", "-f", "-e", "themis[.]yarn[.]engine"])
-    assert r.exit_code == 0, f"no engine process in the RM's container: {r.output!r}"
+    r = docker_exec(rm, ["pkill", "-9", "-f", "-e", "themis[.]yarn[.]engine"])
+    assert r.returncode == 0, f"no engine process in the RM's container: {r.stdout!r}"
     t_kill = time.time()
     since = int(t_kill) - 1
     wait_for("the engine to register again", 120, lambda: b"Themis engine registered" in

@@ -546,24 +546,47 @@ def _hex_addr(h: str) -> str:
     return "::" if set(h) == {"0"} else "::1" if h == "0" * 24 + "01000000" else h
 
 
+# The Docker CLI the tests run ``docker exec`` with: Debian's, which matches its daemon,
+# as scripts/docker-setup.sh prefers; any other on the PATH otherwise.
+DOCKER_CLI = "/usr/bin/docker" if os.access("/usr/bin/docker", os.X_OK) else "docker"
+
+
+def docker_exec(container: Any, cmd: Sequence[str], env: Mapping[str, str] | None = None,
+                merge_stderr: bool = False,
+                timeout: float | None = 900) -> subprocess.CompletedProcess[str]:
+    """``cmd`` run in ``container`` with the Docker CLI; its exit code, stdout and stderr
+    (or both in one stream, in order, with ``merge_stderr``), decoded leniently.
+
+    Not docker-py's ``exec_run``: that reads the exec's multiplexed stream from the raw
+    socket under the HTTP response's buffered reader, so the bytes the reader took in with
+    the response's headers are lost (docker/docker-py#3332, #2042): on a loaded machine a
+    short command's output came back empty, or cut so that the stream's framing broke
+    ("49 is not a valid stream": a header read from the middle of /proc/net/tcp). The CLI
+    reads the stream whole."""
+    args = [DOCKER_CLI, "exec"]
+    for k, v in (env or {}).items():
+        args += ["-e", f"{k}={v}"]
+    return subprocess.run([*args, container.name, *cmd], stdin=subprocess.DEVNULL,
+                          stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
+                          text=True, errors="replace", timeout=timeout, check=False)
+
+
 def exec_stdout(container: Any, cmd: Sequence[str], valid: Callable[[str], bool],
-                what: str, attempts: int = 5) -> str:
-    """The stdout of a read-only command run in ``container`` once it passes ``valid``.
-    A docker exec's output sometimes comes back empty although the command ran and exited 0
-    (docker/docker-py#2042, moby/moby#27289; here: the socket table once, an AM's status
-    page once, both on a loaded machine), so an output that fails ``valid`` is read again,
-    and after ``attempts`` tries the check fails naming ``what``, the exit code and stderr.
-    Only for commands that change nothing: they may run more than once."""
-    r: Any = None
+                what: str, attempts: int = 3) -> str:
+    """The stdout of a read-only command run in ``container`` once it passes ``valid``:
+    an output that fails ``valid`` (a file not written yet, a page not served yet) is read
+    again, and after ``attempts`` tries the check fails naming ``what``, the exit code and
+    stderr. Only for commands that change nothing: they may run more than once."""
+    r: subprocess.CompletedProcess[str] | None = None
     for attempt in range(attempts):
-        r = container.exec_run(list(cmd), demux=True)
-        text = (r.output[0] or b"").decode(errors="replace")
-        if r.exit_code == 0 and valid(text):
-            return text
+        r = docker_exec(container, cmd, timeout=300)
+        if r.returncode == 0 and valid(r.stdout):
+            return r.stdout
         time.sleep(0.5 * (attempt + 1))
-    out, err = r.output if r is not None else (b"", b"")
-    raise AssertionError(f"{what} ({container.name}): exit {r.exit_code if r else None}, "
-                         f"stdout {(out or b'')[-300:]!r}, stderr {(err or b'')[-300:]!r}")
+    assert r is not None
+    raise AssertionError(f"{what} ({container.name}): exit {r.returncode}, "
+                         f"stdout {r.stdout[-300:]!r}, stderr {r.stderr[-300:]!r}")
 
 
 END_OF_OUTPUT = "== end of output =="
@@ -571,8 +594,8 @@ END_OF_OUTPUT = "== end of output =="
 
 def shell_read(container: Any, script: str, what: str) -> str:
     """The stdout of a shell ``script`` that only reads (log files, /proc), run in
-    ``container``: the script's output ends with a marker line, so a lost output
-    (:func:`exec_stdout`) is told from a script that printed nothing; without the marker."""
+    ``container``: the script's output ends with a marker line, so a cut output is told
+    from a script that printed nothing; returned without the marker."""
     text = exec_stdout(container, ["sh", "-c", f"{script}\necho '{END_OF_OUTPUT}'"],
                        lambda t: t.rstrip().endswith(END_OF_OUTPUT), what)
     return text.rstrip()[:-len(END_OF_OUTPUT)]
@@ -581,9 +604,8 @@ def shell_read(container: Any, script: str, what: str) -> str:
 def tcp_sockets(container: Any) -> list[tuple[str, str, int, str, int]]:
     """(state, local address, local port, remote address, remote port) of the container's
     TCP sockets (/proc/net/tcp and tcp6 inside it); state LISTEN or ESTABLISHED or other."""
-    # decoded leniently: a docker exec's output stream on a loaded machine once carried a
-    # non-UTF-8 byte; a line that does not parse is skipped. The table's header ("sl
-    # local_address ...") is always there: an output without it is a failed exec.
+    # The table's header ("sl local_address ...") is always there: an output without it
+    # is a failed read. A line that does not parse is skipped.
     text = exec_stdout(container, ["cat", "/proc/net/tcp", "/proc/net/tcp6"],
                        lambda t: "local_address" in t, "the TCP sockets")
     states = {"0A": "LISTEN", "01": "ESTABLISHED"}

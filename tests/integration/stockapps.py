@@ -27,6 +27,7 @@ from tests.integration.minicluster import (
     ROOT,
     _get,
     am_jar_and_mounts,
+    docker_exec,
     running_minicluster,
     shell_read,
 )
@@ -104,9 +105,10 @@ class Client(threading.Thread):
         self.out = ""
 
     def run(self) -> None:
-        r = self.rm.exec_run(["themis-daemon", "client", *self.args],
-                             environment={"THEMIS_EXTRA_CLASSPATH": JAR_IN_RM})
-        self.code, self.out = r.exit_code, r.output.decode(errors="replace")
+        r = docker_exec(self.rm, ["themis-daemon", "client", *self.args],
+                        env={"THEMIS_EXTRA_CLASSPATH": JAR_IN_RM}, merge_stderr=True,
+                        timeout=None)
+        self.code, self.out = r.returncode, r.stdout
 
 
 def themis_state() -> dict[str, Any]:

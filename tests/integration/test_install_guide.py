@@ -35,7 +35,17 @@ from typing import Any
 
 import pytest
 
-from tests.integration.minicluster import ADDR, NMS, NN, RM, ROOT, _get, running_minicluster, themis
+from tests.integration.minicluster import (
+    ADDR,
+    NMS,
+    NN,
+    RM,
+    ROOT,
+    _get,
+    docker_exec,
+    running_minicluster,
+    themis,
+)
 from tests.integration.stockapps import put_file, themis_state, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.timeout(900)]
@@ -191,11 +201,11 @@ def build_wheelhouse(script: str, base: Path) -> Path:
 
 # ------------------------------------------------------------------- the RM container
 def run_in(rm: Any, what: str, script: str, **extra_env: str) -> str:
-    r = rm.exec_run(["bash", "-euo", "pipefail", "-c", script],
-                    environment={**GUIDE_ENV, **extra_env})
-    out = r.output.decode(errors="replace")
-    assert r.exit_code == 0, f"{what}: exit {r.exit_code}:\n{script}\n---\n{out[-4000:]}"
-    return str(out)
+    r = docker_exec(rm, ["bash", "-euo", "pipefail", "-c", script],
+                    env={**GUIDE_ENV, **extra_env}, merge_stderr=True)
+    assert r.returncode == 0, \
+        f"{what}: exit {r.returncode}:\n{script}\n---\n{r.stdout[-4000:]}"
+    return r.stdout
 
 
 def rm_log(rm: Any, since: float = 0) -> str:

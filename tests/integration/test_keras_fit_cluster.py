@@ -60,6 +60,7 @@ import itertools
 import json
 import math
 import re
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -70,9 +71,11 @@ from typing import Any
 import pytest
 
 from tests.integration.minicluster import (
+    DOCKER_CLI,
     NMS,
     ROOT,
     am_jar_and_mounts,
+    docker_exec,
     running_minicluster,
     shell_read,
     themis,
@@ -214,13 +217,14 @@ def epoch_seconds(cluster: dict[str, Any]) -> float:
            f"THEMIS_MAX_STEPS={CALIBRATION_EPOCHS * STEPS_PER_EPOCH} "
            "exec python3 -u /opt/themis-examples/keras_fit.py --batch-size 4")
     begun: list[float] = []
-    buf = ""
-    _, stream = nm.exec_run(["sh", "-c", cmd], stream=True, demux=True)
-    for out, _err in stream:
-        buf += (out or b"").decode(errors="replace")
-        *lines, buf = buf.split("\n")
-        begun += [time.monotonic() for line in lines if re.match(r"Epoch \d+/\d+$", line.strip())]
-    nm.exec_run(["rm", "-rf", d])
+    with subprocess.Popen([DOCKER_CLI, "exec", nm.name, "sh", "-c", cmd],
+                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                          stderr=subprocess.DEVNULL) as run:
+        assert run.stdout is not None
+        for line in run.stdout:  # read as printed: an epoch's time is when its line came
+            if re.match(r"Epoch \d+/\d+$", line.decode(errors="replace").strip()):
+                begun.append(time.monotonic())
+    docker_exec(nm, ["rm", "-rf", d])
     assert len(begun) == CALIBRATION_EPOCHS, \
         f"the calibration run printed {len(begun)} of its {CALIBRATION_EPOCHS} epochs"
     return min(b - a for a, b in itertools.pairwise(begun[1:]))

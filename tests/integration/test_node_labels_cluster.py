@@ -37,6 +37,7 @@ import pytest
 from tests.integration.minicluster import (
     NMS,
     am_jar_and_mounts,
+    docker_exec,
     label_admin_args,
     node_label_profile,
     running_minicluster,
@@ -74,11 +75,11 @@ JOB = "sleep 15 && true {max_steps} {checkpoint_uri}"
 
 
 def _admin(rm: Any, *args: str) -> str:
-    r = rm.exec_run(["themis-daemon", "client", "org.apache.hadoop.yarn.client.cli.RMAdminCLI",
-                     *args], environment={"HADOOP_USER_NAME": "root"})
-    out = r.output.decode(errors="replace")
-    assert r.exit_code == 0, (args, out[-2000:])
-    return out
+    r = docker_exec(rm, ["themis-daemon", "client",
+                         "org.apache.hadoop.yarn.client.cli.RMAdminCLI", *args],
+                    env={"HADOOP_USER_NAME": "root"}, merge_stderr=True)
+    assert r.returncode == 0, (args, r.stdout[-2000:])
+    return r.stdout
 
 
 @pytest.fixture(scope="module")

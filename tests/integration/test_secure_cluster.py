@@ -46,10 +46,12 @@ import pytest
 
 from tests.integration.minicluster import (
     ADDR,
+    DOCKER_CLI,
     NN,
     RM,
     ROOT,
     am_jar_and_mounts,
+    docker_exec,
     hosts,
     kinit,
     negotiate,
@@ -184,7 +186,7 @@ def _mapreduce_as(cluster: dict[str, Any], user: str, queue: str) -> subprocess.
            f"{user} && themis-daemon client org.apache.hadoop.examples.ExampleDriver teragen "
            f"-D mapreduce.job.queuename={queue} -D mapreduce.map.resource.yarn.io/gpu=1 "
            f"-D mapreduce.job.maps=2 1000 /user/{user}/teragen-{int(time.time())}")
-    return subprocess.Popen(["docker", "exec", rm.name, "bash", "-c", cmd],
+    return subprocess.Popen([DOCKER_CLI, "exec", rm.name, "bash", "-c", cmd],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
@@ -274,8 +276,8 @@ def _as_user(cluster: dict[str, Any], user: str, *args: str) -> tuple[int, str]:
     cc = f"FILE:/tmp/{user}-it.ccache"
     cmd = f"kinit -kt /krb/keytabs/{user}.keytab {user} && exec themis-daemon client " + \
         " ".join(args)
-    r = rm.exec_run(["bash", "-c", cmd], environment={"KRB5CCNAME": cc})
-    return r.exit_code, r.output.decode(errors="replace")
+    r = docker_exec(rm, ["bash", "-c", cmd], env={"KRB5CCNAME": cc}, merge_stderr=True)
+    return r.returncode, r.stdout
 
 
 def test_rm_rest_needs_a_ticket(cluster: dict[str, Any]) -> None:

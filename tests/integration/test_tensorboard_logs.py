@@ -24,7 +24,12 @@ from typing import Any
 
 import pytest
 
-from tests.integration.minicluster import am_jar_and_mounts, running_minicluster, themis
+from tests.integration.minicluster import (
+    am_jar_and_mounts,
+    docker_exec,
+    running_minicluster,
+    themis,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.timeout(900)]
 
@@ -72,9 +77,9 @@ def _runs_served(cluster: dict[str, Any], url: str) -> list[str]:
     code = ("import json,sys,urllib.request;"
             f"print(json.dumps(json.load(urllib.request.urlopen({url + 'data/runs'!r}, "
             "timeout=10))))")
-    r = rm.exec_run(["python3", "-c", code], demux=True)
-    lines = (r.output[0] or b"").decode(errors="replace").strip().splitlines()
-    if r.exit_code != 0 or not lines:  # not served yet, or an empty exec output: asked again
+    r = docker_exec(rm, ["python3", "-c", code])
+    lines = r.stdout.strip().splitlines()
+    if r.returncode != 0 or not lines:  # not served yet: asked again
         return []
     runs: list[str] = json.loads(lines[-1])
     return runs
