@@ -224,7 +224,7 @@ def _kill(cluster: Mapping[str, Any], host: str, cid: str, skip: str = "") -> bo
     script = (f"n=0; for p in $(grep -l 'CONTAINER_ID={cid}' /proc/[0-9]*/environ "
               f"2>/dev/null | cut -d/ -f3); do {spare}kill -9 $p && n=$((n + 1)); done; "
               "[ $n -gt 0 ]")
-    return bool(nm.exec_run(["sh", "-c", script]).exit_code == 0)
+    return docker_exec(nm, ["sh", "-c", script]).returncode == 0
 
 
 def kill_am(cluster: Mapping[str, Any], app: str) -> int:
@@ -242,7 +242,7 @@ def kill_job(cluster: Mapping[str, Any], app: str, container: str) -> bool:
     for n in NMS:
         nm = next(c.get_wrapped_container() for c in cluster["containers"]
                   if f"-{n}-" in c.get_wrapped_container().name)
-        if nm.exec_run(["test", "-d", f"/data/nm-logs/{app}/{container}"]).exit_code == 0:
+        if docker_exec(nm, ["test", "-d", f"/data/nm-logs/{app}/{container}"]).returncode == 0:
             return _kill(cluster, n, container, skip="themis.am.launchers.yarn.runner")
     raise AssertionError(f"{container}: on no NodeManager")
 

@@ -93,6 +93,7 @@ from tests.integration.minicluster import (
     RM,
     SUBNET,
     _get,
+    docker_exec,
     exec_stdout,
     hosts,
     shell_read,
@@ -256,8 +257,8 @@ def node_state(host: str) -> str | None:
 def host_of(cluster: Mapping[str, Any], app: str, container: str) -> str:
     """The NodeManager host whose log directory holds ``container``."""
     for name, w in hosts(cluster).items():
-        if name in NMS and w.status == "running" and w.exec_run(
-                ["test", "-d", f"/data/nm-logs/{app}/{container}"]).exit_code == 0:
+        if name in NMS and w.status == "running" and docker_exec(
+                w, ["test", "-d", f"/data/nm-logs/{app}/{container}"]).returncode == 0:
             return name
     raise AssertionError(f"{container}: on no running NodeManager")
 
@@ -437,7 +438,7 @@ def one_trial(cluster: Mapping[str, Any], app: str, kind: str, rng: random.Rando
         wait_for("HDFS writable again", 300, hdfs_writable, 2.0)
         t_end = time.time()
     elif kind == "nm-disk-full":
-        w.exec_run(["sh", "-c", f"dd if=/dev/zero of={FILL} bs=1M 2>/dev/null"])
+        docker_exec(w, ["sh", "-c", f"dd if=/dev/zero of={FILL} bs=1M 2>/dev/null"])
         df = exec_stdout(w, ["sh", "-c", "df -m /data/nm-local | tail -n 1"],
                          lambda t: len(t.split()) >= 5, f"the disk use of {host}")
         assert df.split()[-2:-1] == ["100%"], f"{host}: not full: {df!r}"
@@ -446,7 +447,7 @@ def one_trial(cluster: Mapping[str, Any], app: str, kind: str, rng: random.Rando
                      lambda: node_state(host) == "UNHEALTHY", 0.5)
             time.sleep(max(0.0, t0 + DISK_FULL_S - time.time()))
         finally:
-            w.exec_run(["rm", "-f", FILL])
+            docker_exec(w, ["rm", "-f", FILL])
         t_end = time.time()
     else:
         raise ValueError(f"unknown fault kind {kind!r}")
