@@ -61,7 +61,7 @@ def make_app(name: str, k: int, symmetric: bool) -> AppModel:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     cfg = ArbiterConfig(lease_s=args.lease, bid_timeout_s=5.0, warning_s=args.lease / 4,
                         fairness_knob=args.knob, heartbeat_s=5.0, round_delay_s=0.2,
-                        solver=args.solver, seed=1)
+                        solver=args.solver, seed=1, lease_spread_s=args.lease_spread)
     srv = ArbiterServer(uniform_cluster(args.machines, args.gpus_per_machine, racks=2), cfg,
                         max_workers=2 * args.agents + 64)  # a stream per agent + bid calls
     srv.start(0)
@@ -108,6 +108,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     return {
         "agents": args.agents, "gpus": args.machines * args.gpus_per_machine,
+        "lease_s": args.lease, "lease_spread_s": srv.core.config.spread_s,
         "apps": "symmetric" if args.symmetric else "varied", "solver": args.solver,
         "rounds": len(stats), "complete": ok,
         "bidders": med([float(s.bidders) for s in stats]),
@@ -131,6 +132,11 @@ def main() -> None:
                     help="processes the agent threads are spread over (default 2)")
     ap.add_argument("--lease", type=float, default=3.0,
                     help="lease in seconds; every expiry triggers a round (default 3)")
+    ap.add_argument("--lease-spread", type=float, default=None, metavar="S",
+                    help="spread of a round's lease lengths in seconds (lease +- S/2); 0: "
+                         "every lease ends together, so each round offers every GPU to the "
+                         "100 worst-off of 500 apps (the target's case) (default: the "
+                         "arbiter's, half the lease)")
     ap.add_argument("--knob", type=float, default=0.8,
                     help="fairness knob f: the worst-off (1-f) of the apps bid (default 0.8)")
     ap.add_argument("--machines", type=int, default=32, help="machines (default 32)")
