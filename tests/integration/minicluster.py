@@ -551,11 +551,22 @@ def _hex_addr(h: str) -> str:
 DOCKER_CLI = "/usr/bin/docker" if os.access("/usr/bin/docker", os.X_OK) else "docker"
 
 
+def exec_argv(container: Any, cmd: Sequence[str],
+              env: Mapping[str, str] | None = None) -> list[str]:
+    """The Docker CLI's command line that runs ``cmd`` in ``container`` (with ``env``):
+    for :func:`docker_exec`, and for a caller that reads the output as it comes."""
+    args = [DOCKER_CLI, "exec"]
+    for k, v in (env or {}).items():
+        args += ["-e", f"{k}={v}"]
+    return [*args, container.name, *cmd]
+
+
 def docker_exec(container: Any, cmd: Sequence[str], env: Mapping[str, str] | None = None,
                 merge_stderr: bool = False,
                 timeout: float | None = 900) -> subprocess.CompletedProcess[str]:
     """``cmd`` run in ``container`` with the Docker CLI; its exit code, stdout and stderr
-    (or both in one stream, in order, with ``merge_stderr``), decoded leniently.
+    (or both in one stream with ``merge_stderr``: each line whole, but a line of one stream
+    may come before a line the other printed earlier), decoded leniently.
 
     Not docker-py's ``exec_run``: that reads the exec's multiplexed stream from the raw
     socket under the HTTP response's buffered reader, so the bytes the reader took in with
@@ -563,10 +574,7 @@ def docker_exec(container: Any, cmd: Sequence[str], env: Mapping[str, str] | Non
     short command's output came back empty, or cut so that the stream's framing broke
     ("49 is not a valid stream": a header read from the middle of /proc/net/tcp). The CLI
     reads the stream whole."""
-    args = [DOCKER_CLI, "exec"]
-    for k, v in (env or {}).items():
-        args += ["-e", f"{k}={v}"]
-    return subprocess.run([*args, container.name, *cmd], stdin=subprocess.DEVNULL,
+    return subprocess.run(exec_argv(container, cmd, env), stdin=subprocess.DEVNULL,
                           stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
                           text=True, errors="replace", timeout=timeout, check=False)

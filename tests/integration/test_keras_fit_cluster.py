@@ -71,11 +71,11 @@ from typing import Any
 import pytest
 
 from tests.integration.minicluster import (
-    DOCKER_CLI,
     NMS,
     ROOT,
     am_jar_and_mounts,
     docker_exec,
+    exec_argv,
     running_minicluster,
     shell_read,
     themis,
@@ -217,7 +217,7 @@ def epoch_seconds(cluster: dict[str, Any]) -> float:
            f"THEMIS_MAX_STEPS={CALIBRATION_EPOCHS * STEPS_PER_EPOCH} "
            "exec python3 -u /opt/themis-examples/keras_fit.py --batch-size 4")
     begun: list[float] = []
-    with subprocess.Popen([DOCKER_CLI, "exec", nm.name, "sh", "-c", cmd],
+    with subprocess.Popen(exec_argv(nm, ["sh", "-c", cmd]),
                           stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                           stderr=subprocess.DEVNULL) as run:
         assert run.stdout is not None

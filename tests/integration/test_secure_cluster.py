@@ -46,12 +46,12 @@ import pytest
 
 from tests.integration.minicluster import (
     ADDR,
-    DOCKER_CLI,
     NN,
     RM,
     ROOT,
     am_jar_and_mounts,
     docker_exec,
+    exec_argv,
     hosts,
     kinit,
     negotiate,
@@ -186,7 +186,7 @@ def _mapreduce_as(cluster: dict[str, Any], user: str, queue: str) -> subprocess.
            f"{user} && themis-daemon client org.apache.hadoop.examples.ExampleDriver teragen "
            f"-D mapreduce.job.queuename={queue} -D mapreduce.map.resource.yarn.io/gpu=1 "
            f"-D mapreduce.job.maps=2 1000 /user/{user}/teragen-{int(time.time())}")
-    return subprocess.Popen([DOCKER_CLI, "exec", rm.name, "bash", "-c", cmd],
+    return subprocess.Popen(exec_argv(rm, ["bash", "-c", cmd]),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
