@@ -41,6 +41,7 @@ from themis.arbiter.cluster_backend import uniform_cluster
 from themis.arbiter.config import ArbiterConfig
 from themis.arbiter.service import ArbiterServer
 from themis.mechanism.model import AppKind, AppModel, FuturePhase, Job
+from themis.mechanism.solvers import DEFAULT_SOLVER
 
 
 def make_app(name: str, k: int, symmetric: bool) -> AppModel:
@@ -142,7 +143,8 @@ def main() -> None:
     ap.add_argument("--machines", type=int, default=32, help="machines (default 32)")
     ap.add_argument("--gpus-per-machine", type=int, default=8,
                     help="GPUs per machine (default 8)")
-    ap.add_argument("--solver", default="auto", help="auction solver chain (default auto)")
+    ap.add_argument("--solver", default=DEFAULT_SOLVER,
+                    help=f"auction solver chain (default {DEFAULT_SOLVER}, the arbiter's)")
     ap.add_argument("--symmetric", action="store_true",
                     help="bench_rounds.py's identical apps (the auction's worst case)")
     ap.add_argument("--profile", default=None, metavar="FILE",

@@ -35,6 +35,7 @@ from themis.arbiter.config import ArbiterConfig
 from themis.arbiter.service import ArbiterServer
 from themis.mechanism.bidder import AllocationInfo, ModelBidder
 from themis.mechanism.model import AppKind, AppModel, FuturePhase, Job
+from themis.mechanism.solvers import DEFAULT_SOLVER
 
 
 def make_app(name: str, k: int) -> AppModel:
@@ -144,9 +145,9 @@ def main() -> None:
                     help="machines of the static cluster (default 8)")
     ap.add_argument("--gpus-per-machine", type=int, default=8,
                     help="GPUs per machine (default 8)")
-    ap.add_argument("--solver", default="auto",
+    ap.add_argument("--solver", default=DEFAULT_SOLVER,
                     help="auction solver chain or back-end, e.g. auto, auto-fast, open-fast, "
-                         "highs (default auto)")
+                         f"highs (default {DEFAULT_SOLVER}, the arbiter's)")
     args = ap.parse_args()
     print("| agents | rounds | bidders | bids in | GPUs offered | median ms | p95 ms "
           "| offer->bids median ms | solve median ms | median ms excl. solve | p95 ms excl. solve "

@@ -95,7 +95,13 @@ OPTIMUM_BUDGET_FACTOR = 2
 # ~1.2 MB at 1024 GPUs x 200 apps) are kept up to this many bytes per solve; past it, a
 # node starts from the current basis
 SNAPSHOT_BYTES = 64 << 20
-COUNT_NODE_LIMIT = 20_000  # budget of the exact count of starving apps (max_served)
+# Budget of the exact count of starving apps (max_served). Counts that finish take few
+# nodes (at most 5 in the Workload-2 simulation's 29, at most 9 on 256-GPU x 100-bidder
+# rounds), while one that cannot finish - 100 starving bidders in 52-78 classes of menus,
+# every lease ending together - burns its whole budget at some 18 us a node before K falls
+# back to floor(v): 20,000 nodes cost 0.37 s of each such auction (bench/RESULTS.md, "500
+# registered apps on 256 GPUs").
+COUNT_NODE_LIMIT = 2_000
 
 
 def _target(goals: Sequence[float], value: float) -> float:
