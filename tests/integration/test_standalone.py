@@ -127,7 +127,6 @@ def _check_jobs(report: dict[str, Any]) -> int:
     return resumed
 
 
-
 def overlap_present_s(apps: dict[str, Any], min_apps: int = 2) -> float:
     """Seconds during which at least ``min_apps`` apps were present (submitted, not done)."""
     edges = sorted([(a["submit_s"], 1) for a in apps.values()]
@@ -176,9 +175,9 @@ def test_default_run_shares_the_gpus_across_leases(tmp_path: Path) -> None:
     # Sharing: while two or more apps were present (submitted, not yet completed), at least
     # two of them held GPUs at the same time for a large part of it, and at least two apps'
     # job processes ran at the same time (progress, not only leases). Measured against the
-    # contended time, not the whole run: how long apps overlap depends on the machine's
-    # speed (a fast CI machine ran the whole run in 75 s, of which the 10-s arrival gaps
-    # and the last app's tail alone are a third), and a newcomer may wait up to a lease.
+    # contended time, not the whole run: how much of a run the apps overlap depends on the
+    # machine's speed (the 10-s arrival gaps and the last app's tail are a larger share of
+    # a shorter run), and a newcomer may wait up to a lease for its first GPUs.
     contended = overlap_present_s(apps)
     assert contended > 0, {n: (a["submit_s"], a["completion_s"]) for n, a in apps.items()}
     shared = overlap_s(report)
