@@ -127,15 +127,15 @@ def _check_jobs(report: dict[str, Any]) -> int:
     return resumed
 
 
-def overlap_present_s(apps: dict[str, Any], min_apps: int = 2) -> float:
-    """Seconds during which at least ``min_apps`` apps were present (submitted, not done)."""
-    edges = sorted([(a["submit_s"], 1) for a in apps.values()]
-                   + [(a["completion_s"], -1) for a in apps.values()])
-    total, present, last = 0.0, 0, 0.0
+def _concurrent_s(intervals: list[tuple[float, float]], at_least: int = 2) -> float:
+    """Seconds covered by at least ``at_least`` of ``intervals`` at once (one app's own
+    intervals must not overlap each other: merge them first)."""
+    edges = sorted([(a, 1) for a, _ in intervals] + [(b, -1) for _, b in intervals])
+    total, live, last = 0.0, 0, 0.0
     for t, d in edges:
-        if present >= min_apps:
+        if live >= at_least:
             total += t - last
-        present, last = present + d, t
+        live, last = live + d, t
     return total
 
 
@@ -178,11 +178,11 @@ def test_default_run_shares_the_gpus_across_leases(tmp_path: Path) -> None:
     # contended time, not the whole run: how much of a run the apps overlap depends on the
     # machine's speed (the 10-s arrival gaps and the last app's tail are a larger share of
     # a shorter run), and a newcomer may wait up to a lease for its first GPUs.
-    contended = overlap_present_s(apps)
+    contended = _concurrent_s([(a["submit_s"], a["completion_s"]) for a in apps.values()])
     assert contended > 0, {n: (a["submit_s"], a["completion_s"]) for n, a in apps.items()}
     shared = overlap_s(report)
     assert shared >= 0.4 * contended, (shared, contended, report["duration_s"])
-    running: list[tuple[float, int]] = []  # (time, +1/-1) per app with a live process
+    running: list[tuple[float, float]] = []  # each app's spans with a live process, merged
     for app in apps.values():
         spans = sorted((s["t_start"], s["t_end"]) for j in app["jobs"].values()
                        for s in j["segments"] if (s["end_step"] or 0) > (s["start_step"] or 0))
@@ -192,12 +192,8 @@ def test_default_run_shares_the_gpus_across_leases(tmp_path: Path) -> None:
                 merged[-1][1] = max(merged[-1][1], b)
             else:
                 merged.append([a, b])
-        running += [(a, 1) for a, _ in merged] + [(b, -1) for _, b in merged]
-    both, live, last = 0.0, 0, 0.0
-    for t, d in sorted(running):
-        if live >= 2:
-            both += t - last
-        live, last = live + d, t
+        running += [(a, b) for a, b in merged]
+    both = _concurrent_s(running)
     assert both >= 0.25 * contended, (both, contended, report["duration_s"])
 
     # GPUs changed hands at lease expiry: the waiting app bid and won the expired GPUs.
