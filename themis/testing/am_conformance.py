@@ -33,7 +33,8 @@ from themis.am.spec import AppSpec, parse_spec
 # A job as a user would write it: resumes from its newest checkpoint, counts steps,
 # checkpoints and exits 0 on SIGTERM, exits 3 at start-up once if told to crash. A task of
 # a distributed job writes the TF_CONFIG it got to tf_config-<type>-<index>.json; only the
-# chief (worker 0) checkpoints; a parameter server serves until SIGTERM.
+# chief (worker 0) checkpoints; a parameter server serves until SIGTERM, and workers
+# start only once every parameter server is up (wrote its file), as TensorFlow's do.
 JOB = r"""
 import json, os, signal, sys, time
 ckpt, target = sys.argv[1], int(sys.argv[2])
@@ -51,6 +52,11 @@ if task["type"] == "ps":
     while not stop:
         time.sleep(0.005)
     sys.exit(0)
+# like TensorFlow's workers, wait until every parameter server of the job is up
+ps_up = [os.path.join(ckpt, f"tf_config-ps-{i}.json")
+         for i in range(len(config.get("cluster", {}).get("ps", [])))]
+while not stop and not all(os.path.exists(p) for p in ps_up):
+    time.sleep(0.005)
 chief = task["index"] == 0
 done = sorted(int(p[5:]) for p in os.listdir(ckpt) if p.startswith("ckpt-"))
 step = done[-1] if done else 0
