@@ -48,13 +48,15 @@ from tests.integration.minicluster import (
 )
 from themis.yarn.view import node_of
 
-pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.timeout(1500)]
 os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
 
 LEASE_MS = 40000
 GRACE_MS = 10000
 KNOB = 0.0  # every app with pending asks bids (the default 0.8 would offer one of two)
 AGENT_PORT = 8642
+WAIT_S = 1200  # at most, for both apps to end
+STALL_S = 300  # at most without progress
 OVERRIDES = {
     "yarn.resourcemanager.themis.lease-duration-ms": str(LEASE_MS),
     "yarn.resourcemanager.themis.grace-period-ms": str(GRACE_MS),
@@ -98,6 +100,19 @@ def _status(app: str) -> dict[str, Any]:
     if r.returncode != 0:  # the RM's REST API can be slow on a loaded 2-core machine
         return {"app": {"state": "UNKNOWN"}, "status": None, "error": r.stderr}
     return dict(json.loads(r.stdout))
+
+
+def _progress(st: dict[str, Any]) -> tuple[Any, ...]:
+    """What changes while an app makes progress: its jobs' statuses and steps."""
+    return tuple((j["id"], j["status"], j["steps"]) for j in st.get("jobs", []))
+
+
+def _brief(st: dict[str, Any]) -> dict[str, Any]:
+    """An AM status cut to what tells a stalled app from a slow one."""
+    return {"jobs": [(j["id"], j["status"], j["steps"], j["target_steps"],
+                      (j.get("run") or {}).get("state")) for j in st.get("jobs", [])],
+            "state": st.get("state"), "message": st.get("message"),
+            "gpus": (st.get("gpus") or {}).get("count"), "rounds": st.get("rounds", [])[-3:]}
 
 
 def _retrying(fn: Any, tries: int = 8, pause_s: float = 10.0) -> Any:
@@ -154,8 +169,13 @@ def test_two_apps_share_gpus_fairly(cluster: dict[str, Any], tmp_path: Path) -> 
     rhos: dict[str, list[float]] = {a: [] for a in apps}
     statuses: dict[str, dict[str, Any]] = {}
     wrong_checked = False
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline:
+    # Waits while the apps make progress (they take about 5 minutes; in one CI run, beside
+    # the JUnit ITs on 2 cores, an app still ran after 10), and fails early on a stall:
+    # nothing changed - no step, job status or app state - for STALL_S (several leases and
+    # TensorFlow start-ups).
+    start = last_change = time.monotonic()
+    seen: dict[str, Any] = {}
+    while time.monotonic() - start < WAIT_S and time.monotonic() - last_change < STALL_S:
         done = 0
         for a in apps:
             s = _status(a)
@@ -166,6 +186,9 @@ def test_two_apps_share_gpus_fairly(cluster: dict[str, Any], tmp_path: Path) -> 
                 statuses[a] = st
                 if st.get("rho") is not None:
                     rhos[a].append(float(st["rho"]))
+            mark = (s["app"]["state"], _progress(st))
+            if seen.get(a) != mark:
+                seen[a], last_change = mark, time.monotonic()
             if s["app"]["state"] in ("FINISHED", "FAILED", "KILLED"):
                 done += 1
         if not wrong_checked and all(statuses.get(a, {}).get("agent", {}) and
@@ -179,8 +202,14 @@ def test_two_apps_share_gpus_fairly(cluster: dict[str, Any], tmp_path: Path) -> 
     finals = {a: _retrying(lambda a=a: Cluster(RM, NN).app(a)) for a in apps}
     logs = "" if all(f["finalStatus"] == "SUCCEEDED" for f in finals.values()) \
         else _dump_logs(cluster)
+    waited = (f"after {time.monotonic() - start:.0f} s, the last change "
+              f"{time.monotonic() - last_change:.0f} s before")
     for a, f in finals.items():
-        assert f["state"] == "FINISHED" and f["finalStatus"] == "SUCCEEDED", (a, f, logs)
+        # (the first line says whether the app stalled or was slow: CI shows only the
+        # start of a failure's message)
+        assert f["state"] == "FINISHED" and f["finalStatus"] == "SUCCEEDED", \
+            f"{f['name']} {f['state']}/{f['finalStatus']} {waited}: " \
+            f"{_brief(statuses.get(a, {}))}\n{f}\n{logs}"
     assert wrong_checked, "the AMs never registered with the arbiter"
     finals_st = {a: (_retrying(lambda a=a: Cluster(RM, NN).am_status(a)) or statuses.get(a, {}))
                  for a in apps}
