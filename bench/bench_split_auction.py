@@ -15,6 +15,16 @@ proportional-fair bundle, and whose final allocation, changed in size.
 
 Policies: ``default`` (SplitPolicy()), ``pN`` (N GPUs per part, split at any size),
 ``rN`` (the same with POP's random deal of bidders), ``mN`` (machines, not racks, dealt).
+
+``--instances symmetric``: instead, the round benches' identical apps (bench_round_500.py
+``--symmetric``: 4 jobs of 2 GPUs, iteration times and progress from a few values), APPS of
+them drawn (seeded) from 5 x APPS registered ones, none holding a GPU (all starving, as
+when every lease ends together), bidding for every GPU of a uniform cluster of 8-GPU
+machines in 2 racks (GPUS / 8 of them): the exact auction's worst case
+(bench/RESULTS.md, "500 registered apps on 256 GPUs").
+
+    python bench/bench_split_auction.py --instances symmetric --sizes 256x100 --reps 3 \
+        --solver auto-fast --policies m128,m64,m32
 """
 
 from __future__ import annotations
@@ -26,10 +36,17 @@ import random
 import statistics
 import sys
 import time
+from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import bench_round_500
+
+from themis.arbiter.cluster_backend import uniform_cluster
 from themis.mechanism.auction import AuctionResult, run_auction
-from themis.mechanism.bids import BidTable
-from themis.mechanism.instances import random_instance
+from themis.mechanism.bids import BidTable, make_bid_table
+from themis.mechanism.fairness import FairnessContext
+from themis.mechanism.instances import Instance, random_instance
 from themis.mechanism.solvers import SplitPolicy, SplitSolver, make_solver
 
 
@@ -45,6 +62,15 @@ def policy(spec: str) -> SplitPolicy:
     return SplitPolicy(min_gpus=1, part_gpus=n, min_part_bidders=1,
                        group="machine" if kind == "m" else "rack",
                        bidders="random" if kind == "r" else "footprint")
+
+
+def symmetric_instance(n_gpus: int, n_apps: int, seed: int) -> Instance:
+    """``--instances symmetric`` (module docstring)."""
+    offer = uniform_cluster(max(1, n_gpus // 8), 8, racks=2).free_gpus()
+    ks = random.Random(seed).sample(range(5 * n_apps), n_apps)
+    ctx = FairnessContext(now=time.time(), cluster_gpus=len(offer), n_avg=5.0 * n_apps)
+    return Instance(offer, [make_bid_table(bench_round_500.make_app(f"app-{k}", k, True), [],
+                                           offer, ctx) for k in ks])
 
 
 def pf_terms(tables: list[BidTable], pf: dict[str, tuple[str, ...]]) -> tuple[int, float]:
@@ -86,6 +112,9 @@ def main() -> int:
     ap.add_argument("--budget-s", type=float, default=240.0,
                     help="per size: start no new instance once the exact auction used this "
                     "many seconds there (the splits then stop too)")
+    ap.add_argument("--instances", choices=("random", "symmetric"), default="random",
+                    help="random instances (bench_auction.py's) or the round benches' "
+                    "identical starving apps (see above; default random)")
     ap.add_argument("--no-exact-above", type=int, default=2048,
                     help="offers of more GPUs: split policies only (no comparison)")
     args = ap.parse_args()
@@ -100,7 +129,8 @@ def main() -> int:
         parts: dict[str, str] = {}
         spent = 0.0
         for rep in range(args.reps):
-            inst = random_instance(n_gpus, n_apps, seed=rep)
+            inst = (symmetric_instance if args.instances == "symmetric" else
+                    random_instance)(n_gpus, n_apps, seed=rep)
             ex = None
             if run_exact:
                 ex, ms = timed(inst.offer, inst.tables, make_solver(args.solver), rep)
