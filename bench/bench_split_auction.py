@@ -105,16 +105,20 @@ def timed(inst_offer: list, tables: list[BidTable], solver: object, seed: int
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sizes", default="256x100,1024x200", help="GPUSxAPPS list (default %(default)s)")
-    ap.add_argument("--reps", type=int, default=10, help="instances per size, seeds 0..reps-1 (default %(default)s)")
-    ap.add_argument("--solver", default="open-fast", help="the exact auction's back-end (default %(default)s)")
-    ap.add_argument("--policies", default="default,p512", help="split policies, see above (default %(default)s)")
+    ap.add_argument("--sizes", default="256x100,1024x200",
+                    help="GPUSxAPPS list (default %(default)s)")
+    ap.add_argument("--reps", type=int, default=10,
+                    help="instances per size, seeds 0..reps-1 (default %(default)s)")
+    ap.add_argument("--solver", default="open-fast",
+                    help="the exact auction's back-end (default %(default)s)")
+    ap.add_argument("--policies", default="default,p512",
+                    help="split policies, see above (default %(default)s)")
     ap.add_argument("--budget-s", type=float, default=240.0,
                     help="per size: start no new instance once the exact auction used this "
                     "many seconds there; the splits then stop too (default %(default)s)")
     ap.add_argument("--instances", choices=("random", "symmetric"), default="random",
                     help="random instances (bench_auction.py's) or the round benches' "
-                    "identical starving apps (see above; default random)")
+                    "identical starving apps, see above (default %(default)s)")
     ap.add_argument("--no-exact-above", type=int, default=2048,
                     help="offers of more GPUs: split policies only, no comparison (default "
                     "%(default)s)")
