@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from themis.preview import report
 from themis.preview.cluster import current_given, uniform_topology
 from themis.preview.history import parse_json, read_apps
-from themis.preview.replay import ReplayConfig, replay_all
+from themis.preview.replay import DEFAULT_QUANTUM_S, ReplayConfig, replay_all
 from themis.preview.trace import select, to_workload
 from themis.sim.philly import find_throughputs, load_throughputs, read_trace_files, serial_iter_time
 
@@ -139,8 +139,9 @@ def main() -> int:
                    help="the cluster's GPUs, for the history's FIFO and the replay "
                    "(default: %(default)s)")
     p.add_argument("--policies", default="fifo,themis",
-                   help="policies replayed, in order (default: %(default)s: the "
-                   "CapacityScheduler's and Themis)")
+                   help="policies replayed, in order; fifo (the history's own policy, "
+                   "which the report's calibration replays) must be one of them "
+                   "(default: %(default)s: the CapacityScheduler's and Themis)")
     p.add_argument("--runtime-from", default="elapsed", choices=("elapsed", "launch"),
                    help="as themis preview's option (default: %(default)s)")
     p.add_argument("--out", type=Path, default=Path("out/bench-preview"),
@@ -150,9 +151,19 @@ def main() -> int:
                    help="as themis preview's option: the replays run at once in up to N "
                    "worker processes, 1: one after the other (default: one per replay, at "
                    "most one per CPU)")
+    p.add_argument("--expiry-quantum-seconds", type=float, default=DEFAULT_QUANTUM_S,
+                   help="the replay's expiry quantum: leases end at multiples of it (not "
+                   "an option of themis preview, which keeps the simulator's; "
+                   "default: %(default)s)")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=False,
                    help="progress bars on stderr (default: off)")
     args = p.parse_args()
+    if not args.expiry_quantum_seconds >= 0:
+        p.error(f"--expiry-quantum-seconds {args.expiry_quantum_seconds}: must be >= 0")
+    if "fifo" not in args.policies.split(","):
+        p.error(f"--policies {args.policies!r}: fifo must be one of them (the history's "
+                "current policy: the report compares every policy with it and calibrates "
+                "its replay against what happened)")
     args.out.mkdir(parents=True, exist_ok=True)
     st = Stages()
     doc, facts = st.time("generate", lambda: history(args.traces, args.apps, args.gpus))
@@ -166,7 +177,7 @@ def main() -> int:
                                           runtime_from=args.runtime_from))
     work = st.time("trace", lambda: to_workload(sel)) if sel.apps else None
     assert work is not None
-    cfg = ReplayConfig()
+    cfg = ReplayConfig(expiry_quantum_seconds=args.expiry_quantum_seconds)
     results, replay_wall = st.time("replays", lambda: replay_all(
         args.policies.split(","), nodes.topology, work, cfg, progress=args.progress,
         processes=args.processes))

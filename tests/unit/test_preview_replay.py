@@ -36,3 +36,19 @@ def test_replays_at_once_are_the_replays_one_after_the_other(
         assert (got.rounds, got.makespan) == (alone.rounds, alone.makespan)
     err = capfd.readouterr().err
     assert "replay      fifo" in err and "replay    themis" in err  # a bar each
+
+
+def test_a_coarser_expiry_quantum_replays_in_fewer_rounds() -> None:
+    """``expiry_quantum_seconds`` reaches the simulator: leases end only at its multiples,
+    so a quantum as long as the lease leaves fewer instants at which a round can run."""
+    work = _workload()
+    topo = uniform_topology(16, 8).topology
+    fine = ReplayConfig(lease_minutes=2.0)
+    coarse = ReplayConfig(lease_minutes=2.0, expiry_quantum_seconds=600.0)
+    assert fine.sim_config().expiry_quantum_s == 120.0
+    assert coarse.sim_config().expiry_quantum_s == 600.0
+    assert coarse.to_dict()["expiry_quantum_seconds"] == 600.0
+    a = replay(THEMIS, topo, work, fine, progress=False)
+    b = replay(THEMIS, topo, work, coarse, progress=False)
+    assert b.rounds < a.rounds
+    assert {r.id for r in a.apps} == {r.id for r in b.apps}  # every app still finishes

@@ -32,6 +32,9 @@ from themis.sim.workload import Workload
 #: policies"), its default solver
 THEMIS = "themis"
 
+#: the simulator's expiry quantum (seconds), the replay's default
+DEFAULT_QUANTUM_S = SimConfig().expiry_quantum_s
+
 #: how often a worker process reports its progress, at most (seconds)
 REPORT_S = 0.5
 
@@ -42,10 +45,15 @@ class ReplayConfig:
     lease_minutes: float = 10.0
     restart_seconds: float = 35.0
     seed: int = 0
+    # leases end at multiples of this (the simulator's expiry quantum, docs/simulator.md).
+    # Not a preview option: a coarser quantum was measured to change Themis' results far
+    # more than it saves time (docs/preview.md, "How fast"); bench_preview.py sets it
+    expiry_quantum_seconds: float = DEFAULT_QUANTUM_S
 
     def sim_config(self) -> SimConfig:
         return SimConfig(lease_s=self.lease_minutes * 60, restart_s=self.restart_seconds,
-                         seed=self.seed, check_invariants=False)
+                         seed=self.seed, check_invariants=False,
+                         expiry_quantum_s=self.expiry_quantum_seconds)
 
     def to_dict(self) -> dict[str, float]:
         return asdict(self)

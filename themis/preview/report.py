@@ -394,6 +394,8 @@ def render_html(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
         ["Themis", _e(f"policy themis, f = {cfg['fairness_knob']}")],
         ["leases, restart pause", _e(f"{cfg['lease_minutes']} min, "
                                      f"{cfg['restart_seconds']} s (both policies)")],
+        ["lease ends", _e(f"at multiples of {cfg['expiry_quantum_seconds']:g} s "
+                          "(the replay's expiry quantum)")],
         ["seed", _e(cfg["seed"])],
     ], left=2))
 
