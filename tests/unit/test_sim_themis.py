@@ -56,6 +56,20 @@ def test_expired_leases_are_renewed_to_their_holders_without_restarts() -> None:
     assert [a.restarts for a in r.apps] == [1, 1]
 
 
+
+def test_renewal_restarts_pause_the_jobs_on_every_expired_lease() -> None:
+    """``renewal_restarts`` (YARN today: a lease is not renewed in place): the same run as
+    above, but every lease end stops the jobs on it, so each app restarts once per
+    expiry of its leases and finishes later."""
+    topo, w = _two_apps_sharing_a_machine()
+    free = Simulator(topo, w, ThemisPolicy(fairness_knob=0.5), SimConfig(seed=3)).run()
+    paid = Simulator(topo, w, ThemisPolicy(fairness_knob=0.5),
+                     SimConfig(seed=3, renewal_restarts=True)).run()
+    assert all(a.restarts > 10 for a in paid.apps)  # ~5 h of 10-minute leases each
+    for f, p in zip(free.apps, paid.apps, strict=True):
+        assert p.finish > f.finish + 10 * 35.0 * 0.5  # the pauses show in the finish time
+
+
 def test_previous_holders_reach_the_policy() -> None:
     topo, w = _two_apps_sharing_a_machine()
     seen: list[dict[str, str]] = []

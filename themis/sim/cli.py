@@ -172,6 +172,13 @@ def configure(p: argparse.ArgumentParser) -> None:
         "(section 6.2.3's median) (default: %(default)s)",
     )
     p.add_argument(
+        "--renewal-restarts",
+        action="store_true",
+        help="a job on a GPU whose lease ended pauses for --restart-seconds even when its "
+        "app wins the GPU back in the same round, as on YARN today (docs/yarn.md, 'Known "
+        "limits') (default: off: a lease renewed to its holder costs nothing)",
+    )
+    p.add_argument(
         "--expiry-quantum",
         type=float,
         default=120.0,
@@ -246,6 +253,7 @@ def simulate(
         seed=args.seed,
         check_invariants=args.check_invariants,
         expiry_quantum_s=args.expiry_quantum,
+        renewal_restarts=args.renewal_restarts,
         ideal_time=parse_ideal_time(args.ideal_time),
         lease_spread_s=None if args.lease_spread_minutes is None
         else args.lease_spread_minutes * 60,
@@ -294,6 +302,7 @@ def run_cli(args: argparse.Namespace) -> int:
             "lease_spread_minutes": lease_spread(args.lease_minutes, args.lease_spread_minutes),
             "restart_seconds": args.restart_seconds,
             "expiry_quantum_s": args.expiry_quantum,
+            "renewal_restarts": args.renewal_restarts,
             "seed": args.seed,
         },
         "policies": {n: summarize(r) for n, r in results.items()},

@@ -68,6 +68,10 @@ class SimConfig:
     lease_spread_s: float | None = None
     # T_id of rho, in the agents' bids and in the reported metric (themis.mechanism.fairness)
     ideal_time: IdealTime = DEFAULT_IDEAL_TIME
+    # True: a job on a GPU whose lease ended pauses for restart_s even when its app won
+    # the GPU back in the same round, as on YARN today, where a lease is not renewed in
+    # place (docs/yarn.md, "Known limits"); False: a renewal to the holder costs nothing
+    renewal_restarts: bool = False
 
     @property
     def spread_s(self) -> float:
@@ -232,9 +236,14 @@ class Simulator:
             need_round |= self._settle()
             if need_round and self.free and any(a.room() > 0 for a in self.apps.values()):
                 self._round()
+            stopped: dict[str, set[str]] = {}
+            if self.cfg.renewal_restarts:
+                for g, holder in self._expired.items():
+                    stopped.setdefault(holder, set()).add(g)
             for app_id in sorted(self._dirty):
                 if app_id in self.apps:
-                    self.apps[app_id].assign(self.topo, self.now, self.cfg.restart_s)
+                    self.apps[app_id].assign(self.topo, self.now, self.cfg.restart_s,
+                                             frozenset(stopped.get(app_id, ())))
             self._dirty.clear()
             self._expired.clear()
             self._schedule_completions()

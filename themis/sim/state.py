@@ -193,16 +193,21 @@ class AppState:
         return best
 
     # --- GPU split among jobs ------------------------------------------------------
-    def assign(self, topo: Topology, now: float, restart_s: float) -> None:
+    def assign(self, topo: Topology, now: float, restart_s: float,
+               stopped: frozenset[str] = frozenset()) -> None:
         """Re-split the held GPUs among the running jobs (see module doc). The split is
         skipped when the held GPUs and the running jobs are those of the last split (a lease
         renewed to its holder): it is sticky, so it would give every job the GPUs it has.
         The version moves on either way, so that the simulator schedules the app's next
-        completion again as it always did (the same events, the same results)."""
+        completion again as it always did (the same events, the same results).
+        ``stopped``: GPUs whose lease ended at this instant and whose jobs stopped even
+        if the app won them back (SimConfig.renewal_restarts): a job holding one pauses
+        again like a moved job."""
         running = [j for j in self.jobs if not j.done]
         indices = [j.index for j in running]
         last = self._split_of
-        if last is not None and last[:2] == (self.phase, indices) and last[2] == self.held.keys():
+        if last is not None and last[:2] == (self.phase, indices) and \
+                last[2] == self.held.keys() and not stopped:
             self.version += 1
             return
         for j in self.jobs:
@@ -214,7 +219,7 @@ class AppState:
                     {key[j.index]: j.gpus for j in running if j.gpus})
         for j in running:
             gpus = got.get(key[j.index], ())
-            if set(gpus) != set(j.gpus):
+            if set(gpus) != set(j.gpus) or (gpus and not stopped.isdisjoint(j.gpus)):
                 j.gpus = gpus
                 j.slowdown = self.profile.slowdown(locality_of(topo[g] for g in gpus))
                 if gpus:
