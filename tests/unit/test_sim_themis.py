@@ -56,7 +56,6 @@ def test_expired_leases_are_renewed_to_their_holders_without_restarts() -> None:
     assert [a.restarts for a in r.apps] == [1, 1]
 
 
-
 def test_renewal_restarts_pause_the_jobs_on_every_expired_lease() -> None:
     """``renewal_restarts`` (YARN today: a lease is not renewed in place): the same run as
     above, but every lease end stops the jobs on it, so each app restarts once per
