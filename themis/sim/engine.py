@@ -52,6 +52,9 @@ ARRIVE, EXPIRE, COMPLETE = 0, 1, 2
 GC_YOUNG_THRESHOLD = 50_000
 
 
+_NO_GPUS: frozenset[str] = frozenset()  # an app with no lease stopped at this instant
+
+
 @dataclass(frozen=True, slots=True)
 class SimConfig:
     lease_s: float = 600.0  # 10-minute leases (section 6.2)
@@ -243,7 +246,7 @@ class Simulator:
             for app_id in sorted(self._dirty):
                 if app_id in self.apps:
                     self.apps[app_id].assign(self.topo, self.now, self.cfg.restart_s,
-                                             frozenset(stopped.get(app_id, ())))
+                                             stopped.get(app_id, _NO_GPUS))
             self._dirty.clear()
             self._expired.clear()
             self._schedule_completions()

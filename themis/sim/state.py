@@ -12,7 +12,7 @@ checkpoint/restart pause (section 6.2.3: 35 s median container reallocation).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field
 
 from themis.am.packing import JobNeed, split
@@ -194,7 +194,7 @@ class AppState:
 
     # --- GPU split among jobs ------------------------------------------------------
     def assign(self, topo: Topology, now: float, restart_s: float,
-               stopped: frozenset[str] = frozenset()) -> None:
+               stopped: Set[str] = frozenset()) -> None:
         """Re-split the held GPUs among the running jobs (see module doc). The split is
         skipped when the held GPUs and the running jobs are those of the last split (a lease
         renewed to its holder): it is sticky, so it would give every job the GPUs it has.
