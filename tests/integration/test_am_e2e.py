@@ -62,6 +62,9 @@ OVERRIDES = {
     "yarn.resourcemanager.themis.grace-period-ms": str(GRACE_MS),
     "yarn.resourcemanager.themis.fairness-knob": str(KNOB),
     "yarn.resourcemanager.themis.agent-port": str(AGENT_PORT),
+    # no renewal in place: a job that crosses a lease end must stop, checkpoint and resume
+    # (the path checked here), not go on because its app won its GPUs back
+    "yarn.resourcemanager.themis.renew-ahead-ms": "0",
 }
 
 # Bracket s=1 of max_resource 9, eta 3: 5 jobs of 3 units (120 steps), then the best one

@@ -91,6 +91,9 @@ OVERRIDES = {
     "yarn.resourcemanager.themis.lease-duration-ms": str(LEASE_MS),
     "yarn.resourcemanager.themis.grace-period-ms": "10000",
     "yarn.resourcemanager.themis.agent-port": "8642",
+    # no renewal in place: a job that crosses a lease end must stop, checkpoint and resume
+    # (the path checked here), not go on because its app won its GPUs back
+    "yarn.resourcemanager.themis.renew-ahead-ms": "0",
 }
 APP_TIMEOUT_S = 600
 #: the promoted trial's last two units must take this many leases (module docstring)

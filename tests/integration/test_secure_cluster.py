@@ -68,6 +68,9 @@ OVERRIDES = {
     "yarn.resourcemanager.themis.lease-duration-ms": str(LEASE_MS),
     "yarn.resourcemanager.themis.grace-period-ms": "10000",
     "yarn.resourcemanager.themis.fairness-knob": "0.0",
+    # no renewal in place: a job that crosses a lease end must stop, checkpoint and resume
+    # (the path checked here), not go on because its app won its GPUs back
+    "yarn.resourcemanager.themis.renew-ahead-ms": "0",
 }
 # alice: Hyperband s=1 of max_resource 9, eta 3 (as test_am_e2e.py): 5 jobs of 120 steps,
 # then the best one promoted to 360 steps at 250 ms a step, longer than a 40-s lease, so

@@ -31,8 +31,8 @@ import random
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, replace
 from typing import Any, cast
 
 import grpc
@@ -40,6 +40,8 @@ import grpc
 from themis.agent.endpoints import parse_addresses
 from themis.mechanism.bidder import AllocationInfo, Bidder, OfferInfo
 from themis.mechanism.model import ModelError
+from themis.mechanism.round import RENEWAL
+from themis.mechanism.topology import Gpu
 from themis.rpc import keepalive
 from themis.rpc.convert import gpu_from_pb, shape_from_pb
 from themis.rpc.offers import (
@@ -376,16 +378,42 @@ class AgentClient:
             log.warning("%s: bid for round %d rejected: %s", self.app_id, offer.round_id,
                         self.stats.last_error)
 
+    def _machine(self, gpu_id: str) -> str:
+        """The machine of a GPU the agent knows (YARN's ids ``<node>/...`` name it)."""
+        g = self._gpus.get(gpu_id)
+        return g.machine if g is not None else gpu_id.rpartition("/")[0]
+
+    def _renewed(self, ids: Iterable[str], gpus: Iterable[Gpu], now: float) -> dict[str, str]:
+        """A renewal (docs/yarn.md, "Renewal in place"): the lease's GPU ids -> the ids the
+        app holds on the same machine, soonest-ending first, whose lease it renews; the app
+        scheduler's runs there go on under the ids they know. Ids without one held (more
+        won than held there) stay new (caller holds the lock)."""
+        machine = {g.id: g.machine for g in gpus}
+        free: dict[str, list[str]] = {}
+        for gid, exp in sorted(self.leases.items(), key=lambda x: (x[1], x[0])):
+            if exp > now:
+                free.setdefault(self._machine(gid), []).append(gid)
+        out: dict[str, str] = {}
+        for gid in ids:
+            mine = free.get(machine.get(gid) or gid.rpartition("/")[0], [])
+            if mine:
+                out[gid] = mine.pop(0)
+        return out
+
     def _on_allocation(self, m: pb.Allocation) -> None:
         self.stats.allocations += 1
         gpus = tuple(gpu_from_pb(g) for g in m.gpus)
         with self._lock:
+            now = self.clock()
+            renamed: dict[str, str] = {}
             for lease in m.leases:
+                if lease.via == RENEWAL:
+                    renamed.update(self._renewed(lease.gpu_ids, gpus, now))
                 for g in lease.gpu_ids:
-                    self.leases[g] = lease.expiry_unix
+                    self.leases[renamed.get(g, g)] = lease.expiry_unix
+            gpus = tuple(replace(g, id=renamed[g.id]) if g.id in renamed else g for g in gpus)
             for g in gpus:
                 self._gpus[g.id] = g
-            now = self.clock()
             held = tuple(self._gpus[g] for g, exp in sorted(self.leases.items())
                          if exp > now and g in self._gpus)
         alloc = AllocationInfo(

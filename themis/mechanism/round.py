@@ -39,7 +39,7 @@ class LeaseGrant:
     gpus: tuple[str, ...]
     start: float
     expiry: float
-    via: str  # "auction" or "leftover"
+    via: str  # "auction", "leftover" or RENEWAL
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +52,11 @@ class RoundOutcome:
     grants: tuple[LeaseGrant, ...]
     allocation: dict[str, tuple[str, ...]] = field(default_factory=dict)  # auction+leftover
 
+
+#: The ``via`` of a grant that renews, in place, the app's lease on the same node's GPUs
+#: (YARN: a round before the lease ends gave them back to their holder; docs/yarn.md,
+#: "Renewal in place"): the agent keeps the GPU ids it holds there and moves their expiry
+RENEWAL = "renewal"
 
 #: The fairness knob f of every driver unless told otherwise (paper, section 6.1: 0.8)
 DEFAULT_FAIRNESS_KNOB = 0.8

@@ -31,8 +31,10 @@ from themis.mechanism.topology import Gpu, Topology
 from themis.rpc.v1 import arbiter_pb2 as pb
 
 #: The protocol this code speaks. 1: offers listed every GPU (GpuInfo) and bundles named
-#: GPU ids; 2: node table, counts per node and slot, bundles as runs of positions.
-PROTOCOL_VERSION = 2
+#: GPU ids; 2: node table, counts per node and slot, bundles as runs of positions; 3: a
+#: lease whose ``via`` is ``renewal`` renews the app's GPUs on its machine in place (the
+#: agent keeps their ids: docs/yarn.md, "Renewal in place").
+PROTOCOL_VERSION = 3
 MISMATCH = "protocol version mismatch"  # in the refusal's message (the agent looks for it)
 
 

@@ -77,7 +77,8 @@ def restrict(view: ClusterView, partition: str, apps: Sequence[str],
              queues: Sequence[QueueView] | None = None) -> ClusterView:
     """``view`` as seen from one partition: its nodes, the apps ``apps`` with their GPUs in
     use on those nodes, the leases on those nodes, and each queue's entitlement in the
-    partition (``queues``: instead of the view's, for step 2)."""
+    partition (``queues``: instead of the view's, for step 2); its apps' leases up for
+    renewal there."""
     nodes = tuple(n for n in view.nodes if n.partition == partition)
     here = {n.node_id for n in nodes}
     wanted = set(apps)
@@ -85,7 +86,8 @@ def restrict(view: ClusterView, partition: str, apps: Sequence[str],
         view,
         nodes=nodes,
         apps=tuple(replace(a, running_gpus={n: g for n, g in a.running_gpus.items()
-                                            if n in here})
+                                            if n in here},
+                           renewing={n: r for n, r in a.renewing.items() if n in here})
                    for a in view.apps if a.app_id in wanted),
         leases=tuple(x for x in view.leases if x.node_id in here),
         queues=tuple(queues) if queues is not None else tuple(

@@ -14,9 +14,10 @@ import random
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from themis.mechanism.bids import BidTable
-from themis.mechanism.round import lease_lengths, run_round
+from themis.mechanism.round import RENEWAL, LeaseGrant, RoundOutcome, lease_lengths, run_round
 from themis.mechanism.solvers import Solver, make_solver
 from themis.yarn.bids import BidSource, ReportedBids
 from themis.yarn.partitions import plan_partitions
@@ -26,12 +27,42 @@ from themis.yarn.view import (
     cluster_of,
     grants_json,
     held_of,
+    node_of,
     offer_of,
     parse_view,
+    renewal_holders,
+    renewing_per_node,
     waiting_asks,
 )
 
 log = logging.getLogger(__name__)
+
+
+def renewals_marked(outcome: RoundOutcome, renewing: Mapping[str, Mapping[str, int]]
+                    ) -> RoundOutcome:
+    """The outcome with each app's GPUs on a node where its lease is up for renewal, up to
+    that lease's GPUs, split off into a grant whose ``via`` is :data:`RENEWAL`: the RM renews
+    the lease in place with them, and the app's agent keeps the GPU ids it holds there
+    (docs/yarn.md, "Renewal in place")."""
+    if not renewing:
+        return outcome
+    grants: list[LeaseGrant] = []
+    for g in outcome.grants:
+        left = dict(renewing.get(g.app_id, {}))
+        kept: list[str] = []
+        new: list[str] = []
+        for x in g.gpus:
+            n = node_of(x)
+            if left.get(n, 0) > 0:
+                left[n] -= 1
+                kept.append(x)
+            else:
+                new.append(x)
+        if kept:
+            grants.append(replace(g, gpus=tuple(kept), via=RENEWAL))
+        if new:
+            grants.append(replace(g, gpus=tuple(new)))
+    return replace(outcome, grants=tuple(grants))
 
 
 class RoundEngine:
@@ -71,6 +102,11 @@ class RoundEngine:
             rho = source.rho(sorted(wanting))
             # what each app holds in every partition: its offers carry them (section 4.2)
             held = held_of(view)
+            # leases up for renewal in place (docs/yarn.md, "Renewal in place"): their GPUs
+            # go back to their holder first in the leftover step, and a grant of them to
+            # their holder is announced as a renewal
+            holders = renewal_holders(view)
+            renewing = renewing_per_node(view)
             prepared = time.perf_counter()
             waited = [0.0]  # seconds spent waiting for bids (offers sent to tables in)
             solved = [0.0]  # ms spent in the auctions (each queue's, summed)
@@ -98,13 +134,14 @@ class RoundEngine:
                     solver=self._solver(view.solver),
                     rng=rng,
                     room=r.room,
+                    previous={g.id: holders[g.id] for g in gpus if g.id in holders} or None,
                     shape={a: shape[a] for a in r.apps},
                     priority=priority,
                     merge=merge,
                 )
                 if outcome.auction is not None:
                     solved[0] += outcome.auction.solve_ms
-                source.announce(gpus, outcome)
+                source.announce(gpus, renewals_marked(outcome, renewing))
                 bidders.extend(a for a in outcome.bidders if a not in bidders)
                 nonbidders.extend(a for a in outcome.nonbidders if a not in nonbidders)
                 return outcome.allocation

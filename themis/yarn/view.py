@@ -39,6 +39,13 @@ label missing there: none). All optional: a view without them is the default par
 ``leases`` tell which GPUs an app holds beyond its running containers (live: ``ACTIVE``
 and ``expiry_ms`` after ``now_ms``).
 
+Renewal in place (docs/yarn.md, "Renewal in place"; optional): a lease that ends soon is
+flagged ``"renewing": true`` and its app's entry says, per node, how many of its GPUs are up
+for renewal and the GPUs of each container running on them: ``"renewing": {"h:45454":
+{"gpus": 2, "containers": [2]}}``. Those GPUs are offered beside the free ones, the app asks
+for those containers again (they are not held), and a grant of them to the app renews its
+lease (:func:`renewal_holders`).
+
 ``lease_spread_ms`` (optional, 0 when absent): a round's leases last ``lease_duration_ms`` +-
 half of it, spread over the round's apps (:func:`themis.mechanism.round.lease_lengths`).
 
@@ -89,12 +96,26 @@ class AppView:
     partition: str = DEFAULT_PARTITION
     #: the labels its queue may access ("*": any); None when the view does not say
     accessible: frozenset[str] | None = None
+    #: node -> (GPUs of its leases up for renewal there, GPUs of each container on them)
+    renewing: dict[str, tuple[int, tuple[int, ...]]] = field(default_factory=dict)
 
     def shape(self) -> dict[int, int]:
-        """The container asks the leftover step deals whole (see :mod:`themis.mechanism.round`)."""
-        if self.asks:
-            return dict(self.asks)
-        return {1: self.pending_gpus} if self.pending_gpus > 0 else {}
+        """The container asks the leftover step deals whole (see :mod:`themis.mechanism.round`):
+        its pending asks and the containers that run on its leases up for renewal."""
+        out = dict(self.asks) if self.asks else (
+            {1: self.pending_gpus} if self.pending_gpus > 0 else {})
+        for _, sizes in self.renewing.values():
+            for k in sizes:
+                out[k] = out.get(k, 0) + 1
+        return out
+
+    def running(self) -> dict[str, int]:
+        """GPUs of its containers per node, less those on leases up for renewal (they run
+        on GPUs the round offers again: not held)."""
+        out = dict(self.running_gpus)
+        for n, (_, sizes) in self.renewing.items():
+            out[n] = max(0, out.get(n, 0) - sum(sizes))
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +155,8 @@ class LeaseView:
     state: str
     #: the partition of its node when it was granted
     partition: str = DEFAULT_PARTITION
+    #: offered for renewal in place this round (its GPUs are in the offer)
+    renewing: bool = False
 
     def live(self, now_ms: int) -> bool:
         """As the RM's ``Lease.isLive``: active and not past its expiry."""
@@ -211,6 +234,7 @@ def parse_view(text: str) -> ClusterView:
             queue=_get(a, "queue", str, "apps[]") if "queue" in a else "",
             partition=_opt_str(a, "partition", "apps[]"),
             accessible=_accessible(a),
+            renewing=_renewing(a),
         )
         for a in _get(raw, "apps", list, "view")
     )
@@ -230,6 +254,7 @@ def parse_view(text: str) -> ClusterView:
             expiry_ms=_get(x, "expiry_ms", int, "leases[]"),
             state=_get(x, "state", str, "leases[]"),
             partition=_opt_str(x, "partition", "leases[]"),
+            renewing=_get(x, "renewing", bool, "leases[]") if "renewing" in x else False,
         )
         for x in _list(raw, "leases")
     )
@@ -269,6 +294,25 @@ def _list(raw: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
 def _opt_str(obj: Mapping[str, Any], key: str, where: str) -> str:
     """An optional string field ("" when absent: the default partition)."""
     return _get(obj, key, str, where) if key in obj else DEFAULT_PARTITION
+
+
+def _renewing(app: Mapping[str, Any]) -> dict[str, tuple[int, tuple[int, ...]]]:
+    where = f"apps[{app.get('app_id')!r}].renewing"
+    raw = app.get("renewing", {})
+    if not isinstance(raw, dict):
+        raise ViewError(f"{where}: must map nodes to objects, got {raw!r}")
+    out: dict[str, tuple[int, tuple[int, ...]]] = {}
+    for node, r in raw.items():
+        if not isinstance(r, dict):
+            raise ViewError(f"{where}[{node!r}]: must be an object, got {r!r}")
+        gpus = _get(r, "gpus", int, f"{where}[{node!r}]")
+        sizes = _get(r, "containers", list, f"{where}[{node!r}]")
+        if gpus < 1 or not all(isinstance(k, int) and not isinstance(k, bool) and k >= 1
+                               for k in sizes):
+            raise ViewError(f"{where}[{node!r}]: need gpus >= 1 and containers of >= 1 GPU, "
+                            f"got {gpus} and {sizes!r}")
+        out[str(node)] = (gpus, tuple(sizes))
+    return out
 
 
 def _accessible(app: Mapping[str, Any]) -> frozenset[str] | None:
@@ -319,15 +363,42 @@ def node_of(gpu: str) -> str:
     return node
 
 
-def offer_of(view: ClusterView) -> list[Gpu]:
-    """The free GPUs of the view as topology GPUs (machine = YARN node id), with ids unique
-    to this round (:func:`gpu_id`)."""
+def _offered(view: ClusterView) -> list[tuple[Gpu, str]]:
+    """The offer's GPUs with the app whose lease on each is up for renewal ("" for a free
+    GPU): per node its free GPUs, then its renewing ones app by app, ids unique to this
+    round (:func:`gpu_id`)."""
     tag = f"r{view.round_id}-{view.now_ms}"
-    return [
-        Gpu(gpu_id(n.node_id, k, tag), n.node_id, n.rack)
-        for n in view.nodes
-        for k in range(max(0, n.free_gpus))
-    ]
+    renewing: dict[str, list[tuple[str, int]]] = {}
+    for a in view.apps:
+        for node, (g, _) in sorted(a.renewing.items()):
+            renewing.setdefault(node, []).append((a.app_id, g))
+    out: list[tuple[Gpu, str]] = []
+    for n in view.nodes:
+        holders = [""] * max(0, n.free_gpus)
+        for app, g in sorted(renewing.get(n.node_id, [])):
+            holders += [app] * g
+        out += [(Gpu(gpu_id(n.node_id, k, tag), n.node_id, n.rack), h)
+                for k, h in enumerate(holders)]
+    return out
+
+
+def offer_of(view: ClusterView) -> list[Gpu]:
+    """The GPUs a round offers, as topology GPUs (machine = YARN node id), with ids unique
+    to this round (:func:`gpu_id`): the free ones and those of leases up for renewal."""
+    return [g for g, _ in _offered(view)]
+
+
+def renewal_holders(view: ClusterView) -> dict[str, str]:
+    """Offered GPU id -> the app whose lease on it is up for renewal (the free GPUs left
+    out): the leftover step gives these back to their holder first (``run_round``'s
+    ``previous``), and a grant of a node's GPUs to such an app renews its lease there."""
+    return {g.id: h for g, h in _offered(view) if h}
+
+
+def renewing_per_node(view: ClusterView) -> dict[str, dict[str, int]]:
+    """GPUs of each app's leases up for renewal, per node (apps with none left out)."""
+    return {a.app_id: {n: g for n, (g, _) in a.renewing.items()}
+            for a in view.apps if a.renewing}
 
 
 def cluster_of(view: ClusterView) -> list[Gpu]:
@@ -341,10 +412,10 @@ def cluster_of(view: ClusterView) -> list[Gpu]:
 
 
 def _live_leased(view: ClusterView) -> dict[str, dict[str, int]]:
-    """GPUs of each app's live leases, per node."""
+    """GPUs of each app's live leases, per node (those up for renewal left out)."""
     leased: dict[str, dict[str, int]] = {}
     for lease in view.leases:
-        if lease.live(view.now_ms):
+        if lease.live(view.now_ms) and not lease.renewing:
             per = leased.setdefault(lease.app_id, {})
             per[lease.node_id] = per.get(lease.node_id, 0) + max(0, lease.gpus)
     return leased
@@ -358,8 +429,9 @@ def held_per_node(view: ClusterView) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
     for a in view.apps:
         mine = leased.get(a.app_id, {})
-        per = {n: max(max(0, a.running_gpus.get(n, 0)), mine.get(n, 0))
-               for n in sorted(set(a.running_gpus) | set(mine))}
+        running = a.running()
+        per = {n: max(max(0, running.get(n, 0)), mine.get(n, 0))
+               for n in sorted(set(running) | set(mine))}
         per = {n: k for n, k in per.items() if k > 0}
         if per:
             out[a.app_id] = per
@@ -373,7 +445,8 @@ def leased_unused(view: ClusterView) -> dict[str, dict[str, int]]:
     leased = _live_leased(view)
     out: dict[str, dict[str, int]] = {}
     for a in view.apps:
-        per = {n: k - max(0, a.running_gpus.get(n, 0))
+        running = a.running()
+        per = {n: k - max(0, running.get(n, 0))
                for n, k in sorted(leased.get(a.app_id, {}).items())}
         per = {n: k for n, k in per.items() if k > 0}
         if per:

@@ -31,6 +31,7 @@ public final class ThemisSettings {
    */
   public static final String LEASE_SPREAD_MS = PREFIX + "lease-spread-ms";
   public static final String GRACE_PERIOD_MS = PREFIX + "grace-period-ms";
+  public static final String RENEW_AHEAD_MS = PREFIX + "renew-ahead-ms";
   public static final String SOLVER = PREFIX + "solver";
   public static final String IDEAL_TIME = PREFIX + "ideal-time";
   public static final String STARVATION = PREFIX + "starvation";
@@ -82,6 +83,7 @@ public final class ThemisSettings {
   private final long leaseDurationMs;
   private final long leaseSpreadMs;
   private final long gracePeriodMs;
+  private final long renewAheadMs;
   private final String solver;
   private final String idealTime;
   private final String starvation;
@@ -129,6 +131,7 @@ public final class ThemisSettings {
           "must be <= " + LEASE_DURATION_MS + " (" + leaseDurationMs + ")");
     }
     gracePeriodMs = readLong(conf, GRACE_PERIOD_MS, 30_000L, 0L);
+    renewAheadMs = readLong(conf, RENEW_AHEAD_MS, 20_000L, 0L);
     String s = conf.getTrimmed(SOLVER, EngineDefaults.DEFAULT_SOLVER).toLowerCase(Locale.ROOT);
     if (!SOLVERS.contains(s)) {
       throw bad(SOLVER, conf.get(SOLVER), "must be one of " + String.join(", ", SOLVERS));
@@ -376,6 +379,13 @@ public final class ThemisSettings {
     return Math.max(Math.max(1L, lo), Math.min(hi, askedMs));
   }
   public long gracePeriodMs() { return gracePeriodMs; }
+
+  /**
+   * How long before a lease of an app with a Themis agent ends the round that may renew it
+   * in place runs (docs/yarn.md, "Renewal in place"): {@code renew-ahead-ms}, at most a
+   * quarter of {@code lease-duration-ms}; 0: leases are not renewed in place.
+   */
+  public long renewAheadMs() { return Math.min(renewAheadMs, leaseDurationMs / 4); }
   public String solver() { return solver; }
   public String idealTime() { return idealTime; }
   public String starvation() { return starvation; }

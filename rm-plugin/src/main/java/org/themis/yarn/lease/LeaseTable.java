@@ -260,6 +260,31 @@ public final class LeaseTable {
     return x;
   }
 
+  /**
+   * Renews up to {@code gpus} GPUs of a live ACTIVE lease in place until {@code expiryMs} (a
+   * round won them back for its holder: docs/yarn.md, "Renewal in place"), keeping its id; the
+   * rest of its GPUs, if any, become a lease of their own with the old expiry, so that the
+   * containers beyond the renewed GPUs are preempted when the lease would have ended. Returns
+   * the renewed lease, or null when it is gone, no longer ACTIVE or past its expiry.
+   */
+  public synchronized Lease renewInPlace(long leaseId, int gpus, long expiryMs) {
+    Lease l = leases.get(leaseId);
+    if (l == null || !l.isLive(now()) || gpus <= 0) {
+      return null;
+    }
+    int keep = Math.min(gpus, l.gpus());
+    Lease x = new Lease(l.id(), l.app(), l.node(), keep, l.grantedAtMs(), expiryMs,
+        Lease.State.ACTIVE, 0L, l.partition());
+    leases.put(l.id(), x);
+    if (keep < l.gpus()) {
+      Lease rest = new Lease(nextId++, l.app(), l.node(), l.gpus() - keep, now(), l.expiryMs(),
+          Lease.State.ACTIVE, 0L, l.partition());
+      leases.put(rest.id(), rest);
+    }
+    changed();
+    return x;
+  }
+
   /** Drops every lease of an application (it finished); returns how many. */
   public synchronized int removeApp(ApplicationId app) {
     int before = leases.size();

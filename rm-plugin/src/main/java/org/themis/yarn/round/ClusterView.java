@@ -11,6 +11,7 @@ import java.util.Map;
 import java.util.Set;
 import java.util.TreeMap;
 import java.util.TreeSet;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.function.Predicate;
 import org.apache.hadoop.yarn.api.records.ApplicationId;
 import org.apache.hadoop.yarn.api.records.NodeId;
@@ -46,6 +47,10 @@ public final class ClusterView {
   private final LeaseTable leases;
   private final Predicate<ApplicationId> hasAgent;
   private volatile String lastView = "";
+  /** Lease id -> the expiry at which a round offered it for renewal (once per expiry). */
+  private final Map<Long, Long> renewalOffered = new ConcurrentHashMap<>();
+  /** The leases the last view built offered for renewal in place, per app and node. */
+  private volatile Renewals renewing = Renewals.NONE;
 
   /** {@code hasAgent}: is the app's AM registered with the agents' endpoint? */
   public ClusterView(ThemisCapacityScheduler scheduler, ThemisSettings settings,
@@ -224,6 +229,67 @@ public final class ClusterView {
   }
 
   /**
+   * The leases a round may renew in place now (docs/yarn.md, "Renewal in place"): ACTIVE
+   * leases of apps with a Themis agent that end within {@link ThemisSettings#renewAheadMs}
+   * and were not offered for renewal at this expiry yet. Their GPUs are offered in the round
+   * beside the free ones, and their holder asks for the containers that run on them: a grant
+   * of such GPUs to the holder renews the lease (its jobs go on), a grant to another app
+   * takes them when the lease ends.
+   */
+  private Renewals renewable(long now) {
+    long ahead = settings.renewAheadMs();
+    if (ahead <= 0) {
+      return Renewals.NONE;
+    }
+    List<Lease> all = leases.snapshot();
+    Set<Long> ids = new TreeSet<>();
+    List<Lease> due = new ArrayList<>();
+    for (Lease l : all) {
+      ids.add(l.id());
+      Long offered = renewalOffered.get(l.id());
+      if (l.isLive(now) && l.expiryMs() - now <= ahead && hasAgent.test(l.app())
+          && (offered == null || offered != l.expiryMs())) {
+        due.add(l);
+      }
+    }
+    renewalOffered.keySet().retainAll(ids);
+    return due.isEmpty() ? Renewals.NONE : new Renewals(due, all, this::gpuContainers, now);
+  }
+
+  /** The app's live GPU containers on the node: GPUs of each, newest first. */
+  private List<Long> gpuContainers(ApplicationId app, NodeId node) {
+    SchedulerApplication<FiCaSchedulerApp> sa = scheduler.getSchedulerApplications().get(app);
+    FiCaSchedulerApp attempt = sa == null ? null : sa.getCurrentAppAttempt();
+    List<RMContainer> mine = new ArrayList<>();
+    if (attempt != null) {
+      for (RMContainer c : attempt.getLiveContainersMap().values()) {
+        if (Gpus.of(c.getAllocatedResource()) > 0 && node.equals(c.getAllocatedNode())) {
+          mine.add(c);
+        }
+      }
+    }
+    mine.sort((a, b) -> b.getContainerId().compareTo(a.getContainerId()));
+    List<Long> out = new ArrayList<>();
+    for (RMContainer c : mine) {
+      out.add(Gpus.of(c.getAllocatedResource()));
+    }
+    return out;
+  }
+
+  /**
+   * The leases the view last built offered for renewal, and marks them offered at their
+   * expiry (the round driver calls it once the engine answered that view).
+   */
+  public Renewals takeRenewing() {
+    Renewals r = renewing;
+    renewing = Renewals.NONE;
+    for (Lease l : r.leases()) {
+      renewalOffered.put(l.id(), l.expiryMs());
+    }
+    return r;
+  }
+
+  /**
    * The JSON cluster view sent to the engine for round {@code roundId}: settings, nodes with
    * their free GPUs and partition, the cluster's node labels, apps with their asks and
    * partition, queues' GPU entitlements (per partition), leases. Null when there is
@@ -231,7 +297,9 @@ public final class ClusterView {
    */
   ObjectNode build(long roundId) {
     Map<NodeId, Long> free = grantableGpus();
-    long totalFree = free.values().stream().mapToLong(Long::longValue).sum();
+    Renewals renew = renewable(leases.now());
+    renewing = Renewals.NONE;
+    long totalFree = free.values().stream().mapToLong(Long::longValue).sum() + renew.gpus();
     ObjectNode root = JSON.createObjectNode();
     root.put("round", roundId);
     root.put("now_ms", leases.now());
@@ -269,10 +337,11 @@ public final class ClusterView {
       o.put("partition", a.partition());
       Partitions.putAccessible(o, queue == null ? null : queues.get(queue));
       long pending = a.askedGpus();
-      pendingTotal += pending;
+      pendingTotal += pending + renew.askedGpus(a.app());
       o.put("pending_gpus", pending);
       // container shape: the leftover step deals whole containers on one node
       a.putGpuUse(o);
+      renew.put(o, a.app()); // GPUs it may keep: renewed in place if it wins them back
     }
     QueueGpus.put(root, queues, partitionGpus, labels);
     ArrayNode ls = root.putArray("leases");
@@ -285,11 +354,15 @@ public final class ClusterView {
       o.put("expiry_ms", l.expiryMs());
       o.put("state", l.state().name());
       o.put("partition", l.partition());
+      if (renew.contains(l)) {
+        o.put("renewing", true);
+      }
     }
     lastView = root.toString();
     if (totalFree == 0 || pendingTotal == 0) {
       return null;
     }
+    renewing = renew;
     return root;
   }
 }

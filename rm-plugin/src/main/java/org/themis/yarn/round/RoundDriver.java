@@ -4,6 +4,7 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import java.util.HashMap;
+import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.Optional;
@@ -47,6 +48,7 @@ public final class RoundDriver {
   private final AtomicLong rounds = new AtomicLong();
   private final AtomicLong grantsApplied = new AtomicLong();
   private final AtomicLong grantsRefused = new AtomicLong();
+  private final AtomicLong renewedInPlace = new AtomicLong();
 
   public RoundDriver(ThemisRuntime runtime, ClusterView cluster) {
     this.runtime = runtime;
@@ -60,6 +62,8 @@ public final class RoundDriver {
   public long rounds() { return rounds.get(); }
   public long grantsApplied() { return grantsApplied.get(); }
   public long grantsRefused() { return grantsRefused.get(); }
+  /** Leases renewed in place by a round (docs/yarn.md, "Renewal in place"). */
+  public long renewedInPlace() { return renewedInPlace.get(); }
 
   /** Starts the driver thread. */
   public void start() {
@@ -165,7 +169,7 @@ public final class RoundDriver {
       Optional<String> reply = runtime.engine().runRound(view.toString());
       if (reply.isPresent()) {
         rounds.incrementAndGet();
-        applied = applyGrants(reply.get());
+        applied = applyGrants(reply.get(), cluster.takeRenewing());
         runtime.metrics().roundDone(leases.now(), (System.nanoTime() - started) / 1e6, applied);
         if (applied > 0) {
           LOG.info("Themis round {} applied {} lease grant(s)", id, applied);
@@ -193,6 +197,18 @@ public final class RoundDriver {
    * partition the app may not use ({@link Partitions#mayUse}) is refused whole.
    */
   public int applyGrants(String replyJson) {
+    return applyGrants(replyJson, Renewals.NONE);
+  }
+
+  /**
+   * {@link #applyGrants(String)} for a round that offered the leases of {@code renewing} for
+   * renewal: their GPUs count as free for the round's grants; a grant to a lease's holder on
+   * its node renews it in place (same id, its containers go on; when the holder won fewer GPUs
+   * there than the lease had, the rest keeps the old expiry as a lease of its own, so that the
+   * containers beyond it are preempted then); a grant of them to another app is a lease on
+   * GPUs the holder's containers free when its lease ends.
+   */
+  public int applyGrants(String replyJson, Renewals renewing) {
     JsonNode reply;
     try {
       reply = JSON.readTree(replyJson);
@@ -208,6 +224,9 @@ public final class RoundDriver {
     runtime.metrics().engineInfo(reply.path("info"));
     synchronized (this) {
       Map<NodeId, Long> free = cluster.grantableGpus();
+      for (Map.Entry<NodeId, Long> r : renewing.gpusPerNode().entrySet()) {
+        free.merge(r.getKey(), r.getValue(), Long::sum);
+      }
       // each app's partition (that of its pending GPU asks, else its app's or queue's default
       // expression) and the labels' exclusivity: a grant outside what the app may use is
       // refused (docs/yarn.md, "Partitions"), whatever the engine decided
@@ -255,14 +274,40 @@ public final class RoundDriver {
         // the length the engine spread this app's leases to (ThemisSettings.LEASE_SPREAD_MS)
         long lengthMs = settings.leaseLengthMs(
             g.path("lease_ms").asLong(settings.leaseDurationMs()));
-        Lease l = leases.grant(app, node, partition, (int) gpus, lengthMs);
+        long left = gpus - renew(renewing.of(app, node), gpus, lengthMs);
+        if (left > 0) {
+          Lease l = leases.grant(app, node, partition, (int) left, lengthMs);
+          LOG.info("Themis lease {}: {} GPU(s) on {} to {} until {}", l.id(), left, node, app,
+              l.expiryMs());
+        }
         grantsApplied.incrementAndGet();
         applied++;
-        LOG.info("Themis lease {}: {} GPU(s) on {} to {} until {}", l.id(), gpus, node, app,
-            l.expiryMs());
       }
       return applied;
     }
+  }
+
+  /**
+   * Renews the holder's leases offered for renewal on a node with up to {@code gpus} of the
+   * GPUs it won there, soonest expiry first; returns the GPUs renewed.
+   */
+  private long renew(List<Lease> mine, long gpus, long lengthMs) {
+    long left = gpus;
+    for (Lease r : mine) {
+      if (left <= 0) {
+        break;
+      }
+      Lease x = leases.renewInPlace(r.id(), (int) Math.min(left, r.gpus()),
+          leases.now() + lengthMs);
+      if (x == null) {
+        continue; // ended meanwhile (released, app gone): the GPUs go as a new lease
+      }
+      left -= x.gpus();
+      renewedInPlace.incrementAndGet();
+      LOG.info("Themis lease {} of {} on {} renewed in place: {} of its {} GPU(s) until {}",
+          r.id(), r.app(), r.node(), x.gpus(), r.gpus(), x.expiryMs());
+    }
+    return gpus - left;
   }
 
   /** The node's partition now ("" the default partition). */
