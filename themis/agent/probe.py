@@ -27,6 +27,7 @@ from typing import Any
 from themis.agent.client import AgentClient
 from themis.mechanism.bidder import AllocationInfo, ModelBidder, OfferInfo
 from themis.mechanism.model import AppModel, Job
+from themis.mechanism.round import RENEWAL
 from themis.rpc.tls import channel_credentials
 
 TOKEN_ENV = "THEMIS_REGISTRATION_TOKEN"
@@ -50,11 +51,13 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
                    help="serial seconds per iteration on one GPU (default 1.0)")
     p.add_argument("--iters", type=float, default=3600.0,
                    help="iterations left (default 3600)")
-    p.add_argument("--until", choices=["allocation", "grant", "refused", "never"],
+    p.add_argument("--until", choices=["allocation", "grant", "renewal", "refused", "never"],
                    default="grant",
                    help="stop after the first allocation event, after the first one that "
-                        "grants GPUs (default), once the arbiter refuses the registration "
-                        "(PERMISSION_DENIED, e.g. the app has ended), or only at --timeout-s")
+                        "grants GPUs (default), after the first that renews a lease in "
+                        "place (on YARN: docs/yarn.md, 'Renewal in place'), once the "
+                        "arbiter refuses the registration (PERMISSION_DENIED, e.g. the app "
+                        "has ended), or only at --timeout-s")
     p.add_argument("--timeout-s", type=float, default=60.0,
                    help="give up after this many seconds (default 60)")
     p.add_argument("--tls-ca", default="", metavar="PEM",
@@ -94,7 +97,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     def on_allocation(a: AllocationInfo) -> None:
         _emit("allocation", round=a.round_id, gpus=[g.id for g in a.gpus], vias=list(a.vias),
               was_bidder=a.was_bidder, kept_fraction=a.kept_fraction, expiry=a.expiry)
-        if args.until == "allocation" or (args.until == "grant" and a.gpus):
+        if args.until == "allocation" or (args.until == "grant" and a.gpus) or (
+                args.until == "renewal" and RENEWAL in a.vias):
             done.set()
 
     def on_warning(gpus: tuple[str, ...], expiry: float) -> None:

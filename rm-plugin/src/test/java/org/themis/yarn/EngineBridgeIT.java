@@ -196,7 +196,7 @@ class EngineBridgeIT {
     assertTrue(address.startsWith("127.0.0.1:"), "agent address published: '" + address + "'");
     TestAm d = TestAm.start(mc, "app-d");
     List<String> lines = java.util.Collections.synchronizedList(new java.util.ArrayList<>());
-    Process probe = startProbe(address, d, lines, "--demand", "1", "--timeout-s", "120");
+    Process probe = d.startProbe(address, lines, "--demand", "1", "--timeout-s", "120");
     try {
       ThemisMiniCluster.waitFor("the probe agent to register", 60_000,
           () -> String.join("\n", lines).contains("\"registered\""));
@@ -235,7 +235,7 @@ class EngineBridgeIT {
   void theRegistrationEndsWithTheApp() throws Exception {
     TestAm e = TestAm.start(mc, "app-e");
     List<String> lines = java.util.Collections.synchronizedList(new java.util.ArrayList<>());
-    Process probe = startProbe(mc.scheduler().runtime().engine().agentAddress(), e, lines,
+    Process probe = e.startProbe(mc.scheduler().runtime().engine().agentAddress(), lines,
         "--until", "refused", "--timeout-s", "40");
     try {
       ThemisMiniCluster.waitFor("the probe agent to register", 60_000,
@@ -275,32 +275,5 @@ class EngineBridgeIT {
         () -> e.starts() > startsBefore && e.pid() > 0);
     assertTrue(e.pid() != pid);
     assertTrue(mc.scheduler().runtime().engine().agentAddress().contains(":"));
-  }
-
-  /** themis.agent.probe for {@code am}'s app, registering with its AMRMToken; its output
-   *  lines are appended to {@code lines}. */
-  private static Process startProbe(String address, TestAm am, List<String> lines,
-      String... args) throws Exception {
-    List<String> cmd = new java.util.ArrayList<>(List.of(ThemisMiniCluster.testPython(), "-m",
-        "themis.agent.probe", "--arbiter", address, "--app-id", am.appId.toString()));
-    cmd.addAll(List.of(args));
-    ProcessBuilder pb = new ProcessBuilder(cmd).redirectErrorStream(true);
-    // the AM's AMRMToken registers it: the engine asks this RM to check it (AmTokens)
-    pb.environment().put("THEMIS_REGISTRATION_TOKEN", am.amRmToken());
-    Process probe = pb.start();
-    Thread reader = new Thread(() -> {
-      try (java.io.BufferedReader r = new java.io.BufferedReader(new java.io.InputStreamReader(
-          probe.getInputStream(), java.nio.charset.StandardCharsets.UTF_8))) {
-        String line;
-        while ((line = r.readLine()) != null) {
-          lines.add(line);
-        }
-      } catch (java.io.IOException ignored) {
-        // process gone
-      }
-    });
-    reader.setDaemon(true);
-    reader.start();
-    return probe;
   }
 }

@@ -102,6 +102,34 @@ final class TestAm {
     throw new IllegalStateException("no AMRMToken in " + appId + "'s credentials");
   }
 
+  /**
+   * Starts {@code themis.agent.probe} as this app's agent, registering with its AMRMToken at
+   * the agents' endpoint {@code address}; its output lines are appended to {@code lines}.
+   */
+  Process startProbe(String address, List<String> lines, String... args) throws Exception {
+    List<String> cmd = new ArrayList<>(List.of(ThemisMiniCluster.testPython(), "-m",
+        "themis.agent.probe", "--arbiter", address, "--app-id", appId.toString()));
+    cmd.addAll(List.of(args));
+    ProcessBuilder pb = new ProcessBuilder(cmd).redirectErrorStream(true);
+    // the AM's AMRMToken registers it: the engine asks this RM to check it (AmTokens)
+    pb.environment().put("THEMIS_REGISTRATION_TOKEN", amRmToken());
+    Process probe = pb.start();
+    Thread reader = new Thread(() -> {
+      try (java.io.BufferedReader r = new java.io.BufferedReader(new java.io.InputStreamReader(
+          probe.getInputStream(), java.nio.charset.StandardCharsets.UTF_8))) {
+        String line;
+        while ((line = r.readLine()) != null) {
+          lines.add(line);
+        }
+      } catch (java.io.IOException ignored) {
+        // process gone
+      }
+    });
+    reader.setDaemon(true);
+    reader.start();
+    return probe;
+  }
+
   void ask(int n, int gpusEach) {
     Resource r = Resource.newInstance(128, 1);
     r.setResourceValue(Gpus.GPU, gpusEach);

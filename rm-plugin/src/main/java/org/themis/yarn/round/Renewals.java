@@ -45,19 +45,22 @@ public final class Renewals {
       byApp.computeIfAbsent(l.app(), k -> new TreeMap<>())
           .computeIfAbsent(l.node(), k -> new ArrayList<>()).add(l);
     }
+    // GPUs of the renewing apps' other live leases per node: they keep their containers
+    Map<ApplicationId, Map<NodeId, Long>> otherLive = new HashMap<>();
+    for (Lease l : all) {
+      if (byApp.containsKey(l.app()) && l.isLive(now) && !ids.contains(l.id())) {
+        otherLive.computeIfAbsent(l.app(), k -> new HashMap<>())
+            .merge(l.node(), (long) l.gpus(), Long::sum);
+      }
+    }
     for (Map.Entry<ApplicationId, Map<NodeId, List<Lease>>> a : byApp.entrySet()) {
       for (Map.Entry<NodeId, List<Lease>> n : a.getValue().entrySet()) {
         long renewing = 0;
         for (Lease l : n.getValue()) {
           renewing += l.gpus();
         }
-        long others = 0; // its other live leases there keep their containers
-        for (Lease l : all) {
-          if (l.app().equals(a.getKey()) && l.node().equals(n.getKey()) && l.isLive(now)
-              && !ids.contains(l.id())) {
-            others += l.gpus();
-          }
-        }
+        long others = otherLive.getOrDefault(a.getKey(), Collections.emptyMap())
+            .getOrDefault(n.getKey(), 0L);
         List<Long> sizes = gpuContainers.apply(a.getKey(), n.getKey());
         long used = 0;
         for (long g : sizes) {

@@ -208,6 +208,8 @@ public final class ThemisMetrics implements MetricsSource {
             runtime.enforcer().killMarks())
         .addCounter(info("LeaseRenewals", "leases renewed under stock-app policy hold"),
             runtime.enforcer().renewals())
+        .addCounter(info("RenewedInPlace", "leases a round won back for their holder"),
+            runtime.driver().renewedInPlace())
         .addCounter(info("GpusEndedEarly", "leased GPUs given back before expiry"),
             runtime.gpusEndedEarly())
         .addCounter(info("EngineStarts", "engine processes started"), runtime.engine().starts())
