@@ -1,4 +1,4 @@
-"""Offers by node and slot (protocol version 2, themis/rpc/offers.py): round trip, size at
+"""Offers by node and slot (protocol version 2 and later, themis/rpc/offers.py): round trip, size at
 4,096 GPUs over 1,000 nodes, the same bid tables and auctions as from the GPU lists of
 version 1, and the refusal of an agent or arbiter of another version."""
 

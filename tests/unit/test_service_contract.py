@@ -30,6 +30,7 @@ from themis.arbiter.testing import (
     stub,
     wait_for,
 )
+from themis.rpc.offers import PROTOCOL_VERSION
 from themis.rpc.v1 import arbiter_pb2 as pb
 
 SC = grpc.StatusCode
@@ -138,7 +139,7 @@ def test_register_errors(server: ArbiterServer, arb: Any) -> None:
     rejected(server, SC.FAILED_PRECONDITION, arb.RegisterApp,  # an agent of version 1
              pb.RegisterAppRequest(app_id="b", rho=1.0, max_gpus=1),
              match="app 'b': protocol version mismatch: the agent speaks themis protocol "
-                   "version 1, the arbiter version 2")
+                   f"version 1, the arbiter version {PROTOCOL_VERSION}")
 
 
 def test_credentials_errors_on_every_call(server: ArbiterServer, arb: Any) -> None:

@@ -175,8 +175,9 @@ def configure(p: argparse.ArgumentParser) -> None:
         "--renewal-restarts",
         action="store_true",
         help="a job on a GPU whose lease ended pauses for --restart-seconds even when its "
-        "app wins the GPU back in the same round, as on YARN today (docs/yarn.md, 'Known "
-        "limits') (default: off: a lease renewed to its holder costs nothing)",
+        "app wins the GPU back in the same round, as on YARN with renew-ahead-ms=0 "
+        "(docs/yarn.md, 'Renewal in place') (default: off: a lease renewed to its holder "
+        "costs nothing, as with YARN's renewal in place)",
     )
     p.add_argument(
         "--expiry-quantum",

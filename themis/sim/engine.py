@@ -72,8 +72,8 @@ class SimConfig:
     # T_id of rho, in the agents' bids and in the reported metric (themis.mechanism.fairness)
     ideal_time: IdealTime = DEFAULT_IDEAL_TIME
     # True: a job on a GPU whose lease ended pauses for restart_s even when its app won
-    # the GPU back in the same round, as on YARN today, where a lease is not renewed in
-    # place (docs/yarn.md, "Known limits"); False: a renewal to the holder costs nothing
+    # the GPU back in the same round, as on YARN without renewal in place (renew-ahead-ms
+    # = 0; docs/yarn.md, "Renewal in place"); False: a renewal to the holder costs nothing
     renewal_restarts: bool = False
 
     @property
