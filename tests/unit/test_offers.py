@@ -31,8 +31,10 @@ from themis.mechanism.topology import Gpu, Topology
 from themis.rpc import offers
 from themis.rpc.offers import (
     PROTOCOL_VERSION,
+    OfferError,
     decode_offer,
     encode_gpus,
+    encode_runs,
     fill_orders,
     node_index,
     table_from_pb,
@@ -67,6 +69,34 @@ def _common(gpus: Sequence[Gpu], topo: Topology) -> pb.Offer:
     return pb.Offer(round_id=7, deadline_unix=1.7e9, cluster_gpus=len(topo), active_apps=1000,
                     arbiter_epoch="e" * 32, node_table_version=node_index(topo).version,
                     free=encode_gpus(gpus, node_index(topo)))
+
+
+def test_previous_gpus_come_back_as_the_stand_ins_at_their_fill_positions() -> None:
+    cluster = mixed_cluster(3)
+    topo = Topology(cluster)
+    ni = node_index(topo)
+    rng = random.Random(4)
+    free = rng.sample(cluster, 70)
+    lost = rng.sample(free, 11)
+    not_offered = next(g for g in cluster if g not in free)  # left out
+    fill = fill_orders(free, ni)
+    runs_pb = encode_runs([g.id for g in lost] + [not_offered.id], fill)
+    got = decode_offer(ni.table, encode_gpus(free, ni), encode_gpus([], ni), runs_pb)
+    assert len(got.previous) == len(lost)
+    # a bundle naming the stand-ins names exactly the previous GPUs at the arbiter
+    table = BidTable("a", 2.0, (Bid(tuple(sorted(g.id for g in got.previous)), 1.0),))
+    back = table_from_pb("a", table_to_pb(table, got.position), fill)
+    assert set(back.bids[0].gpus) == {g.id for g in lost}
+    # none: an empty message or no message
+    assert decode_offer(ni.table, encode_gpus(free, ni), encode_gpus([], ni),
+                        pb.GpuRuns()).previous == ()
+    # runs outside the offer are refused naming the field
+    node = next(iter(fill))
+    for bad in (pb.GpuRuns(nodes=[node], starts=[len(fill[node])], counts=[1]),
+                pb.GpuRuns(nodes=[node, node], starts=[0], counts=[1]),
+                pb.GpuRuns(nodes=[len(ni.table.nodes) + 5], starts=[0], counts=[1])):
+        with pytest.raises(OfferError, match="previous"):
+            decode_offer(ni.table, encode_gpus(free, ni), encode_gpus([], ni), bad)
 
 
 def test_round_trip_keeps_nodes_racks_slots_and_offer_order() -> None:

@@ -585,3 +585,34 @@ def test_gpus_of_an_app_that_leaves_go_to_a_waiting_app_at_once() -> None:
     finally:
         ch.close()
         srv.stop(0)
+
+
+def test_an_offer_names_the_gpus_of_the_apps_expired_lease() -> None:
+    """After a's lease ends, its next offer names the GPUs of that lease (``previous``),
+    so that its bids put them first among equally placed bundles (docs/protocol.md)."""
+    cfg = ArbiterConfig(lease_s=0.5, bid_timeout_s=0.1, warning_s=0.1, fairness_knob=0.5,
+                        heartbeat_s=0.2, round_delay_s=0.05, solver="bnb", seed=1)
+    srv = ArbiterServer(uniform_cluster(2, 2), cfg, max_workers=16)
+    srv.start(0)
+    ch, s = stub(srv.address)
+    try:
+        st = Stream(s, "a", register(s, "a", rho=2.0, max_gpus=2))
+        first_offer = st.next("offer")
+        table = first_offer.node_table
+        assert not first_offer.HasField("previous")
+        alloc = st.next("allocation")  # a does not bid: it takes 2 GPUs as leftover
+        held = sorted(g for lease in alloc.leases for g in lease.gpu_ids)
+        assert len(held) == 2
+        for _ in range(20):  # the rounds after its lease ended
+            offer = st.next("offer")
+            if offer.HasField("previous"):
+                break
+        else:
+            raise AssertionError("no offer named the GPUs of a's expired lease")
+        named = {table.nodes[n].id for n in offer.previous.nodes}
+        assert named == {g.split("-")[0] for g in held}
+        assert sum(offer.previous.counts) == len(held)
+        st.close()
+    finally:
+        ch.close()
+        srv.stop(0)

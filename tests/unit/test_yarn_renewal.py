@@ -97,10 +97,27 @@ def test_renewals_marked_splits_the_holders_gpus_on_its_node_up_to_the_lease() -
     assert renewals_marked(outcome, {}) is outcome
 
 
-def _run_round_with_agent(b_asks: int) -> tuple[dict[str, Any], dict[str, float],
-                                                list[AllocationInfo]]:
+def _two_nodes(now_ms: int, renewing: str) -> dict[str, Any]:
+    """Two nodes of 2 GPUs: A runs one 2-GPU container on ``renewing`` under a lease that
+    ends in 5 s and is up for renewal; the other node's 2 GPUs are free."""
+    nodes = ("n1:1", "n2:1")
+    return {
+        "round": 9, "now_ms": now_ms, "fairness_knob": 0.8,
+        "lease_duration_ms": 600_000, "solver": "bnb",
+        "nodes": [{"node_id": n, "host": n[:2], "rack": "/r1", "total_gpus": 2,
+                   "free_gpus": 0 if n == renewing else 2} for n in nodes],
+        "apps": [{"app_id": A, "pending_gpus": 0, "running_gpus": {renewing: 2},
+                  "asks": [], "renewing": {renewing: {"gpus": 2, "containers": [2]}}}],
+        "leases": [{"lease_id": 1, "app_id": A, "node_id": renewing, "gpus": 2,
+                    "expiry_ms": now_ms + 5_000, "state": "ACTIVE", "renewing": True}],
+    }
+
+
+def _run_round_with_agent(b_asks: int, renewing: str = "") -> tuple[
+        dict[str, Any], dict[str, float], list[AllocationInfo]]:
     """A real endpoint, engine and agent for A: A's agent holds the ids its jobs run on (2
-    on n1 ending in 5 s, 1 lasting); one round with A's lease up for renewal."""
+    on n1 ending in 5 s, 1 lasting); one round with A's lease up for renewal. With
+    ``renewing``: the view of :func:`_two_nodes`, A's 2 ids on that node."""
     endpoint = AgentEndpoint(ArbiterConfig(bid_timeout_s=5.0, heartbeat_s=0.5, solver="bnb"))
     engine = RoundEngine(endpoint)
     endpoint.start(0)
@@ -120,9 +137,13 @@ def _run_round_with_agent(b_asks: int) -> tuple[dict[str, Any], dict[str, float]
         settle(endpoint.core)
         ending, lasting = now + 5.0, now + 300.0
         with client._lock:  # what earlier rounds announced to A
-            client.leases = {"n1:1/r3-1.0": ending, "n1:1/r3-1.1": ending,
-                             "n1:1/r7-2.0": lasting}
-        reply = json.loads(engine.run(json.dumps(_view(int(now * 1000), b_asks))))
+            client.leases = ({f"{renewing}/r3-1.0": ending, f"{renewing}/r3-1.1": ending}
+                             if renewing else
+                             {"n1:1/r3-1.0": ending, "n1:1/r3-1.1": ending,
+                              "n1:1/r7-2.0": lasting})
+        view = (_two_nodes(int(now * 1000), renewing) if renewing
+                else _view(int(now * 1000), b_asks))
+        reply = json.loads(engine.run(json.dumps(view)))
         assert seen.wait(10), "A heard of no allocation"
         with client._lock:
             leases = dict(client.leases)
@@ -142,3 +163,15 @@ def test_a_holder_alone_gets_its_gpus_back_and_its_agent_keeps_their_ids() -> No
     assert leases["n1:1/r3-1.0"] == leases["n1:1/r3-1.1"] > time.time() + 60
     assert got[0].vias == (RENEWAL,)
     assert {g.id for g in got[0].gpus} == {"n1:1/r3-1.0", "n1:1/r3-1.1"}
+
+
+def test_a_holder_wins_back_its_own_node_rather_than_an_equally_good_free_one() -> None:
+    # Either node would do for A's 2-GPU job; its offer names the GPUs up for renewal, so
+    # its bids put that node first and the job runs on (without it, the menu's fixed
+    # tie-break picks the same node in both cases, and one of them moves the job).
+    for node in ("n1:1", "n2:1"):
+        reply, leases, got = _run_round_with_agent(b_asks=0, renewing=node)
+        assert [(g["app_id"], g["node_id"], g["gpus"]) for g in reply["grants"]] == \
+            [(A, node, 2)], node
+        assert got[0].vias == (RENEWAL,), node
+        assert set(leases) == {f"{node}/r3-1.0", f"{node}/r3-1.1"}, node

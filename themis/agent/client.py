@@ -346,7 +346,8 @@ class AgentClient:
         try:
             if table_pb is None:
                 raise OfferError(f"node table {m.node_table_version!r} was never sent")
-            got = decode_offer(table_pb, m.free, m.held)
+            got = decode_offer(table_pb, m.free, m.held,
+                               m.previous if m.HasField("previous") else None)
         except OfferError as exc:
             self.stats.offers_unreadable += 1
             self.stats.last_error = f"offer of round {m.round_id}: {exc}"
@@ -362,6 +363,7 @@ class AgentClient:
             # an arbiter older than the field sends none: the epoch of its Hello
             epoch=m.arbiter_epoch or self.epoch,
             shape=shape_from_pb(m, "cluster_shape"),
+            previous=got.previous,
         )
         if self.on_offer is not None:
             self.on_offer(offer)

@@ -71,6 +71,9 @@ class OpenRound:
     #: the GPUs each bidder holds, when the lease owner is outside the core (the RM);
     #: None: the core's own lease table says
     held: Mapping[str, Sequence[Gpu]] | None = None
+    #: per bidder, the offered GPU ids whose lease it held until this round (expired, or
+    #: up for renewal in place): its offer names them (``Offer.previous``)
+    previous: Mapping[str, Sequence[str]] = field(default_factory=dict)
 
 
 class CoreBase(ABC):

@@ -30,7 +30,14 @@ from themis.mechanism.errors import InvalidBid, InvalidOffer
 from themis.mechanism.fairness import parse_starvation
 from themis.mechanism.topology import Gpu, Topology
 from themis.rpc.convert import shape_to_pb
-from themis.rpc.offers import BundleError, encode_gpus, fill_orders, node_index, table_from_pb
+from themis.rpc.offers import (
+    BundleError,
+    encode_gpus,
+    encode_runs,
+    fill_orders,
+    node_index,
+    table_from_pb,
+)
 from themis.rpc.v1 import arbiter_pb2 as pb
 from themis.safeinput import short
 
@@ -144,6 +151,9 @@ class BidIntake(CoreBase):
         held = (r.held.get(app_id, ()) if r.held is not None
                 else [topo[g] for g in self._held_ids(app_id)])
         offer.held.CopyFrom(encode_gpus(held, ni))
+        previous = r.previous.get(app_id)
+        if previous:
+            offer.previous.CopyFrom(encode_runs(previous, r.fill))
         rec = self._apps.get(app_id)
         if rec is not None and rec.node_table != ni.version:
             offer.node_table.CopyFrom(ni.table)
@@ -152,13 +162,17 @@ class BidIntake(CoreBase):
 
     def _collect(self, rid: int, offer: Sequence[Gpu], bidders: Sequence[str],
                  times: dict[str, float], held: Mapping[str, Sequence[Gpu]] | None = None,
+                 previous: Mapping[str, Sequence[str]] | None = None,
                  ) -> dict[str, BidTable]:
         """Open round ``rid`` over ``offer``, send the offers and wait for the bids.
         ``held``: each bidder's GPUs when the lease owner is outside the core (the node
-        table then also lists their nodes); None: the core's lease table."""
+        table then also lists their nodes); None: the core's lease table. ``previous``:
+        per bidder, the offered GPU ids whose lease it held until now (its offer names
+        them; its bids put them first among equally placed bundles)."""
         with self._cond:
             r = OpenRound(rid, tuple(g.id for g in offer), frozenset(bidders),
-                          self.clock() + self.config.bid_timeout_s, gpus=tuple(offer))
+                          self.clock() + self.config.bid_timeout_s, gpus=tuple(offer),
+                          previous=dict(previous or {}))
             topo = self.backend.topology()
             if held is not None:
                 r.held = {a: tuple(held.get(a, ())) for a in bidders}

@@ -9,8 +9,9 @@ the free GPUs of the :class:`~themis.arbiter.cluster_backend.ClusterBackend`: th
 chosen by the fairness knob get offers and their bids are collected until the deadline (the
 bid intake, :mod:`themis.arbiter.intake`). GPUs whose lease ran out since the last round
 are passed as ``previous`` (renewed to a holder that does not bid, docs/mechanism.md
-"Renewal"). Every ``round_interval_s`` the loop also starts a round when GPUs are free while
-a connected app could use more (work conservation, sections 3 and 4;
+"Renewal"), and each holder's offer names them, so that its bids put them first among
+equally placed bundles. Every ``round_interval_s`` the loop also starts a round when GPUs
+are free while a connected app could use more (work conservation, sections 3 and 4;
 :meth:`RoundLoop._idle_demand`).
 
 A round's grants are leases of ``lease_s`` (section 3.3.2): written to the lease log
@@ -323,15 +324,17 @@ class RoundLoop(BidIntake):
 
     def collect_external(self, offer: Sequence[Gpu], bidders: Sequence[str],
                          held: Mapping[str, Sequence[Gpu]] | None = None,
+                         previous: Mapping[str, Sequence[str]] | None = None,
                          ) -> tuple[int, dict[str, BidTable]]:
         """Offer ``offer`` to the registered, connected ``bidders``; (round id, bid tables).
         ``held``: the GPUs each bidder holds, from the lease owner (None: the core's own
-        lease table), sent with its offer for the rho of its current allocation."""
+        lease table), sent with its offer for the rho of its current allocation;
+        ``previous``: per bidder, the offered GPU ids whose lease it held until now."""
         with self._cond:
             self._round_id += 1
             rid = self._round_id
             live = [a for a in bidders if self._live(a)]
-        return rid, self._collect(rid, offer, live, {}, held)
+        return rid, self._collect(rid, offer, live, {}, held, previous)
 
     def announce_external(self, rid: int, outcome: RoundOutcome) -> None:
         """Tell the registered apps of round ``rid`` what they were granted (see _announce)."""
@@ -361,8 +364,12 @@ class RoundLoop(BidIntake):
             previous = {g.id: expired[g.id] for g in free if g.id in expired}
             now = self.clock()
 
+        lost: dict[str, list[str]] = {}  # per holder, the GPUs of its expired leases
+        for gid, holder in previous.items():
+            lost.setdefault(holder, []).append(gid)
+
         def collect(bidders: Sequence[str]) -> Mapping[str, BidTable]:
-            return self._collect(rid, free, bidders, times)
+            return self._collect(rid, free, bidders, times, previous=lost)
 
         outcome = run_round(free, rho, collect, fairness_knob=cfg.fairness_knob,
                             lease_s=cfg.lease_s, now=now, solver=self._solver,

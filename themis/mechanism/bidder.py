@@ -49,6 +49,9 @@ class OfferInfo:
     active_apps: int
     epoch: str = ""  # the arbiter's epoch (round ids restart at 1 when it restarts)
     shape: ClusterShape | None = None  # the cluster's largest slot/machine/rack, if sent
+    # offered GPUs whose lease the app held until this round: its bids name them first
+    # among equally placed bundles (make_bid_table's ``previous``)
+    previous: tuple[Gpu, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,7 +205,8 @@ class ModelBidder:
             ctx = FairnessContext(now, offer.cluster_gpus,
                                   self._n_avg.observe(now, offer.active_apps), self.ideal)
             table = make_bid_table(self.app, offer.held, offer.gpus, ctx,
-                                   alternatives=self.alternatives)
+                                   alternatives=self.alternatives,
+                                   previous=[g.id for g in offer.previous])
             self._tables = {key: table}  # only the latest round is re-askable
             self._last = table
             self._rho = table.rho_current

@@ -33,7 +33,8 @@ from themis.rpc.v1 import arbiter_pb2 as pb
 #: The protocol this code speaks. 1: offers listed every GPU (GpuInfo) and bundles named
 #: GPU ids; 2: node table, counts per node and slot, bundles as runs of positions; 3: a
 #: lease whose ``via`` is ``renewal`` renews the app's GPUs on its machine in place (the
-#: agent keeps their ids: docs/yarn.md, "Renewal in place").
+#: agent keeps their ids: docs/yarn.md, "Renewal in place"), and an offer names the offered
+#: GPUs whose lease the app held until now (``previous``), which its bids name first.
 PROTOCOL_VERSION = 3
 MISMATCH = "protocol version mismatch"  # in the refusal's message (the agent looks for it)
 
@@ -51,6 +52,22 @@ def mismatch_message(app: str, agent: int, arbiter: int) -> str:
              else "the arbiter (the RM plugin's engine or the standalone arbiter)")
     return (f"app {app}: {MISMATCH}: the agent speaks themis protocol version {a}, the "
             f"arbiter version {b}; upgrade {older} to protocol version {max(a, b)}")
+
+
+def runs(positions: Iterable[tuple[int, int]]) -> tuple[list[int], list[int], list[int]]:
+    """(node, fill position) pairs as runs of consecutive positions: parallel lists of
+    node indexes, first positions and lengths (as a Bundle or GpuRuns names GPUs)."""
+    nodes: list[int] = []
+    starts: list[int] = []
+    counts: list[int] = []
+    for n, k in sorted(positions):
+        if nodes and nodes[-1] == n and starts[-1] + counts[-1] == k:
+            counts[-1] += 1
+        else:
+            nodes.append(n)
+            starts.append(k)
+            counts.append(1)
+    return nodes, starts, counts
 
 
 # ------------------------------------------------------------------ arbiter side
@@ -125,6 +142,15 @@ def fill_orders(gpus: Sequence[Gpu], ni: NodeIndex) -> dict[int, list[str]]:
     return {n: [g.id for g in fill_order(gs)] for n, gs in by_node.items()}
 
 
+def encode_runs(ids: Iterable[str], fill: Mapping[int, Sequence[str]]) -> pb.GpuRuns:
+    """Offered GPU ids as runs of fill positions (``fill``: :func:`fill_orders` of the
+    offer); ids not in the offer are left out."""
+    wanted = set(ids)
+    at = [(n, k) for n, order in fill.items() for k, gid in enumerate(order) if gid in wanted]
+    nodes, starts, counts = runs(at)
+    return pb.GpuRuns(nodes=nodes, starts=starts, counts=counts)
+
+
 class BundleError(ValueError):
     """A bundle's runs do not name offered GPUs (the message names the run)."""
 
@@ -169,6 +195,7 @@ class DecodedOffer:
     gpus: tuple[Gpu, ...]
     held: tuple[Gpu, ...]
     position: Mapping[str, tuple[int, int]]
+    previous: tuple[Gpu, ...] = ()  # offered stand-ins whose lease the app held until now
 
 
 class OfferError(ValueError):
@@ -239,30 +266,39 @@ def _expand(table: pb.NodeTable, ng: pb.NodeGpus, tag: str
     return out
 
 
-def decode_offer(table: pb.NodeTable, free: pb.NodeGpus, held: pb.NodeGpus
-                 ) -> DecodedOffer:
-    """The offer's stand-in GPUs (nodes in offer order) and held GPUs; raises
-    :class:`OfferError`."""
+def decode_offer(table: pb.NodeTable, free: pb.NodeGpus, held: pb.NodeGpus,
+                 previous: pb.GpuRuns | None = None) -> DecodedOffer:
+    """The offer's stand-in GPUs (nodes in offer order), held GPUs and the offered
+    stand-ins at the ``previous`` runs; raises :class:`OfferError`."""
     nodes = _expand(table, free, "f")
     position = {g.id: (n, k) for n, _, order in nodes for k, g in enumerate(order)}
     return DecodedOffer(tuple(g for _, gs, _ in nodes for g in gs),
                         tuple(g for _, gs, _ in _expand(table, held, "h") for g in gs),
-                        position)
+                        position,
+                        _at_runs(previous, {n: order for n, _, order in nodes}))
+
+
+def _at_runs(r: pb.GpuRuns | None, order: Mapping[int, Sequence[Gpu]]) -> tuple[Gpu, ...]:
+    """The offered stand-ins that runs ``r`` name (none for None)."""
+    if r is None:
+        return ()
+    if not len(r.nodes) == len(r.starts) == len(r.counts):
+        raise OfferError(f"previous: nodes, starts and counts have {len(r.nodes)}, "
+                         f"{len(r.starts)} and {len(r.counts)} entries (one per run)")
+    out: list[Gpu] = []
+    for k, (n, start, count) in enumerate(zip(r.nodes, r.starts, r.counts, strict=True)):
+        gs = order.get(n, ())
+        if count < 1 or start + count > len(gs):
+            raise OfferError(f"previous: run {k}: positions {start}..{start + count - 1} of "
+                             f"node {n}: the offer has {len(gs)} GPU(s) there")
+        out.extend(gs[start:start + count])
+    return tuple(out)
 
 
 def table_to_pb(table: BidTable, position: Mapping[str, tuple[int, int]]) -> pb.BidTable:
     """Each bundle as runs of consecutive fill positions, by node index."""
     bundles = []
     for b in table.bids:
-        nodes: list[int] = []
-        starts: list[int] = []
-        counts: list[int] = []
-        for n, k in sorted(position[g] for g in b.gpus):
-            if nodes and nodes[-1] == n and starts[-1] + counts[-1] == k:
-                counts[-1] += 1
-            else:
-                nodes.append(n)
-                starts.append(k)
-                counts.append(1)
+        nodes, starts, counts = runs(position[g] for g in b.gpus)
         bundles.append(pb.Bundle(rho=b.rho, nodes=nodes, starts=starts, counts=counts))
     return pb.BidTable(rho_current=table.rho_current, bundles=bundles)

@@ -218,10 +218,13 @@ class AgentEndpoint:
         return self.server.core.unreachable(app_ids)
 
     def collect(self, bidders: Sequence[str], offer: Sequence[Gpu],
-                held: Mapping[str, Sequence[Gpu]] | None = None) -> Mapping[str, BidTable]:
+                held: Mapping[str, Sequence[Gpu]] | None = None,
+                previous: Mapping[str, Sequence[str]] | None = None,
+                ) -> Mapping[str, BidTable]:
         self.view.set_offer(offer)
         rid, tables = self.server.core.collect_external(offer, bidders,
-                                                        held if held is not None else {})
+                                                        held if held is not None else {},
+                                                        previous)
         self._round_id = rid
         return tables
 

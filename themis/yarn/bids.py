@@ -47,10 +47,14 @@ class BidSource(Protocol):
         ...
 
     def collect(self, bidders: Sequence[str], offer: Sequence[Gpu],
-                held: Mapping[str, Sequence[Gpu]]) -> Mapping[str, BidTable]:
+                held: Mapping[str, Sequence[Gpu]],
+                previous: Mapping[str, Sequence[str]] | None = None,
+                ) -> Mapping[str, BidTable]:
         """Bid tables of the bidders for this offer; missing apps count as non-bidders.
         ``held``: the GPUs each bidder holds (containers and live leases, from the RM's
-        view), which its offer carries so that its bids and rho_current count them."""
+        view), which its offer carries so that its bids and rho_current count them;
+        ``previous``: per bidder, the offered GPU ids of its leases up for renewal in
+        place, which its bids name first among equally placed bundles."""
         ...
 
     def announce(self, offer: Sequence[Gpu], outcome: RoundOutcome) -> None:
@@ -106,7 +110,9 @@ class ReportedBids:
             return {a: self._rho.get(a, self._default_rho) for a in app_ids}
 
     def collect(self, bidders: Sequence[str], offer: Sequence[Gpu],
-                held: Mapping[str, Sequence[Gpu]] | None = None) -> Mapping[str, BidTable]:
+                held: Mapping[str, Sequence[Gpu]] | None = None,
+                previous: Mapping[str, Sequence[str]] | None = None,
+                ) -> Mapping[str, BidTable]:
         # reported tables were built by their apps, who knew what they held
         offered = {g.id for g in offer}
         out: dict[str, BidTable] = {}

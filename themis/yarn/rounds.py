@@ -102,9 +102,10 @@ class RoundEngine:
             rho = source.rho(sorted(wanting))
             # what each app holds in every partition: its offers carry them (section 4.2)
             held = held_of(view)
-            # leases up for renewal in place (docs/yarn.md, "Renewal in place"): their GPUs
-            # go back to their holder first in the leftover step, and a grant of them to
-            # their holder is announced as a renewal
+            # leases up for renewal in place (docs/yarn.md, "Renewal in place"): their
+            # holder's offer names their GPUs (its bids name them first among equally placed
+            # bundles), they go back to it first in the leftover step, and a grant of them
+            # to it is announced as a renewal
             holders = renewal_holders(view)
             renewing = renewing_per_node(view)
             prepared = time.perf_counter()
@@ -117,10 +118,16 @@ class RoundEngine:
             def run(r: QueueRound) -> dict[str, tuple[str, ...]]:
                 gpus = list(r.gpus)
 
+                mine: dict[str, list[str]] = {}  # per holder, its GPUs up for renewal
+                for g in gpus:
+                    if g.id in holders:
+                        mine.setdefault(holders[g.id], []).append(g.id)
+
                 def collect(who: Sequence[str]) -> Mapping[str, BidTable]:
                     t = time.perf_counter()
                     try:
-                        return source.collect(who, gpus, {a: held.get(a, ()) for a in who})
+                        return source.collect(who, gpus, {a: held.get(a, ()) for a in who},
+                                              {a: mine[a] for a in who if a in mine})
                     finally:
                         waited[0] += time.perf_counter() - t
 

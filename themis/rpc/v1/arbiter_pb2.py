@@ -27,7 +27,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bthemis/rpc/v1/arbiter.proto\x12\tthemis.v1\"-\n\x0b\x43redentials\x12\x0e\n\x06\x61pp_id\x18\x01 \x01(\t\x12\x0e\n\x06secret\x18\x02 \x01(\t\"B\n\x07GpuInfo\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07machine\x18\x02 \x01(\t\x12\x0c\n\x04rack\x18\x03 \x01(\t\x12\x0c\n\x04slot\x18\x04 \x01(\t\"y\n\x12RegisterAppRequest\x12\x0e\n\x06\x61pp_id\x18\x01 \x01(\t\x12\x0b\n\x03rho\x18\x02 \x01(\x01\x12\x10\n\x08max_gpus\x18\x03 \x01(\x05\x12\x1a\n\x12registration_token\x18\x04 \x01(\t\x12\x18\n\x10protocol_version\x18\x05 \x01(\r\"\xf8\x01\n\x13RegisterAppResponse\x12\x0e\n\x06secret\x18\x01 \x01(\t\x12\x15\n\rarbiter_epoch\x18\x02 \x01(\t\x12\x15\n\rlease_seconds\x18\x03 \x01(\x01\x12\x1b\n\x13\x62id_timeout_seconds\x18\x04 \x01(\x01\x12\x14\n\x0c\x63luster_gpus\x18\x05 \x01(\x05\x12\x12\n\nideal_time\x18\x06 \x01(\t\x12\x12\n\nstarvation\x18\x07 \x01(\t\x12.\n\rcluster_shape\x18\x08 \x01(\x0b\x32\x17.themis.v1.ClusterShape\x12\x18\n\x10protocol_version\x18\t \x01(\r\"J\n\x0c\x43lusterShape\x12\x11\n\tslot_gpus\x18\x01 \x01(\x05\x12\x14\n\x0cmachine_gpus\x18\x02 \x01(\x05\x12\x11\n\track_gpus\x18\x03 \x01(\x05\"<\n\x0bStarvingKey\x12\x16\n\x0eserved_now_rho\x18\x01 \x01(\x01\x12\x15\n\rideal_seconds\x18\x02 \x01(\x01\"v\n\x10ReportRhoRequest\x12+\n\x0b\x63redentials\x18\x01 \x01(\x0b\x32\x16.themis.v1.Credentials\x12\x0b\n\x03rho\x18\x02 \x01(\x01\x12(\n\x08starving\x18\x03 \x01(\x0b\x32\x16.themis.v1.StarvingKey\"\x13\n\x11ReportRhoResponse\"<\n\rEventsRequest\x12+\n\x0b\x63redentials\x18\x01 \x01(\x0b\x32\x16.themis.v1.Credentials\"\xdf\x01\n\x05\x45vent\x12!\n\x05hello\x18\x01 \x01(\x0b\x32\x10.themis.v1.HelloH\x00\x12!\n\x05offer\x18\x02 \x01(\x0b\x32\x10.themis.v1.OfferH\x00\x12+\n\nallocation\x18\x03 \x01(\x0b\x32\x15.themis.v1.AllocationH\x00\x12\x30\n\rlease_warning\x18\x04 \x01(\x0b\x32\x17.themis.v1.LeaseWarningH\x00\x12)\n\theartbeat\x18\x05 \x01(\x0b\x32\x14.themis.v1.HeartbeatH\x00\x42\x06\n\x04kind\"@\n\x05Hello\x12\x15\n\rarbiter_epoch\x18\x01 \x01(\t\x12 \n\x06leases\x18\x02 \x03(\x0b\x32\x10.themis.v1.Lease\"K\n\tNodeTable\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\r\n\x05racks\x18\x02 \x03(\t\x12\x1e\n\x05nodes\x18\x03 \x03(\x0b\x32\x0f.themis.v1.Node\"3\n\x04Node\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04rack\x18\x02 \x01(\r\x12\x11\n\tslot_gpus\x18\x03 \x03(\r\">\n\x08NodeGpus\x12\r\n\x05nodes\x18\x01 \x03(\r\x12\x0e\n\x06\x63ounts\x18\x02 \x03(\r\x12\x13\n\x0bslot_counts\x18\x03 \x03(\r\"\xc0\x02\n\x05Offer\x12\x10\n\x08round_id\x18\x01 \x01(\x04\x12\x15\n\rdeadline_unix\x18\x03 \x01(\x01\x12\x14\n\x0c\x63luster_gpus\x18\x04 \x01(\x05\x12\x13\n\x0b\x61\x63tive_apps\x18\x05 \x01(\x05\x12\x15\n\rarbiter_epoch\x18\x07 \x01(\t\x12.\n\rcluster_shape\x18\x08 \x01(\x0b\x32\x17.themis.v1.ClusterShape\x12\x1a\n\x12node_table_version\x18\t \x01(\t\x12(\n\nnode_table\x18\n \x01(\x0b\x32\x14.themis.v1.NodeTable\x12!\n\x04\x66ree\x18\x0b \x01(\x0b\x32\x13.themis.v1.NodeGpus\x12!\n\x04held\x18\x0c \x01(\x0b\x32\x13.themis.v1.NodeGpusJ\x04\x08\x02\x10\x03J\x04\x08\x06\x10\x07R\x04gpus\"N\n\x05Lease\x12\x0f\n\x07gpu_ids\x18\x01 \x03(\t\x12\x12\n\nstart_unix\x18\x02 \x01(\x01\x12\x13\n\x0b\x65xpiry_unix\x18\x03 \x01(\x01\x12\x0b\n\x03via\x18\x04 \x01(\t\"\xa1\x01\n\nAllocation\x12\x10\n\x08round_id\x18\x01 \x01(\x04\x12 \n\x06leases\x18\x02 \x03(\x0b\x32\x10.themis.v1.Lease\x12 \n\x04gpus\x18\x03 \x03(\x0b\x32\x12.themis.v1.GpuInfo\x12\x12\n\nwas_bidder\x18\x04 \x01(\x08\x12\x15\n\rkept_fraction\x18\x05 \x01(\x01\x12\x12\n\nbundle_rho\x18\x06 \x01(\x01\"4\n\x0cLeaseWarning\x12\x0f\n\x07gpu_ids\x18\x01 \x03(\t\x12\x13\n\x0b\x65xpiry_unix\x18\x02 \x01(\x01\"\x1d\n\tHeartbeat\x12\x10\n\x08now_unix\x18\x01 \x01(\x01\"S\n\x06\x42undle\x12\x0b\n\x03rho\x18\x02 \x01(\x01\x12\r\n\x05nodes\x18\x03 \x03(\r\x12\x0e\n\x06starts\x18\x04 \x03(\r\x12\x0e\n\x06\x63ounts\x18\x05 \x03(\rJ\x04\x08\x01\x10\x02R\x07gpu_ids\"C\n\x08\x42idTable\x12\x13\n\x0brho_current\x18\x01 \x01(\x01\x12\"\n\x07\x62undles\x18\x02 \x03(\x0b\x32\x11.themis.v1.Bundle\"u\n\x10SubmitBidRequest\x12+\n\x0b\x63redentials\x18\x01 \x01(\x0b\x32\x16.themis.v1.Credentials\x12\x10\n\x08round_id\x18\x02 \x01(\x04\x12\"\n\x05table\x18\x03 \x01(\x0b\x32\x13.themis.v1.BidTable\"\x13\n\x11SubmitBidResponse\"R\n\x12ReleaseGpusRequest\x12+\n\x0b\x63redentials\x18\x01 \x01(\x0b\x32\x16.themis.v1.Credentials\x12\x0f\n\x07gpu_ids\x18\x02 \x03(\t\"\x15\n\x13ReleaseGpusResponse\"@\n\x11UnregisterRequest\x12+\n\x0b\x63redentials\x18\x01 \x01(\x0b\x32\x16.themis.v1.Credentials\"\x14\n\x12UnregisterResponse2\xb8\x03\n\x07\x41rbiter\x12L\n\x0bRegisterApp\x12\x1d.themis.v1.RegisterAppRequest\x1a\x1e.themis.v1.RegisterAppResponse\x12\x46\n\tReportRho\x12\x1b.themis.v1.ReportRhoRequest\x1a\x1c.themis.v1.ReportRhoResponse\x12\x36\n\x06\x45vents\x12\x18.themis.v1.EventsRequest\x1a\x10.themis.v1.Event0\x01\x12\x46\n\tSubmitBid\x12\x1b.themis.v1.SubmitBidRequest\x1a\x1c.themis.v1.SubmitBidResponse\x12L\n\x0bReleaseGpus\x12\x1d.themis.v1.ReleaseGpusRequest\x1a\x1e.themis.v1.ReleaseGpusResponse\x12I\n\nUnregister\x12\x1c.themis.v1.UnregisterRequest\x1a\x1d.themis.v1.UnregisterResponseB#\n\x11org.themis.rpc.v1B\x0c\x41rbiterProtoP\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bthemis/rpc/v1/arbiter.proto\x12\tthemis.v1\"-\n\x0b\x43redentials\x12\x0e\n\x06\x61pp_id\x18\x01 \x01(\t\x12\x0e\n\x06secret\x18\x02 \x01(\t\"B\n\x07GpuInfo\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07machine\x18\x02 \x01(\t\x12\x0c\n\x04rack\x18\x03 \x01(\t\x12\x0c\n\x04slot\x18\x04 \x01(\t\"y\n\x12RegisterAppRequest\x12\x0e\n\x06\x61pp_id\x18\x01 \x01(\t\x12\x0b\n\x03rho\x18\x02 \x01(\x01\x12\x10\n\x08max_gpus\x18\x03 \x01(\x05\x12\x1a\n\x12registration_token\x18\x04 \x01(\t\x12\x18\n\x10protocol_version\x18\x05 \x01(\r\"\xf8\x01\n\x13RegisterAppResponse\x12\x0e\n\x06secret\x18\x01 \x01(\t\x12\x15\n\rarbiter_epoch\x18\x02 \x01(\t\x12\x15\n\rlease_seconds\x18\x03 \x01(\x01\x12\x1b\n\x13\x62id_timeout_seconds\x18\x04 \x01(\x01\x12\x14\n\x0c\x63luster_gpus\x18\x05 \x01(\x05\x12\x12\n\nideal_time\x18\x06 \x01(\t\x12\x12\n\nstarvation\x18\x07 \x01(\t\x12.\n\rcluster_shape\x18\x08 \x01(\x0b\x32\x17.themis.v1.ClusterShape\x12\x18\n\x10protocol_version\x18\t \x01(\r\"J\n\x0c\x43lusterShape\x12\x11\n\tslot_gpus\x18\x01 \x01(\x05\x12\x14\n\x0cmachine_gpus\x18\x02 \x01(\x05\x12\x11\n\track_gpus\x18\x03 \x01(\x05\"<\n\x0bStarvingKey\x12\x16\n\x0eserved_now_rho\x18\x01 \x01(\x01\x12\x15\n\rideal_seconds\x18\x02 \x01(\x01\"v\n\x10ReportRhoRequest\x12+\n\x0b\x63redentials\x18\x01 \x01(\x0b\x32\x16.themis.v1.Credentials\x12\x0b\n\x03rho\x18\x02 \x01(\x01\x12(\n\x08starving\x18\x03 \x01(\x0b\x32\x16.themis.v1.StarvingKey\"\x13\n\x11ReportRhoResponse\"<\n\rEventsRequest\x12+\n\x0b\x63redentials\x18\x01 \x01(\x0b\x32\x16.themis.v1.Credentials\"\xdf\x01\n\x05\x45vent\x12!\n\x05hello\x18\x01 \x01(\x0b\x32\x10.themis.v1.HelloH\x00\x12!\n\x05offer\x18\x02 \x01(\x0b\x32\x10.themis.v1.OfferH\x00\x12+\n\nallocation\x18\x03 \x01(\x0b\x32\x15.themis.v1.AllocationH\x00\x12\x30\n\rlease_warning\x18\x04 \x01(\x0b\x32\x17.themis.v1.LeaseWarningH\x00\x12)\n\theartbeat\x18\x05 \x01(\x0b\x32\x14.themis.v1.HeartbeatH\x00\x42\x06\n\x04kind\"@\n\x05Hello\x12\x15\n\rarbiter_epoch\x18\x01 \x01(\t\x12 \n\x06leases\x18\x02 \x03(\x0b\x32\x10.themis.v1.Lease\"K\n\tNodeTable\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\r\n\x05racks\x18\x02 \x03(\t\x12\x1e\n\x05nodes\x18\x03 \x03(\x0b\x32\x0f.themis.v1.Node\"3\n\x04Node\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04rack\x18\x02 \x01(\r\x12\x11\n\tslot_gpus\x18\x03 \x03(\r\">\n\x08NodeGpus\x12\r\n\x05nodes\x18\x01 \x03(\r\x12\x0e\n\x06\x63ounts\x18\x02 \x03(\r\x12\x13\n\x0bslot_counts\x18\x03 \x03(\r\"\xe6\x02\n\x05Offer\x12\x10\n\x08round_id\x18\x01 \x01(\x04\x12\x15\n\rdeadline_unix\x18\x03 \x01(\x01\x12\x14\n\x0c\x63luster_gpus\x18\x04 \x01(\x05\x12\x13\n\x0b\x61\x63tive_apps\x18\x05 \x01(\x05\x12\x15\n\rarbiter_epoch\x18\x07 \x01(\t\x12.\n\rcluster_shape\x18\x08 \x01(\x0b\x32\x17.themis.v1.ClusterShape\x12\x1a\n\x12node_table_version\x18\t \x01(\t\x12(\n\nnode_table\x18\n \x01(\x0b\x32\x14.themis.v1.NodeTable\x12!\n\x04\x66ree\x18\x0b \x01(\x0b\x32\x13.themis.v1.NodeGpus\x12!\n\x04held\x18\x0c \x01(\x0b\x32\x13.themis.v1.NodeGpus\x12$\n\x08previous\x18\r \x01(\x0b\x32\x12.themis.v1.GpuRunsJ\x04\x08\x02\x10\x03J\x04\x08\x06\x10\x07R\x04gpus\"8\n\x07GpuRuns\x12\r\n\x05nodes\x18\x01 \x03(\r\x12\x0e\n\x06starts\x18\x02 \x03(\r\x12\x0e\n\x06\x63ounts\x18\x03 \x03(\r\"N\n\x05Lease\x12\x0f\n\x07gpu_ids\x18\x01 \x03(\t\x12\x12\n\nstart_unix\x18\x02 \x01(\x01\x12\x13\n\x0b\x65xpiry_unix\x18\x03 \x01(\x01\x12\x0b\n\x03via\x18\x04 \x01(\t\"\xa1\x01\n\nAllocation\x12\x10\n\x08round_id\x18\x01 \x01(\x04\x12 \n\x06leases\x18\x02 \x03(\x0b\x32\x10.themis.v1.Lease\x12 \n\x04gpus\x18\x03 \x03(\x0b\x32\x12.themis.v1.GpuInfo\x12\x12\n\nwas_bidder\x18\x04 \x01(\x08\x12\x15\n\rkept_fraction\x18\x05 \x01(\x01\x12\x12\n\nbundle_rho\x18\x06 \x01(\x01\"4\n\x0cLeaseWarning\x12\x0f\n\x07gpu_ids\x18\x01 \x03(\t\x12\x13\n\x0b\x65xpiry_unix\x18\x02 \x01(\x01\"\x1d\n\tHeartbeat\x12\x10\n\x08now_unix\x18\x01 \x01(\x01\"S\n\x06\x42undle\x12\x0b\n\x03rho\x18\x02 \x01(\x01\x12\r\n\x05nodes\x18\x03 \x03(\r\x12\x0e\n\x06starts\x18\x04 \x03(\r\x12\x0e\n\x06\x63ounts\x18\x05 \x03(\rJ\x04\x08\x01\x10\x02R\x07gpu_ids\"C\n\x08\x42idTable\x12\x13\n\x0brho_current\x18\x01 \x01(\x01\x12\"\n\x07\x62undles\x18\x02 \x03(\x0b\x32\x11.themis.v1.Bundle\"u\n\x10SubmitBidRequest\x12+\n\x0b\x63redentials\x18\x01 \x01(\x0b\x32\x16.themis.v1.Credentials\x12\x10\n\x08round_id\x18\x02 \x01(\x04\x12\"\n\x05table\x18\x03 \x01(\x0b\x32\x13.themis.v1.BidTable\"\x13\n\x11SubmitBidResponse\"R\n\x12ReleaseGpusRequest\x12+\n\x0b\x63redentials\x18\x01 \x01(\x0b\x32\x16.themis.v1.Credentials\x12\x0f\n\x07gpu_ids\x18\x02 \x03(\t\"\x15\n\x13ReleaseGpusResponse\"@\n\x11UnregisterRequest\x12+\n\x0b\x63redentials\x18\x01 \x01(\x0b\x32\x16.themis.v1.Credentials\"\x14\n\x12UnregisterResponse2\xb8\x03\n\x07\x41rbiter\x12L\n\x0bRegisterApp\x12\x1d.themis.v1.RegisterAppRequest\x1a\x1e.themis.v1.RegisterAppResponse\x12\x46\n\tReportRho\x12\x1b.themis.v1.ReportRhoRequest\x1a\x1c.themis.v1.ReportRhoResponse\x12\x36\n\x06\x45vents\x12\x18.themis.v1.EventsRequest\x1a\x10.themis.v1.Event0\x01\x12\x46\n\tSubmitBid\x12\x1b.themis.v1.SubmitBidRequest\x1a\x1c.themis.v1.SubmitBidResponse\x12L\n\x0bReleaseGpus\x12\x1d.themis.v1.ReleaseGpusRequest\x1a\x1e.themis.v1.ReleaseGpusResponse\x12I\n\nUnregister\x12\x1c.themis.v1.UnregisterRequest\x1a\x1d.themis.v1.UnregisterResponseB#\n\x11org.themis.rpc.v1B\x0c\x41rbiterProtoP\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -64,31 +64,33 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_NODEGPUS']._serialized_start=1294
   _globals['_NODEGPUS']._serialized_end=1356
   _globals['_OFFER']._serialized_start=1359
-  _globals['_OFFER']._serialized_end=1679
-  _globals['_LEASE']._serialized_start=1681
-  _globals['_LEASE']._serialized_end=1759
-  _globals['_ALLOCATION']._serialized_start=1762
-  _globals['_ALLOCATION']._serialized_end=1923
-  _globals['_LEASEWARNING']._serialized_start=1925
-  _globals['_LEASEWARNING']._serialized_end=1977
-  _globals['_HEARTBEAT']._serialized_start=1979
-  _globals['_HEARTBEAT']._serialized_end=2008
-  _globals['_BUNDLE']._serialized_start=2010
-  _globals['_BUNDLE']._serialized_end=2093
-  _globals['_BIDTABLE']._serialized_start=2095
-  _globals['_BIDTABLE']._serialized_end=2162
-  _globals['_SUBMITBIDREQUEST']._serialized_start=2164
-  _globals['_SUBMITBIDREQUEST']._serialized_end=2281
-  _globals['_SUBMITBIDRESPONSE']._serialized_start=2283
-  _globals['_SUBMITBIDRESPONSE']._serialized_end=2302
-  _globals['_RELEASEGPUSREQUEST']._serialized_start=2304
-  _globals['_RELEASEGPUSREQUEST']._serialized_end=2386
-  _globals['_RELEASEGPUSRESPONSE']._serialized_start=2388
-  _globals['_RELEASEGPUSRESPONSE']._serialized_end=2409
-  _globals['_UNREGISTERREQUEST']._serialized_start=2411
-  _globals['_UNREGISTERREQUEST']._serialized_end=2475
-  _globals['_UNREGISTERRESPONSE']._serialized_start=2477
-  _globals['_UNREGISTERRESPONSE']._serialized_end=2497
-  _globals['_ARBITER']._serialized_start=2500
-  _globals['_ARBITER']._serialized_end=2940
+  _globals['_OFFER']._serialized_end=1717
+  _globals['_GPURUNS']._serialized_start=1719
+  _globals['_GPURUNS']._serialized_end=1775
+  _globals['_LEASE']._serialized_start=1777
+  _globals['_LEASE']._serialized_end=1855
+  _globals['_ALLOCATION']._serialized_start=1858
+  _globals['_ALLOCATION']._serialized_end=2019
+  _globals['_LEASEWARNING']._serialized_start=2021
+  _globals['_LEASEWARNING']._serialized_end=2073
+  _globals['_HEARTBEAT']._serialized_start=2075
+  _globals['_HEARTBEAT']._serialized_end=2104
+  _globals['_BUNDLE']._serialized_start=2106
+  _globals['_BUNDLE']._serialized_end=2189
+  _globals['_BIDTABLE']._serialized_start=2191
+  _globals['_BIDTABLE']._serialized_end=2258
+  _globals['_SUBMITBIDREQUEST']._serialized_start=2260
+  _globals['_SUBMITBIDREQUEST']._serialized_end=2377
+  _globals['_SUBMITBIDRESPONSE']._serialized_start=2379
+  _globals['_SUBMITBIDRESPONSE']._serialized_end=2398
+  _globals['_RELEASEGPUSREQUEST']._serialized_start=2400
+  _globals['_RELEASEGPUSREQUEST']._serialized_end=2482
+  _globals['_RELEASEGPUSRESPONSE']._serialized_start=2484
+  _globals['_RELEASEGPUSRESPONSE']._serialized_end=2505
+  _globals['_UNREGISTERREQUEST']._serialized_start=2507
+  _globals['_UNREGISTERREQUEST']._serialized_end=2571
+  _globals['_UNREGISTERRESPONSE']._serialized_start=2573
+  _globals['_UNREGISTERRESPONSE']._serialized_end=2593
+  _globals['_ARBITER']._serialized_start=2596
+  _globals['_ARBITER']._serialized_end=3036
 # @@protoc_insertion_point(module_scope)

@@ -156,7 +156,7 @@ class NodeGpus(_message.Message):
     def __init__(self, nodes: _Optional[_Iterable[int]] = ..., counts: _Optional[_Iterable[int]] = ..., slot_counts: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Offer(_message.Message):
-    __slots__ = ("round_id", "deadline_unix", "cluster_gpus", "active_apps", "arbiter_epoch", "cluster_shape", "node_table_version", "node_table", "free", "held")
+    __slots__ = ("round_id", "deadline_unix", "cluster_gpus", "active_apps", "arbiter_epoch", "cluster_shape", "node_table_version", "node_table", "free", "held", "previous")
     ROUND_ID_FIELD_NUMBER: _ClassVar[int]
     DEADLINE_UNIX_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_GPUS_FIELD_NUMBER: _ClassVar[int]
@@ -167,6 +167,7 @@ class Offer(_message.Message):
     NODE_TABLE_FIELD_NUMBER: _ClassVar[int]
     FREE_FIELD_NUMBER: _ClassVar[int]
     HELD_FIELD_NUMBER: _ClassVar[int]
+    PREVIOUS_FIELD_NUMBER: _ClassVar[int]
     round_id: int
     deadline_unix: float
     cluster_gpus: int
@@ -177,7 +178,18 @@ class Offer(_message.Message):
     node_table: NodeTable
     free: NodeGpus
     held: NodeGpus
-    def __init__(self, round_id: _Optional[int] = ..., deadline_unix: _Optional[float] = ..., cluster_gpus: _Optional[int] = ..., active_apps: _Optional[int] = ..., arbiter_epoch: _Optional[str] = ..., cluster_shape: _Optional[_Union[ClusterShape, _Mapping]] = ..., node_table_version: _Optional[str] = ..., node_table: _Optional[_Union[NodeTable, _Mapping]] = ..., free: _Optional[_Union[NodeGpus, _Mapping]] = ..., held: _Optional[_Union[NodeGpus, _Mapping]] = ...) -> None: ...
+    previous: GpuRuns
+    def __init__(self, round_id: _Optional[int] = ..., deadline_unix: _Optional[float] = ..., cluster_gpus: _Optional[int] = ..., active_apps: _Optional[int] = ..., arbiter_epoch: _Optional[str] = ..., cluster_shape: _Optional[_Union[ClusterShape, _Mapping]] = ..., node_table_version: _Optional[str] = ..., node_table: _Optional[_Union[NodeTable, _Mapping]] = ..., free: _Optional[_Union[NodeGpus, _Mapping]] = ..., held: _Optional[_Union[NodeGpus, _Mapping]] = ..., previous: _Optional[_Union[GpuRuns, _Mapping]] = ...) -> None: ...
+
+class GpuRuns(_message.Message):
+    __slots__ = ("nodes", "starts", "counts")
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    STARTS_FIELD_NUMBER: _ClassVar[int]
+    COUNTS_FIELD_NUMBER: _ClassVar[int]
+    nodes: _containers.RepeatedScalarFieldContainer[int]
+    starts: _containers.RepeatedScalarFieldContainer[int]
+    counts: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, nodes: _Optional[_Iterable[int]] = ..., starts: _Optional[_Iterable[int]] = ..., counts: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Lease(_message.Message):
     __slots__ = ("gpu_ids", "start_unix", "expiry_unix", "via")
