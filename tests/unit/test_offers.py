@@ -36,6 +36,7 @@ from themis.rpc.offers import (
     encode_gpus,
     encode_runs,
     fill_orders,
+    fill_positions,
     node_index,
     table_from_pb,
     table_to_pb,
@@ -80,7 +81,7 @@ def test_previous_gpus_come_back_as_the_stand_ins_at_their_fill_positions() -> N
     lost = rng.sample(free, 11)
     not_offered = next(g for g in cluster if g not in free)  # left out
     fill = fill_orders(free, ni)
-    runs_pb = encode_runs([g.id for g in lost] + [not_offered.id], fill)
+    runs_pb = encode_runs([g.id for g in lost] + [not_offered.id], fill_positions(fill))
     got = decode_offer(ni.table, encode_gpus(free, ni), encode_gpus([], ni), runs_pb)
     assert len(got.previous) == len(lost)
     # a bundle naming the stand-ins names exactly the previous GPUs at the arbiter

@@ -74,6 +74,7 @@ class OpenRound:
     #: per bidder, the offered GPU ids whose lease it held until this round (expired, or
     #: up for renewal in place): its offer names them (``Offer.previous``)
     previous: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    where: dict[str, tuple[int, int]] = field(default_factory=dict)  # id -> fill position
 
 
 class CoreBase(ABC):

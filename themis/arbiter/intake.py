@@ -35,6 +35,7 @@ from themis.rpc.offers import (
     encode_gpus,
     encode_runs,
     fill_orders,
+    fill_positions,
     node_index,
     table_from_pb,
 )
@@ -153,7 +154,7 @@ class BidIntake(CoreBase):
         offer.held.CopyFrom(encode_gpus(held, ni))
         previous = r.previous.get(app_id)
         if previous:
-            offer.previous.CopyFrom(encode_runs(previous, r.fill))
+            offer.previous.CopyFrom(encode_runs(previous, r.where))
         rec = self._apps.get(app_id)
         if rec is not None and rec.node_table != ni.version:
             offer.node_table.CopyFrom(ni.table)
@@ -181,6 +182,8 @@ class BidIntake(CoreBase):
                     topo = Topology([*topo.values(), *extra])
             r.nodes = node_index(topo)
             r.fill = fill_orders(offer, r.nodes)
+            if r.previous:
+                r.where = fill_positions(r.fill)
             self._open = r
             for a in bidders:
                 self._send(a, self._offer_event(a, r))

@@ -142,12 +142,15 @@ def fill_orders(gpus: Sequence[Gpu], ni: NodeIndex) -> dict[int, list[str]]:
     return {n: [g.id for g in fill_order(gs)] for n, gs in by_node.items()}
 
 
-def encode_runs(ids: Iterable[str], fill: Mapping[int, Sequence[str]]) -> pb.GpuRuns:
-    """Offered GPU ids as runs of fill positions (``fill``: :func:`fill_orders` of the
-    offer); ids not in the offer are left out."""
-    wanted = set(ids)
-    at = [(n, k) for n, order in fill.items() for k, gid in enumerate(order) if gid in wanted]
-    nodes, starts, counts = runs(at)
+def fill_positions(fill: Mapping[int, Sequence[str]]) -> dict[str, tuple[int, int]]:
+    """Each offered GPU id's (node index, fill position), from :func:`fill_orders`."""
+    return {gid: (n, k) for n, order in fill.items() for k, gid in enumerate(order)}
+
+
+def encode_runs(ids: Iterable[str], where: Mapping[str, tuple[int, int]]) -> pb.GpuRuns:
+    """Offered GPU ids as runs of fill positions (``where``: :func:`fill_positions` of the
+    offer, built once per round); ids not in the offer are left out."""
+    nodes, starts, counts = runs({where[g] for g in ids if g in where})
     return pb.GpuRuns(nodes=nodes, starts=starts, counts=counts)
 
 
