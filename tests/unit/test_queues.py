@@ -170,6 +170,38 @@ def test_a_queue_at_its_maximum_gets_nothing() -> None:
     assert _per_app(RoundEngine().run(json.dumps(view))) == {"b1": 1}
 
 
+def test_a_handover_does_not_count_its_gpus_twice_against_the_queue_maximum() -> None:
+    # n0 (4 GPUs): a1's container of 2 still runs (its lease ended: grace) on GPUs leased
+    # to c1, b1 runs 2 under its lease; n1 (2): b1 runs 1, 1 free. Counted per app, the
+    # queue holds 2 + 2 + 2 + 1 = 7 of its maximum 6 and c1, the one app asking, would get
+    # nothing while a GPU is free; n0 has 4 GPUs, so the queue holds 4 + 1 = 5
+    leases = [{"lease_id": 1, "app_id": "c1", "node_id": "n0:1", "gpus": 2,
+               "expiry_ms": 2_000_000, "state": "ACTIVE"},
+              {"lease_id": 2, "app_id": "b1", "node_id": "n0:1", "gpus": 2,
+               "expiry_ms": 2_000_000, "state": "ACTIVE"},
+              {"lease_id": 3, "app_id": "b1", "node_id": "n1:1", "gpus": 1,
+               "expiry_ms": 2_000_000, "state": "ACTIVE"}]
+    apps = [_app("a1", "root.q", running={"n0:1": 2}), _app("b1", "root.q",
+                                                            running={"n0:1": 2, "n1:1": 1}),
+            _app("c1", "root.q", 3)]
+    view = _view([(4, 0), (2, 1)], apps, [("root.q", 6, 6)], leases=leases)
+    reply = RoundEngine().run(json.dumps(view))
+    assert _per_app(reply) == {"c1": 1}
+    assert json.loads(reply)["info"]["queues"]["root.q"]["held_gpus"] == 5
+
+
+def test_the_outgoing_container_is_what_a_handover_stops_counting() -> None:
+    # the same handover, a1 and c1 in two queues (c1 asks 3: 2 for its leased GPUs, 1
+    # more): a1's queue holds nothing it has a lease for, c1's queue holds its lease
+    leases = [{"lease_id": 1, "app_id": "c1", "node_id": "n0:1", "gpus": 2,
+               "expiry_ms": 2_000_000, "state": "ACTIVE"}]
+    apps = [_app("a1", "root.a", 1, running={"n0:1": 2}), _app("c1", "root.b", 3)]
+    view = _view([(2, 0), (2, 2)], apps, [("root.a", 2, 4), ("root.b", 2, 4)],
+                 leases=leases)
+    info = json.loads(RoundEngine().run(json.dumps(view)))["info"]["queues"]
+    assert info["root.a"]["held_gpus"] == 0 and info["root.b"]["held_gpus"] == 2
+
+
 def test_multi_gpu_containers_stay_whole_in_a_queue_share() -> None:
     view = _view([(4, 4), (4, 4)], [_app("a1", "root.a", asks={2: 4}),
                                     _app("b1", "root.b", asks={2: 4})], [A, B])

@@ -39,7 +39,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from themis.mechanism.topology import Gpu
-from themis.yarn.view import ClusterView, QueueView, held_per_node
+from themis.yarn.view import ClusterView, QueueView, occupied_per_node
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,8 +83,9 @@ RunRound = Callable[[QueueRound], Mapping[str, Sequence[str]]]
 
 
 def held_gpus(view: ClusterView) -> dict[str, int]:
-    """GPUs each app holds (:func:`themis.yarn.view.held_per_node`, summed over nodes)."""
-    per = held_per_node(view)
+    """GPUs each app holds (:func:`themis.yarn.view.occupied_per_node`: a GPU handed over
+    counts once), summed over nodes."""
+    per = occupied_per_node(view)
     return {a.app_id: sum(per.get(a.app_id, {}).values()) for a in view.apps}
 
 

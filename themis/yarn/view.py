@@ -438,6 +438,31 @@ def held_per_node(view: ClusterView) -> dict[str, dict[str, int]]:
     return out
 
 
+def occupied_per_node(view: ClusterView) -> dict[str, dict[str, int]]:
+    """:func:`held_per_node` without the GPUs it counts twice during a handover: a container
+    may still run on GPUs that are leased to another app (its own lease ended, or a round
+    gave them to that app ahead of the end, and it has not exited yet: grace, checkpoint),
+    and each app counts them. On a node whose apps together count more GPUs than it has, the
+    excess is taken off the apps whose containers there outlive their live leases (those
+    GPUs are the lessee's). A queue's holding (:mod:`themis.yarn.queues`) is counted this
+    way: counted twice, a handover made a queue look above its maximum capacity and its apps
+    got nothing while GPUs were free. Nodes the view no longer lists keep their count."""
+    held = held_per_node(view)
+    leased = _live_leased(view)
+    out = {a: dict(per) for a, per in held.items()}
+    for n in view.nodes:
+        excess = sum(per.get(n.node_id, 0) for per in out.values()) - max(0, n.total_gpus)
+        for a in sorted(out):
+            if excess <= 0:
+                break
+            over = out[a].get(n.node_id, 0) - leased.get(a, {}).get(n.node_id, 0)
+            cut = min(max(0, over), excess)
+            if cut:
+                out[a][n.node_id] -= cut
+                excess -= cut
+    return {a: kept for a, per in out.items() if (kept := {n: k for n, k in per.items() if k > 0})}
+
+
 def leased_unused(view: ClusterView) -> dict[str, dict[str, int]]:
     """GPUs of each app's live leases that none of its containers uses yet, per node (apps
     and nodes with none left out): granted in an earlier round, their containers come at
