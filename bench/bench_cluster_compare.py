@@ -33,7 +33,9 @@ has no arbiter and so no N_avg of its own. ``rho_navg`` divides by the plan on R
 GPUs instead, N_avg = the time-average number of the mix's apps present during the app's
 life (RM times), also computed the same way in every run. Also: the AM's own final rho (its
 status, after the run), moves (jobs stopped at a lease end and resumed) and their median
-latency, and the load average (1 min) sampled every 10 s.
+latency, the load average (1 min) sampled every 10 s and the CPU seconds of every process
+on this machine by kind (``bench/proc_cpu.py``: training jobs, RM, engine, AMs, ...). Before
+each cluster goes down its RM log and container logs are kept in ``DIR/logs-<run>/``.
 
     python bench/bench_cluster_compare.py [--runs stock,themis] [--lease-ms 120000]
         [--out DIR] [--timeout 1800] [--no-plot] [--replot]
@@ -54,6 +56,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from proc_cpu import ProcCpu
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -147,6 +151,7 @@ def one_run(mode: str, lease_ms: int, timeout: float, out: Path) -> dict[str, An
     print(f"\n==== run {mode}: {LABELS[mode]} ====", flush=True)
     subprocess.run([mc, "up"], env=run_env(mode, lease_ms), check=True)
     c = Cluster.from_env()
+    cpu = ProcCpu(period=1.0).start()
     loads: list[float] = []
     apps: dict[str, str] = {}
     t_start = time.time()
@@ -186,6 +191,7 @@ def one_run(mode: str, lease_ms: int, timeout: float, out: Path) -> dict[str, An
             time.sleep(2)
         else:
             print(f"  run {mode}: timeout after {timeout:.0f}s", flush=True)
+        cpu_by_kind = cpu.stop()
         wall = time.time() - t_start
         info = {n: c.app(a) for n, a in apps.items()}
         status = {n: c.am_status(a) or {} for n, a in apps.items()}
@@ -215,9 +221,24 @@ def one_run(mode: str, lease_ms: int, timeout: float, out: Path) -> dict[str, An
         return {"mode": mode, "label": LABELS[mode], "wall_s": wall, "t_start": t_start,
                 "loadavg_1min": {"mean": statistics.mean(loads) if loads else None,
                                  "max": max(loads) if loads else None},
-                "apps": rows}
+                "cpu_by_kind": cpu_by_kind, "apps": rows}
     finally:
+        save_logs(mode, out)
         subprocess.run([mc, "down"], check=False)
+
+
+def save_logs(mode: str, out: Path) -> None:
+    """Before the cluster goes: the RM's log (its rounds) and every container's logs (AMs,
+    jobs) into ``out/logs-<mode>/``, best effort."""
+    dest = out / f"logs-{mode}"
+    dest.mkdir(parents=True, exist_ok=True)
+    docker = "/usr/bin/docker" if Path("/usr/bin/docker").exists() else "docker"
+    with open(dest / "rm.log", "w") as f:
+        subprocess.run([docker, "logs", "themis-mc-rm"], stdout=f, stderr=subprocess.STDOUT,
+                       check=False)
+    for nm in ("nm1", "nm2", "nm3"):
+        subprocess.run([docker, "cp", f"themis-mc-{nm}:/data/nm-logs", str(dest / nm)],
+                       capture_output=True, check=False)
 
 
 def fmt(x: Any, nd: int = 0) -> str:
@@ -331,6 +352,9 @@ def main() -> int:
         ld = r["loadavg_1min"]
         print(f"{r['mode']}: {r['label']}: wall {r['wall_s']:.0f} s, load average (1 min) "
               f"mean {fmt(ld['mean'], 1)} max {fmt(ld['max'], 1)}")
+        top = [(k, v) for k, v in (r.get("cpu_by_kind") or {}).items() if k != "_wall_s"]
+        print("  CPU s by process kind: " + ", ".join(
+            f"{k} {v['cpu_s']:.0f} ({v['processes']})" for k, v in top[:12]))
         for a in r["apps"]:
             print(f"  {a['app']:<10} {a['final']:<10} JCT {fmt(a['jct_s'])} s  T_id "
                   f"{fmt(a['t_id_s'])} s  rho {fmt(a['rho'], 2)}  (N_avg {fmt(a['n_avg'], 2)}:"
