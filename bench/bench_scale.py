@@ -80,6 +80,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                    help="Themis lease duration in the benchmark (default 8000)")
     p.add_argument("--turnover-s", type=float, default=20.0,
                    help="how long lease expiries are watched (default 20)")
+    p.add_argument("--renew-ahead-ms", type=int, default=None,
+                   help="yarn-site renew-ahead-ms for Themis (docs/yarn.md, \"Renewal in "
+                   "place\"): a round this long before a lease ends re-offers its GPUs and a "
+                   "holder that wins them back keeps its lease; 0 turns it off. Default: the "
+                   "product's (20000, at most a quarter of the lease: 2000 with 8-s leases)")
     p.add_argument("--heartbeat-ms", type=int, default=1000,
                    help="NodeManager heartbeat interval (default 1000, YARN's default)")
     p.add_argument("--order", choices=["stock,themis", "themis,stock"], default="stock,themis",
@@ -180,6 +185,8 @@ def run_size(args: argparse.Namespace, size: str) -> dict[str, Any]:
         "bench.heartbeat-ms": args.heartbeat_ms, "bench.python": args.python,
         "bench.order": args.order, "bench.agent-procs": procs, "bench.out": out,
     }
+    if args.renew_ahead_ms is not None:
+        props["bench.renew-ahead-ms"] = args.renew_ahead_ms
     cmd = ["mvn", "-B", "-P", "scale-bench", "-pl", "rm-plugin", "test", "-Dtest=ScaleBench",
            "-Dsurefire.failIfNoSpecifiedTests=false"]
     cmd += ["-o"] if args.offline else []
@@ -289,6 +296,8 @@ def summary_line(result: dict[str, Any]) -> dict[str, Any]:
     return {"size": result["size"], "agent_procs": result.get("agent_procs"),
             "expiry_to_grant_ms": pick(e.get("to_grant_ms")),
             "expiry_to_commit_ms": pick(e.get("to_commit_ms")),
+            "expiries": e.get("expiries"), "renewed_in_place": e.get("renewed_in_place"),
+            "granted_before_expiry": e.get("granted_before_expiry"),
             "auction_share_median": result["auction_share"]["median"],
             "nongpu_ratio": result["nongpu_per_s"]["ratio"]}
 
@@ -314,9 +323,19 @@ def summarise(raw: dict[str, Any], size: str, wall_s: float) -> dict[str, Any]:
                          "met": ratio is not None and ratio >= 0.95},
         "lease_expiry": {
             "expiries": t.get("expiries"), "unserved": t.get("unserved"),
+            # renewal in place: leases whose holder won them back before they ended (not
+            # expiries: their containers run on), and ends whose node was granted again
+            # before the end (counted at 0 ms)
+            "renew_ahead_ms": t.get("renew_ahead_ms"),
+            "renewed_in_place": t.get("renewed_in_place"),
+            "renewed_before_expiry_ms": t.get("renewed_before_expiry_ms"),
+            "granted_before_expiry": t.get("granted_before_expiry"),
             "to_grant_ms": t.get("expiry_to_grant_ms"), "to_commit_ms": commit,
-            "met": bool(commit.get("n")) and commit.get("median", 1e9) <= 1000
-            and commit.get("p95", 1e9) <= 3000,
+            # no lease ended (every one renewed in place): nothing waited
+            "met": (not commit.get("n") and not t.get("expiries")
+                    and bool(t.get("renewed_in_place")))
+            or (bool(commit.get("n")) and commit.get("median", 1e9) <= 1000
+                and commit.get("p95", 1e9) <= 3000),
             "where": {k: t.get(k) for k in ("round_in_rm_ms", "engine_round_ms",
                                             "freed_to_grant_ms", "freed_round_delay_ms",
                                             "monitor_interval_ms", "rounds")},

@@ -62,6 +62,8 @@ class ScaleBench {
   private final int agentProcs = Integer.getInteger("bench.agent-procs", 1);
   private final long leaseMs = Long.getLong("bench.lease-ms", 8_000L);
   private final long turnoverMs = Long.getLong("bench.turnover-ms", 20_000L);
+  // renewal in place (docs/yarn.md): unset = the product's default (20 s, at most lease / 4)
+  private final Long renewAheadMs = Long.getLong("bench.renew-ahead-ms");
   private final long heartbeatMs = Long.getLong("bench.heartbeat-ms", 1_000L);
   private final String python = System.getProperty("bench.python",
       ThemisMiniCluster.testPython());
@@ -83,6 +85,7 @@ class ScaleBench {
     setup.put("agent_procs", agentProcs);
     setup.put("lease_ms", leaseMs);
     setup.put("turnover_ms", turnoverMs);
+    setup.put("renew_ahead_ms", renewAheadMs == null ? "default" : renewAheadMs.toString());
     setup.put("heartbeat_ms", heartbeatMs);
     long base = usedHeapMb();
     root.put("baseline_heap_mb", base);
@@ -128,6 +131,9 @@ class ScaleBench {
     conf.set(ThemisSettings.AGENT_BIND_HOST, "127.0.0.1");
     conf.setLong(ThemisSettings.LEASE_DURATION_MS, leaseMs);
     conf.setLong(ThemisSettings.GRACE_PERIOD_MS, 0);
+    if (renewAheadMs != null) {
+      conf.setLong(ThemisSettings.RENEW_AHEAD_MS, renewAheadMs);
+    }
     conf.setLong(ThemisSettings.MONITOR_INTERVAL_MS, 100);
     conf.setLong(ThemisSettings.ROUND_TIMEOUT_MS, 60_000);
     conf.setLong(ThemisSettings.ENGINE_START_TIMEOUT_MS, 120_000);
@@ -328,13 +334,20 @@ class ScaleBench {
   }
 
   /**
-   * Lease turnover for {@code turnoverMs}: every lease that expires (its containers killed, no
-   * grace) frees GPUs that the apps' endless asks want back. Per expiry on a node: time to the
+   * Lease turnover for {@code turnoverMs}: every lease that ends (its containers killed, no
+   * grace) frees GPUs that the apps' endless asks want back. Per lease end on a node: time to the
    * next lease granted on it and to the next GPU container committed there under that lease.
+   *
+   * <p>With renewal in place (docs/yarn.md) a round runs {@code renew-ahead-ms} before a lease
+   * ends: a lease whose holder wins its GPUs back keeps its id and gets a new expiry (counted as
+   * renewed, not as an end: its containers run on), and the part not won back stays a lease of
+   * its own with the old expiry (not a grant: it ends then). GPUs of an ending lease that the
+   * round gave to another app are granted before the end: a grant on the node from the start of
+   * that round on serves the end, at 0 ms when it came before it.
    */
   private void turnover(BenchSchedulers.Themis s, BenchSchedulers.Counts c, ObjectNode o)
       throws Exception {
-    Map<Long, Lease> seen = new HashMap<>();
+    Map<Long, Lease> seen = new HashMap<>(); // lease id -> its latest state
     Set<Long> expired = new HashSet<>();
     List<long[]> pending = new ArrayList<>(); // {node index, expiry ms}
     List<NodeId> nodeIds = new ArrayList<>();
@@ -342,7 +355,10 @@ class ScaleBench {
     Map<NodeId, List<Long>> grantsOn = new HashMap<>();
     List<Long> toGrant = new ArrayList<>();
     List<Long> toCommit = new ArrayList<>();
+    List<Long> renewedAhead = new ArrayList<>(); // old expiry - when the renewal was seen
+    long grantedAhead = 0;
     long unserved = 0;
+    long ahead = s.settings().renewAheadMs();
     resetRates(s);
     long start = System.currentTimeMillis();
     long end = start + turnoverMs;
@@ -350,15 +366,30 @@ class ScaleBench {
     for (Lease l : s.leases().snapshot()) {
       seen.put(l.id(), l); // granted before the window: their expiries count
     }
-    while (System.currentTimeMillis() < end) {
+    // polls go on after the window (at most a lease, 10 s) so that its last ends get served
+    long settle = end + Math.min(10_000, leaseMs);
+    while (System.currentTimeMillis() < settle) {
       long now = System.currentTimeMillis();
-      for (Lease l : s.leases().snapshot()) {
-        if (seen.putIfAbsent(l.id(), l) == null) {
+      List<Lease> snap = s.leases().snapshot();
+      Set<String> rests = new HashSet<>(); // app, node, old expiry of each lease renewed now
+      for (Lease l : snap) {
+        Lease old = seen.get(l.id());
+        if (old != null && old.expiryMs() != l.expiryMs()) {
+          if (old.expiryMs() >= start && old.expiryMs() < end) {
+            renewedAhead.add(old.expiryMs() - now);
+          }
+          rests.add(l.app() + " " + l.node() + " " + old.expiryMs());
+        }
+      }
+      for (Lease l : snap) {
+        Lease old = seen.put(l.id(), l);
+        if (old == null && !rests.contains(l.app() + " " + l.node() + " " + l.expiryMs())) {
           grantsOn.computeIfAbsent(l.node(), k -> new ArrayList<>()).add(l.grantedAtMs());
         }
       }
       for (Lease l : seen.values()) {
-        if (l.expiryMs() <= now && l.expiryMs() >= start && expired.add(l.id())) {
+        if (l.expiryMs() <= now && l.expiryMs() >= start && l.expiryMs() < end
+            && expired.add(l.id())) {
           NodeId n = l.node();
           nodeIndex.computeIfAbsent(n, k -> {
             nodeIds.add(k);
@@ -369,24 +400,23 @@ class ScaleBench {
       }
       Thread.sleep(20);
     }
-    Thread.sleep(Math.min(10_000, leaseMs)); // let the last expiries be served
-    for (Lease l : s.leases().snapshot()) {
-      if (seen.putIfAbsent(l.id(), l) == null) {
-        grantsOn.computeIfAbsent(l.node(), k -> new ArrayList<>()).add(l.grantedAtMs());
-      }
-    }
     for (long[] p : pending) {
       NodeId n = nodeIds.get((int) p[0]);
       long exp = p[1];
-      long grant = firstAtOrAfter(grantsOn.getOrDefault(n, Collections.emptyList()), exp);
+      // the round that re-offered this lease's GPUs ran up to `ahead` ms before its end
+      long grant = firstAtOrAfter(grantsOn.getOrDefault(n, Collections.emptyList()),
+          exp - ahead);
       if (grant < 0) {
         unserved++;
         continue;
       }
-      toGrant.add(grant - exp);
+      if (grant < exp) {
+        grantedAhead++;
+      }
+      toGrant.add(Math.max(0L, grant - exp));
       ConcurrentLinkedQueue<Long> q = c.gpuCommits.get(n);
       long commit = firstAtOrAfter(q == null ? Collections.emptyList() : new ArrayList<>(q),
-          grant);
+          Math.max(grant, exp));
       if (commit >= 0) {
         toCommit.add(commit - exp);
       }
@@ -394,6 +424,10 @@ class ScaleBench {
     ObjectNode t = o.putObject("lease_turnover");
     t.put("expiries", pending.size());
     t.put("unserved", unserved);
+    t.put("renew_ahead_ms", ahead);
+    t.put("renewed_in_place", renewedAhead.size());
+    t.set("renewed_before_expiry_ms", stats(renewedAhead));
+    t.put("granted_before_expiry", grantedAhead);
     t.put("rounds", s.runtime().driver().rounds() - roundsBefore);
     t.set("expiry_to_grant_ms", stats(toGrant));
     t.set("expiry_to_commit_ms", stats(toCommit));
