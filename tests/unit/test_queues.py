@@ -202,6 +202,25 @@ def test_the_outgoing_container_is_what_a_handover_stops_counting() -> None:
     assert info["root.a"]["held_gpus"] == 0 and info["root.b"]["held_gpus"] == 2
 
 
+def test_gpus_leased_ahead_of_their_holders_lease_end_count_once() -> None:
+    # renewal in place: a round leased a1's 2 GPUs on n0 to c1 before a1's lease ends;
+    # until then both leases are live and a1's container runs. n1 has 1 free GPU, c1 asks
+    # 1 more: the one queue (maximum 4) holds 2 on n0 + 1 on n1, not 5
+    leases = [{"lease_id": 1, "app_id": "a1", "node_id": "n0:1", "gpus": 2,
+               "expiry_ms": 1_005_000, "state": "ACTIVE"},
+              {"lease_id": 2, "app_id": "c1", "node_id": "n0:1", "gpus": 2,
+               "expiry_ms": 1_120_000, "state": "ACTIVE"},
+              {"lease_id": 3, "app_id": "b1", "node_id": "n1:1", "gpus": 1,
+               "expiry_ms": 1_120_000, "state": "ACTIVE"}]
+    apps = [_app("a1", "root.q", running={"n0:1": 2}), _app("b1", "root.q",
+                                                            running={"n1:1": 1}),
+            _app("c1", "root.q", 3)]
+    view = _view([(2, 0), (2, 1)], apps, [("root.q", 4, 4)], leases=leases)
+    reply = RoundEngine().run(json.dumps(view))
+    assert _per_app(reply) == {"c1": 1}
+    assert json.loads(reply)["info"]["queues"]["root.q"]["held_gpus"] == 3
+
+
 def test_multi_gpu_containers_stay_whole_in_a_queue_share() -> None:
     view = _view([(4, 4), (4, 4)], [_app("a1", "root.a", asks={2: 4}),
                                     _app("b1", "root.b", asks={2: 4})], [A, B])

@@ -439,27 +439,39 @@ def held_per_node(view: ClusterView) -> dict[str, dict[str, int]]:
 
 
 def occupied_per_node(view: ClusterView) -> dict[str, dict[str, int]]:
-    """:func:`held_per_node` without the GPUs it counts twice during a handover: a container
-    may still run on GPUs that are leased to another app (its own lease ended, or a round
-    gave them to that app ahead of the end, and it has not exited yet: grace, checkpoint),
-    and each app counts them. On a node whose apps together count more GPUs than it has, the
-    excess is taken off the apps whose containers there outlive their live leases (those
-    GPUs are the lessee's). A queue's holding (:mod:`themis.yarn.queues`) is counted this
-    way: counted twice, a handover made a queue look above its maximum capacity and its apps
-    got nothing while GPUs were free. Nodes the view no longer lists keep their count."""
+    """:func:`held_per_node` without the GPUs it counts twice during a handover. A round may
+    lease GPUs to another app before their holder's lease ends (renewal in place offers
+    them ahead of the end), and a container may run on after its lease ended (grace,
+    checkpoint): until the old lease ends and the container exits, both apps count those
+    GPUs. On a node whose apps together count more GPUs than it has, the excess is taken
+    off the outgoing apps first: those whose containers there outlive their live leases,
+    then those whose leases there end soonest (the lessee keeps the GPUs). A queue's holding
+    (:mod:`themis.yarn.queues`) is counted this way: counted twice, a handover made a queue
+    look above its maximum capacity and its apps got nothing while GPUs were free. Nodes
+    the view no longer lists keep their count."""
     held = held_per_node(view)
     leased = _live_leased(view)
+    ends: dict[tuple[str, str], int] = {}  # (app, node) -> its soonest live lease end there
+    for lease in view.leases:
+        if lease.live(view.now_ms) and not lease.renewing:
+            key = (lease.app_id, lease.node_id)
+            ends[key] = min(ends.get(key, lease.expiry_ms), lease.expiry_ms)
     out = {a: dict(per) for a, per in held.items()}
     for n in view.nodes:
         excess = sum(per.get(n.node_id, 0) for per in out.values()) - max(0, n.total_gpus)
-        for a in sorted(out):
-            if excess <= 0:
-                break
-            over = out[a].get(n.node_id, 0) - leased.get(a, {}).get(n.node_id, 0)
+        if excess <= 0:
+            continue
+        here = [a for a in sorted(out) if out[a].get(n.node_id, 0) > 0]
+        # beyond its leases first (a container outliving them), then by soonest lease end
+        for a in sorted(here, key=lambda a: ends.get((a, n.node_id), 0)):
+            over = out[a][n.node_id] - leased.get(a, {}).get(n.node_id, 0)
             cut = min(max(0, over), excess)
-            if cut:
-                out[a][n.node_id] -= cut
-                excess -= cut
+            out[a][n.node_id] -= cut
+            excess -= cut
+        for a in sorted(here, key=lambda a: ends.get((a, n.node_id), 0)):
+            cut = min(out[a][n.node_id], excess)
+            out[a][n.node_id] -= cut
+            excess -= cut
     return {a: kept for a, per in out.items() if (kept := {n: k for n, k in per.items() if k > 0})}
 
 
