@@ -52,6 +52,12 @@ def _app(app_id: str, queue: str, ones: int = 0, running: Mapping[str, int] | No
             "asks": [{"gpus_per_container": k, "containers": n} for k, n in shape.items()]}
 
 
+def _lease(lease_id: int, app_id: str, node_id: str, gpus: int,
+           expiry_ms: int = 2_000_000) -> Json:
+    return {"lease_id": lease_id, "app_id": app_id, "node_id": node_id, "gpus": gpus,
+            "expiry_ms": expiry_ms, "state": "ACTIVE"}
+
+
 def _grants(reply: str) -> Counter[tuple[str, str]]:
     out: Counter[tuple[str, str]] = Counter()
     for g in json.loads(reply)["grants"]:
@@ -175,12 +181,7 @@ def test_a_handover_does_not_count_its_gpus_twice_against_the_queue_maximum() ->
     # to c1, b1 runs 2 under its lease; n1 (2): b1 runs 1, 1 free. Counted per app, the
     # queue holds 2 + 2 + 2 + 1 = 7 of its maximum 6 and c1, the one app asking, would get
     # nothing while a GPU is free; n0 has 4 GPUs, so the queue holds 4 + 1 = 5
-    leases = [{"lease_id": 1, "app_id": "c1", "node_id": "n0:1", "gpus": 2,
-               "expiry_ms": 2_000_000, "state": "ACTIVE"},
-              {"lease_id": 2, "app_id": "b1", "node_id": "n0:1", "gpus": 2,
-               "expiry_ms": 2_000_000, "state": "ACTIVE"},
-              {"lease_id": 3, "app_id": "b1", "node_id": "n1:1", "gpus": 1,
-               "expiry_ms": 2_000_000, "state": "ACTIVE"}]
+    leases = [_lease(1, "c1", "n0:1", 2), _lease(2, "b1", "n0:1", 2), _lease(3, "b1", "n1:1", 1)]
     apps = [_app("a1", "root.q", running={"n0:1": 2}), _app("b1", "root.q",
                                                             running={"n0:1": 2, "n1:1": 1}),
             _app("c1", "root.q", 3)]
@@ -193,8 +194,7 @@ def test_a_handover_does_not_count_its_gpus_twice_against_the_queue_maximum() ->
 def test_the_outgoing_container_is_what_a_handover_stops_counting() -> None:
     # the same handover, a1 and c1 in two queues (c1 asks 3: 2 for its leased GPUs, 1
     # more): a1's queue holds nothing it has a lease for, c1's queue holds its lease
-    leases = [{"lease_id": 1, "app_id": "c1", "node_id": "n0:1", "gpus": 2,
-               "expiry_ms": 2_000_000, "state": "ACTIVE"}]
+    leases = [_lease(1, "c1", "n0:1", 2)]
     apps = [_app("a1", "root.a", 1, running={"n0:1": 2}), _app("c1", "root.b", 3)]
     view = _view([(2, 0), (2, 2)], apps, [("root.a", 2, 4), ("root.b", 2, 4)],
                  leases=leases)
@@ -206,12 +206,8 @@ def test_gpus_leased_ahead_of_their_holders_lease_end_count_once() -> None:
     # renewal in place: a round leased a1's 2 GPUs on n0 to c1 before a1's lease ends;
     # until then both leases are live and a1's container runs. n1 has 1 free GPU, c1 asks
     # 1 more: the one queue (maximum 4) holds 2 on n0 + 1 on n1, not 5
-    leases = [{"lease_id": 1, "app_id": "a1", "node_id": "n0:1", "gpus": 2,
-               "expiry_ms": 1_005_000, "state": "ACTIVE"},
-              {"lease_id": 2, "app_id": "c1", "node_id": "n0:1", "gpus": 2,
-               "expiry_ms": 1_120_000, "state": "ACTIVE"},
-              {"lease_id": 3, "app_id": "b1", "node_id": "n1:1", "gpus": 1,
-               "expiry_ms": 1_120_000, "state": "ACTIVE"}]
+    leases = [_lease(1, "a1", "n0:1", 2, 1_005_000), _lease(2, "c1", "n0:1", 2, 1_120_000),
+              _lease(3, "b1", "n1:1", 1, 1_120_000)]
     apps = [_app("a1", "root.q", running={"n0:1": 2}), _app("b1", "root.q",
                                                             running={"n1:1": 1}),
             _app("c1", "root.q", 3)]
