@@ -120,12 +120,15 @@ def test_engine_round_lines_carry_the_auction_time() -> None:
 def test_summary_line_per_size() -> None:
     result = {"size": "quick", "agent_procs": 8,
               "lease_expiry": {"to_grant_ms": {"n": 5, "median": 100, "p95": 200, "max": 300},
-                               "to_commit_ms": {"n": 4, "median": 150, "p95": 250}},
+                               "to_commit_ms": {"n": 4, "median": 150, "p95": 250},
+                               "expiries": 5, "renewed_in_place": 7,
+                               "granted_before_expiry": 2},
               "auction_share": {"median": 0.05}, "nongpu_per_s": {"ratio": 1.1}}
     assert scale.summary_line(result) == {
         "size": "quick", "agent_procs": 8,
         "expiry_to_grant_ms": {"median": 100, "p95": 200, "n": 5},
         "expiry_to_commit_ms": {"median": 150, "p95": 250, "n": 4},
+        "expiries": 5, "renewed_in_place": 7, "granted_before_expiry": 2,
         "auction_share_median": 0.05, "nongpu_ratio": 1.1}
     assert scale.summary_line({"size": "mid", "error": "x"}) == {"size": "mid", "error": "x"}
 
