@@ -450,6 +450,11 @@ def occupied_per_node(view: ClusterView) -> dict[str, dict[str, int]]:
     look above its maximum capacity and its apps got nothing while GPUs were free. Nodes
     the view no longer lists keep their count."""
     held = held_per_node(view)
+    over = {n.node_id: sum(per.get(n.node_id, 0) for per in held.values()) - max(0, n.total_gpus)
+            for n in view.nodes}
+    over = {n: x for n, x in over.items() if x > 0}
+    if not over:  # no handover under way: every GPU counted once already
+        return held
     leased = _live_leased(view)
     ends: dict[tuple[str, str], int] = {}  # (app, node) -> its soonest live lease end there
     for lease in view.leases:
@@ -457,20 +462,17 @@ def occupied_per_node(view: ClusterView) -> dict[str, dict[str, int]]:
             key = (lease.app_id, lease.node_id)
             ends[key] = min(ends.get(key, lease.expiry_ms), lease.expiry_ms)
     out = {a: dict(per) for a, per in held.items()}
-    for n in view.nodes:
-        excess = sum(per.get(n.node_id, 0) for per in out.values()) - max(0, n.total_gpus)
-        if excess <= 0:
-            continue
-        here = [a for a in sorted(out) if out[a].get(n.node_id, 0) > 0]
-        # beyond its leases first (a container outliving them), then by soonest lease end
-        for a in sorted(here, key=lambda a: ends.get((a, n.node_id), 0)):
-            over = out[a][n.node_id] - leased.get(a, {}).get(n.node_id, 0)
-            cut = min(max(0, over), excess)
-            out[a][n.node_id] -= cut
+    for node, excess in over.items():
+        # the outgoing first: an app without a live lease there, then by soonest lease end
+        order = sorted((a for a in sorted(out) if out[a].get(node, 0) > 0),
+                       key=lambda a: ends.get((a, node), 0))
+        for a in order:  # first what its containers hold beyond its leases
+            cut = min(max(0, out[a][node] - leased.get(a, {}).get(node, 0)), excess)
+            out[a][node] -= cut
             excess -= cut
-        for a in sorted(here, key=lambda a: ends.get((a, n.node_id), 0)):
-            cut = min(out[a][n.node_id], excess)
-            out[a][n.node_id] -= cut
+        for a in order:  # then its leased GPUs
+            cut = min(out[a][node], excess)
+            out[a][node] -= cut
             excess -= cut
     return {a: kept for a, per in out.items() if (kept := {n: k for n, k in per.items() if k > 0})}
 
