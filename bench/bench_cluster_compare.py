@@ -228,14 +228,14 @@ def one_run(mode: str, lease_ms: int, timeout: float, out: Path) -> dict[str, An
 
 
 def save_logs(mode: str, out: Path) -> None:
-    """Before the cluster goes: the RM's log (its rounds) and every container's logs (AMs,
-    jobs) into ``out/logs-<mode>/``, best effort."""
+    """Before the cluster goes: the RM's log (its rounds; ``minicluster.sh logs rm``) and
+    every container's logs (AMs, jobs) into ``out/logs-<mode>/``, best effort."""
     dest = out / f"logs-{mode}"
     dest.mkdir(parents=True, exist_ok=True)
-    docker = "/usr/bin/docker" if Path("/usr/bin/docker").exists() else "docker"
     with open(dest / "rm.log", "w") as f:
-        subprocess.run([docker, "logs", "themis-mc-rm"], stdout=f, stderr=subprocess.STDOUT,
-                       check=False)
+        subprocess.run([str(ROOT / "docker" / "minicluster.sh"), "logs", "rm"], stdout=f,
+                       stderr=subprocess.STDOUT, check=False)
+    docker = "/usr/bin/docker" if Path("/usr/bin/docker").exists() else "docker"
     for nm in ("nm1", "nm2", "nm3"):
         subprocess.run([docker, "cp", f"themis-mc-{nm}:/data/nm-logs", str(dest / nm)],
                        capture_output=True, check=False)

@@ -68,16 +68,18 @@ class ProcCpu:
                 continue
             try:
                 stat = (d / "stat").read_text()
-                argv = (d / "cmdline").read_bytes().split(b"\0")
+                fields = stat[stat.rindex(")") + 2:].split()
+                key = (int(d.name), int(fields[19]))  # pid, start time: pids are reused
+                old = self._seen.get(key)
+                if old is None:  # a process's kind is read once, from its command line
+                    argv = (d / "cmdline").read_bytes().split(b"\0")
+                    k = kind([a.decode(errors="replace") for a in argv if a],
+                             stat[stat.index("(") + 1:stat.rindex(")")])
+                else:
+                    k = old[0]
             except OSError:
                 continue
-            comm = stat[stat.index("(") + 1:stat.rindex(")")]
-            fields = stat[stat.rindex(")") + 2:].split()
-            cpu = (int(fields[11]) + int(fields[12])) / TICKS
-            key = (int(d.name), int(fields[19]))  # pid, start time: pids are reused
-            old = self._seen.get(key)
-            k = old[0] if old else kind([a.decode(errors="replace") for a in argv if a], comm)
-            out[key] = (k, cpu)
+            out[key] = (k, (int(fields[11]) + int(fields[12])) / TICKS)
         return out
 
     def _loop(self) -> None:

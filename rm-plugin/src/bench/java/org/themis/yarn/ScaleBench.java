@@ -378,12 +378,12 @@ class ScaleBench {
           if (old.expiryMs() >= start && old.expiryMs() < end) {
             renewedAhead.add(old.expiryMs() - now);
           }
-          rests.add(l.app() + " " + l.node() + " " + old.expiryMs());
+          rests.add(restKey(l, old.expiryMs()));
         }
       }
       for (Lease l : snap) {
         Lease old = seen.put(l.id(), l);
-        if (old == null && !rests.contains(l.app() + " " + l.node() + " " + l.expiryMs())) {
+        if (old == null && !rests.contains(restKey(l, l.expiryMs()))) {
           grantsOn.computeIfAbsent(l.node(), k -> new ArrayList<>()).add(l.grantedAtMs());
         }
       }
@@ -437,6 +437,14 @@ class ScaleBench {
     t.put("freed_round_delay_ms", s.settings().freedRoundDelayMs());
     t.put("monitor_interval_ms", s.settings().monitorIntervalMs());
     progress("turnover: " + t);
+  }
+
+  /**
+   * A lease renewed in place leaves the rest of its GPUs as a new lease with its app, node
+   * and old end: this key finds it.
+   */
+  private static String restKey(Lease l, long expiryMs) {
+    return l.app() + " " + l.node() + " " + expiryMs;
   }
 
   private static long firstAtOrAfter(List<Long> times, long t) {
