@@ -56,6 +56,7 @@ class ProcCpu:
         self.period = period
         self.proc = proc
         self._seen: dict[tuple[int, int], tuple[str, float]] = {}
+        self._kinds: dict[tuple[int, int], tuple[str, str]] = {}  # key -> (comm, kind)
         self._base: dict[tuple[int, int], float] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="proc-cpu", daemon=True)
@@ -69,17 +70,21 @@ class ProcCpu:
             try:
                 stat = (d / "stat").read_text()
                 fields = stat[stat.rindex(")") + 2:].split()
+                comm = stat[stat.index("(") + 1:stat.rindex(")")]
                 key = (int(d.name), int(fields[19]))  # pid, start time: pids are reused
-                old = self._seen.get(key)
-                if old is None:  # a process's kind is read once, from its command line
-                    argv = (d / "cmdline").read_bytes().split(b"\0")
-                    k = kind([a.decode(errors="replace") for a in argv if a],
-                             stat[stat.index("(") + 1:stat.rindex(")")])
-                else:
-                    k = old[0]
-            except OSError:
+                cpu = (int(fields[11]) + int(fields[12])) / TICKS
+                known = self._kinds.get(key)
+                # a process's kind is read from its command line once, and again after an
+                # exec (its comm changes) or while it has no command line yet
+                if known is None or known[0] != comm:
+                    argv = [a.decode(errors="replace")
+                            for a in (d / "cmdline").read_bytes().split(b"\0") if a]
+                    known = (comm, kind(argv, comm))
+                    if argv:
+                        self._kinds[key] = known
+            except (OSError, ValueError, IndexError):  # ended, or read mid-write
                 continue
-            out[key] = (k, (int(fields[11]) + int(fields[12])) / TICKS)
+            out[key] = (known[1], cpu)
         return out
 
     def _loop(self) -> None:

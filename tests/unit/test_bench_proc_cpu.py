@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+import time
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
@@ -27,13 +28,17 @@ def test_kinds_name_the_module_the_main_class_or_the_command() -> None:
     assert kind([], "kworker/0:1") == "kworker/0:1"
 
 
-def _proc(root: Path, pid: int, argv: list[str], ticks: int, start: int = 7) -> None:
+def _proc(root: Path, pid: int, argv: list[str], ticks: int, start: int = 7,
+          comm: str = "x y") -> None:
     d = root / str(pid)
     d.mkdir(exist_ok=True)
     # fields after "(comm) ": state is field 3, utime 14, stime 15, starttime 22
     rest = ["S"] + ["0"] * 10 + [str(ticks), str(ticks)] + ["0"] * 6 + [str(start)]
-    (d / "stat").write_text(f"{pid} (x y) " + " ".join(rest) + "\n")
-    (d / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
+    # as in /proc, a file is read whole or not at all (the sampler reads while we write)
+    for name, data in (("cmdline", b"\0".join(a.encode() for a in argv) + b"\0"),
+                       ("stat", f"{pid} ({comm}) {' '.join(rest)}\n".encode())):
+        (d / f".{name}").write_bytes(data)
+        (d / f".{name}").replace(d / name)
 
 
 def test_sums_cpu_by_kind_counting_only_what_was_used_while_it_ran(tmp_path: Path) -> None:
@@ -48,3 +53,17 @@ def test_sums_cpu_by_kind_counting_only_what_was_used_while_it_ran(tmp_path: Pat
     assert out["themis.jobs.train"] == {"cpu_s": 4.0, "processes": 2}
     assert out["NodeManager"] == {"cpu_s": 6.0, "processes": 1}
     assert list(out)[1] == "NodeManager"  # most CPU first, after the wall time
+
+
+def test_a_process_that_execs_is_counted_by_what_it_runs_after(tmp_path: Path) -> None:
+    tick = proc_cpu.TICKS
+    p = proc_cpu.ProcCpu(period=0.01, proc=tmp_path).start()
+    # forked by a Python launcher: its command line is the parent's until it execs
+    _proc(tmp_path, 20, ["python3", "launcher.py"], 1 * tick, comm="python3")
+    time.sleep(0.1)
+    _proc(tmp_path, 20, ["java", "org.apache.hadoop.yarn.server.nodemanager.NodeManager"],
+          5 * tick, comm="java")
+    time.sleep(0.1)
+    out = p.stop()
+    assert out["NodeManager"] == {"cpu_s": 10.0, "processes": 1}
+    assert "launcher.py" not in out
