@@ -24,7 +24,8 @@ from ZKRMStateStore and the ZooKeeper lease store). Checks:
 * a job stopped by a lease end resumed from its checkpoint (no step lost before it).
 
 Prints (and ``bench/RESULTS.md`` records) kill -> new active, kill -> recovery settled and
-kill -> the new active's first grant committed (its first "Themis lease N: ..." log line).
+kill -> the new active's first grant committed (its first "Themis lease N: ..." or "Themis
+lease N of APP on NODE renewed in place: ..." log line).
 
 Environment: as tests/integration/minicluster.py.
 """
@@ -102,6 +103,8 @@ resources: {{gpus: 2, memory_mb: 256, vcores: 1}}
 am: {{memory_mb: 512, max_attempts: 1}}
 """
 _TS = r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) "
+#: the RM's log line of a grant: a new lease, or a lease renewed in place (docs/yarn.md)
+GRANT_LINE = r"Themis lease \d+(?:: \d+ GPU\(s\) on | of \S+ on \S+ renewed in place: )"
 
 
 @pytest.fixture(scope="module")
@@ -233,11 +236,13 @@ def _failover(cluster: dict[str, Any], apps: list[str], restart: bool = False
 
     _wait("every running AM's agent registered with the new active", 90, reregistered)
     t_reregistered = time.time()
-    # the next grant (a lease expiry's round: every GPU is leased), unless the apps ended
+    # the next grant (a lease expiry's round: every GPU is leased), unless the apps ended;
+    # a lease renewed in place is one too (late in the apps, when each runs its one last job
+    # on GPUs it wins back at every lease end, every grant is a renewal)
     grant: list[float] = []
 
     def granted_or_done() -> bool:
-        t = logged_after(r"Themis lease \d+: \d+ GPU\(s\) on ", since)
+        t = logged_after(GRANT_LINE, since)
         if t is not None:
             grant.append(t)
             return True
