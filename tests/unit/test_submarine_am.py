@@ -364,6 +364,24 @@ def test_a_container_on_a_lease_about_to_end_is_given_back_unlaunched() -> None:
     assert am.demand_node() == "nm1:8041"
 
 
+def test_an_idle_gpu_given_back_is_the_one_of_the_soonest_ending_lease_on_its_node() -> None:
+    # The RM cuts a give-back from the app's soonest-ending leases on the node, whatever ids
+    # the AM names (LeaseTable.shrink): the AM names those too, so that both keep the
+    # lease that lasts. (Traced on the mini-cluster: the AM gave back "r13", the later
+    # lease, kept "r9", and stopped its job when r9 ended; the RM had cut r9 and kept r13.)
+    clock = _Clock()
+    shell = FakeShell()
+    am = AppMaster(_spec(max_parallel_jobs=1), "application_1700000000000_0009", shell,
+                   arbiter="-", hdfs=None, app_dir="/tmp/z", clock=clock, idle_release_s=0.0)
+    shell.am = am
+    am.agent = _FakeAgent({"nm1:8041/r9-1000.0": clock.t + 60.0,
+                           "nm1:8041/r13-1020.0": clock.t + 105.0})
+    am.cluster_nodes = json.loads(shell.nodes())
+    am.state = "RUNNING"
+    am.reconcile()  # one job may run: one GPU of nm1 idles
+    assert am.agent.released == [["nm1:8041/r9-1000.0"]]
+
+
 def test_a_node_yarn_takes_out_of_service_loses_its_leases_in_the_ams_view() -> None:
     # issue 35: nm1 is LOST; the RM ended the app's leases there, and the AM's allocate
     # response names the node: the AM drops those leases, stops asking there, and its job

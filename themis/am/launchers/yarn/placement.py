@@ -11,13 +11,19 @@ usable leases (:mod:`themis.am.margins`), and the RM commits them only there. Ea
    placeable GPUs, else parked on the demand node (the pending ask is what makes the app
    take part in rounds; the RM commits nothing there without a lease);
 4. GPUs the app cannot use are given back: leases about to end at once, others after
-   ``idle_release_s`` without a job to place on them.
+   ``idle_release_s`` without a job to place on them. On a node, the GPUs of the
+   soonest-ending leases go first: YARN counts GPUs per node, so the RM cuts a give-back
+   from the app's soonest-ending leases there (``LeaseTable.shrink``), whichever ids the
+   AM names. Naming others would leave the AM counting its runs there against a lease the
+   RM no longer has, and stopping them when that lease ends although the RM's lease on the
+   node goes on (and would be renewed in place).
 """
 
 from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from themis.am.hyperband import JobStatus
@@ -113,15 +119,18 @@ def reconcile(am: AppMaster, now: float, usable: dict[str, float],
     #    idle_release_s without a job to place on them
     give: list[str] = []
     all_leases = {k: v for k, v in am.leases().items() if v > now}
+    def soonest_first(ids: Iterable[str]) -> list[str]:
+        return sorted(ids, key=lambda k: (all_leases.get(k, now), k))
+
     ending = Counter(node_of(k) for k in all_leases if k not in usable)
     for node, count in ending.items():
         # GPUs of the node's ending leases not needed by runs still occupying it
         busy = max(0, used.get(node, 0) - held.get(node, 0))
-        ids = sorted(k for k in all_leases if k not in usable and node_of(k) == node)
+        ids = soonest_first(k for k in all_leases if k not in usable and node_of(k) == node)
         give += ids[: max(0, count - busy)]
     spare_nodes = {n: f for n, f in free.items()
                    if f > 0 and (unplaced == 0 or active >= cap or f < g)}
-    for gid in sorted(usable):
+    for gid in soonest_first(usable):
         gnode = node_of(gid)
         if spare_nodes.get(gnode, 0) > 0:
             since = am._idle_since.setdefault(gid, now)
