@@ -103,3 +103,26 @@ def test_waiting_asks_are_the_asks_less_whole_containers_that_fit_the_unused_gpu
         # every node's unused GPUs minus what it took is below the smallest waiting size,
         # so at least total unused minus taken is below (#nodes x smallest)
         assert sum(free.values()) - taken < max(1, len(free)) * smallest
+
+
+def test_an_unused_gpu_does_not_take_a_container_up_for_renewal() -> None:
+    """A's 1-GPU container runs on n1 under a lease up for renewal; A also holds an unused
+    GPU on n1 under a later lease (granted for an ask since withdrawn) and asks nothing
+    else. The container stays asked, so the round offers its GPU back (renewed in place, it
+    runs on): taken by the unused GPU, the round had nothing to decide, the one renewal
+    offer at this expiry passed, and the container stopped at the lease end."""
+    now = 10_000
+    raw = json.loads(_view({"n1:1": 0}, [
+        {"app_id": A, "pending_gpus": 0, "running_gpus": {"n1:1": 1},
+         "renewing": {"n1:1": {"gpus": 1, "containers": [1]}}}],
+        [(A, "n1:1", 1, now + 5_000), (A, "n1:1", 1, now + 50_000)], now_ms=now))
+    raw["leases"][0]["renewing"] = True
+    view = parse_view(json.dumps(raw))
+    assert leased_unused(view) == {A: {"n1:1": 1}}
+    assert waiting_asks(view) == {A: {1: 1}}
+    reply = json.loads(RoundEngine().run(json.dumps(raw)))
+    assert [(g["app_id"], g["node_id"], g["gpus"]) for g in reply["grants"]] == \
+        [(A, "n1:1", 1)], reply
+    # a pending ask is still taken by the unused GPU, the renewal stays asked
+    raw["apps"][0]["pending_gpus"] = 1
+    assert waiting_asks(parse_view(json.dumps(raw))) == {A: {1: 1}}

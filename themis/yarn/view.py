@@ -102,8 +102,19 @@ class AppView:
     def shape(self) -> dict[int, int]:
         """The container asks the leftover step deals whole (see :mod:`themis.mechanism.round`):
         its pending asks and the containers that run on its leases up for renewal."""
-        out = dict(self.asks) if self.asks else (
+        out = self.pending_shape()
+        for k, n in self.renewing_shape().items():
+            out[k] = out.get(k, 0) + n
+        return out
+
+    def pending_shape(self) -> dict[int, int]:
+        """Its pending container asks: GPUs per container -> containers."""
+        return dict(self.asks) if self.asks else (
             {1: self.pending_gpus} if self.pending_gpus > 0 else {})
+
+    def renewing_shape(self) -> dict[int, int]:
+        """The containers that run on its leases up for renewal: GPUs each -> containers."""
+        out: dict[int, int] = {}
         for _, sizes in self.renewing.values():
             for k in sizes:
                 out[k] = out.get(k, 0) + 1
@@ -499,11 +510,15 @@ def waiting_asks(view: ClusterView) -> dict[str, dict[int, int]]:
     container only where the app holds a lease with room (the RM's lease gate), so a pending
     ask of an app with such a lease is served there at the node's next heartbeat; counting
     it again would lease the app a second GPU for the same container. Each node's unused
-    GPUs take the largest containers that fit, one at a time."""
+    GPUs take the largest containers that fit, one at a time. They take pending asks only:
+    a container on a lease up for renewal stays asked, so that the round offers its GPUs
+    back to it (renewed in place, it runs on; taken by an unused GPU, it would restart
+    there, and a round left with nothing to decide would let the one renewal offer at this
+    expiry pass)."""
     unused = leased_unused(view)
     out: dict[str, dict[int, int]] = {}
     for a in view.apps:
-        left = a.shape()
+        left = a.pending_shape()
         for free in unused.get(a.app_id, {}).values():
             while True:
                 fits = [k for k, n in left.items() if n > 0 and k <= free]
@@ -512,6 +527,8 @@ def waiting_asks(view: ClusterView) -> dict[str, dict[int, int]]:
                 k = max(fits)
                 left[k] -= 1
                 free -= k
+        for k, n in a.renewing_shape().items():
+            left[k] = left.get(k, 0) + n
         left = {k: n for k, n in left.items() if n > 0}
         if left:
             out[a.app_id] = left
