@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-from themis.mechanism.bids import candidate_bundles, make_bid_table, useful_counts
+from themis.mechanism.bids import (
+    candidate_bundles,
+    make_bid_table,
+    make_bid_table_py,
+    useful_counts,
+)
 from themis.mechanism.fairness import FairnessContext, rho
 from themis.mechanism.instances import heterogeneous_cluster
-from themis.mechanism.model import AppModel, Job
+from themis.mechanism.model import AppKind, AppModel, Job
 from themis.mechanism.placement import NETWORK_INTENSIVE
 from themis.mechanism.topology import Gpu, Locality, locality_of
 
@@ -92,8 +97,26 @@ def test_previous_gpus_come_first_among_equally_placed_bundles() -> None:
     assert make_bid_table(app, [], offer, CTX, previous=("zz",)) == plain
 
 
+def test_previous_gpus_come_before_a_held_machine_with_fewer_free() -> None:
+    # Traced on the mini-cluster: a one-GPU job of the app runs on nm2, whose lease is up
+    # for renewal (offered again, ``previous``); the app also holds a GPU on nm1, where one
+    # more is free, and nm3 has three free. A one-GPU bundle on nm1 is as good as nm2's, but
+    # winning it moves the job (a restart) while nm2's renews its lease in place.
+    offer = ([Gpu("nm1/0", "nm1", "r0")] + [Gpu(f"nm2/{i}", "nm2", "r0") for i in range(2)]
+             + [Gpu(f"nm3/{i}", "nm3", "r0") for i in range(2)])
+    held = [Gpu("nm1/held", "nm1", "r0")]
+    app = AppModel("a", 0.0, [Job("j0", 1.0, 1e4, 1), Job("j1", 1.0, 1e4, 1)],
+                   kind=AppKind.SUCCESSIVE_HALVING)
+    for make in (make_bid_table, make_bid_table_py):
+        t = make(app, held, offer, CTX, previous=("nm2/1",))
+        assert next(b.gpus for b in t.bids if len(b.gpus) == 1) == ("nm2/1",), make
+        # without it, the held machine's free GPU comes first (the tightest fit)
+        t = make(app, held, offer, CTX)
+        assert next(b.gpus for b in t.bids if len(b.gpus) == 1) == ("nm1/0",), make
+
+
 def test_bids_capped_at_what_running_jobs_can_use_now() -> None:
-    from themis.mechanism.model import AppKind, FuturePhase
+    from themis.mechanism.model import FuturePhase
 
     offer = heterogeneous_cluster(64)
     # Phase of 2 jobs of demand 4; one is done. The next phase (2 jobs x 4) could use 8,

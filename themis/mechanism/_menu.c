@@ -13,7 +13,8 @@
  *
  * menu(offer, held, previous, max_new, per_k, ties, salt, tie_of) is
  * bids.candidate_bundles_py: the app's view of the offer (bids._OfferView: GPUs whose lease
- * it just lost first on their machines, machine affinity, machines and racks in preference
+ * it just lost first on their machines and their machines first, machine affinity, machines
+ * and racks in preference
  * order), then per useful count the aligned machine blocks, the rack fills, else the fill
  * of the whole offer, without repeated GPU sets. Tie hashes come from the ``ties`` dict;
  * names missing from it are filled by calling tie_of(ties, salt, name) (bids._tie_of).
@@ -557,7 +558,7 @@ static int view_init(View *v, Offer *o, PyObject *held, PyObject *previous, PyOb
     v->per_k = per_k > n + 1 ? n + 1 : (int)per_k; /* a limit above n limits nothing */
     v->ints = malloc((4 * (size_t)n + 5 * (size_t)nm + 4 * (size_t)nr + 1) * sizeof(int));
     v->longs = malloc(((size_t)nm + (size_t)nr + 1) * sizeof(long long));
-    v->marks = calloc(2 * (size_t)n + (size_t)nm + (size_t)o->n_rack + 1, 1);
+    v->marks = calloc(2 * (size_t)n + 2 * (size_t)nm + (size_t)o->n_rack + 1, 1);
     if (!v->ints || !v->longs || !v->marks) {
         PyErr_NoMemory();
         return -1;
@@ -575,11 +576,13 @@ static int view_init(View *v, Offer *o, PyObject *held, PyObject *previous, PyOb
     v->tie = v->longs;
     v->r_tie = v->tie + nm;
     char *prev = v->marks, *prev_slot = prev + n, *held_m = prev_slot + n, *held_r = held_m + nm;
+    char *prev_m = held_r + o->n_rack;
     memset(v->stamp, 0, (size_t)n * sizeof(int));
 
     if (view_held(v, held, held_m, held_r) < 0) return -1;
 
-    /* previous: the offered GPUs among them, their slots; their machines count as held */
+    /* previous: the offered GPUs among them, their slots; their machines come first, before
+     * the held ones, and their racks count as held */
     PyObject *it = PyObject_GetIter(previous), *gid;
     if (!it) return -1;
     int any = 0;
@@ -588,7 +591,7 @@ static int view_init(View *v, Offer *o, PyObject *held, PyObject *previous, PyOb
         Py_DECREF(gid);
         if (p == -2) break;
         if (p >= 0) {
-            prev[p] = prev_slot[o->g_slot[p]] = held_m[o->g_mach[p]] = 1;
+            prev[p] = prev_slot[o->g_slot[p]] = prev_m[o->g_mach[p]] = 1;
             held_r[o->m_rack[o->g_mach[p]]] = 1;
             any = 1;
         }
@@ -611,7 +614,7 @@ static int view_init(View *v, Offer *o, PyObject *held, PyObject *previous, PyOb
         memcpy(v->perm + s, v->tmp, (size_t)(e - s) * sizeof(int));
     }
     for (int m = 0; m < nm; m++) {
-        v->aff[m] = held_m[m] ? 0 : held_r[o->m_rack[m]] ? 1 : 2;
+        v->aff[m] = prev_m[m] ? 0 : held_m[m] ? 1 : held_r[o->m_rack[m]] ? 2 : 3;
         if (tie_value(v, PyTuple_GET_ITEM(o->mach_names, m), &v->tie[m]) < 0) return -1;
         v->morder[m] = m;
     }
@@ -630,7 +633,7 @@ static int view_racks(View *v) {
         stable_sort(v->tight + s, len, v->tmp, cmp_tight, v);
         memcpy(v->small + s, v->tight + s, (size_t)len * sizeof(int));
         stable_sort(v->small + s, len, v->tmp, cmp_small, v);
-        v->r_aff[r] = 2;
+        v->r_aff[r] = 3;
         for (int i = s; i < s + len; i++)
             if (v->aff[v->tight[i]] < v->r_aff[r]) v->r_aff[r] = v->aff[v->tight[i]];
         if (tie_value(v, PyTuple_GET_ITEM(o->rack_names, r), &v->r_tie[r]) < 0) return -1;

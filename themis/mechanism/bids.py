@@ -180,8 +180,9 @@ def _tie_of(ties: dict[str, int], salt: str, name: str) -> int:
 
 class _OfferView:
     """The offer grouped for bundle construction, relative to the GPUs an app holds (and
-    the GPUs whose lease it just lost, ``previous``: preferred like held machines, and
-    first within their machine, so that a renewal names the same GPUs). The per-rack
+    the GPUs whose lease it just lost, ``previous``: their machines before the held ones,
+    and first within their machine, so that a renewal names the same GPUs and a job that
+    ran on them keeps them rather than moving to a held machine's free GPU). The per-rack
     orders are built on first use: most menus are filled from single machines."""
 
     def __init__(
@@ -207,16 +208,16 @@ class _OfferView:
                 self.machines[m] = sorted(
                     gs, key=lambda g: (g.slot_key not in prev_slots, g.id not in prev_ids)
                 )  # stable: otherwise the usual fill order
+        prev_machines = {m for m, _ in prev_slots}
         held_machines = {g.machine for g in held}
-        held_machines.update(m for m, _ in prev_slots)
         held_racks = {g.rack for g in held}
-        held_racks.update(rack_of[m] for m, _ in prev_slots)
+        held_racks.update(rack_of[m] for m in prev_machines)
         machines = self.machines
         if held_machines or held_racks:
-            self.affinity = {m: 0 if m in held_machines else 1 if rack_of[m] in held_racks
-                             else 2 for m in machines}
+            self.affinity = {m: 0 if m in prev_machines else 1 if m in held_machines
+                             else 2 if rack_of[m] in held_racks else 3 for m in machines}
         else:
-            self.affinity = dict.fromkeys(machines, 2)
+            self.affinity = dict.fromkeys(machines, 3)
         # Ties between equally good machines are broken per app (a stable hash of the
         # app id), so that apps' menus spread over the offer instead of all naming the
         # same few machines.
