@@ -119,3 +119,35 @@ def test_the_simulator_spreads_a_rounds_leases(spread: float, first_ends: list[f
     with pytest.raises(engine.SimError, match="lease_spread_s"):
         engine.Simulator(build_cluster([(1, [2])], racks=1), Workload(apps[:1]),
                          make_policy("themis"), engine.SimConfig(lease_spread_s=601.0))
+
+
+def test_the_yarn_engine_announces_the_lease_ends_the_rm_applies() -> None:
+    """The agents hear each grant's end (an AM stops its jobs a stop lead before it, and
+    gives back the GPUs of leases it thinks are ending); the RM applies the reply's
+    lease_ms. Both must be the same length for every grant: the engine announced the
+    unspread lease while the RM applied the spread one (an AM 15 s off on 120-s leases kept
+    running into the RM's preemption, then gave back GPUs of leases already ended, which
+    the RM cut from its next lease on the node)."""
+    from themis.mechanism.round import RoundOutcome
+    from themis.yarn.bids import ReportedBids
+    from themis.yarn.rounds import RoundEngine
+
+    heard: list[RoundOutcome] = []
+
+    class Heard(ReportedBids):
+        def announce(self, offer: Sequence[Gpu], outcome: RoundOutcome) -> None:
+            heard.append(outcome)
+
+    now_ms = 1_000_000
+    view = {"round": 7, "now_ms": now_ms, "fairness_knob": 0.0, "lease_duration_ms": 120_000,
+            "lease_spread_ms": 60_000, "solver": "highs",
+            "nodes": [{"node_id": f"n{i}:1", "host": f"n{i}", "rack": "/r", "total_gpus": 2,
+                       "free_gpus": 2} for i in range(3)],
+            "apps": [{"app_id": a, "pending_gpus": 2} for a in ("a", "b", "c")]}
+    reply = json.loads(RoundEngine(Heard()).run(json.dumps(view)))
+    announced = {(g.app_id, x.rsplit("/", 1)[0]): round((g.expiry - g.start) * 1000)
+                 for o in heard for g in o.grants for x in g.gpus}
+    applied = {(g["app_id"], g["node_id"]): g["lease_ms"] for g in reply["grants"]}
+    assert applied and applied == announced
+    # spread: the three apps' leases end apart, around the lease
+    assert sorted(set(applied.values())) == [100_000, 120_000, 140_000]

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from themis.mechanism.bids import BidTable
-from themis.mechanism.round import RENEWAL, LeaseGrant, RoundOutcome, lease_lengths, run_round
+from themis.mechanism.round import RENEWAL, LeaseGrant, RoundOutcome, run_round
 from themis.mechanism.solvers import Solver, make_solver
 from themis.yarn.bids import BidSource, ReportedBids
 from themis.yarn.partitions import plan_partitions
@@ -114,6 +114,7 @@ class RoundEngine:
             rng = random.Random(view.round_id)
             bidders: list[str] = []
             nonbidders: list[str] = []
+            lease_at: dict[tuple[str, str], float] = {}  # (app, node) -> its lease's length
 
             def run(r: QueueRound) -> dict[str, tuple[str, ...]]:
                 gpus = list(r.gpus)
@@ -145,7 +146,13 @@ class RoundEngine:
                     shape={a: shape[a] for a in r.apps},
                     priority=priority,
                     merge=merge,
+                    # the round's leases end apart (lease_lengths), and the agents hear the
+                    # ends the RM applies: the reply's lease_ms are these grants' lengths
+                    spread_s=view.lease_spread_ms / 1000.0,
                 )
+                for lg in outcome.grants:
+                    for x in lg.gpus:
+                        lease_at[(lg.app_id, node_of(x))] = lg.expiry - lg.start
                 if outcome.auction is not None:
                     solved[0] += outcome.auction.solve_ms
                 source.announce(gpus, renewals_marked(outcome, renewing))
@@ -187,7 +194,4 @@ class RoundEngine:
                         "lent_to_default": plan.lent.get(p, {})}
                     for p in labeled}
             log.info("round %d: %s", view.round_id, info)
-            granted_apps = sorted(a for a, gs in plan.allocation.items() if gs)
-            length = lease_lengths(granted_apps, view.lease_duration_ms / 1000.0,
-                                   view.lease_spread_ms / 1000.0, rng)
-            return grants_json(sorted(plan.allocation.items()), info, length)
+            return grants_json(sorted(plan.allocation.items()), info, lease_s_at=lease_at)
