@@ -367,8 +367,9 @@ def test_a_container_on_a_lease_about_to_end_is_given_back_unlaunched() -> None:
 def test_an_idle_gpu_given_back_is_the_one_of_the_soonest_ending_lease_on_its_node() -> None:
     # The RM cuts a give-back from the app's soonest-ending leases on the node, whatever ids
     # the AM names (LeaseTable.shrink): the AM names those too, so that both keep the
-    # lease that lasts. (Traced on the mini-cluster: the AM gave back "r13", the later
-    # lease, kept "r9", and stopped its job when r9 ended; the RM had cut r9 and kept r13.)
+    # lease that lasts. (Traced on the mini-cluster: the AM gave back "r16", the later
+    # lease, kept "r7", and stopped its job when r7 ended; the RM had cut r7 and kept r16.
+    # Ids sort as text, so "r13" comes before "r9" here, the later lease before the sooner.)
     clock = _Clock()
     shell = FakeShell()
     am = AppMaster(_spec(max_parallel_jobs=1), "application_1700000000000_0009", shell,
