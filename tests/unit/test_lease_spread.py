@@ -151,3 +151,39 @@ def test_the_yarn_engine_announces_the_lease_ends_the_rm_applies() -> None:
     assert applied and applied == announced
     # spread: the three apps' leases end apart, around the lease
     assert sorted(set(applied.values())) == [100_000, 120_000, 140_000]
+
+
+def test_an_app_granted_in_two_queue_rounds_hears_one_lease_end() -> None:
+    """With queues a round runs per queue twice (guarantees, then lending): an app granted
+    in both has one lease length, announced and applied alike."""
+    from themis.mechanism.round import RoundOutcome
+    from themis.yarn.bids import ReportedBids
+    from themis.yarn.rounds import RoundEngine
+
+    heard: list[RoundOutcome] = []
+
+    class Heard(ReportedBids):
+        def announce(self, offer: Sequence[Gpu], outcome: RoundOutcome) -> None:
+            heard.append(outcome)
+
+    for seed in range(8):  # the round id seeds the spread's order
+        heard.clear()
+        view = {"round": seed, "now_ms": 1_000_000, "fairness_knob": 0.0,
+                "lease_duration_ms": 120_000, "lease_spread_ms": 60_000, "solver": "highs",
+                "nodes": [{"node_id": "n0:1", "host": "n0", "rack": "/r", "total_gpus": 8,
+                           "free_gpus": 8}],
+                "apps": [{"app_id": "a", "queue": "root.qa", "pending_gpus": 5},
+                         {"app_id": "d", "queue": "root.qa", "pending_gpus": 1},
+                         {"app_id": "b", "queue": "root.qb", "pending_gpus": 1},
+                         {"app_id": "c", "queue": "root.qb", "pending_gpus": 1}],
+                "queues": [{"queue": "root.qa", "guaranteed_gpus": 2, "max_gpus": 8},
+                           {"queue": "root.qb", "guaranteed_gpus": 6, "max_gpus": 8}]}
+        reply = json.loads(RoundEngine(Heard()).run(json.dumps(view)))
+        ends: dict[str, set[float]] = {}
+        for o in heard:
+            for g in o.grants:
+                ends.setdefault(g.app_id, set()).add(round((g.expiry - g.start) * 1000))
+        assert len(heard) >= 3  # qa's and qb's guarantee rounds, and qa's lending one
+        assert sum(len(g.gpus) for o in heard for g in o.grants if g.app_id == "a") == 5
+        assert all(len(e) == 1 for e in ends.values()), ends
+        assert {g["app_id"]: {g["lease_ms"]} for g in reply["grants"]} == ends

@@ -114,7 +114,7 @@ class RoundEngine:
             rng = random.Random(view.round_id)
             bidders: list[str] = []
             nonbidders: list[str] = []
-            lease_at: dict[tuple[str, str], float] = {}  # (app, node) -> its lease's length
+            lease_of: dict[str, float] = {}  # app -> the length of its leases of this round
 
             def run(r: QueueRound) -> dict[str, tuple[str, ...]]:
                 gpus = list(r.gpus)
@@ -147,12 +147,15 @@ class RoundEngine:
                     priority=priority,
                     merge=merge,
                     # the round's leases end apart (lease_lengths), and the agents hear the
-                    # ends the RM applies: the reply's lease_ms are these grants' lengths
+                    # ends the RM applies: the reply's lease_ms are these grants' lengths,
+                    # one per app (its first sub-round's, when queues or partitions run
+                    # several)
                     spread_s=view.lease_spread_ms / 1000.0,
                 )
-                for lg in outcome.grants:
-                    for x in lg.gpus:
-                        lease_at[(lg.app_id, node_of(x))] = lg.expiry - lg.start
+                outcome = replace(outcome, grants=tuple(
+                    replace(lg, expiry=lg.start + lease_of.setdefault(
+                        lg.app_id, lg.expiry - lg.start))
+                    for lg in outcome.grants))
                 if outcome.auction is not None:
                     solved[0] += outcome.auction.solve_ms
                 source.announce(gpus, renewals_marked(outcome, renewing))
@@ -194,4 +197,4 @@ class RoundEngine:
                         "lent_to_default": plan.lent.get(p, {})}
                     for p in labeled}
             log.info("round %d: %s", view.round_id, info)
-            return grants_json(sorted(plan.allocation.items()), info, lease_s_at=lease_at)
+            return grants_json(sorted(plan.allocation.items()), info, lease_of)

@@ -548,11 +548,9 @@ def held_of(view: ClusterView) -> dict[str, tuple[Gpu, ...]]:
 
 
 def grants_json(allocation: Iterable[tuple[str, Iterable[str]]], info: Mapping[str, Any],
-                lease_s: Mapping[str, float] | None = None,
-                lease_s_at: Mapping[tuple[str, str], float] | None = None) -> str:
+                lease_s: Mapping[str, float] | None = None) -> str:
     """Sum per-GPU allocations to per-(app, node) grants and encode the reply; ``lease_s``:
-    each app's lease length (seconds), or ``lease_s_at``: each (app, node)'s, sent as
-    ``lease_ms``."""
+    each app's lease length (seconds), sent as ``lease_ms``."""
     per: dict[tuple[str, str], int] = {}
     for app, gpus in allocation:
         for g in gpus:
@@ -561,9 +559,7 @@ def grants_json(allocation: Iterable[tuple[str, Iterable[str]]], info: Mapping[s
     grants: list[dict[str, Any]] = []
     for (a, n), c in sorted(per.items()):
         grant: dict[str, Any] = {"app_id": a, "node_id": n, "gpus": c}
-        if lease_s_at is not None:
-            grant["lease_ms"] = round(lease_s_at[(a, n)] * 1000)
-        elif lease_s is not None:
+        if lease_s is not None:
             grant["lease_ms"] = round(lease_s[a] * 1000)
         grants.append(grant)
     return json.dumps({"grants": grants, "info": dict(info)})
