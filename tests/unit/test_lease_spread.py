@@ -9,15 +9,18 @@ import json
 import random
 from collections.abc import Mapping, Sequence
 from itertools import pairwise
+from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from themis.mechanism.bids import Bid, BidTable
-from themis.mechanism.round import RoundError, lease_lengths, run_round
+from themis.mechanism.round import RoundError, RoundOutcome, lease_lengths, run_round
 from themis.mechanism.solvers import make_solver
 from themis.mechanism.topology import Gpu
+from themis.yarn.bids import ReportedBids
+from themis.yarn.rounds import RoundEngine
 from themis.yarn.view import ViewError, grants_json, parse_view
 
 
@@ -121,6 +124,18 @@ def test_the_simulator_spreads_a_rounds_leases(spread: float, first_ends: list[f
                          make_policy("themis"), engine.SimConfig(lease_spread_s=601.0))
 
 
+def _engine_round(view: Mapping[str, Any]) -> tuple[list[RoundOutcome], dict[str, Any]]:
+    """One round of the YARN engine on ``view``: what it announced to the agents (each
+    sub-round's outcome) and its reply to the RM."""
+    heard: list[RoundOutcome] = []
+
+    class Heard(ReportedBids):
+        def announce(self, offer: Sequence[Gpu], outcome: RoundOutcome) -> None:
+            heard.append(outcome)
+
+    return heard, json.loads(RoundEngine(Heard()).run(json.dumps(view)))
+
+
 def test_the_yarn_engine_announces_the_lease_ends_the_rm_applies() -> None:
     """The agents hear each grant's end (an AM stops its jobs a stop lead before it, and
     gives back the GPUs of leases it thinks are ending); the RM applies the reply's
@@ -128,23 +143,13 @@ def test_the_yarn_engine_announces_the_lease_ends_the_rm_applies() -> None:
     unspread lease while the RM applied the spread one (an AM 15 s off on 120-s leases kept
     running into the RM's preemption, then gave back GPUs of leases already ended, which
     the RM cut from its next lease on the node)."""
-    from themis.mechanism.round import RoundOutcome
-    from themis.yarn.bids import ReportedBids
-    from themis.yarn.rounds import RoundEngine
-
-    heard: list[RoundOutcome] = []
-
-    class Heard(ReportedBids):
-        def announce(self, offer: Sequence[Gpu], outcome: RoundOutcome) -> None:
-            heard.append(outcome)
-
     now_ms = 1_000_000
     view = {"round": 7, "now_ms": now_ms, "fairness_knob": 0.0, "lease_duration_ms": 120_000,
             "lease_spread_ms": 60_000, "solver": "highs",
             "nodes": [{"node_id": f"n{i}:1", "host": f"n{i}", "rack": "/r", "total_gpus": 2,
                        "free_gpus": 2} for i in range(3)],
             "apps": [{"app_id": a, "pending_gpus": 2} for a in ("a", "b", "c")]}
-    reply = json.loads(RoundEngine(Heard()).run(json.dumps(view)))
+    heard, reply = _engine_round(view)
     announced = {(g.app_id, x.rsplit("/", 1)[0]): round((g.expiry - g.start) * 1000)
                  for o in heard for g in o.grants for x in g.gpus}
     applied = {(g["app_id"], g["node_id"]): g["lease_ms"] for g in reply["grants"]}
@@ -156,19 +161,8 @@ def test_the_yarn_engine_announces_the_lease_ends_the_rm_applies() -> None:
 def test_an_app_granted_in_two_queue_rounds_hears_one_lease_end() -> None:
     """With queues a round runs per queue twice (guarantees, then lending): an app granted
     in both has one lease length, announced and applied alike."""
-    from themis.mechanism.round import RoundOutcome
-    from themis.yarn.bids import ReportedBids
-    from themis.yarn.rounds import RoundEngine
-
-    heard: list[RoundOutcome] = []
-
-    class Heard(ReportedBids):
-        def announce(self, offer: Sequence[Gpu], outcome: RoundOutcome) -> None:
-            heard.append(outcome)
-
     for seed in range(8):  # the round id seeds the spread's order
-        heard.clear()
-        view = {"round": seed, "now_ms": 1_000_000, "fairness_knob": 0.0,
+        view: dict[str, Any] = {"round": seed, "now_ms": 1_000_000, "fairness_knob": 0.0,
                 "lease_duration_ms": 120_000, "lease_spread_ms": 60_000, "solver": "highs",
                 "nodes": [{"node_id": "n0:1", "host": "n0", "rack": "/r", "total_gpus": 8,
                            "free_gpus": 8}],
@@ -178,7 +172,7 @@ def test_an_app_granted_in_two_queue_rounds_hears_one_lease_end() -> None:
                          {"app_id": "c", "queue": "root.qb", "pending_gpus": 1}],
                 "queues": [{"queue": "root.qa", "guaranteed_gpus": 2, "max_gpus": 8},
                            {"queue": "root.qb", "guaranteed_gpus": 6, "max_gpus": 8}]}
-        reply = json.loads(RoundEngine(Heard()).run(json.dumps(view)))
+        heard, reply = _engine_round(view)
         ends: dict[str, set[float]] = {}
         for o in heard:
             for g in o.grants:

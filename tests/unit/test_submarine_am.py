@@ -304,12 +304,12 @@ class _Clock:
         return self.t
 
 
-def _bare_am(leases: dict[str, float], connected: bool = True,
+def _bare_am(leases: dict[str, float], connected: bool = True, spec: Any = None,
              **kw: Any) -> tuple[AppMaster, FakeShell, _Clock]:
     clock = _Clock()
     shell = FakeShell()
-    am = AppMaster(_spec(), "application_1700000000000_0009", shell, arbiter="-", hdfs=None,
-                   app_dir="/tmp/z", clock=clock, **kw)
+    am = AppMaster(spec or _spec(), "application_1700000000000_0009", shell, arbiter="-",
+                   hdfs=None, app_dir="/tmp/z", clock=clock, **kw)
     shell.am = am
     am.agent = _FakeAgent(leases, connected)
     am.cluster_nodes = json.loads(shell.nodes())
@@ -370,15 +370,8 @@ def test_an_idle_gpu_given_back_is_the_one_of_the_soonest_ending_lease_on_its_no
     # lease that lasts. (Traced on the mini-cluster: the AM gave back "r16", the later
     # lease, kept "r7", and stopped its job when r7 ended; the RM had cut r7 and kept r16.
     # Ids sort as text, so "r13" comes before "r9" here, the later lease before the sooner.)
-    clock = _Clock()
-    shell = FakeShell()
-    am = AppMaster(_spec(max_parallel_jobs=1), "application_1700000000000_0009", shell,
-                   arbiter="-", hdfs=None, app_dir="/tmp/z", clock=clock, idle_release_s=0.0)
-    shell.am = am
-    am.agent = _FakeAgent({"nm1:8041/r9-1000.0": clock.t + 60.0,
-                           "nm1:8041/r13-1020.0": clock.t + 105.0})
-    am.cluster_nodes = json.loads(shell.nodes())
-    am.state = "RUNNING"
+    am, _, _ = _bare_am({"nm1:8041/r9-1000.0": 1060.0, "nm1:8041/r13-1020.0": 1105.0},
+                        spec=_spec(max_parallel_jobs=1), idle_release_s=0.0)
     am.reconcile()  # one job may run: one GPU of nm1 idles
     assert am.agent.released == [["nm1:8041/r9-1000.0"]]
 
