@@ -273,6 +273,29 @@ def test_independent_parts_are_solved_alone() -> None:
     assert r.kept_fraction == pytest.approx({"a": 0.5, "b": 1.0, "c": 1.0, "d": 0.4})
 
 
+def test_an_app_alone_in_its_part_takes_its_first_best_bundle_without_a_solve() -> None:
+    # a bids alone on machine 0 with two equally good bundles: it gets the one it lists
+    # first (not the first by GPU id), whole (c = 1), and the solver never sees it; b and
+    # c share machine 1 and are solved as usual
+    gpus = [Gpu(f"m{m}g{i}", f"m{m}", "r") for m in range(2) for i in range(2)]
+    tables = [
+        BidTable("a", 4.0, (Bid(("m0g1", "m0g0"), 3.0), Bid(("m0g1",), 2.0),
+                            Bid(("m0g0",), 2.0))),
+        BidTable("b", 3.0, (Bid(("m1g0",), 2.0),)),
+        BidTable("c", 5.0, (Bid(("m1g0", "m1g1"), 1.0),)),
+    ]
+    solver = _Recording()
+    r = run_auction(gpus, tables, solver, random.Random(1))
+    assert r.proportional_fair["a"] == ("m0g1",)
+    assert r.allocation["a"] == ("m0g1",)
+    assert r.kept_fraction["a"] == 1.0
+    assert solver.problems and all(len(p.apps) == 2 for p in solver.problems)
+    assert r.kept_fraction == pytest.approx(_whole_problem_kept(gpus, tables, 1))
+    one = run_auction(gpus, tables[:1], solver, random.Random(1))
+    assert one.allocation == {"a": ("m0g1",)} and one.kept_fraction == {"a": 1.0}
+    assert one.objective == pytest.approx(math.log(4.0 / 2.0))
+
+
 @settings(max_examples=60, deadline=None)
 @given(inst=auctions())
 def test_kept_fractions_equal_those_of_the_whole_problem(

@@ -201,6 +201,18 @@ def _solve_parts(
     objective = 0.0
     log_kept: dict[int, float] = {}
     for part in split(problem):
+        if len(part.apps) == 1:
+            # An app alone in its part (a round's only bidder, or one whose bundles no
+            # other bidder names): the part's optimum is its best bundle - the first of
+            # the best gain, as an agent lists its best-placed bundles first and the
+            # solvers break ties - and without it the part is empty (OPT_p^-i = 0), so
+            # log c_i = (OPT_p - g_i) - 0 = 0: it keeps all of it, whatever the solver.
+            bundles = part.problem.apps[0]
+            best = max(range(len(bundles)), key=lambda j: bundles[j].gain)
+            objective += bundles[best].gain
+            choice[part.apps[0]] = best
+            log_kept[part.apps[0]] = 0.0
+            continue
         pf = solver.solve(part.problem)
         objective += pf.objective
         winners = [k for k, c in enumerate(pf.choice) if c >= 0]

@@ -195,6 +195,9 @@ class Simulator:
         self._done_iters: dict[str, float] = {}
         self._sched_version: dict[str, int] = {}
         self._dirty: set[str] = set()  # apps whose held GPUs changed at this instant
+        # apps re-split at this instant (AppState.assign: their version moved on), the only
+        # ones whose next completion can have changed (see _schedule_completions)
+        self._assigned: list[str] = []
         self._expired: dict[str, str] = {}  # GPU -> app whose lease ended at this instant
         # the times of the completion events in the heap (see _schedule_completions)
         self._completions: set[float] = set()
@@ -247,6 +250,7 @@ class Simulator:
                 if app_id in self.apps:
                     self.apps[app_id].assign(self.topo, self.now, self.cfg.restart_s,
                                              stopped.get(app_id, _NO_GPUS))
+                    self._assigned.append(app_id)
             self._dirty.clear()
             self._expired.clear()
             self._schedule_completions()
@@ -275,15 +279,19 @@ class Simulator:
     def _advance(self, t: float) -> None:
         if t < self.now:
             raise InvariantError(f"clock went backwards: {t} < {self.now}")
-        apps = self.apps.values()
-        if t > self.now and self.free:
-            wanted = sum(a.room() for a in apps)
-            self._idle_wanted_s += (t - self.now) * min(len(self.free), wanted)
-        for a in apps:
+        # one pass: the apps' room before they move (AppState.room, inlined: the GPUs they
+        # could use while some were free) and their progress to t
+        wanted = 0
+        for a in self.apps.values():
+            room = a.open_demand - len(a.held)
+            if room > 0:
+                wanted += room
             if a.busy or a.held:
                 a.progress(t)
             else:  # holds nothing: progress(t) would only move its clock
                 a.last_progress = t
+        if t > self.now and self.free:
+            self._idle_wanted_s += (t - self.now) * min(len(self.free), wanted)
         self.now = t
 
     def _handle(self, kind: int, payload: object) -> bool:
@@ -326,6 +334,7 @@ class Simulator:
                 continue
             if changed:
                 app.assign(self.topo, self.now, self.cfg.restart_s)
+                self._assigned.append(app.spec.id)
                 # a new phase may use more GPUs than the last one held: free GPUs must
                 # not idle until the next lease expiry while it waits (work conservation)
                 released |= app.room() > 0
@@ -444,8 +453,14 @@ class Simulator:
         self.round_ms.append((time.perf_counter() - t0) * 1e3)
 
     def _schedule_completions(self) -> None:
-        for app in self.apps.values():
-            if self._sched_version.get(app.spec.id) == app.version:
+        """A completion event for every app re-split at this instant. An app's next
+        completion changes only when its jobs' GPUs do (AppState.assign, which moves its
+        version on); an app not re-split keeps the event already in the heap, and one that
+        never held GPUs has none (it does not progress)."""
+        apps = self.apps
+        for app_id in self._assigned:
+            app = apps.get(app_id)
+            if app is None or self._sched_version.get(app_id) == app.version:
                 continue
             t = app.next_completion(self.now)
             # A completion event only makes the instant t happen (handling it changes
@@ -454,8 +469,9 @@ class Simulator:
             # again, often at the very time already in the heap.
             if math.isfinite(t) and t not in self._completions:
                 self._completions.add(t)
-                self._push(t, COMPLETE, (app.spec.id, app.version))
-            self._sched_version[app.spec.id] = app.version
+                self._push(t, COMPLETE, (app_id, app.version))
+            self._sched_version[app_id] = app.version
+        self._assigned.clear()
 
     def _check(self) -> None:
         check_owners(self.apps, self.free, self.topo)

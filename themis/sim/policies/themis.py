@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from themis.mechanism.bids import BidTable, OfferIndex, make_bid_table
 from themis.mechanism.fairness import (
     DEFAULT_STARVATION,
+    FairnessContext,
     IdealTime,
     PlanTime,
     RemainingTime,
@@ -47,7 +48,7 @@ from themis.mechanism.model import AppModel
 from themis.mechanism.placement import PlacementProfile
 from themis.mechanism.round import DEFAULT_FAIRNESS_KNOB, run_round
 from themis.mechanism.solvers import DEFAULT_SOLVER, Solver, make_solver
-from themis.mechanism.topology import Locality, Topology, locality_of
+from themis.mechanism.topology import Gpu, Locality, Topology, locality_of
 from themis.sim.policies.base import Allocation, Policy, RoundContext
 from themis.sim.state import AppState
 
@@ -133,22 +134,32 @@ class ThemisPolicy(Policy):
 
     def allocate(self, ctx: RoundContext) -> Allocation:
         topo = ctx.topology
-        by_id = {a.spec.id: a for a in ctx.apps}
-        # An app that cannot use more GPUs does not take part in the round.
-        active = [a for a in ctx.apps if a.room() > 0]
-        # the models and what rho needs of them, from the last round for an app that did
-        # not progress since (the same values); T_id changes with N_avg, once per round
-        views = {a.spec.id: self._view(a, ctx.ideal) for a in active}
-        models = {i: v.model for i, v in views.items()}
-        held = {a.spec.id: a.held_gpus(topo) for a in active}
-        fairness = {a.spec.id: ctx.fairness(a.spec.id) for a in active}
-        t_id = {i: ideal_time(v.model, fairness[i], v.plan) for i, v in views.items()}
+        by_id: dict[str, AppState] = {}
+        views: dict[str, _View] = {}
+        models: dict[str, AppModel] = {}
+        held: dict[str, list[Gpu]] = {}
+        fairness: dict[str, FairnessContext] = {}
+        t_id: dict[str, float] = {}
+        room: dict[str, int] = {}
         rho_now: dict[str, float] = {}
-        for a in active:
+        # One pass over the apps (a round's per-app work, in a replay of a long queue most
+        # of a round): an app that cannot use more GPUs does not take part in the round;
+        # the models and what rho needs of them come from the last round for an app that
+        # did not progress since (the same values); T_id changes with N_avg, once per round.
+        for a in ctx.apps:
             i = a.spec.id
-            r = rho(models[i], len(held[i]), locality_of(held[i]), fairness[i],
-                    t_id=t_id[i], remaining=views[i].remaining)
-            rho_now[i] = r if not math.isnan(r) else math.inf
+            by_id[i] = a
+            r = a.room()
+            if r <= 0:
+                continue
+            room[i] = r
+            v = views[i] = self._view(a, ctx.ideal)
+            m = models[i] = v.model
+            h = held[i] = a.held_gpus(topo)
+            f = fairness[i] = ctx.fairness(i)
+            t = t_id[i] = ideal_time(m, f, v.plan)
+            r_now = rho(m, len(h), locality_of(h), f, t_id=t, remaining=v.remaining)
+            rho_now[i] = r_now if not math.isnan(r_now) else math.inf
         if not rho_now:
             return {}
         priority: dict[str, float] | None = None
@@ -164,7 +175,6 @@ class ThemisPolicy(Policy):
                 priority = {a: served_now_rho(models[a], fairness[a], place, t_id=t_id[a],
                                               remaining=views[a].remaining)
                             for a in starving}
-        room = {a: by_id[a].room() for a in rho_now}
         # The GPUs whose lease each app just lost: its agent names them first among
         # equally placed bundles, and the leftover step renews them (docs/simulator.md).
         previous: dict[str, list[str]] = {}
