@@ -94,17 +94,19 @@ def select_bidders(
         if not isinstance(v, int | float) or math.isnan(v):
             raise RoundError(f"app {app!r}: filter priority {v!r} must be a number")
         pri[app] = float(v)
-    apps = sorted(rho_current)
     merged = frozenset(merge)
-    tie = {a: rng.random() for a in apps} if rng is not None else {a: 0.0 for a in apps}
-
-    def value(a: str) -> float:
+    # one sort key per app, (-rank value, -priority, tie draw, id), the draws in id order
+    keys: list[tuple[float, float, float, str]] = []
+    for a in sorted(rho_current):
         r = rho_current[a]
-        return pri[a] if math.isinf(r) and a in pri and a in merged else r
-
-    ranked = sorted(apps, key=lambda a: (-value(a), -pri.get(a, -math.inf), tie[a], a))
-    if not ranked:
+        p = pri.get(a)
+        value = p if p is not None and r == math.inf and a in merged else r
+        keys.append((-value, math.inf if p is None else -p,
+                     rng.random() if rng is not None else 0.0, a))
+    if not keys:
         return [], []
+    keys.sort()
+    ranked = [k[3] for k in keys]
     keep = max(1, math.ceil((1.0 - fairness_knob) * len(ranked) - 1e-9))
     return ranked[:keep], ranked[keep:]
 
