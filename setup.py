@@ -14,7 +14,8 @@ The jars are copied into the build directory only, never into the source tree.
 
 The optional C extensions: the LP branch and cut's native LP engine
 (themis/mechanism/solvers/_simplex.c), the compiled cores of its cut separation
-(_separation.c) and of the agent's bid menus (themis/mechanism/_menu.c). ``optional``: a
+(_separation.c), of the agent's bid menus (themis/mechanism/_menu.c) and of the simulator's
+per-instant pass (themis/sim/_progress.c). ``optional``: a
 machine without a C compiler still installs the package and runs HiGHS and the pure-Python
 separation and menus instead; ``build_ext`` (BuildExtOptional) ends such a build with a
 banner naming what was not built (shown by ``pip install -v``; pip hides a successful
@@ -176,6 +177,13 @@ setup(
             "themis.mechanism._menu",
             ["themis/mechanism/_menu.c"],
             # no fused multiply-add: rho must be rounded as in the Python reference
+            extra_compile_args=["-O3", "-ffp-contract=off"],
+            optional=True,
+        ),
+        Extension(
+            "themis.sim._progress",
+            ["themis/sim/_progress.c"],
+            # no fused multiply-add: progress must be rounded as in the Python reference
             extra_compile_args=["-O3", "-ffp-contract=off"],
             optional=True,
         ),

@@ -22,11 +22,12 @@ import heapq
 import math
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import compress
 from typing import Any
 
+from themis.compiled import fell_back
 from themis.mechanism.contention import ContentionTracker
 from themis.mechanism.fairness import DEFAULT_IDEAL_TIME, IdealTime
 from themis.mechanism.placement import PlacementProfile
@@ -43,6 +44,11 @@ from themis.sim.state import (
     floor_time,
 )
 from themis.sim.workload import AppSpec, Workload
+
+try:  # pragma: no cover - depends on the build
+    from themis.sim import _progress
+except ImportError:  # pragma: no cover
+    _progress = None  # type: ignore[assignment]
 
 ARRIVE, EXPIRE, COMPLETE = 0, 1, 2
 # The run allocates millions of short-lived, acyclic objects (models, bid tables, LP
@@ -155,6 +161,22 @@ class SimResult:
     idle_wanted_s: float = 0.0
 
 
+def advance_apps(apps: Iterable[AppState], now: float) -> int:
+    """Every app's progress to ``now`` (an app holding nothing only has its clock moved),
+    in order; returns the GPUs the apps could still use before they moved (the sum of
+    their :meth:`AppState.room`). The reference of the compiled ``_progress.advance``."""
+    wanted = 0
+    for a in apps:
+        room = a.open_demand - len(a.held)  # a.room(), inlined
+        if room > 0:
+            wanted += room
+        if a.busy or a.held:
+            a.progress(now)
+        else:  # holds nothing: progress(now) would only move its clock
+            a.last_progress = now
+    return wanted
+
+
 class Simulator:
     def __init__(
         self,
@@ -224,6 +246,8 @@ class Simulator:
 
     def _run(self, progress: Callable[[float], None] | None) -> SimResult:
         started = time.perf_counter()
+        if _progress is None:
+            fell_back("themis.sim._progress")  # one warning per process
         self._work_finished = 0.0  # serial GPU-seconds of the apps that finished
         self._idle_wanted_s = 0.0  # SimResult.idle_wanted_s
         for spec in self.workload.apps:
@@ -280,16 +304,12 @@ class Simulator:
         if t < self.now:
             raise InvariantError(f"clock went backwards: {t} < {self.now}")
         # one pass: the apps' room before they move (AppState.room, inlined: the GPUs they
-        # could use while some were free) and their progress to t
-        wanted = 0
-        for a in self.apps.values():
-            room = a.open_demand - len(a.held)
-            if room > 0:
-                wanted += room
-            if a.busy or a.held:
-                a.progress(t)
-            else:  # holds nothing: progress(t) would only move its clock
-                a.last_progress = t
+        # could use while some were free) and their progress to t; compiled when built
+        # (themis/sim/_progress.c: the same operations in the same order)
+        if _progress is not None:
+            wanted = _progress.advance(self.apps.values(), t)
+        else:
+            wanted = advance_apps(self.apps.values(), t)
         if t > self.now and self.free:
             self._idle_wanted_s += (t - self.now) * min(len(self.free), wanted)
         self.now = t
