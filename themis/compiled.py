@@ -37,7 +37,7 @@ PARTS: tuple[Part, ...] = (
     Part("themis.mechanism._menu", "themis/mechanism/_menu.c",
          "bid menus and bid tables in pure Python: ~4-5x slower"),
     Part("themis.sim._progress", "themis/sim/_progress.c",
-         "the simulator moves every app's progress in pure Python: long replays ~1.2x "
+         "the simulator moves every app's progress in pure Python: long replays ~1.1x "
          "slower"),
 )
 BY_MODULE = {p.module: p for p in PARTS}
