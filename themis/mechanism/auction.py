@@ -188,7 +188,8 @@ def _solve_parts(
     """Proportional-fair choice per app, its objective, and log c_i per winner i.
 
     Each independent part (:mod:`themis.mechanism.solvers.components`) is solved on its
-    own and re-solved without each of its winners: removing app i changes only i's part,
+    own and re-solved without each of its winners (a part of one app needs no solve: see
+    the loop): removing app i changes only i's part,
     so with OPT_p the optimum of i's part and OPT_p^-i the optimum without i,
     log c_i = (OPT - g_i) - OPT^-i = (OPT_p - g_i) - OPT_p^-i (Pseudocode 1, line 8).
 
@@ -204,9 +205,9 @@ def _solve_parts(
         if len(part.apps) == 1:
             # An app alone in its part (a round's only bidder, or one whose bundles no
             # other bidder names): the part's optimum is its best bundle - the first of
-            # the best gain, as an agent lists its best-placed bundles first and the
-            # solvers break ties - and without it the part is empty (OPT_p^-i = 0), so
-            # log c_i = (OPT_p - g_i) - 0 = 0: it keeps all of it, whatever the solver.
+            # the best gain, as an agent lists its best-placed bundles first (the branch
+            # and bound breaks ties that way too) - and without it the part is empty
+            # (OPT_p^-i = 0), so log c_i = (OPT_p - g_i) - 0 = 0: it keeps all of it.
             bundles = part.problem.apps[0]
             best = max(range(len(bundles)), key=lambda j: bundles[j].gain)
             objective += bundles[best].gain
