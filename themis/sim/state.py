@@ -291,6 +291,8 @@ class AppState:
             job.iters_left = max(0.0, j.iters_left) * f
 
     def held_gpus(self, topo: Topology) -> list[Gpu]:
+        if not self.held:  # most apps of a long queue: nothing to sort
+            return []
         return [topo[g] for g in sorted(self.held)]
 
     def loss(self) -> float:

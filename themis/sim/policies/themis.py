@@ -155,12 +155,10 @@ class ThemisPolicy(Policy):
             room[i] = r
             v = views[i] = self._view(a, ctx.ideal)
             m = models[i] = v.model
-            # most apps of a long queue hold nothing: their GPUs [] at SLOT (locality_of)
-            h = held[i] = a.held_gpus(topo) if a.held else []
+            h = held[i] = a.held_gpus(topo)
             f = fairness[i] = ctx.fairness(i)
             t = t_id[i] = ideal_time(m, f, v.plan)
-            r_now = rho(m, len(h), locality_of(h) if h else Locality.SLOT, f, t_id=t,
-                        remaining=v.remaining)
+            r_now = rho(m, len(h), locality_of(h), f, t_id=t, remaining=v.remaining)
             rho_now[i] = r_now if not math.isnan(r_now) else math.inf
         if not rho_now:
             return {}
